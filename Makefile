@@ -1,0 +1,46 @@
+# BirdDog: the two commands are `make run` and `make test`; both create .venv themselves.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test lint typecheck fmt bench bench-full chaos clean venv
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/birddog run
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench migrations
+	$(BIN)/ruff format --check src tests bench migrations
+
+typecheck: $(STAMP)
+	$(BIN)/mypy src
+
+test: lint typecheck
+	$(BIN)/python -m pytest
+
+fmt: $(STAMP)
+	$(BIN)/ruff format src tests bench migrations
+	$(BIN)/ruff check --fix src tests bench migrations
+
+bench: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m bench --quick
+
+bench-full: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	$(BIN)/python -m bench
+
+chaos: $(STAMP)
+	BIRDDOG_CHAOS_FULL=1 $(BIN)/python -m pytest tests/chaos -s -p no:randomly
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
