@@ -1,0 +1,97 @@
+"""BirdDog: a durable, PostgreSQL-backed mail room for AI agents.
+
+One agent sends work to another agent's session; the work runs as a job; when it
+settles, every address on the mail's ``replyTo`` list gets a reply, written to a durable
+outbox and delivered with bounded retries. A reply succeeds, fails loudly (a dead letter
+with an alert), or sits visibly pending; it never vanishes.
+"""
+
+from birddog.core.delivery import (
+    Accepted,
+    DeadReason,
+    Deferred,
+    DeliveryResult,
+    Failed,
+    OutboxRow,
+    Receipt,
+    Rejected,
+    RowState,
+    decide,
+)
+from birddog.core.diagnostic import DIAGNOSTIC_MAX_LENGTH, bounded_diagnostic
+from birddog.core.errors import (
+    BirdDogError,
+    ContentTooLarge,
+    InvalidInput,
+    InvalidJobPayload,
+    JobConflict,
+    JobNotFound,
+    RouteNotFound,
+    StaleClaim,
+    StoreUnavailable,
+)
+from birddog.core.fanout import empty_reply_text, replies_for
+from birddog.core.jobs import (
+    DEFAULT_MAX_CONTENT_BYTES,
+    AgentJobPayload,
+    AgentWork,
+    Job,
+    JobState,
+    Recovery,
+    agent_job,
+    decode_agent_job,
+)
+from birddog.core.mail import AgentAddress, Mail, Outcome, Reply, ReplyFacts, reply_key
+from birddog.core.schedule import RetrySchedule
+from birddog.mailroom import PAGE_SIZE, DrainReport, MailRoom, has_pending_delivery
+from birddog.ports import Clock, Outbox, Page, Transport, WakeScheduler
+
+__all__ = [
+    "DEFAULT_MAX_CONTENT_BYTES",
+    "DIAGNOSTIC_MAX_LENGTH",
+    "PAGE_SIZE",
+    "Accepted",
+    "AgentAddress",
+    "AgentJobPayload",
+    "AgentWork",
+    "BirdDogError",
+    "Clock",
+    "ContentTooLarge",
+    "DeadReason",
+    "Deferred",
+    "DeliveryResult",
+    "DrainReport",
+    "Failed",
+    "InvalidInput",
+    "InvalidJobPayload",
+    "Job",
+    "JobConflict",
+    "JobNotFound",
+    "JobState",
+    "Mail",
+    "MailRoom",
+    "Outbox",
+    "OutboxRow",
+    "Outcome",
+    "Page",
+    "Receipt",
+    "Recovery",
+    "Rejected",
+    "Reply",
+    "ReplyFacts",
+    "RetrySchedule",
+    "RouteNotFound",
+    "RowState",
+    "StaleClaim",
+    "StoreUnavailable",
+    "Transport",
+    "WakeScheduler",
+    "agent_job",
+    "bounded_diagnostic",
+    "decide",
+    "decode_agent_job",
+    "empty_reply_text",
+    "has_pending_delivery",
+    "replies_for",
+    "reply_key",
+]

@@ -1,0 +1,5 @@
+"""The birddog command line."""
+
+
+def main() -> None:
+    """Run the command line."""

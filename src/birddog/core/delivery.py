@@ -1,0 +1,208 @@
+"""What a post can answer, the rows it moves, and the pure decision between them.
+
+``decide(row, result, now=..., schedule=..., rng=...)`` is the whole delivery policy: the
+adapters only store what it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from birddog.core.diagnostic import bounded_diagnostic
+from birddog.core.mail import AgentAddress, Outcome, Reply
+from birddog.core.schedule import Random, RetrySchedule
+
+
+class DeadReason(StrEnum):
+    """Why a reply became a dead letter."""
+
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    MAX_AGE_EXCEEDED = "max_age_exceeded"
+    GONE = "gone"
+    UNKNOWN_RECIPIENT = "unknown_recipient"
+    REJECTED = "rejected"
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """The recipient acknowledged the reply explicitly."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failed:
+    """The attempt failed; it costs one attempt (a strike)."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """The recipient refused for now and named a time to come back; no strike."""
+
+    until: datetime
+    reason: str = "deferred"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """The recipient can never take this reply: it dies at once."""
+
+    reason: str
+    dead_reason: DeadReason = DeadReason.REJECTED
+
+
+DeliveryResult = Accepted | Failed | Deferred | Rejected
+"""What one post of one reply came to."""
+
+NOT_ACCEPTED = "recipient did not accept the reply"
+
+
+def as_result(answer: bool | DeliveryResult) -> DeliveryResult:
+    """Read a transport's answer: ``True`` is accepted, ``False`` a failure.
+
+    Args:
+        answer: what ``post`` returned.
+
+    Returns:
+        The delivery result.
+    """
+    if answer is True:
+        return Accepted()
+    if answer is False:
+        return Failed(NOT_ACCEPTED)
+    if isinstance(answer, Accepted | Failed | Deferred | Rejected):
+        return answer
+    return Failed(f"transport answered {type(answer).__name__}, not a delivery result")
+
+
+class RowState(StrEnum):
+    """A stored reply is pending (owed) or dead (a dead letter); delivered ones are receipts."""
+
+    PENDING = "pending"
+    DEAD = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """A reply in the outbox, with everything an operator needs to see about it.
+
+    Attributes:
+        key: the reply key, ``outbox:<mail key>:reply:<index>``.
+        reply: the reply to deliver.
+        state: pending or dead.
+        attempts: attempts that counted (failures and the final answer), not deferrals.
+        deferrals: transient refusals that moved the row without a strike.
+        due_at: when the next attempt is owed.
+        created_at: when the row was written; its age counts from here.
+        last_error: the last failure or deferral reason, bounded and redacted.
+        dead_reason: why the row died, for dead rows.
+    """
+
+    key: str
+    reply: Reply
+    state: RowState
+    attempts: int
+    deferrals: int
+    due_at: datetime
+    created_at: datetime
+    last_error: str | None = None
+    dead_reason: DeadReason | None = None
+
+    @property
+    def recipient(self) -> AgentAddress:
+        """The address the reply goes to."""
+        return self.reply.to
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The compact proof that a reply was delivered; kept under the reply's key forever."""
+
+    key: str
+    delivered_at: datetime
+    attempts: int
+    recipient: AgentAddress
+    command_id: str
+    outcome: Outcome
+
+
+def new_row(reply: Reply, *, now: datetime) -> OutboxRow:
+    """A freshly owed reply, due at once."""
+    return OutboxRow(
+        key=reply.key,
+        reply=reply,
+        state=RowState.PENDING,
+        attempts=0,
+        deferrals=0,
+        due_at=now,
+        created_at=now,
+    )
+
+
+def decide(
+    row: OutboxRow,
+    result: DeliveryResult,
+    *,
+    now: datetime,
+    schedule: RetrySchedule,
+    rng: Random,
+) -> OutboxRow | Receipt:
+    """The next state of a row after one delivery attempt.
+
+    Args:
+        row: the pending row that was posted.
+        result: what the post came to.
+        now: when the answer came.
+        schedule: the retry schedule and age limit.
+        rng: the jitter source.
+
+    Returns:
+        A receipt when accepted; otherwise the row, rescheduled, deferred or dead.
+    """
+    if isinstance(result, Accepted):
+        return Receipt(
+            key=row.key,
+            delivered_at=now,
+            attempts=row.attempts + 1,
+            recipient=row.reply.to,
+            command_id=row.reply.reply.command_id,
+            outcome=row.reply.reply.outcome,
+        )
+    if isinstance(result, Rejected):
+        return _dead(row, result.dead_reason, result.reason, attempts=row.attempts + 1)
+    deadline = schedule.deadline(row.created_at)
+    if isinstance(result, Deferred):
+        if now >= deadline:
+            return _dead(row, DeadReason.MAX_AGE_EXCEEDED, result.reason, attempts=row.attempts)
+        until = max(result.until, now)
+        until = min(until, now + timedelta(seconds=schedule.max_deferral_s), deadline)
+        return replace(
+            row,
+            deferrals=row.deferrals + 1,
+            due_at=until,
+            last_error=bounded_diagnostic(result.reason),
+        )
+    attempts = row.attempts + 1
+    retry_at = schedule.retry_at(attempts=attempts, now=now, rng=rng)
+    if retry_at is None:
+        return _dead(row, DeadReason.ATTEMPTS_EXHAUSTED, result.reason, attempts=attempts)
+    if now >= deadline:
+        return _dead(row, DeadReason.MAX_AGE_EXCEEDED, result.reason, attempts=attempts)
+    return replace(
+        row,
+        attempts=attempts,
+        due_at=min(retry_at, deadline),
+        last_error=bounded_diagnostic(result.reason),
+    )
+
+
+def _dead(row: OutboxRow, reason: DeadReason, error: str, *, attempts: int) -> OutboxRow:
+    return replace(
+        row,
+        state=RowState.DEAD,
+        attempts=attempts,
+        last_error=bounded_diagnostic(error),
+        dead_reason=reason,
+    )

@@ -1,0 +1,105 @@
+"""Errors raised by BirdDog.
+
+Every error BirdDog raises on purpose derives from one root::
+
+    BirdDogError
+    ├── InvalidInput (also a ValueError): bad input, refused before anything is written
+    │   ├── InvalidJobPayload: a job payload that is not a BirdDog agent job
+    │   └── ContentTooLarge: mail or reply content above the configured limit
+    ├── JobConflict: a replayed job id whose fields differ from the stored job
+    ├── JobNotFound: no job with that id
+    ├── StaleClaim: a claim token that no longer holds the job
+    ├── RouteNotFound: no route for that agent id
+    └── StoreUnavailable: the database could not be reached or failed mid-operation
+
+Most classes are a docstring that doubles as the default message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+class BirdDogError(Exception):
+    """BirdDog failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or "").strip())
+
+
+class InvalidInput(BirdDogError, ValueError):
+    """The input is invalid.
+
+    Attributes:
+        field: the first offending field, dotted, with JSON (camelCase) names; "" when the
+            whole value is wrong.
+        errors: every problem found, as ``(field, message)`` pairs.
+    """
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        field: str = "",
+        errors: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        self.field = field
+        self.errors: list[tuple[str, str]] = list(errors) or ([(field, message)] if message else [])
+        super().__init__(message)
+
+    @classmethod
+    def from_pydantic(cls, model: str, errors: Sequence[Any]) -> InvalidInput:
+        """Build the error from pydantic's error list, naming each field.
+
+        Args:
+            model: the name of the model or function that refused the input.
+            errors: ``ValidationError.errors()`` of the refused input.
+
+        Returns:
+            An error whose message names every offending field.
+        """
+        pairs = [(_dotted(err["loc"]), str(err["msg"])) for err in errors]
+        text = "; ".join(f"{field or '(value)'}: {msg}" for field, msg in pairs)
+        first = pairs[0][0] if pairs else ""
+        return cls(f"invalid {model}: {text}", field=first, errors=pairs)
+
+
+def _dotted(loc: Sequence[int | str]) -> str:
+    return ".".join(_json_name(part) for part in loc)
+
+
+def _json_name(part: int | str) -> str:
+    """The JSON (camelCase) name of a field, whichever name the caller used."""
+    if isinstance(part, int):
+        return str(part)
+    head, *rest = part.rstrip("_").split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+class InvalidJobPayload(InvalidInput):
+    """The job's payload is not a BirdDog agent job."""
+
+
+class ContentTooLarge(InvalidInput):
+    """The content is larger than the configured limit."""
+
+
+class JobConflict(BirdDogError):
+    """A job with this id exists with different fields; a replay must match exactly."""
+
+
+class JobNotFound(BirdDogError):
+    """No job has this id."""
+
+
+class StaleClaim(BirdDogError):
+    """The claim token no longer holds this job: another claim or a settlement won."""
+
+
+class RouteNotFound(BirdDogError):
+    """No route is configured for this agent id."""
+
+
+class StoreUnavailable(BirdDogError):
+    """The database could not be reached or failed during the operation."""

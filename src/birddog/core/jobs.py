@@ -1,0 +1,146 @@
+"""Agent jobs: addressed work translated into an opaque Watchdog-shaped job and back."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import Field, JsonValue
+
+from birddog.core.errors import ContentTooLarge, InvalidInput, InvalidJobPayload
+from birddog.core.mail import Mail, Outcome
+from birddog.core.model import Id, Model
+
+DEFAULT_LANE = "default"
+"""All agent work runs on Watchdog's default lane."""
+
+
+class JobState(StrEnum):
+    """Where a job is in its life: queued, then running, then settled."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    SETTLED = "settled"
+
+
+class Recovery(Model):
+    """The recovery policy: how many times a job whose worker vanished is queued again."""
+
+    max_recoveries: Annotated[int, Field(strict=True, ge=0, le=1000)]
+
+
+class AgentWork(Model):
+    """The work half of an agent job: which job, for which session, for which command."""
+
+    job_id: Id
+    session_id: Id
+    command_fact_id: Id
+    recovery: Recovery | None = None
+
+
+class Job(Model):
+    """A Watchdog job. BirdDog's job store never reads ``payload``."""
+
+    job_id: Id
+    queue: Id
+    lane: Id = DEFAULT_LANE
+    priority: Annotated[int, Field(strict=True, ge=-32768, le=32767)] = 0
+    state: JobState = JobState.QUEUED
+    payload: dict[str, JsonValue]
+    recovery: Recovery | None = None
+    outcome: Outcome | None = None
+
+
+class AgentJobPayload(Model):
+    """What an agent job carries: the session, the command fact, and the optional mail."""
+
+    session_id: Id
+    command_fact_id: Id
+    mail: Mail | None = None
+
+
+def agent_job(work: AgentWork, mail: Mail | None = None) -> Job:
+    """Validate addressed work and return the queued job that runs it.
+
+    Pure and synchronous, so it can run inside the caller's transaction before
+    ``enqueue_accepted_job``.
+
+    Args:
+        work: the job id, target session, command fact id and optional recovery policy.
+        mail: the request whose replies the settlement owes, addressed to ``work``'s session.
+
+    Returns:
+        A queued job: queue = the session id, lane ``default``, priority 0.
+
+    Raises:
+        InvalidInput: ``mail.to.sessionId`` is not the work's session.
+    """
+    if mail is not None and mail.to.session_id != work.session_id:
+        raise InvalidInput(
+            f"mail.to.sessionId {mail.to.session_id!r} is not the work's session "
+            f"{work.session_id!r}",
+            field="mail.to.sessionId",
+        )
+    payload = AgentJobPayload(
+        session_id=work.session_id, command_fact_id=work.command_fact_id, mail=mail
+    )
+    return Job(
+        job_id=work.job_id,
+        queue=work.session_id,
+        payload=payload.model_dump(mode="json", exclude_none=True),
+        recovery=work.recovery,
+    )
+
+
+def decode_agent_job(job: Job | dict[str, Any]) -> AgentJobPayload:
+    """Read an agent job's payload back on the executor side.
+
+    Args:
+        job: the claimed job (or its JSON form).
+
+    Returns:
+        The session id, command fact id and mail the job was made with.
+
+    Raises:
+        InvalidJobPayload: the payload is not a BirdDog agent job, naming the field.
+    """
+    try:
+        if not isinstance(job, Job):
+            job = Job.model_validate(job)
+        payload = AgentJobPayload.model_validate(job.payload)
+    except InvalidInput as exc:
+        raise InvalidJobPayload(
+            f"not a BirdDog agent job: {exc}", field=exc.field, errors=exc.errors
+        ) from None
+    if payload.session_id != job.queue:
+        raise InvalidJobPayload(
+            f"payload sessionId {payload.session_id!r} is not the job's queue {job.queue!r}",
+            field="sessionId",
+        )
+    if payload.mail is not None and payload.mail.to.session_id != payload.session_id:
+        raise InvalidJobPayload(
+            "payload mail.to.sessionId is not the payload's sessionId", field="mail.to.sessionId"
+        )
+    return payload
+
+
+def check_content_size(content: str, *, limit_bytes: int, field: str = "content") -> None:
+    """Refuse content above the configured size limit.
+
+    Args:
+        content: the text to measure, in UTF-8 bytes.
+        limit_bytes: the largest size allowed.
+        field: the field name to report.
+
+    Raises:
+        ContentTooLarge: the content is larger than ``limit_bytes``.
+    """
+    size = len(content.encode("utf-8", "surrogatepass"))
+    if size > limit_bytes:
+        raise ContentTooLarge(
+            f"{field} is {size} bytes, above the limit of {limit_bytes} bytes", field=field
+        )
+
+
+DEFAULT_MAX_CONTENT_BYTES = 1_048_576
+"""Mail and reply content above 1 MiB is refused unless the limit is raised."""

@@ -1,0 +1,124 @@
+"""The base of every BirdDog model and the text rules they share."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from birddog.core.errors import InvalidInput
+
+ID_MAX_LENGTH = 256
+"""Agent, session, job and command ids are 1 to this many characters."""
+
+KEY_MAX_LENGTH = 512
+"""A mail key is 1 to this many characters, so a reply key stays well inside an index."""
+
+
+def check_text(value: str) -> str:
+    """Refuse text that PostgreSQL or UTF-8 cannot carry.
+
+    Args:
+        value: the text to check.
+
+    Returns:
+        The text unchanged.
+
+    Raises:
+        ValueError: the text holds a NUL character or a lone surrogate.
+    """
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+Text = Annotated[str, Field(strict=True), AfterValidator(check_text)]
+"""Any string that can be stored and sent: no NUL, no lone surrogate."""
+
+Id = Annotated[
+    str, Field(strict=True, min_length=1, max_length=ID_MAX_LENGTH), AfterValidator(check_text)
+]
+"""An id: 1 to 256 characters."""
+
+Key = Annotated[
+    str, Field(strict=True, min_length=1, max_length=KEY_MAX_LENGTH), AfterValidator(check_text)
+]
+"""A mail key: 1 to 512 characters."""
+
+
+class Model(BaseModel):
+    """A frozen model with camelCase JSON names that refuses unknown fields.
+
+    Construction by Python name (``agent_id=``) or JSON name (``agentId=``) both work;
+    invalid input raises :class:`~birddog.InvalidInput` naming each field.
+    """
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+    )
+
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise InvalidInput.from_pydantic(type(self).__name__, exc.errors()) from None
+
+    @classmethod
+    def model_validate(
+        cls,
+        obj: Any,
+        *,
+        strict: bool | None = None,
+        extra: Any = None,
+        from_attributes: bool | None = None,
+        context: Any | None = None,
+        by_alias: bool | None = None,
+        by_name: bool | None = None,
+    ) -> Self:
+        """Validate a Python object, raising InvalidInput on bad input."""
+        try:
+            return super().model_validate(
+                obj,
+                strict=strict,
+                extra=extra,
+                from_attributes=from_attributes,
+                context=context,
+                by_alias=by_alias,
+                by_name=by_name,
+            )
+        except ValidationError as exc:
+            raise InvalidInput.from_pydantic(cls.__name__, exc.errors()) from None
+
+    @classmethod
+    def model_validate_json(
+        cls,
+        json_data: str | bytes | bytearray,
+        *,
+        strict: bool | None = None,
+        extra: Any = None,
+        context: Any | None = None,
+        by_alias: bool | None = None,
+        by_name: bool | None = None,
+    ) -> Self:
+        """Validate JSON text, raising InvalidInput on bad input."""
+        try:
+            return super().model_validate_json(
+                json_data,
+                strict=strict,
+                extra=extra,
+                context=context,
+                by_alias=by_alias,
+                by_name=by_name,
+            )
+        except ValidationError as exc:
+            raise InvalidInput.from_pydantic(cls.__name__, exc.errors()) from None

@@ -1,0 +1,100 @@
+"""The ports the mail room is written against: outbox, transport, wake and clock.
+
+Each is a small ``Protocol`` with keyword-only arguments. ``birddog.testing`` has the
+in-memory fakes; ``birddog.postgres`` and ``birddog.http`` the real adapters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from birddog.core.delivery import DeliveryResult, OutboxRow, Receipt
+from birddog.core.mail import Reply
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """A claimed page of due rows in key order.
+
+    Attributes:
+        rows: the claimed rows, in key order.
+        claim: the claim token; only this claim can apply outcomes to these rows.
+        more: the page was full, so more due rows may follow its last key.
+    """
+
+    rows: Sequence[OutboxRow]
+    claim: str
+    more: bool
+
+    @property
+    def last_key(self) -> str | None:
+        """The key to continue after, or None for an empty page."""
+        return self.rows[-1].key if self.rows else None
+
+
+class Outbox(Protocol):
+    """Durable storage for owed replies, their receipts and dead letters.
+
+    Keys order by their UTF-8 bytes (``COLLATE "C"``), both for sorting and for the
+    exclusive ``after_key`` filter, so paging never skips or repeats a row.
+    """
+
+    async def add(self, rows: Sequence[OutboxRow]) -> list[str]:
+        """Store rows whose key has neither a row nor a receipt; return the keys added."""
+        ...
+
+    async def claim_page(
+        self, *, after_key: str | None, limit: int, now: datetime, lease_s: float
+    ) -> Page:
+        """Claim up to ``limit`` due, unheld, unleased pending rows after ``after_key``."""
+        ...
+
+    async def apply(self, *, page: Page, outcomes: Sequence[OutboxRow | Receipt]) -> list[str]:
+        """Store a page's outcomes at once; rows no longer held by the claim are skipped.
+
+        Returns:
+            The keys whose outcome was stored.
+        """
+        ...
+
+    async def get(self, key: str) -> OutboxRow | Receipt | None:
+        """The row or receipt under ``key``, if any."""
+        ...
+
+    async def has_pending(self) -> bool:
+        """Whether any reply still awaits a delivery attempt (held ones included)."""
+        ...
+
+    async def next_due_at(self) -> datetime | None:
+        """The earliest time a pending, unheld reply is owed an attempt."""
+        ...
+
+
+class Transport(Protocol):
+    """Delivers one reply and reports what the recipient answered."""
+
+    async def post(self, reply: Reply) -> bool | DeliveryResult:
+        """Post the reply; ``True`` or :class:`Accepted` only on an explicit acknowledgement.
+
+        Raising counts as a failure.
+        """
+        ...
+
+
+class WakeScheduler(Protocol):
+    """Arms a durable timer that runs the drain at a time."""
+
+    async def schedule_wake(self, *, at: datetime) -> None:
+        """Make sure a drain runs at ``at`` or earlier."""
+        ...
+
+
+class Clock(Protocol):
+    """The current time."""
+
+    def now(self) -> datetime:
+        """The current time, timezone-aware."""
+        ...

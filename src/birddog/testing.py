@@ -1,0 +1,181 @@
+"""Fakes for tests: an in-memory outbox, a recording transport, a frozen clock, a manual wake.
+
+They hold state you can inspect (``rows``, ``receipts``, ``sent``, ``scheduled``) and obey
+the same contract as the real adapters; one contract suite runs against both.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from birddog.core.delivery import DeliveryResult, OutboxRow, Receipt, RowState
+from birddog.core.mail import Reply
+from birddog.ports import Page
+
+Answer = bool | DeliveryResult
+AnswerFn = Callable[[Reply], Answer | Awaitable[Answer]]
+
+
+class InMemoryOutbox:
+    """An outbox in a dict: the reference implementation of the outbox port.
+
+    Attributes:
+        rows: pending and dead rows by key.
+        receipts: receipts by key.
+        held: agent ids whose rows are held (not claimed) until released.
+    """
+
+    def __init__(self) -> None:
+        self.rows: dict[str, OutboxRow] = {}
+        self.receipts: dict[str, Receipt] = {}
+        self.held: set[str] = set()
+        self._leases: dict[str, tuple[str, datetime]] = {}
+
+    async def add(self, rows: Sequence[OutboxRow]) -> list[str]:
+        """Store rows whose key has neither a row nor a receipt; return the keys added."""
+        added = []
+        for row in rows:
+            if row.key in self.rows or row.key in self.receipts:
+                continue
+            self.rows[row.key] = row
+            added.append(row.key)
+        return added
+
+    async def claim_page(
+        self, *, after_key: str | None, limit: int, now: datetime, lease_s: float
+    ) -> Page:
+        """Claim up to ``limit`` due, unheld, unleased pending rows after ``after_key``."""
+        claim = uuid.uuid4().hex
+        rows = []
+        for key in sorted(self.rows):
+            if after_key is not None and key <= after_key:
+                continue
+            row = self.rows[key]
+            lease = self._leases.get(key)
+            if (
+                row.state is RowState.PENDING
+                and row.due_at <= now
+                and row.recipient.agent_id not in self.held
+                and (lease is None or lease[1] <= now)
+            ):
+                rows.append(row)
+                self._leases[key] = (claim, now + timedelta(seconds=lease_s))
+                if len(rows) == limit:
+                    break
+        return Page(rows=rows, claim=claim, more=len(rows) == limit)
+
+    async def apply(self, *, page: Page, outcomes: Sequence[OutboxRow | Receipt]) -> list[str]:
+        """Store a page's outcomes; rows no longer held by the page's claim are skipped."""
+        stored = []
+        for outcome in outcomes:
+            lease = self._leases.get(outcome.key)
+            if lease is None or lease[0] != page.claim:
+                continue
+            del self._leases[outcome.key]
+            if isinstance(outcome, Receipt):
+                del self.rows[outcome.key]
+                self.receipts[outcome.key] = outcome
+            else:
+                self.rows[outcome.key] = outcome
+            stored.append(outcome.key)
+        return stored
+
+    async def get(self, key: str) -> OutboxRow | Receipt | None:
+        """The row or receipt under ``key``, if any."""
+        return self.rows.get(key) or self.receipts.get(key)
+
+    async def has_pending(self) -> bool:
+        """Whether any reply still awaits a delivery attempt (held ones included)."""
+        return any(row.state is RowState.PENDING for row in self.rows.values())
+
+    async def next_due_at(self) -> datetime | None:
+        """The earliest time a pending, unheld reply is owed an attempt."""
+        due = [
+            row.due_at
+            for row in self.rows.values()
+            if row.state is RowState.PENDING and row.recipient.agent_id not in self.held
+        ]
+        return min(due, default=None)
+
+    @property
+    def dead_letters(self) -> dict[str, OutboxRow]:
+        """The dead rows by key."""
+        return {key: row for key, row in self.rows.items() if row.state is RowState.DEAD}
+
+    def hold(self, agent_id: str) -> None:
+        """Hold a recipient: its rows stay, untouched, until released."""
+        self.held.add(agent_id)
+
+    def release(self, agent_id: str) -> None:
+        """Release a held recipient."""
+        self.held.discard(agent_id)
+
+
+class RecordingTransport:
+    """A transport that records every reply and answers with a function or a fixed value.
+
+    Args:
+        answer: ``True``/``False``, a delivery result, or a (sync or async) function of the
+            reply returning one. A function may raise to simulate a transport error.
+
+    Attributes:
+        sent: every reply posted, in order, retries included.
+    """
+
+    def __init__(self, answer: Answer | AnswerFn = True) -> None:
+        self.answer = answer
+        self.sent: list[Reply] = []
+
+    async def post(self, reply: Reply) -> Answer:
+        """Record the reply and answer."""
+        self.sent.append(reply)
+        if not callable(self.answer):
+            return self.answer
+        result = self.answer(reply)
+        if inspect.isawaitable(result):
+            return await result
+        return result
+
+
+class FrozenClock:
+    """A clock that moves only when told.
+
+    Args:
+        at: the starting time (default 2026-01-01 UTC).
+    """
+
+    def __init__(self, at: datetime | None = None) -> None:
+        self.at = at or datetime(2026, 1, 1, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        """The frozen time."""
+        return self.at
+
+    def advance(self, seconds: float) -> datetime:
+        """Move the clock forward and return the new time."""
+        self.at += timedelta(seconds=seconds)
+        return self.at
+
+
+@dataclass
+class ManualWake:
+    """A wake scheduler that only records what it was asked.
+
+    Attributes:
+        scheduled: every requested wake time, in order.
+    """
+
+    scheduled: list[datetime] = field(default_factory=list)
+
+    async def schedule_wake(self, *, at: datetime) -> None:
+        """Record the wake."""
+        self.scheduled.append(at)
+
+    @property
+    def earliest(self) -> datetime | None:
+        """The earliest wake requested so far."""
+        return min(self.scheduled, default=None)
