@@ -73,6 +73,10 @@ class Model(BaseModel):
         except ValidationError as exc:
             raise InvalidInput.from_pydantic(type(self).__name__, exc.errors()) from None
 
+    # Nested models are validated by pydantic-core directly, so their errors keep the
+    # full path ("replyTo.0.agentId"); only the outermost call translates them.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
     @classmethod
     def model_validate(
         cls,
