@@ -92,6 +92,34 @@ class WakeScheduler(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where an agent's replies go: its inbox URL, the signing secret, and whether it is on.
+
+    Attributes:
+        agent_id: the recipient agent id.
+        url: the inbox URL (``http`` or ``https`` only), set by the operator, never by mail.
+        secret: the Standard Webhooks signing secret, ``whsec_<base64>``.
+        enabled: False while the recipient is held: its rows stay, untouched.
+    """
+
+    agent_id: str
+    url: str
+    secret: str
+    enabled: bool = True
+
+    def __repr__(self) -> str:
+        return f"Route(agent_id={self.agent_id!r}, url={self.url!r}, enabled={self.enabled})"
+
+
+class RouteBook(Protocol):
+    """Looks up where an agent's replies go."""
+
+    async def route(self, agent_id: str) -> Route | None:
+        """The route for ``agent_id``, or None when the agent is unknown."""
+        ...
+
+
 class Clock(Protocol):
     """The current time."""
 
