@@ -1,0 +1,72 @@
+"""Logging: structlog, JSON in production, readable in a terminal, never content or secrets."""
+
+from __future__ import annotations
+
+import logging
+import re
+import sys
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+
+SENSITIVE_KEYS = frozenset(
+    {
+        "content",
+        "body",
+        "secret",
+        "alert_secret",
+        "token",
+        "password",
+        "authorization",
+        "signature",
+        "payload",
+        "mail",
+        "reply",
+        "dsn",
+        "database_url",
+    }
+)
+"""Keys whose values never reach a log line, whatever a caller binds."""
+
+
+def drop_sensitive(
+    _logger: Any, _name: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """A structlog processor that replaces sensitive values with ``[redacted]``."""
+    for key in event_dict.keys() & SENSITIVE_KEYS:
+        event_dict[key] = "[redacted]"
+    return event_dict
+
+
+def configure(*, log_format: str = "auto", level: str = "info") -> None:
+    """Configure structlog for the process.
+
+    Args:
+        log_format: ``json``, ``console``, or ``auto`` (console on a terminal, else JSON).
+        level: the lowest level written.
+    """
+    use_console = log_format == "console" or (log_format == "auto" and sys.stderr.isatty())
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            drop_sensitive,
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def redact_dsn(dsn: str) -> str:
+    """A DSN with its password masked, for messages meant for people."""
+    return re.sub(r"(://[^/:@]*:)[^@]*@", r"\1***@", dsn)

@@ -1,0 +1,147 @@
+"""Prometheus metrics and the /metrics and /healthz server."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from aiohttp import web
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from birddog.core.delivery import DeliveryResult, Failed
+from birddog.core.mail import Reply
+from birddog.mailroom import DrainReport
+from birddog.ports import Transport
+
+
+class Metrics:
+    """The daemon's metrics, in a registry of their own.
+
+    Attributes:
+        registry: the Prometheus registry to expose.
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.delivered = Counter("birddog_delivered", "Replies delivered.", registry=r)
+        self.failed = Counter("birddog_failed", "Failed delivery attempts.", ["reason"], registry=r)
+        self.deferred = Counter("birddog_deferred", "Deferrals (no strike).", registry=r)
+        self.dead = Counter(
+            "birddog_dead", "Replies that became dead letters.", ["reason"], registry=r
+        )
+        self.pending = Gauge("birddog_pending", "Replies awaiting delivery.", registry=r)
+        self.oldest_pending_age = Gauge(
+            "birddog_oldest_pending_age_seconds", "Age of the oldest pending reply.", registry=r
+        )
+        self.post_seconds = Histogram(
+            "birddog_post_seconds",
+            "Time to post one reply.",
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=r,
+        )
+        self.wake_latency = Histogram(
+            "birddog_wake_latency_seconds",
+            "From a reply falling due to its drain starting.",
+            buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 5, 30),
+            registry=r,
+        )
+        self.drains = Counter("birddog_drains", "Drain passes.", registry=r)
+        self.up = Gauge("birddog_database_up", "1 while the database answers.", registry=r)
+
+    def record(self, report: DrainReport) -> None:
+        """Count a drain's outcomes."""
+        self.drains.inc()
+        self.delivered.inc(len(report.delivered))
+        self.deferred.inc(len(report.deferred))
+        for key in report.retried:
+            result = report.results.get(key)
+            self.failed.labels(failure_kind(result)).inc()
+        for _key, reason in report.dead:
+            self.dead.labels(reason.value).inc()
+
+    def observe_backlog(self, *, pending: int, oldest: datetime | None, now: datetime) -> None:
+        """Set the pending gauges."""
+        self.pending.set(pending)
+        self.oldest_pending_age.set((now - oldest).total_seconds() if oldest else 0.0)
+
+    def exposition(self) -> bytes:
+        """The metrics in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+def failure_kind(result: DeliveryResult | None) -> str:
+    """A small, stable label for a failed attempt (never its text)."""
+    if not isinstance(result, Failed):
+        return "other"
+    reason = result.reason
+    if reason.startswith("HTTP 5"):
+        return "http_5xx"
+    if reason.startswith("HTTP 4"):
+        return "http_4xx"
+    if reason.startswith("HTTP"):
+        return "http_2xx_not_accepted"
+    if "no answer within" in reason or "imeout" in reason:
+        return "timeout"
+    if "onnect" in reason or "reset" in reason.lower():
+        return "connection"
+    if "not accept" in reason:
+        return "not_accepted"
+    return "other"
+
+
+class TimedTransport:
+    """A transport that times each post of another transport into a histogram."""
+
+    def __init__(self, inner: Transport, histogram: Histogram) -> None:
+        self.inner = inner
+        self.histogram = histogram
+
+    async def post(self, reply: Reply) -> bool | DeliveryResult:
+        """Post through the inner transport, timing it."""
+        start = time.perf_counter()
+        try:
+            return await self.inner.post(reply)
+        finally:
+            self.histogram.observe(time.perf_counter() - start)
+
+
+async def start_server(
+    metrics: Metrics, *, host: str, port: int, healthy: Callable[[], bool]
+) -> web.AppRunner:
+    """Serve ``/metrics`` and ``/healthz`` on ``host:port``.
+
+    Args:
+        metrics: what to expose.
+        host: the address to bind (127.0.0.1 by default in the settings).
+        port: the port.
+        healthy: returns whether the daemon is healthy (database reachable, loop alive).
+
+    Returns:
+        The running aiohttp runner; call ``cleanup()`` to stop it.
+    """
+
+    async def metrics_view(_request: web.Request) -> web.Response:
+        return web.Response(
+            body=metrics.exposition(), headers={"content-type": CONTENT_TYPE_LATEST}
+        )
+
+    async def health_view(_request: web.Request) -> web.Response:
+        ok = healthy()
+        return web.json_response({"ok": ok}, status=200 if ok else 503)
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics_view)
+    app.router.add_get("/healthz", health_view)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,73 @@
+"""Settings from the environment: ``BIRDDOG_*`` and ``DATABASE_URL``.
+
+Every default of the design is a setting; the README has the table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import platformdirs
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
+from birddog.core.schedule import RetrySchedule
+
+
+class Settings(BaseSettings):
+    """BirdDog's settings; each field reads ``BIRDDOG_<NAME>`` (``DATABASE_URL`` as is)."""
+
+    model_config = SettingsConfigDict(env_prefix="BIRDDOG_", extra="ignore", frozen=True)
+
+    database_url: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("DATABASE_URL", "BIRDDOG_DATABASE_URL"),
+        description="PostgreSQL DSN; unset: an embedded server in data_dir.",
+    )
+    data_dir: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_data_dir("birddog")),
+        description="Where the embedded PostgreSQL keeps its data.",
+    )
+    page_size: int = Field(64, ge=1, le=1000, description="Replies per drain page.")
+    max_attempts: int = Field(20, ge=1, description="Attempts before a reply dies.")
+    base_delay_s: float = Field(1.0, ge=0, description="First retry delay; doubles each time.")
+    max_delay_s: float = Field(3600.0, ge=0, description="Longest retry delay.")
+    jitter: float = Field(0.2, ge=0, lt=1, description="Retry delay spread (fraction).")
+    max_age_s: float = Field(86400.0, gt=0, description="A reply older than this dies.")
+    max_deferral_s: float = Field(3600.0, ge=0, description="Longest single deferral.")
+    post_timeout_s: float = Field(30.0, gt=0, description="A post without answer fails.")
+    lease_s: float = Field(60.0, gt=0, description="How long a claimed page is held.")
+    backstop_s: float = Field(30.0, gt=0, description="Longest sleep without a wake.")
+    shutdown_grace_s: float = Field(10.0, ge=0, description="Time to finish in-flight posts.")
+    max_content_bytes: int = Field(
+        DEFAULT_MAX_CONTENT_BYTES, ge=1, description="Largest mail or reply content."
+    )
+    max_body_bytes: int = Field(65536, ge=1, description="Largest inbox answer read.")
+    alert_url: str | None = Field(None, description="Signed dead-letter alerts go here.")
+    alert_secret: str | None = Field(None, description="Signing secret for alerts (whsec_).")
+    metrics_port: int = Field(9464, ge=0, le=65535, description="/metrics and /healthz; 0: off.")
+    metrics_host: str = Field("127.0.0.1", description="Address the metrics server binds.")
+    log_format: Literal["auto", "json", "console"] = Field("auto", description="Log renderer.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    worker_concurrency: int = Field(4, ge=1, description="Jobs a worker runs at once.")
+    handler_timeout_s: float = Field(900.0, gt=0, description="A handler running longer is cut.")
+    job_lease_s: float = Field(60.0, gt=0, description="A worker's job lease; heartbeats renew.")
+    check_pending_s: float = Field(
+        7200.0, gt=0, description="`check` fails when a reply is pending longer."
+    )
+    check_dead_s: float = Field(
+        3600.0, gt=0, description="`check` fails when a dead letter is newer."
+    )
+
+    def schedule(self) -> RetrySchedule:
+        """The retry schedule these settings describe."""
+        return RetrySchedule(
+            max_attempts=self.max_attempts,
+            base_delay_s=self.base_delay_s,
+            max_delay_s=self.max_delay_s,
+            jitter=self.jitter,
+            max_age_s=self.max_age_s,
+            max_deferral_s=self.max_deferral_s,
+        )
