@@ -5,12 +5,18 @@ Every error BirdDog raises on purpose derives from one root::
     BirdDogError
     ├── InvalidInput (also a ValueError): bad input, refused before anything is written
     │   ├── InvalidJobPayload: a job payload that is not a BirdDog agent job
-    │   └── ContentTooLarge: mail or reply content above the configured limit
+    │   ├── ContentTooLarge: mail or reply content above the configured limit
+    │   └── InvalidSecret: a signing secret that is not ``whsec_<base64>``
     ├── JobConflict: a replayed job id whose fields differ from the stored job
     ├── JobNotFound: no job with that id
     ├── StaleClaim: a claim token that no longer holds the job
     ├── RouteNotFound: no route for that agent id
-    └── StoreUnavailable: the database could not be reached or failed mid-operation
+    ├── StoreUnavailable: the database could not be reached or failed mid-operation
+    └── InboxRefused: the recipient's inbox refused a delivered reply
+        ├── InvalidSignature: missing headers or no matching Standard Webhooks signature
+        ├── StaleTimestamp: a signed timestamp outside the tolerance (a replay or skew)
+        ├── MalformedReply: a body that is not a reply, or whose key is not the webhook-id
+        └── ReplyMismatch: a reply that does not answer the mail it claims to answer
 
 Most classes are a docstring that doubles as the default message.
 """
@@ -103,3 +109,36 @@ class RouteNotFound(BirdDogError):
 
 class StoreUnavailable(BirdDogError):
     """The database could not be reached or failed during the operation."""
+
+
+class InvalidSecret(InvalidInput):
+    """The signing secret must be ``whsec_`` followed by base64."""
+
+
+class InboxRefused(BirdDogError):
+    """The inbox refused the delivery."""
+
+
+class InvalidSignature(InboxRefused):
+    """The delivery carries no valid Standard Webhooks signature for this inbox's secret."""
+
+
+class StaleTimestamp(InboxRefused):
+    """The delivery's signed timestamp is outside the tolerance: a replay or a skewed clock."""
+
+
+class MalformedReply(InboxRefused):
+    """The delivery's body is not a valid BirdDog reply."""
+
+
+class ReplyMismatch(InboxRefused):
+    """The reply does not answer the mail it names.
+
+    Attributes:
+        field: the reply field (JSON name) that does not match: ``inReplyTo``, ``key``,
+            ``to`` or ``from``.
+    """
+
+    def __init__(self, message: str | None = None, *, field: str = "") -> None:
+        self.field = field
+        super().__init__(message)

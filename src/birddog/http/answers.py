@@ -1,0 +1,139 @@
+"""What a recipient's HTTP answer means: the pure classification of one response.
+
+Only an explicit acknowledgement is a receipt: a 2xx whose JSON object says
+``"accepted": true``. An empty, non-JSON or error-shaped 2xx is a failure, because an
+outage message is not an answer. ``429``/``503`` with ``Retry-After`` defer without a
+strike, ``410 Gone`` dies at once, and everything else is a failure that costs a strike.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
+from http import HTTPStatus
+
+from birddog.core.delivery import (
+    Accepted,
+    DeadReason,
+    Deferred,
+    DeliveryResult,
+    Failed,
+    Rejected,
+)
+from birddog.core.diagnostic import bounded_diagnostic
+
+DEFERRING_STATUSES = frozenset({HTTPStatus.TOO_MANY_REQUESTS, HTTPStatus.SERVICE_UNAVAILABLE})
+"""Statuses that defer (no strike) when they name a time to come back."""
+
+MIN_DEFERRAL_S = 1.0
+"""The shortest deferral: ``Retry-After: 0`` must not turn the drain into a busy loop."""
+
+_SNIPPET_BYTES = 1024
+"""Only the head of a body is decoded for a diagnostic; the diagnostic is cut at 200 anyway."""
+
+
+def classify(
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    *,
+    now: datetime,
+    max_deferral_s: float,
+    min_deferral_s: float = MIN_DEFERRAL_S,
+) -> DeliveryResult:
+    """Classify one HTTP answer to a posted reply.
+
+    Args:
+        status: the response status code.
+        headers: the response headers; names are matched case-insensitively.
+        body: the response body (already bounded by the caller), or None when there was
+            none.
+        now: the time the answer came, for ``Retry-After``.
+        max_deferral_s: the longest a ``Retry-After`` may defer the reply.
+        min_deferral_s: the shortest deferral (a ``Retry-After`` of 0 or in the past).
+
+    Returns:
+        :class:`Accepted` only for a 2xx JSON object with ``"accepted": true`` and no
+        error; :class:`Deferred` for 429/503 with a usable ``Retry-After``;
+        :class:`Rejected` (``gone``) for 410; otherwise :class:`Failed` with a bounded,
+        redacted reason such as ``HTTP 500 Internal Server Error: <body snippet>``.
+    """
+    head = _status_line(status)
+    if 200 <= status < 300:
+        return _acknowledgement(head, body)
+    if status == HTTPStatus.GONE:
+        return Rejected(_reason(head, body), dead_reason=DeadReason.GONE)
+    if status in DEFERRING_STATUSES:
+        retry_after = _header(headers, "retry-after")
+        until = _retry_at(retry_after, now=now) if retry_after is not None else None
+        if until is None:
+            missing = "without" if retry_after is None else "with an unusable"
+            return Failed(_reason(f"{head} {missing} Retry-After", body))
+        earliest = now + timedelta(seconds=min_deferral_s)
+        latest = now + timedelta(seconds=max_deferral_s)
+        until = min(max(until, earliest), latest)
+        return Deferred(until=until, reason=_reason(f"{head}, Retry-After {retry_after}", body))
+    if 300 <= status < 400:
+        location = _header(headers, "location") or "(none)"
+        return Failed(bounded_diagnostic(f"{head}: redirects are not followed (to {location})"))
+    return Failed(_reason(head, body))
+
+
+def _acknowledgement(head: str, body: bytes | None) -> DeliveryResult:
+    if not body or not body.strip():
+        return Failed(f'{head} with an empty body, not {{"accepted": true}}')
+    try:
+        answer = json.loads(body)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
+        return Failed(_reason(f"{head} with a non-JSON body", body))
+    if not isinstance(answer, dict):
+        return Failed(_reason(f"{head} with JSON that is not an object", body))
+    if _error_shaped(answer):
+        return Failed(_reason(f"{head} with an error body", body))
+    if answer.get("accepted") is True:
+        return Accepted()
+    return Failed(_reason(f'{head} without "accepted": true', body))
+
+
+def _error_shaped(answer: dict[str, object]) -> bool:
+    """An error field with a value wins over any ``accepted``: an outage is not an answer."""
+    return any(answer.get(name) not in (None, False, "", [], {}) for name in ("error", "errors"))
+
+
+def _retry_at(value: str, *, now: datetime) -> datetime | None:
+    """Read ``Retry-After``: delay seconds or an HTTP date; None when it is neither."""
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        # A huge delay is capped by the caller; clamp first so timedelta cannot overflow.
+        return now + timedelta(seconds=min(int(text), 10**9))
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000" dates come back naive; HTTP dates are always GMT
+        when = when.replace(tzinfo=now.tzinfo)
+    return when
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    value = headers.get(name)
+    if value is not None:
+        return value
+    for key, item in headers.items():
+        if key.lower() == name:
+            return item
+    return None
+
+
+def _status_line(status: int) -> str:
+    try:
+        return f"HTTP {status} {HTTPStatus(status).phrase}"
+    except ValueError:
+        return f"HTTP {status}"
+
+
+def _reason(head: str, body: bytes | None) -> str:
+    snippet = body[:_SNIPPET_BYTES].decode("utf-8", "replace").strip() if body else ""
+    return bounded_diagnostic(f"{head}: {snippet}" if snippet else head)

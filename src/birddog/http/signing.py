@@ -1,0 +1,144 @@
+"""Standard Webhooks v1 signatures: what every BirdDog post carries.
+
+A signature is ``v1,<base64 HMAC-SHA256 of "<msg id>.<unix seconds>.<body>">``, keyed with
+the base64-decoded part of a ``whsec_<base64>`` secret, exactly as
+https://www.standardwebhooks.com specifies, so any Standard Webhooks (or Svix) library
+can verify a BirdDog post.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+
+from birddog.core.errors import InvalidSecret
+
+SECRET_PREFIX = "whsec_"  # noqa: S105 -- a prefix, not a secret
+"""Every signing secret starts with this."""
+
+SECRET_BYTES = 32
+"""A generated secret holds this many random bytes."""
+
+VERSION = "v1"
+"""The signature scheme: HMAC-SHA256."""
+
+ID_HEADER = "webhook-id"
+TIMESTAMP_HEADER = "webhook-timestamp"
+SIGNATURE_HEADER = "webhook-signature"
+
+
+def generate_secret() -> str:
+    """A new random signing secret.
+
+    Returns:
+        ``whsec_`` followed by the base64 of 32 bytes from :mod:`secrets`.
+    """
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(SECRET_BYTES)).decode("ascii")
+
+
+def secret_key(secret: str) -> bytes:
+    """The HMAC key inside a signing secret.
+
+    Like the reference libraries, the ``whsec_`` prefix is optional and missing base64
+    padding is tolerated.
+
+    Args:
+        secret: ``whsec_<base64>``.
+
+    Returns:
+        The decoded key bytes.
+
+    Raises:
+        InvalidSecret: the secret is not base64 or decodes to nothing. The message never
+            repeats the secret.
+    """
+    encoded = secret.removeprefix(SECRET_PREFIX)
+    try:
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidSecret("signing secret must be whsec_ followed by base64") from None
+    if not key:
+        raise InvalidSecret("signing secret must not be empty")
+    return key
+
+
+def sign(secret: str, *, msg_id: str, timestamp: int, body: bytes) -> str:
+    """Sign one message.
+
+    Args:
+        secret: the signing secret, ``whsec_<base64>``.
+        msg_id: the ``webhook-id`` (for replies, the reply key).
+        timestamp: the ``webhook-timestamp``, in Unix seconds.
+        body: the exact bytes sent as the request body.
+
+    Returns:
+        ``v1,<base64 signature>``.
+
+    Raises:
+        InvalidSecret: the secret cannot be decoded.
+    """
+    digest = _digest(secret_key(secret), msg_id, timestamp, body)
+    return f"{VERSION},{base64.b64encode(digest).decode()}"
+
+
+def headers(secret: str, *, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """The three Standard Webhooks headers for one message.
+
+    Args:
+        secret: the signing secret, ``whsec_<base64>``.
+        msg_id: the ``webhook-id``; stable across retries of the same message.
+        timestamp: the send time, in Unix seconds.
+        body: the exact bytes sent as the request body.
+
+    Returns:
+        ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature``.
+
+    Raises:
+        InvalidSecret: the secret cannot be decoded.
+    """
+    return {
+        ID_HEADER: msg_id,
+        TIMESTAMP_HEADER: str(timestamp),
+        SIGNATURE_HEADER: sign(secret, msg_id=msg_id, timestamp=timestamp, body=body),
+    }
+
+
+def verify(keys: list[bytes], *, msg_id: str, timestamp: int, body: bytes, signatures: str) -> bool:
+    """Whether any ``v1`` signature in a ``webhook-signature`` header matches any key.
+
+    Every comparison is constant-time; signatures of other versions are ignored.
+
+    Args:
+        keys: the accepted HMAC keys (more than one while a secret is being rotated).
+        msg_id: the ``webhook-id`` header.
+        timestamp: the ``webhook-timestamp`` header, parsed.
+        body: the request body bytes.
+        signatures: the ``webhook-signature`` header: space-separated ``v1,<base64>``.
+
+    Returns:
+        True when at least one signature matches.
+    """
+    offered = []
+    for item in signatures.split():
+        version, _, encoded = item.partition(",")
+        if version != VERSION:
+            continue
+        try:
+            offered.append(base64.b64decode(encoded, validate=True))
+        except (binascii.Error, ValueError):
+            continue
+    matched = False
+    for key in keys:
+        expected = _digest(key, msg_id, timestamp, body)
+        for candidate in offered:
+            # No early exit: the time taken does not depend on which signature matched.
+            matched |= hmac.compare_digest(expected, candidate)
+    return matched
+
+
+def _digest(key: bytes, msg_id: str, timestamp: int, body: bytes) -> bytes:
+    signed = f"{msg_id}.{timestamp}.".encode() + body
+    return hmac.new(key, signed, hashlib.sha256).digest()
