@@ -1,0 +1,167 @@
+"""Dead-letter alerts: a signed POST without the mail content, and failures that never raise."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pytest
+import structlog
+from aiohttp import web
+from standardwebhooks import Webhook
+
+from birddog.core.delivery import DeadReason, OutboxRow, RowState
+from birddog.core.errors import InvalidInput
+from birddog.core.mail import AgentAddress, Reply, ReplyFacts
+from birddog.http import AlertPoster, generate_secret
+
+CONTENT = "TOP-SECRET-MAIL-CONTENT"
+DEAD_AT = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
+
+
+def dead_row() -> OutboxRow:
+    reply = Reply(
+        key="outbox:mail-9:reply:1",
+        in_reply_to="mail-9",
+        to=AgentAddress(agent_id="caller", session_id="session-a"),
+        from_=AgentAddress(agent_id="worker", session_id="session-b"),
+        content=CONTENT,
+        created_at=1_767_225_600_000,
+        reply=ReplyFacts(command_id="command-9", outcome="failed", diagnostic="boom"),
+    )
+    return OutboxRow(
+        key=reply.key,
+        reply=reply,
+        state=RowState.DEAD,
+        attempts=20,
+        deferrals=2,
+        due_at=DEAD_AT,
+        created_at=DEAD_AT,
+        last_error="HTTP 500 Internal Server Error: down",
+        dead_reason=DeadReason.ATTEMPTS_EXHAUSTED,
+    )
+
+
+@dataclass
+class AlertSink:
+    """A real aiohttp server that records alerts and answers with a set status."""
+
+    url: str = ""
+    status: int = 200
+    received: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.Response:
+        """Record the alert and answer with ``status``."""
+        self.received.append((dict(request.headers), await request.read()))
+        return web.Response(status=self.status, text="ok")
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[AlertSink]:
+    server = AlertSink()
+    app = web.Application()
+    app.router.add_post("/alerts", server.handle)
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    server.url = f"http://127.0.0.1:{runner.addresses[0][1]}/alerts"
+    yield server
+    await runner.cleanup()
+
+
+async def test_alert_is_signed_and_carries_no_content(sink: AlertSink) -> None:
+    """The alert is a signed JSON POST with the dead letter's facts and without its content."""
+    secret = generate_secret()
+    async with AlertPoster(sink.url, secret) as poster:
+        assert await poster.alert(dead_row(), dead_at=DEAD_AT) is True
+    [(headers, body)] = sink.received
+    payload = Webhook(secret).verify(body, headers)
+    assert payload == {
+        "type": "birddog.dead_letter",
+        "key": "outbox:mail-9:reply:1",
+        "inReplyTo": "mail-9",
+        "recipient": {"kind": "agent", "agentId": "caller", "sessionId": "session-a"},
+        "deadReason": "attempts_exhausted",
+        "lastError": "HTTP 500 Internal Server Error: down",
+        "attempts": 20,
+        "deadAt": "2026-11-29T12:00:00Z",
+    }
+    assert CONTENT.encode() not in body
+    assert b"content" not in body
+    assert headers["webhook-id"] == "alert:outbox:mail-9:reply:1:1795953600000"
+    assert headers["Content-Type"] == "application/json"
+
+
+async def test_unsigned_alert_without_secret(sink: AlertSink) -> None:
+    """Without a secret the alert is posted unsigned, still without content."""
+    async with AlertPoster(sink.url, None) as poster:
+        assert await poster.alert(dead_row()) is True
+    [(headers, body)] = sink.received
+    assert "webhook-signature" not in {name.lower() for name in headers}
+    assert json.loads(body)["deadReason"] == "attempts_exhausted"
+
+
+async def test_unreachable_alert_url_is_logged_not_raised() -> None:
+    """An alert URL nobody listens on returns False and logs alert_failed, without raising."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    secret = generate_secret()
+    with structlog.testing.capture_logs() as logs:
+        async with AlertPoster(f"http://127.0.0.1:{port}/hook?token=abc123", secret) as poster:
+            assert await poster.alert(dead_row()) is False
+    [event] = [log for log in logs if log["event"] == "alert_failed"]
+    assert event["key"] == "outbox:mail-9:reply:1"
+    assert event["log_level"] == "error"
+    text = repr(logs)
+    assert "abc123" not in text
+    assert secret not in text
+    assert CONTENT not in text
+
+
+async def test_alert_answered_with_an_error_is_logged(sink: AlertSink) -> None:
+    """A non-2xx answer from the alert URL returns False and logs alert_failed with the status."""
+    sink.status = 500
+    with structlog.testing.capture_logs() as logs:
+        async with AlertPoster(sink.url, None) as poster:
+            assert await poster.alert(dead_row()) is False
+    [event] = [log for log in logs if log["event"] == "alert_failed"]
+    assert event["reason"] == "HTTP 500"
+
+
+async def test_hanging_alert_url_times_out_without_raising() -> None:
+    """An alert URL that never answers is abandoned after timeout_s and does not raise."""
+    accepted = asyncio.Event()
+
+    async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.set()
+        await reader.read()  # until the poster closes the connection
+        writer.close()
+
+    server = await asyncio.start_server(hang, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with structlog.testing.capture_logs() as logs:
+            async with AlertPoster(f"http://127.0.0.1:{port}/", None, timeout_s=0.2) as poster:
+                assert await poster.alert(dead_row()) is False
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert accepted.is_set()
+    [event] = [log for log in logs if log["event"] == "alert_failed"]
+    assert event["reason"] == "no answer within 0.2 s"
+
+
+def test_alert_url_and_secret_are_checked_up_front() -> None:
+    """A non-http alert URL or a broken secret is refused when the poster is built."""
+    with pytest.raises(InvalidInput):
+        AlertPoster("ftp://example.test/", None)
+    with pytest.raises(InvalidInput):
+        AlertPoster("https://example.test/", "whsec_???")
+    poster = AlertPoster("https://hooks.example.test/services/T0/B0/tokenvalue", None)
+    assert "tokenvalue" not in repr(poster)
