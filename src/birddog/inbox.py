@@ -230,8 +230,12 @@ ReplyHandler = Callable[[Reply], Awaitable[None]]
 """What the host does with a verified, new reply; it returns once the reply is safe."""
 
 
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+"""The handler reads request bodies up to this: a 1 MiB reply content, JSON-escaped, fits."""
+
+
 def aiohttp_handler(
-    inbox: Inbox, on_reply: ReplyHandler
+    inbox: Inbox, on_reply: ReplyHandler, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     """An aiohttp request handler that receives BirdDog replies.
 
@@ -242,15 +246,21 @@ def aiohttp_handler(
       calling ``on_reply`` again; a concurrent copy of a reply still being handled waits
       for that first call and answers after it;
     - ``401`` for a missing or wrong signature or a stale timestamp;
+    - ``413`` for a body above ``max_body_bytes``;
     - ``400`` for a malformed reply, or when ``on_reply`` raises :class:`InboxRefused`
       (for example :class:`ReplyMismatch` from :meth:`Inbox.check_against`);
     - ``500`` when ``on_reply`` raises anything else, so the sender retries later.
 
     Every refusal has ``{"accepted": false, "error": "<reason>"}`` as its body.
 
+    The handler reads the body itself, bounded by ``max_body_bytes``, so the
+    application's ``client_max_size`` (1 MiB by default, less than a maximal reply) does
+    not apply to it.
+
     Args:
         inbox: verifies and deduplicates.
         on_reply: handles one new reply; it should return only once the reply is stored.
+        max_body_bytes: the largest request body read.
 
     Returns:
         The handler, for ``app.router.add_post(path, handler)``.
@@ -258,7 +268,9 @@ def aiohttp_handler(
     in_flight: dict[str, asyncio.Event] = {}
 
     async def handle(request: web.Request) -> web.Response:
-        body = await request.read()
+        body = await _read_bounded(request, max_body_bytes)
+        if body is None:
+            return _refusal(413, f"body larger than {max_body_bytes} bytes")
         try:
             received = inbox.receive(request.headers, body)
         except (InvalidSignature, StaleTimestamp) as exc:
@@ -291,6 +303,20 @@ def aiohttp_handler(
         return web.json_response({"accepted": True})
 
     return handle
+
+
+async def _read_bounded(request: web.Request, limit: int) -> bytes | None:
+    """The request body, or None when it is larger than ``limit``."""
+    if request.content_length is not None and request.content_length > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    while chunk := await request.content.read(limit + 1 - size):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return None
+    return b"".join(chunks)
 
 
 def _refusal(status: int, error: Exception | str) -> web.Response:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -280,25 +280,29 @@ def test_check_against_refuses_mismatches(inbox: Inbox, reply: Reply, field: str
 # aiohttp_handler, behind a real server, fed by the real transport
 
 
+class CountingInbox(Inbox):
+    """An inbox that notes each delivery it verifies, for tests that need to know it arrived."""
+
+    def __init__(self, secret: str) -> None:
+        super().__init__(secret)
+        self.arrivals: asyncio.Queue[str] = asyncio.Queue()
+
+    def receive(self, headers: Mapping[str, str], body: bytes) -> Received:
+        """Verify as usual, then note the arrival."""
+        received = super().receive(headers, body)
+        self.arrivals.put_nowait(received.webhook_id)
+        return received
+
+
 @dataclass
 class Host:
     """A recipient host: an aiohttp app with the BirdDog handler, and what it handled."""
 
     secret: str
-    inbox: Inbox
+    inbox: CountingInbox
     url: str = ""
     handled: list[Reply] = field(default_factory=list)
     behaviour: Callable[[Reply], Awaitable[None]] | None = None
-    arrivals: asyncio.Queue[str] = field(default_factory=asyncio.Queue)
-
-    @web.middleware
-    async def count_arrivals(
-        self, request: web.Request, handler: web.Handler
-    ) -> web.StreamResponse:
-        """Note each request once its body is in, just before the BirdDog handler runs."""
-        await request.read()  # cached: the handler's own read returns without waiting
-        self.arrivals.put_nowait(request.headers.get("webhook-id", ""))
-        return await handler(request)
 
     async def on_reply(self, reply: Reply) -> None:
         """Check the reply against the mail, run the test's behaviour, then record it."""
@@ -310,8 +314,8 @@ class Host:
 
 @pytest.fixture
 async def host(secret: str) -> AsyncIterator[Host]:
-    state = Host(secret=secret, inbox=Inbox(secret))
-    app = web.Application(middlewares=[state.count_arrivals])
+    state = Host(secret=secret, inbox=CountingInbox(secret))
+    app = web.Application()
     app.router.add_post("/birddog", aiohttp_handler(state.inbox, state.on_reply))
     runner = web.AppRunner(app, shutdown_timeout=1.0)
     await runner.setup()
@@ -419,10 +423,44 @@ async def test_concurrent_copies_are_handled_once(transport: HttpTransport, host
     await asyncio.wait_for(entered.wait(), timeout=5.0)
     second = asyncio.create_task(transport.post(make_reply()))
     for _ in range(2):
-        await asyncio.wait_for(host.arrivals.get(), timeout=5.0)
+        await asyncio.wait_for(host.inbox.arrivals.get(), timeout=5.0)
     # Both copies are inside the server; the second waits for the first to be handled.
     assert not second.done()
     gate.set()
     results = await asyncio.wait_for(asyncio.gather(first, second), timeout=5.0)
     assert results == [Accepted(), Accepted()]
     assert host.handled == [make_reply()]
+
+
+async def test_handler_takes_a_maximal_reply_on_a_default_app(
+    transport: HttpTransport, host: Host
+) -> None:
+    """A reply with 1 MiB of content passes, though aiohttp's default client_max_size is 1 MiB."""
+    big = make_reply(content="\u0001" * 1_048_576)  # escapes to six bytes a character
+    assert await transport.post(big) == Accepted()
+    assert host.handled == [big]
+
+
+async def test_handler_refuses_a_body_above_its_bound(secret: str) -> None:
+    """A body above max_body_bytes gets 413 without being verified or handled."""
+    handled: list[Reply] = []
+
+    async def on_reply(reply: Reply) -> None:
+        handled.append(reply)
+
+    app = web.Application()
+    app.router.add_post("/birddog", aiohttp_handler(Inbox(secret), on_reply, max_body_bytes=100))
+    runner = web.AppRunner(app, shutdown_timeout=1.0)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    routes = StaticRoutes()
+    routes.add(CALLER.agent_id, f"http://127.0.0.1:{runner.addresses[0][1]}/birddog", secret=secret)
+    try:
+        async with HttpTransport(routes) as http:
+            result = await http.post(make_reply())
+    finally:
+        await runner.cleanup()
+    assert isinstance(result, Failed)
+    assert result.reason.startswith("HTTP 413")
+    assert handled == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import io
 import ssl
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -31,6 +32,8 @@ HELD_RECHECK_S = 60.0
 """A reply to a held recipient that slipped through the claim is deferred this long."""
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
+
+_RAW_BODY_MAX = 1024 * 1024
 
 
 def _version() -> str:
@@ -183,7 +186,10 @@ class HttpTransport:
             The status, the headers, the body read, and whether it was read completely.
         """
         session = self._client()
-        async with session.post(url, data=body, headers=headers, allow_redirects=False) as resp:
+        # aiohttp writes raw bytes in one go and warns above 1 MiB; a stream is written in
+        # chunks, with the same Content-Length.
+        data: bytes | io.BytesIO = body if len(body) <= _RAW_BODY_MAX else io.BytesIO(body)
+        async with session.post(url, data=data, headers=headers, allow_redirects=False) as resp:
             limit = self.max_body_bytes
             if resp.content_length is not None and resp.content_length > limit:
                 chunks = [await resp.content.read(limit)]
