@@ -3,6 +3,8 @@
 A real aiohttp server runs in a child process on 127.0.0.1 and answers every POST with
 ``{"accepted": true}``. Each client posts the same signed ~1 KB reply N times with a
 fixed concurrency, reads the answer (bounded) and parses it, as the transport does.
+A third row runs the real ``HttpTransport`` (route lookup, pydantic JSON, signing,
+bounded read, classification) to show BirdDog's own overhead on top of aiohttp.
 Rounds alternate between the clients; the median round is reported as posts/s and as
 client CPU microseconds per post (the server is shared, so CPU per post is the fairer
 comparison when the server is the bottleneck).
@@ -32,8 +34,9 @@ import aiohttp
 import httpx
 from aiohttp import web
 
-from birddog import AgentAddress, Reply, ReplyFacts
-from birddog.http import signing
+from birddog import Accepted, AgentAddress, Reply, ReplyFacts
+from birddog.http import HttpTransport, StaticRoutes, signing
+from birddog.ports import Route
 
 MAX_BODY_BYTES = 65536
 
@@ -153,7 +156,20 @@ async def _httpx_round(
         await _drive(post, n=n, concurrency=concurrency, deadline_s=deadline_s)
 
 
-CLIENTS = {"aiohttp": _aiohttp_round, "httpx": _httpx_round}
+async def _transport_round(
+    url: str, secret: str, *, n: int, concurrency: int, deadline_s: float
+) -> None:
+    """The real HttpTransport: route lookup, pydantic JSON, signing, bounded read, classify."""
+    routes = StaticRoutes([Route(agent_id="caller", url=url, secret=secret)])
+    async with HttpTransport(routes) as http:
+
+        async def post(index: int) -> None:
+            assert await http.post(_reply(index)) == Accepted()
+
+        await _drive(post, n=n, concurrency=concurrency, deadline_s=deadline_s)
+
+
+CLIENTS = {"aiohttp": _aiohttp_round, "httpx": _httpx_round, "HttpTransport": _transport_round}
 
 
 async def _measure(args: argparse.Namespace, url: str) -> list[Round]:
@@ -204,14 +220,14 @@ def main() -> None:
             server.kill()
             server.wait()
     print(f"loopback POSTs: n={args.n} concurrency={args.concurrency} rounds={args.rounds}")
-    print(f"{'client':8} {'posts/s (median)':>17} {'min':>8} {'max':>8} {'client CPU us/post':>19}")
+    print(f"{'client':14} {'posts/s (median)':>17} {'min':>8} {'max':>8} {'CPU us/post':>12}")
     for client in CLIENTS:
         mine = [r for r in rounds if r.client == client]
         rates = [r.posts_per_s for r in mine]
         cpu = statistics.median(r.cpu_us_per_post for r in mine)
         print(
-            f"{client:8} {statistics.median(rates):17.0f} {min(rates):8.0f} {max(rates):8.0f}"
-            f" {cpu:19.0f}"
+            f"{client:14} {statistics.median(rates):17.0f} {min(rates):8.0f} {max(rates):8.0f}"
+            f" {cpu:12.0f}"
         )
 
 
