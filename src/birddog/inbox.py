@@ -144,7 +144,8 @@ class Inbox:
         if not msg_id or not stamp or not signatures:
             raise InvalidSignature("missing webhook-id, webhook-timestamp or webhook-signature")
         stamp = stamp.strip()
-        if not (stamp.isascii() and stamp.isdigit()):
+        # Unix seconds have 10 digits until 2286; a longer value is not a timestamp.
+        if not (stamp.isascii() and stamp.isdigit()) or len(stamp) > 12:
             raise InvalidSignature("webhook-timestamp is not Unix seconds")
         timestamp = int(stamp)
         if not signing.verify(
