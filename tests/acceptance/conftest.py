@@ -1,0 +1,222 @@
+"""Acceptance harness: the real CLI and daemon as subprocesses, real inboxes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from birddog.postgres.outbox import PostgresOutbox
+from birddog.postgres.routes import PostgresRoutes
+from birddog.postgres.wake import PostgresWake
+
+from birddog import MailRoom, Reply
+from birddog.bootstrap import SystemClock
+from birddog.http.transport import HttpTransport
+from birddog.inbox import Inbox
+from birddog.postgres.pool import create_pool
+
+ROOT = Path(__file__).resolve().parents[2]
+BIRDDOG = str(Path(sys.executable).parent / "birddog")
+
+
+def cli_env(database_url: str, **extra: str) -> dict[str, str]:
+    """The environment for a CLI subprocess: the test database, no metrics port, JSON logs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BIRDDOG_")}
+    env.update(
+        DATABASE_URL=database_url,
+        BIRDDOG_METRICS_PORT="0",
+        BIRDDOG_LOG_FORMAT="json",
+        BIRDDOG_BASE_DELAY_S="0.05",
+        BIRDDOG_MAX_DELAY_S="0.2",
+        BIRDDOG_POST_TIMEOUT_S="5",
+        BIRDDOG_BACKSTOP_S="2",
+        BIRDDOG_SHUTDOWN_GRACE_S="2",
+    )
+    env.update(extra)
+    return env
+
+
+async def cli(
+    database_url: str, *args: str, timeout_s: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``birddog ARGS`` to completion without blocking the event loop."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [BIRDDOG, *args],
+        env=cli_env(database_url, **env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+class Daemon:
+    """A ``birddog run`` subprocess this test started and will stop by its pid."""
+
+    def __init__(self, database_url: str, *args: str, **env: str) -> None:
+        self.proc = subprocess.Popen(  # noqa: S603 - our own console script
+            [BIRDDOG, "run", *args],
+            env=cli_env(database_url, **env),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def terminate(self, timeout_s: float = 20) -> tuple[int, str]:
+        """SIGTERM, wait, and return the exit code and the log."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        _out, err = self.proc.communicate(timeout=timeout_s)
+        return self.proc.returncode, err
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate(timeout=20)
+
+
+@pytest.fixture
+def daemons(database_url: str) -> Iterator[Callable[..., Daemon]]:
+    """Start daemons on the test database; every one is stopped at the end."""
+    started: list[Daemon] = []
+
+    def start(*args: str, **env: str) -> Daemon:
+        daemon = Daemon(database_url, *args, **env)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        daemon.kill()
+
+
+Behaviour = Callable[[Reply, int], Awaitable[web.StreamResponse | None]]
+
+
+class TestInbox:
+    """Inboxes on 127.0.0.1 for many agents at ``/inbox/<agent>``, verifying signatures.
+
+    Attributes:
+        posts: posts received per webhook-id (duplicates show as counts above 1).
+        replies: the verified replies, in arrival order.
+        behaviour: optional per-post override; return a response to answer it.
+    """
+
+    __test__ = False
+
+    def __init__(self) -> None:
+        self.posts: Counter[str] = Counter()
+        self.replies: list[Reply] = []
+        self.secrets: dict[str, Inbox] = {}
+        self.behaviour: Behaviour | None = None
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Listen on an ephemeral port."""
+        app = web.Application()
+        app.router.add_post("/inbox/{agent}", self._view)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        """Stop listening."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def url_for(self, agent: str) -> str:
+        """The inbox URL of ``agent``."""
+        return f"{self.url}/inbox/{agent}"
+
+    async def _view(self, request: web.Request) -> web.StreamResponse:
+        agent = request.match_info["agent"]
+        body = await request.read()
+        received = self.secrets[agent].receive(request.headers, body)
+        self.posts[received.webhook_id] += 1
+        if self.behaviour is not None:
+            answer = await self.behaviour(received.reply, self.posts[received.webhook_id])
+            if answer is not None:
+                return answer
+        self.replies.append(received.reply)
+        return web.json_response({"accepted": True})
+
+
+@pytest.fixture
+async def inbox() -> AsyncIterator[TestInbox]:
+    """A running multi-agent inbox on 127.0.0.1."""
+    box = TestInbox()
+    await box.start()
+    yield box
+    await box.stop()
+
+
+class Harness:
+    """In-test access to the same database the subprocesses use."""
+
+    def __init__(self, pool: Any, inbox: TestInbox) -> None:
+        self.pool = pool
+        self.inbox = inbox
+        self.routes = PostgresRoutes(pool)
+        self.outbox = PostgresOutbox(pool)
+        self.wake = PostgresWake(pool)
+        self.room = MailRoom(
+            outbox=self.outbox,
+            transport=HttpTransport(self.routes),
+            wake=self.wake,
+            clock=SystemClock(),
+        )
+
+    async def add_agent(self, agent: str) -> None:
+        """Route ``agent`` to the test inbox with a fresh secret."""
+        route = await self.routes.add(agent, self.inbox.url_for(agent))
+        self.inbox.secrets[agent] = Inbox(route.secret)
+
+    async def receipts(self) -> int:
+        """How many receipts exist."""
+        count: int = await self.pool.fetchval("SELECT count(*) FROM birddog.receipts")
+        return count
+
+    async def states(self) -> dict[str, str]:
+        """Every key's state: receipt, pending or dead."""
+        rows = await self.pool.fetch(
+            "SELECT key, state FROM birddog.outbox UNION ALL SELECT key, 'receipt' FROM birddog.receipts"
+        )
+        return {row["key"]: row["state"] for row in rows}
+
+
+@pytest.fixture
+async def harness(database_url: str, inbox: TestInbox) -> AsyncIterator[Harness]:
+    """A pool on the test database and adapters over it."""
+    pool = await create_pool(database_url)
+    yield Harness(pool, inbox)
+    await pool.close()
+
+
+async def wait_until(
+    predicate: Callable[[], Awaitable[bool]], *, timeout_s: float = 30, what: str = "condition"
+) -> None:
+    """Poll ``predicate`` until it holds, failing after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")

@@ -1,0 +1,88 @@
+"""The database restarts under a running daemon: it reconnects, re-LISTENs and delivers."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from birddog.postgres import migrate
+from birddog.postgres.embedded import EmbeddedPostgres
+from birddog.postgres.pool import create_pool
+from tests.acceptance.conftest import Daemon, Harness, TestInbox, wait_until
+from tests.acceptance.test_cli import fan_out
+
+
+@pytest.fixture
+def own_server() -> Iterator[EmbeddedPostgres]:
+    """A PostgreSQL server of this test's own, so it can be restarted."""
+    with tempfile.TemporaryDirectory(prefix="birddog-restart-") as tmp:
+        server = EmbeddedPostgres(Path(tmp) / "pg")
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop(mode="immediate")
+
+
+@pytest.fixture
+async def own_harness(own_server: EmbeddedPostgres, inbox: TestInbox) -> AsyncIterator[Harness]:
+    """Adapters over the restartable server."""
+    dsn = own_server.dsn()
+    await migrate(dsn)
+    pool = await create_pool(dsn)
+    yield Harness(pool, inbox)
+    await pool.close()
+
+
+async def retrying(action: Callable[[], object], attempts: int = 50) -> None:
+    """Run a database action, retrying while the server comes back."""
+    for _ in range(attempts):
+        try:
+            result = action()
+            if asyncio.iscoroutine(result):
+                await result
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            await asyncio.sleep(0.1)
+        else:
+            return
+    raise AssertionError("the database did not come back")
+
+
+async def test_daemon_survives_a_database_restart(
+    own_server: EmbeddedPostgres, own_harness: Harness, inbox: TestInbox
+) -> None:
+    """After pg_ctl restart -m immediate the daemon keeps running and delivers new replies."""
+    await own_harness.add_agent("alice")
+    daemon = Daemon(own_server.dsn(), BIRDDOG_BACKSTOP_S="60")
+    try:
+        before = await fan_out(own_harness, 5, ["alice"], prefix="before")
+        await wait_until(lambda: _receipts(own_harness, 5), timeout_s=30, what="first receipts")
+        await asyncio.to_thread(own_server.restart, "immediate")
+        await retrying(lambda: own_harness.pool.fetchval("SELECT 1"))
+        after: list[str] = []
+
+        async def add() -> None:
+            after.extend(await fan_out(own_harness, 5, ["alice"], prefix="after"))
+
+        await retrying(add)
+        await wait_until(
+            lambda: _receipts(own_harness, 10), timeout_s=30, what="receipts after the restart"
+        )
+        assert daemon.proc.poll() is None, "the daemon died with the database"
+        assert set(inbox.posts) == set(before + after)
+    finally:
+        code, log = await asyncio.to_thread(daemon.terminate)
+    assert code == 0, log[-2000:]
+    assert "database_unavailable" in log or "listener" in log
+
+
+async def _receipts(harness: Harness, expected: int) -> bool:
+    try:
+        return await harness.receipts() >= expected
+    except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+        return False
