@@ -1,0 +1,125 @@
+"""PostgreSQL adapters: the schema, its migrations, and the asyncpg outbox, wake and routes.
+
+``await migrate(dsn)`` brings a database to the current schema; the adapters then work
+on an asyncpg pool from :func:`create_pool`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy.engine import make_url
+
+from birddog.postgres.tables import SCHEMA
+
+MIGRATION_LOCK_ID: Final = 0x42_69_72_64_44_6F_67
+"""The advisory lock held while migrating, so concurrent starts migrate one at a time."""
+
+# Alembic's ``context`` is process-global, so two upgrades in one process (two threads)
+# would trample each other; across processes the advisory lock serialises them.
+_ALEMBIC_LOCK = threading.Lock()
+
+__all__ = [
+    "MIGRATION_LOCK_ID",
+    "SCHEMA",
+    "alembic_config",
+    "include_name",
+    "migrate",
+    "migrations_dir",
+    "sqlalchemy_url",
+]
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    """The SQLAlchemy URL (asyncpg driver) for a PostgreSQL DSN.
+
+    Args:
+        dsn: ``postgresql://...`` or ``postgres://...`` (libpq style, as asyncpg takes
+            it), or a URL that already names a driver.
+
+    Returns:
+        The same URL with the ``postgresql+asyncpg`` scheme.
+    """
+    for prefix in ("postgresql://", "postgres://"):
+        if dsn.startswith(prefix):
+            return "postgresql+asyncpg://" + dsn.removeprefix(prefix)
+    url = make_url(dsn)
+    if url.get_backend_name() != "postgresql":
+        raise ValueError(f"not a PostgreSQL URL: {url.render_as_string(hide_password=True)}")
+    return url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
+
+
+def migrations_dir() -> Path:
+    """Where the Alembic revisions are: inside the wheel, or at the top of a checkout.
+
+    Returns:
+        ``birddog/_migrations`` of the installed package when present, else the
+        repository's ``migrations/`` (editable installs).
+
+    Raises:
+        FileNotFoundError: neither exists.
+    """
+    packaged = Path(str(resources.files("birddog"))) / "_migrations"
+    checkout = Path(__file__).resolve().parents[3] / "migrations"
+    for candidate in (packaged, checkout):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise FileNotFoundError(f"no BirdDog migrations at {packaged} or {checkout}")
+
+
+def alembic_config(dsn: str) -> Config:
+    """An Alembic configuration for ``dsn``, built in code (no ``alembic.ini`` needed).
+
+    Args:
+        dsn: the database to migrate (``postgresql://...``).
+
+    Returns:
+        A config whose ``env.py`` connects to ``dsn`` with asyncpg.
+    """
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    # Passed as an attribute, not an ini option, so "%" in passwords needs no escaping.
+    config.attributes["dsn"] = dsn
+    config.attributes["configure_logger"] = False
+    return config
+
+
+async def migrate(dsn: str, *, revision: str = "head") -> None:
+    """Upgrade the database to ``revision`` (default: the newest schema).
+
+    Safe to run from several tasks or processes at once: they take turns (a lock in the
+    process, an advisory lock in the database).
+
+    Args:
+        dsn: the database (``postgresql://...``).
+        revision: the Alembic revision to upgrade to.
+    """
+    # Alembic's env.py runs its own event loop, so it gets a thread of its own.
+    await asyncio.to_thread(_run_alembic, command.upgrade, alembic_config(dsn), revision)
+
+
+def _run_alembic(operation: Any, config: Config, revision: str) -> None:
+    with _ALEMBIC_LOCK:
+        operation(config, revision)
+
+
+def include_name(name: str | None, type_: str, parent_names: Any) -> bool:
+    """Alembic's name filter: only the ``birddog`` schema belongs to BirdDog.
+
+    Args:
+        name: the object's name (None for the default schema).
+        type_: what kind of object (``schema``, ``table``, ...).
+        parent_names: the enclosing names (unused).
+
+    Returns:
+        False for every schema but ``birddog``; True for everything inside it.
+    """
+    if type_ == "schema":
+        return name == SCHEMA
+    return True

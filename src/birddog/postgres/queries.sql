@@ -1,0 +1,470 @@
+-- BirdDog's runtime SQL: every statement the adapters run, one named block each.
+--
+-- Block format (read by birddog/postgres/sql.py):
+--   -- name: <name>
+--   -- <one line: what the statement does>
+--   -- params: $1 <name> <type>, $2 ...   (or: none)
+--   <the statement>
+--
+-- The schema comes from the Alembic revisions in migrations/. Keys are COLLATE "C", so
+-- "key > $1 ORDER BY key" is UTF-8 byte order, the same order as Python's str.
+-- Times that drive delivery (due, lease) come from the caller's clock as parameters;
+-- now() only stamps bookkeeping columns (updated_at, dead_at).
+
+-- ---------------------------------------------------------------------------------------
+-- outbox
+-- ---------------------------------------------------------------------------------------
+
+-- name: outbox_insert_rows
+-- Insert owed replies from parallel arrays; a key that has a row or a receipt is left alone.
+-- params: $1 keys text[], $2 recipient_agent_ids text[], $3 recipient_session_ids text[], $4 in_reply_tos text[], $5 command_ids text[], $6 outcomes text[], $7 replies jsonb[], $8 states text[], $9 attempts int4[], $10 deferrals int4[], $11 due_ats timestamptz[], $12 created_ats timestamptz[], $13 last_errors text[], $14 dead_reasons text[]
+INSERT INTO birddog.outbox AS o (
+    key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome,
+    reply, state, attempts, deferrals, due_at, created_at, last_error, dead_reason, dead_at
+)
+SELECT
+    r.key, r.recipient_agent_id, r.recipient_session_id, r.in_reply_to, r.command_id,
+    r.outcome, r.reply, r.state, r.attempts, r.deferrals, r.due_at, r.created_at,
+    r.last_error, r.dead_reason, CASE WHEN r.state = 'dead' THEN now() END
+FROM unnest(
+    $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
+    $8::text[], $9::int4[], $10::int4[], $11::timestamptz[], $12::timestamptz[],
+    $13::text[], $14::text[]
+) AS r(
+    key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome,
+    reply, state, attempts, deferrals, due_at, created_at, last_error, dead_reason
+)
+WHERE NOT EXISTS (SELECT 1 FROM birddog.receipts rc WHERE rc.key = r.key)
+ON CONFLICT (key) DO NOTHING
+RETURNING o.key;
+
+-- name: outbox_drop_received
+-- Delete just-inserted rows whose receipt committed while the insert waited on their key.
+-- params: $1 keys text[]
+DELETE FROM birddog.outbox o
+USING birddog.receipts rc
+WHERE o.key = ANY($1::text[]) AND rc.key = o.key
+RETURNING o.key;
+
+-- name: outbox_claim_page
+-- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order.
+-- params: $1 after_key text ('' for the start), $2 now timestamptz, $3 limit int, $4 claim uuid, $5 lease_until timestamptz
+WITH due AS (
+    SELECT o.key
+    FROM birddog.outbox o
+    WHERE o.state = 'pending'
+      AND o.due_at <= $2::timestamptz
+      AND o.key > $1::text
+      AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $2::timestamptz)
+      AND NOT EXISTS (
+          SELECT 1 FROM birddog.routes r
+          WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
+      )
+    ORDER BY o.key
+    LIMIT $3::int
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE birddog.outbox o
+SET claim_token = $4::uuid, lease_expires_at = $5::timestamptz, updated_at = now()
+FROM due
+WHERE o.key = due.key
+RETURNING
+    o.key, o.reply, o.state, o.attempts, o.deferrals, o.due_at, o.created_at,
+    o.last_error, o.dead_reason;
+
+-- name: outbox_swap_receipts
+-- Replace delivered rows still held by claim $1 with their receipts; returns the keys swapped.
+-- params: $1 claim uuid, $2 keys text[], $3 delivered_ats timestamptz[], $4 attempts int4[], $5 recipient_agent_ids text[], $6 recipient_session_ids text[], $7 command_ids text[], $8 outcomes text[]
+WITH receipt AS (
+    SELECT *
+    FROM unnest(
+        $2::text[], $3::timestamptz[], $4::int4[], $5::text[], $6::text[], $7::text[],
+        $8::text[]
+    ) AS r(
+        key, delivered_at, attempts, recipient_agent_id, recipient_session_id, command_id,
+        outcome
+    )
+), gone AS (
+    DELETE FROM birddog.outbox o
+    USING receipt r
+    WHERE o.key = r.key AND o.claim_token = $1::uuid
+    RETURNING o.key
+), stored AS (
+    INSERT INTO birddog.receipts (
+        key, delivered_at, attempts, recipient_agent_id, recipient_session_id, command_id,
+        outcome
+    )
+    SELECT
+        r.key, r.delivered_at, r.attempts, r.recipient_agent_id, r.recipient_session_id,
+        r.command_id, r.outcome
+    FROM receipt r
+    JOIN gone g ON g.key = r.key
+    ON CONFLICT (key) DO NOTHING
+)
+SELECT key FROM gone;
+
+-- name: outbox_update_rows
+-- Store retried, deferred and dead rows still held by claim $1, and release the claim.
+-- params: $1 claim uuid, $2 keys text[], $3 states text[], $4 attempts int4[], $5 deferrals int4[], $6 due_ats timestamptz[], $7 last_errors text[], $8 dead_reasons text[]
+UPDATE birddog.outbox o
+SET state = u.state,
+    attempts = u.attempts,
+    deferrals = u.deferrals,
+    due_at = u.due_at,
+    last_error = u.last_error,
+    dead_reason = u.dead_reason,
+    dead_at = CASE WHEN u.state = 'dead' THEN coalesce(o.dead_at, now()) END,
+    claim_token = NULL,
+    lease_expires_at = NULL,
+    updated_at = now()
+FROM unnest(
+    $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[], $7::text[], $8::text[]
+) AS u(key, state, attempts, deferrals, due_at, last_error, dead_reason)
+WHERE o.key = u.key AND o.claim_token = $1::uuid
+RETURNING o.key, o.state;
+
+-- name: outbox_notify_dead
+-- Announce each dead letter on channel birddog_dead; Postgres delivers it at commit.
+-- params: $1 keys text[]
+SELECT pg_notify('birddog_dead', k) FROM unnest($1::text[]) AS k;
+
+-- name: outbox_get_row
+-- The pending or dead row under a key.
+-- params: $1 key text
+SELECT
+    o.key, o.reply, o.state, o.attempts, o.deferrals, o.due_at, o.created_at,
+    o.last_error, o.dead_reason
+FROM birddog.outbox o
+WHERE o.key = $1::text;
+
+-- name: outbox_get_receipt
+-- The receipt under a key.
+-- params: $1 key text
+SELECT
+    rc.key, rc.delivered_at, rc.attempts, rc.recipient_agent_id, rc.recipient_session_id,
+    rc.command_id, rc.outcome
+FROM birddog.receipts rc
+WHERE rc.key = $1::text;
+
+-- name: outbox_has_pending
+-- Whether any reply still awaits a delivery attempt (held ones included).
+-- params: none
+SELECT EXISTS (SELECT 1 FROM birddog.outbox o WHERE o.state = 'pending');
+
+-- name: outbox_next_due_at
+-- The earliest due time of a pending reply whose recipient is not held.
+-- params: none
+SELECT min(o.due_at)
+FROM birddog.outbox o
+WHERE o.state = 'pending'
+  AND NOT EXISTS (
+      SELECT 1 FROM birddog.routes r
+      WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
+  );
+
+-- name: outbox_replay
+-- Put dead letters back to pending under the same key: due now, fresh attempts and age.
+-- params: $1 key text (null: any key), $2 recipient_agent_id text (null: any recipient)
+UPDATE birddog.outbox o
+SET state = 'pending',
+    attempts = 0,
+    deferrals = 0,
+    due_at = now(),
+    created_at = now(),
+    dead_reason = NULL,
+    dead_at = NULL,
+    claim_token = NULL,
+    lease_expires_at = NULL,
+    updated_at = now()
+WHERE o.state = 'dead'
+  AND ($1::text IS NULL OR o.key = $1::text)
+  AND ($2::text IS NULL OR o.recipient_agent_id = $2::text)
+RETURNING o.key, o.due_at;
+
+-- name: outbox_counts
+-- Rows by state, held and in-flight counts, the oldest pending row and the next due time.
+-- params: none
+SELECT
+    count(*) FILTER (WHERE o.state = 'pending') AS pending,
+    count(*) FILTER (WHERE o.state = 'dead') AS dead,
+    count(*) FILTER (WHERE o.state = 'pending' AND r.enabled IS FALSE) AS held,
+    count(*) FILTER (WHERE o.state = 'pending' AND o.lease_expires_at > now()) AS in_flight,
+    min(o.created_at) FILTER (WHERE o.state = 'pending') AS oldest_pending_at,
+    min(o.due_at) FILTER (
+        WHERE o.state = 'pending' AND r.enabled IS NOT FALSE
+    ) AS next_due_at
+FROM birddog.outbox o
+LEFT JOIN birddog.routes r ON r.agent_id = o.recipient_agent_id;
+
+-- name: outbox_list_pending
+-- The oldest pending rows, as the birddog.pending view shows them.
+-- params: $1 limit int
+SELECT
+    p.key, p.recipient_agent_id, p.recipient_session_id, p.in_reply_to, p.command_id,
+    p.outcome, p.held, p.in_flight, p.attempts, p.deferrals, p.last_error, p.created_at,
+    p.age, p.next_try_at
+FROM birddog.pending p
+ORDER BY p.created_at, p.key
+LIMIT $1::int;
+
+-- name: outbox_list_dead
+-- The most recent dead letters, as the birddog.dead_letters view shows them.
+-- params: $1 limit int
+SELECT
+    d.key, d.recipient_agent_id, d.recipient_session_id, d.in_reply_to, d.command_id,
+    d.outcome, d.dead_reason, d.last_error, d.attempts, d.deferrals, d.created_at, d.dead_at
+FROM birddog.dead_letters d
+ORDER BY d.dead_at DESC NULLS LAST, d.key
+LIMIT $1::int;
+
+-- ---------------------------------------------------------------------------------------
+-- wake
+-- ---------------------------------------------------------------------------------------
+
+-- name: wake_schedule
+-- Keep the earliest wake time and NOTIFY birddog_wake when it moved; delivered at commit.
+-- params: $1 at timestamptz
+-- Only a wake that moves earlier takes the row lock and notifies: a wake already armed
+-- for sooner covers this one, so concurrent settlements do not queue on the singleton
+-- row or on the notification queue.
+WITH moved AS (
+    UPDATE birddog.wake w
+    SET wake_at = $1::timestamptz
+    WHERE w.id AND w.wake_at > $1::timestamptz
+    RETURNING w.wake_at
+), inserted AS (
+    INSERT INTO birddog.wake AS w (id, wake_at)
+    SELECT true, $1::timestamptz
+    WHERE NOT EXISTS (SELECT 1 FROM birddog.wake)
+    ON CONFLICT (id) DO UPDATE SET wake_at = least(w.wake_at, excluded.wake_at)
+    RETURNING w.wake_at
+)
+SELECT pg_notify('birddog_wake', '')
+FROM (SELECT wake_at FROM moved UNION ALL SELECT wake_at FROM inserted) AS changed
+LIMIT 1;
+
+-- name: wake_get
+-- The armed wake time, if any.
+-- params: none
+SELECT w.wake_at FROM birddog.wake w;
+
+-- name: wake_clear
+-- Disarm the wake if it is due by $1 (a later one stays armed).
+-- params: $1 upto timestamptz
+DELETE FROM birddog.wake w WHERE w.wake_at <= $1::timestamptz;
+
+-- ---------------------------------------------------------------------------------------
+-- routes
+-- ---------------------------------------------------------------------------------------
+
+-- name: routes_get
+-- The route of one agent.
+-- params: $1 agent_id text
+SELECT r.agent_id, r.url, r.secret, r.enabled FROM birddog.routes r WHERE r.agent_id = $1::text;
+
+-- name: routes_add
+-- Add a route; nothing when the agent already has one.
+-- params: $1 agent_id text, $2 url text, $3 secret text, $4 enabled boolean
+INSERT INTO birddog.routes AS r (agent_id, url, secret, enabled)
+VALUES ($1::text, $2::text, $3::text, $4::boolean)
+ON CONFLICT (agent_id) DO NOTHING
+RETURNING r.agent_id, r.url, r.secret, r.enabled;
+
+-- name: routes_update
+-- Change a route's URL and/or secret (null keeps the current value).
+-- params: $1 agent_id text, $2 url text (null: keep), $3 secret text (null: keep)
+UPDATE birddog.routes r
+SET url = coalesce($2::text, r.url), secret = coalesce($3::text, r.secret), updated_at = now()
+WHERE r.agent_id = $1::text
+RETURNING r.agent_id, r.url, r.secret, r.enabled;
+
+-- name: routes_set_enabled
+-- Hold (false) or release (true) an agent's route.
+-- params: $1 agent_id text, $2 enabled boolean
+UPDATE birddog.routes r
+SET enabled = $2::boolean, updated_at = now()
+WHERE r.agent_id = $1::text
+RETURNING r.agent_id, r.url, r.secret, r.enabled;
+
+-- name: routes_remove
+-- Delete an agent's route.
+-- params: $1 agent_id text
+DELETE FROM birddog.routes r WHERE r.agent_id = $1::text RETURNING r.agent_id;
+
+-- name: routes_list
+-- Every route, by agent id.
+-- params: none
+SELECT r.agent_id, r.url, r.secret, r.enabled FROM birddog.routes r ORDER BY r.agent_id;
+
+-- ===== daemons =====
+
+-- name: daemon_seen
+-- Record that a drain daemon or worker is alive (insert or refresh its row).
+-- params: $1 daemon_id text, $2 kind text, $3 host text, $4 pid int4
+INSERT INTO birddog.daemons (daemon_id, kind, host, pid, started_at, seen_at)
+VALUES ($1, $2, $3, $4, now(), now())
+ON CONFLICT (daemon_id) DO UPDATE SET seen_at = now();
+
+-- name: daemon_gone
+-- Forget a daemon that stopped cleanly.
+-- params: $1 daemon_id text
+DELETE FROM birddog.daemons WHERE daemon_id = $1;
+
+-- name: daemons_seen
+-- Daemons and workers seen within an interval, newest first.
+-- params: $1 within_s float8
+SELECT daemon_id, kind, host, pid, started_at, seen_at
+FROM birddog.daemons
+WHERE seen_at > now() - make_interval(secs => $1)
+ORDER BY seen_at DESC;
+
+-- name: check_stale_pending
+-- Pending, unheld replies older than a limit, oldest first (for `birddog check`).
+-- params: $1 older_than_s float8, $2 limit int4
+SELECT key, recipient_agent_id, created_at, attempts, last_error
+FROM birddog.pending
+WHERE NOT held AND created_at < now() - make_interval(secs => $1)
+ORDER BY created_at
+LIMIT $2;
+
+-- name: check_new_dead
+-- Dead letters that died within an interval, newest first (for `birddog check`).
+-- params: $1 within_s float8, $2 limit int4
+SELECT key, recipient_agent_id, dead_reason, dead_at
+FROM birddog.dead_letters
+WHERE dead_at > now() - make_interval(secs => $1)
+ORDER BY dead_at DESC
+LIMIT $2;
+
+-- ===== jobs =====
+-- The job store (birddog/postgres/jobs.py). JSON travels as text ($n::text::jsonb in,
+-- ::text out), so these statements work the same on a BirdDog pool connection (JSON
+-- codec) and on a caller's asyncpg or SQLAlchemy connection (no codec, or another one).
+-- Times that drive claims (lease, settlement) come from the store's clock as parameters.
+
+-- name: jobs_enqueue
+-- Insert a queued job unless its id exists; NOTIFY birddog_jobs with its queue when inserted.
+-- params: $1 job_id text, $2 queue text, $3 lane text, $4 priority int2, $5 payload text (JSON), $6 recovery text (JSON, null: none), $7 created_at timestamptz (null: clock_timestamp())
+WITH inserted AS (
+    INSERT INTO birddog.jobs AS j (job_id, queue, lane, priority, state, payload, recovery, created_at)
+    VALUES (
+        $1::text, $2::text, $3::text, $4::int2, 'queued', $5::text::jsonb, $6::text::jsonb,
+        coalesce($7::timestamptz, clock_timestamp())
+    )
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING j.job_id, j.queue
+)
+SELECT i.job_id, pg_notify('birddog_jobs', i.queue) AS notified FROM inserted i;
+
+-- name: jobs_get
+-- One job, its JSON as text.
+-- params: $1 job_id text
+SELECT
+    j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
+    j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
+    j.recovery_count, j.cancel_requested_at, j.cancel_content
+FROM birddog.jobs j
+WHERE j.job_id = $1::text;
+
+-- name: jobs_lock
+-- One job, locked until the transaction ends, its JSON as text.
+-- params: $1 job_id text
+SELECT
+    j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
+    j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
+    j.recovery_count, j.cancel_requested_at, j.cancel_content
+FROM birddog.jobs j
+WHERE j.job_id = $1::text
+FOR UPDATE;
+
+-- name: jobs_claim
+-- Claim up to $2 queued jobs (highest priority, then oldest), from queues $1 only if given: running, a fresh claim token, a lease.
+-- params: $1 queues text[] (null: every queue), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none)
+WITH picked AS (
+    SELECT j.job_id
+    FROM birddog.jobs j
+    WHERE j.state = 'queued'
+      AND ($1::text[] IS NULL OR j.queue = ANY($1::text[]))
+    ORDER BY j.priority DESC, j.created_at, j.job_id
+    LIMIT $2::int
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE birddog.jobs j
+SET state = 'running',
+    claim_token = gen_random_uuid(),
+    lease_expires_at = $3::timestamptz,
+    worker_id = $4::text,
+    updated_at = now()
+FROM picked
+WHERE j.job_id = picked.job_id
+RETURNING
+    j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
+    j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
+    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at;
+
+-- name: jobs_heartbeat
+-- Extend the lease of a job still running under claim $2; returns whether a cancellation was requested.
+-- params: $1 job_id text, $2 claim_token uuid, $3 lease_until timestamptz
+UPDATE birddog.jobs j
+SET lease_expires_at = $3::timestamptz, updated_at = now()
+WHERE j.job_id = $1::text AND j.state = 'running' AND j.claim_token = $2::uuid
+RETURNING j.cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- name: jobs_settle
+-- Settle running or queued jobs from parallel arrays at $5; the claim token stays (it proves a replay), the lease goes.
+-- params: $1 job_ids text[], $2 outcomes text[], $3 contents text[], $4 diagnostics text[], $5 settled_at timestamptz
+UPDATE birddog.jobs j
+SET state = 'settled',
+    outcome = s.outcome,
+    result_content = s.content,
+    diagnostic = s.diagnostic,
+    settled_at = $5::timestamptz,
+    lease_expires_at = NULL,
+    updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS s(job_id, outcome, content, diagnostic)
+WHERE j.job_id = s.job_id AND j.state <> 'settled'
+RETURNING j.job_id;
+
+-- name: jobs_request_cancel
+-- Record the first cancellation of a job: when, and the content its replies will carry.
+-- params: $1 job_id text, $2 requested_at timestamptz, $3 content text
+UPDATE birddog.jobs j
+SET cancel_requested_at = $2::timestamptz, cancel_content = $3::text, updated_at = now()
+WHERE j.job_id = $1::text AND j.cancel_requested_at IS NULL AND j.state <> 'settled'
+RETURNING j.job_id;
+
+-- name: jobs_requeue
+-- Put running jobs back in their queue (a recovery): claim cleared, recovery_count + 1; NOTIFY birddog_jobs per queue.
+-- params: $1 job_ids text[], $2 diagnostics text[] (null: keep the last one)
+WITH requeued AS (
+    UPDATE birddog.jobs j
+    SET state = 'queued',
+        claim_token = NULL,
+        lease_expires_at = NULL,
+        worker_id = NULL,
+        recovery_count = j.recovery_count + 1,
+        diagnostic = coalesce(r.diagnostic, j.diagnostic),
+        updated_at = now()
+    FROM unnest($1::text[], $2::text[]) AS r(job_id, diagnostic)
+    WHERE j.job_id = r.job_id AND j.state = 'running'
+    RETURNING j.job_id, j.queue
+)
+SELECT r.job_id, pg_notify('birddog_jobs', r.queue) AS notified FROM requeued r;
+
+-- name: jobs_lock_expired
+-- Lock up to $2 running jobs whose lease ended by $1, oldest lease first, skipping jobs another transaction holds.
+-- params: $1 now timestamptz, $2 limit int
+SELECT
+    j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
+    j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
+    j.recovery_count, j.cancel_requested_at, j.cancel_content
+FROM birddog.jobs j
+WHERE j.state = 'running' AND j.lease_expires_at <= $1::timestamptz
+ORDER BY j.lease_expires_at, j.job_id
+LIMIT $2::int
+FOR UPDATE SKIP LOCKED;
+
+-- name: jobs_counts
+-- How many jobs are in each state.
+-- params: none
+SELECT j.state, count(*)::int AS jobs FROM birddog.jobs j GROUP BY j.state;

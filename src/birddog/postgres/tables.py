@@ -1,0 +1,168 @@
+"""The ``birddog`` schema as SQLAlchemy Core metadata.
+
+This is the one description of the tables: the Alembic revisions under ``migrations/``
+create exactly these (a test runs ``alembic check`` against them), and autogenerate diffs
+against them. Runtime SQL does not use these objects; it lives in ``queries.sql``.
+
+Keys sort with ``COLLATE "C"`` so that paging order in SQL is the byte order of the
+UTF-8 key, which is also Python's ``str`` order.
+
+The operator views ``birddog.pending`` and ``birddog.dead_letters`` are created by the
+migrations (``migrations/versions/0001_initial.py``); SQLAlchemy metadata does not
+describe views.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+SCHEMA: Final = "birddog"
+"""The schema every BirdDog table lives in."""
+
+metadata = sa.MetaData(schema=SCHEMA)
+"""All BirdDog tables."""
+
+_KEY = sa.Text(collation="C")
+_NOW = sa.text("now()")
+
+
+def _ts(name: str, *, nullable: bool = False, now: bool = False) -> sa.Column[object]:
+    return sa.Column(
+        name,
+        sa.DateTime(timezone=True),
+        nullable=nullable,
+        server_default=_NOW if now else None,
+    )
+
+
+outbox = sa.Table(
+    "outbox",
+    metadata,
+    sa.Column("key", _KEY, primary_key=True),
+    sa.Column("recipient_agent_id", sa.Text, nullable=False),
+    sa.Column("recipient_session_id", sa.Text, nullable=False),
+    sa.Column("in_reply_to", _KEY, nullable=False),
+    sa.Column("command_id", sa.Text, nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("reply", JSONB, nullable=False),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Column("deferrals", sa.Integer, nullable=False, server_default=sa.text("0")),
+    _ts("due_at"),
+    _ts("created_at"),
+    _ts("updated_at", now=True),
+    sa.Column("last_error", sa.Text, nullable=True),
+    sa.Column("dead_reason", sa.Text, nullable=True),
+    _ts("dead_at", nullable=True),
+    sa.Column("claim_token", UUID(as_uuid=True), nullable=True),
+    _ts("lease_expires_at", nullable=True),
+    sa.CheckConstraint("state IN ('pending', 'dead')", name="outbox_state_check"),
+    sa.CheckConstraint("attempts >= 0 AND deferrals >= 0", name="outbox_counts_check"),
+    # The claim path reads due rows through this index, so a large future backlog
+    # (retries scheduled hours ahead) is never scanned.
+    sa.Index(
+        "outbox_pending_due_at_idx",
+        "due_at",
+        postgresql_where=sa.text("state = 'pending'"),
+    ),
+    sa.Index("outbox_recipient_agent_id_idx", "recipient_agent_id"),
+    sa.Index(
+        "outbox_dead_at_idx",
+        "dead_at",
+        postgresql_where=sa.text("state = 'dead'"),
+    ),
+)
+"""Owed replies (``pending``) and dead letters (``dead``); delivered ones become receipts."""
+
+receipts = sa.Table(
+    "receipts",
+    metadata,
+    sa.Column("key", _KEY, primary_key=True),
+    _ts("delivered_at"),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("recipient_agent_id", sa.Text, nullable=False),
+    sa.Column("recipient_session_id", sa.Text, nullable=False),
+    sa.Column("command_id", sa.Text, nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+)
+"""Compact proofs of delivery under the reply key; never expired."""
+
+wake = sa.Table(
+    "wake",
+    metadata,
+    sa.Column("id", sa.Boolean, primary_key=True, server_default=sa.text("true")),
+    _ts("wake_at"),
+    sa.CheckConstraint("id", name="wake_singleton_check"),
+)
+"""A singleton row: the earliest time a drain is owed."""
+
+routes = sa.Table(
+    "routes",
+    metadata,
+    sa.Column("agent_id", sa.Text, primary_key=True),
+    sa.Column("url", sa.Text, nullable=False),
+    sa.Column("secret", sa.Text, nullable=False),
+    sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.text("true")),
+    _ts("created_at", now=True),
+    _ts("updated_at", now=True),
+)
+"""Where each agent's replies go; a disabled route holds the agent's rows."""
+
+jobs = sa.Table(
+    "jobs",
+    metadata,
+    sa.Column("job_id", _KEY, primary_key=True),
+    sa.Column("queue", sa.Text, nullable=False),
+    sa.Column("lane", sa.Text, nullable=False),
+    sa.Column("priority", sa.SmallInteger, nullable=False, server_default=sa.text("0")),
+    sa.Column("state", sa.Text, nullable=False),
+    sa.Column("payload", JSONB, nullable=False),
+    sa.Column("recovery", JSONB, nullable=True),
+    sa.Column("outcome", sa.Text, nullable=True),
+    sa.Column("claim_token", UUID(as_uuid=True), nullable=True),
+    _ts("lease_expires_at", nullable=True),
+    sa.Column("recovery_count", sa.Integer, nullable=False, server_default=sa.text("0")),
+    _ts("cancel_requested_at", nullable=True),
+    sa.Column("cancel_content", sa.Text, nullable=True),
+    sa.Column("result_content", sa.Text, nullable=True),
+    sa.Column("diagnostic", sa.Text, nullable=True),
+    sa.Column("worker_id", sa.Text, nullable=True),
+    _ts("created_at", now=True),
+    _ts("updated_at", now=True),
+    _ts("settled_at", nullable=True),
+    sa.CheckConstraint("state IN ('queued', 'running', 'settled')", name="jobs_state_check"),
+    sa.CheckConstraint(
+        "outcome IS NULL OR outcome IN "
+        "('completed', 'failed', 'interrupted', 'cancelled', 'outcome_unknown')",
+        name="jobs_outcome_check",
+    ),
+    sa.Index(
+        "jobs_queued_claim_idx",
+        "queue",
+        sa.text("priority DESC"),
+        "created_at",
+        postgresql_where=sa.text("state = 'queued'"),
+    ),
+    sa.Index(
+        "jobs_running_lease_idx",
+        "lease_expires_at",
+        postgresql_where=sa.text("state = 'running'"),
+    ),
+)
+"""Watchdog-shaped jobs: queued, running (claimed with a lease), settled."""
+
+daemons = sa.Table(
+    "daemons",
+    metadata,
+    sa.Column("daemon_id", sa.Text, primary_key=True),
+    sa.Column("kind", sa.Text, nullable=False),
+    sa.Column("host", sa.Text, nullable=False),
+    sa.Column("pid", sa.Integer, nullable=False),
+    _ts("started_at", now=True),
+    _ts("seen_at", now=True),
+    sa.CheckConstraint("kind IN ('drain', 'worker')", name="daemons_kind_check"),
+)
+"""Drain daemons and workers that reported in, for ``birddog status``."""

@@ -1,0 +1,172 @@
+"""Shared fixtures: one PostgreSQL server per session, one fresh database per test.
+
+The server is, in order: ``DATABASE_URL`` when set; a testcontainers PostgreSQL when a
+Docker daemon answers; else the embedded server (``birddog.postgres.embedded``) in a
+temporary directory. The schema is migrated once into ``birddog_template``; each test
+gets its own ``CREATE DATABASE ... TEMPLATE birddog_template`` clone, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from birddog.postgres import migrate
+from birddog.postgres.embedded import EmbeddedPostgres
+from birddog.postgres.pool import Pool, create_pool
+
+TEMPLATE_DATABASE = "birddog_template"
+DOCKER_PROBE_TIMEOUT_S = 5.0
+
+
+def with_database(dsn: str, database: str) -> str:
+    """The same server DSN pointed at another database."""
+    parts = urlsplit(dsn)
+    return urlunsplit(parts._replace(path="/" + database))
+
+
+def _docker_answers() -> bool:
+    if shutil.which("docker") is None:
+        return False
+    try:
+        subprocess.run(
+            ["docker", "info"],  # noqa: S607 - the docker CLI from PATH, as a user runs it
+            capture_output=True,
+            timeout=DOCKER_PROBE_TIMEOUT_S,
+            check=True,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def _container_server() -> Iterator[str | None]:
+    try:
+        from testcontainers.postgres import PostgresContainer  # noqa: PLC0415 - only with Docker
+
+        container = PostgresContainer("postgres:17-alpine", driver=None)
+        container.start()
+    except Exception:  # any failure here means "no usable Docker": the embedded server follows
+        yield None
+        return
+    try:
+        yield container.get_connection_url()
+    finally:
+        container.stop()
+
+
+@contextlib.contextmanager
+def _embedded_server() -> Iterator[str]:
+    # Short path: the unix socket lives in the data directory (108-byte limit).
+    root = Path(tempfile.mkdtemp(prefix="birddog-pg-"))
+    server = EmbeddedPostgres(root / "data")
+    try:
+        yield server.start()
+    finally:
+        server.stop(mode="immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def _tune_for_tests(dsn: str) -> None:
+    # Durability settings of a throwaway server only: tests never survive a power cut.
+    conn = await asyncpg.connect(dsn)
+    try:
+        for setting in ("fsync", "synchronous_commit", "full_page_writes"):
+            await conn.execute(f"ALTER SYSTEM SET {setting} = off")
+        await conn.execute("SELECT pg_reload_conf()")
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+async def postgres_server_dsn() -> AsyncIterator[str]:
+    """The DSN of the session's PostgreSQL server (its ``postgres`` database)."""
+    if url := os.environ.get("DATABASE_URL"):
+        yield url
+        return
+    if _docker_answers():
+        with _container_server() as container_dsn:
+            if container_dsn is not None:
+                yield container_dsn
+                return
+    with _embedded_server() as dsn:
+        await _tune_for_tests(dsn)
+        yield dsn
+
+
+async def _admin(server_dsn: str, *statements: str) -> None:
+    conn = await asyncpg.connect(server_dsn)
+    try:
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture(scope="session")
+async def template_database(postgres_server_dsn: str) -> str:
+    """The name of a database migrated to head, cloned for each test."""
+    await _admin(
+        postgres_server_dsn,
+        f"DROP DATABASE IF EXISTS {TEMPLATE_DATABASE} WITH (FORCE)",
+        f"CREATE DATABASE {TEMPLATE_DATABASE}",
+    )
+    await migrate(with_database(postgres_server_dsn, TEMPLATE_DATABASE))
+    return TEMPLATE_DATABASE
+
+
+@contextlib.asynccontextmanager
+async def _scratch_database(server_dsn: str, template: str | None) -> AsyncIterator[str]:
+    name = f"birddog_test_{uuid.uuid4().hex[:16]}"
+    source = f" TEMPLATE {template}" if template else ""
+    await _admin(server_dsn, f"CREATE DATABASE {name}{source}")
+    try:
+        yield with_database(server_dsn, name)
+    finally:
+        await _admin(server_dsn, f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+async def database_url(postgres_server_dsn: str, template_database: str) -> AsyncIterator[str]:
+    """A fresh database at the current schema, for this test only."""
+    async with _scratch_database(postgres_server_dsn, template_database) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+async def empty_database_url(postgres_server_dsn: str) -> AsyncIterator[str]:
+    """A fresh database with no BirdDog schema, for this test only."""
+    async with _scratch_database(postgres_server_dsn, None) as dsn:
+        yield dsn
+
+
+@pytest.fixture
+async def pg_pool(database_url: str) -> AsyncIterator[Pool]:
+    """An asyncpg pool (BirdDog's codecs) on this test's database."""
+    pool = await create_pool(database_url, min_size=1, max_size=8)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+@pytest.fixture
+async def pg_conn(database_url: str) -> AsyncIterator[Any]:
+    """A plain asyncpg connection on this test's database, outside any pool."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        yield conn
+    finally:
+        await conn.close()
