@@ -1,0 +1,1 @@
+"""BirdDog benchmarks: ``python -m bench`` (see bench/README.md)."""

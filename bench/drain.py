@@ -1,0 +1,176 @@
+"""Drain throughput: one ``birddog run`` daemon against the ~60-line baseline loop.
+
+20,000 replies (quick: 2,000) for 50 recipients, all due, are seeded with one
+``generate_series`` statement. The daemon runs idle (listening) before the rows are
+committed; the clock starts when the seed's wake commits and stops at the last receipt's
+``delivered_at``. The baseline (``bench/baseline.py``) then drains a re-seed of the same
+rows to the same inboxes, timed from its first page select to its last swap. Rounds
+alternate product and baseline; the medians are reported.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from bench.harness import (
+    Context,
+    DaemonProcess,
+    Figure,
+    Profiler,
+    add_routes,
+    agent_names,
+    clear_outbox,
+    fresh_database,
+    ratio,
+    run_python,
+    seed_outbox,
+    summarize_profile,
+    tree_cpu_s,
+    wait_until,
+)
+from birddog.postgres.sql import queries
+
+AGENTS = 50
+TARGET = 0.8
+
+
+async def seed_and_wake(conn: asyncpg.Connection, *, count: int, prefix: str) -> float:
+    """Seed due rows, analyze, then arm the wake (NOTIFY at commit); the wall time after it."""
+    await seed_outbox(conn, count=count, agents=AGENTS, prefix=prefix)
+    await conn.execute("ANALYZE birddog.outbox")
+    await conn.execute(queries["wake_schedule"], datetime.now(UTC))
+    return time.time()
+
+
+async def product_round(
+    ctx: Context,
+    conn: asyncpg.Connection,
+    daemon: DaemonProcess,
+    *,
+    count: int,
+    prefix: str,
+    profile_name: str | None = None,
+    deadline_s: float = 240.0,
+) -> dict[str, Any]:
+    """Seed ``count`` due rows, wake the idle daemon, wait for every receipt."""
+    assert daemon.sampler is not None
+    await clear_outbox(conn)
+    await ctx.inbox.reset()
+    profiler = (
+        Profiler(daemon.pid, ctx.results / f"{profile_name}.txt")
+        if profile_name and ctx.profile
+        else None
+    )
+    cpu = daemon.sampler.cpu_s()
+    pg_cpu = tree_cpu_s(ctx.server.postmaster_pid)
+    started = await seed_and_wake(conn, count=count, prefix=prefix)
+
+    async def done() -> bool:
+        daemon.check_alive()
+        delivered = await conn.fetchval("SELECT count(*) FROM birddog.receipts")
+        return bool(delivered >= count)
+
+    try:
+        await wait_until(done, timeout_s=deadline_s, interval_s=0.2, what="the daemon's drain")
+    finally:
+        if profiler is not None:
+            profiler.stop()
+    last = await conn.fetchval("SELECT max(delivered_at) FROM birddog.receipts")
+    elapsed = last.timestamp() - started
+    result: dict[str, Any] = {
+        "delivered": count,
+        "elapsed_s": round(elapsed, 3),
+        "per_s": count / elapsed,
+        "daemon_cpu_us_per_reply": (daemon.sampler.cpu_s() - cpu) / count * 1e6,
+        "postgres_cpu_us_per_reply": (tree_cpu_s(ctx.server.postmaster_pid) - pg_cpu) / count * 1e6,
+        "inbox_posts": (await ctx.inbox.stats())["posts"],
+    }
+    if profiler is not None:
+        result["profile"] = str(profiler.out)
+        result["profile_top"] = summarize_profile(profiler.out)
+    return result
+
+
+async def baseline_round(
+    ctx: Context, conn: asyncpg.Connection, dsn: str, *, count: int, prefix: str
+) -> dict[str, Any]:
+    """Re-seed the same rows; run the baseline loop in its own process."""
+    await clear_outbox(conn)
+    await ctx.inbox.reset()
+    await seed_outbox(conn, count=count, agents=AGENTS, prefix=prefix)
+    await conn.execute("ANALYZE birddog.outbox")
+    pg_cpu = tree_cpu_s(ctx.server.postmaster_pid)
+    result, cpu_s, _rss = await run_python(["bench.baseline", dsn], timeout_s=240)
+    delivered = result["delivered"]
+    return {
+        "delivered": delivered,
+        "elapsed_s": round(result["elapsed_s"], 3),
+        "per_s": delivered / result["elapsed_s"],
+        "loop_cpu_us_per_reply": cpu_s / delivered * 1e6,
+        # The baseline's own backend has exited by now: this counts only the others.
+        "postgres_cpu_us_per_reply_partial": (tree_cpu_s(ctx.server.postmaster_pid) - pg_cpu)
+        / delivered
+        * 1e6,
+        "inbox_posts": (await ctx.inbox.stats())["posts"],
+    }
+
+
+async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
+    """Alternate product and baseline rounds; report the medians and their ratio."""
+    count = 2_000 if ctx.quick else 20_000
+    rounds = 1 if ctx.quick else 3
+    dsn = await fresh_database(ctx.server, "drain")
+    conn = await asyncpg.connect(dsn)
+    daemon = DaemonProcess(dsn, ctx.tmp / "drain-daemon.log")
+    products: list[dict[str, Any]] = []
+    baselines: list[dict[str, Any]] = []
+    try:
+        await add_routes(conn, agent_names(AGENTS), ctx.inbox)
+        await ctx.inbox.configure()
+        daemon.start()
+        await daemon.wait_listening(conn)
+        # One small warm-up drain: connections, prepared statements, imports.
+        await product_round(ctx, conn, daemon, count=200, prefix="warm")
+        for index in range(rounds):
+            products.append(
+                await product_round(
+                    ctx,
+                    conn,
+                    daemon,
+                    count=count,
+                    prefix=f"r{index}",
+                    profile_name="drain_profile" if index == rounds - 1 else None,
+                )
+            )
+            baselines.append(await baseline_round(ctx, conn, dsn, count=count, prefix=f"r{index}"))
+        peak_rss = daemon.sampler.peak_rss if daemon.sampler else 0
+    finally:
+        daemon.stop()
+        await conn.close()
+    product = statistics.median(r["per_s"] for r in products)
+    baseline = statistics.median(r["per_s"] for r in baselines)
+    figure = Figure(
+        name=f"drain throughput ({count:,} replies, {AGENTS} recipients)",
+        value=product,
+        unit="replies/s",
+        baseline="baseline loop (bench/baseline.py)",
+        baseline_value=baseline,
+        ratio=ratio(product, baseline),
+        ratio_note="birddog run / baseline",
+        target=f">= {TARGET}",
+        met=ratio(product, baseline) >= TARGET,
+    )
+    details = {
+        "replies": count,
+        "agents": AGENTS,
+        "rounds": rounds,
+        "product_rounds": products,
+        "baseline_rounds": baselines,
+        "daemon_peak_rss_mb": round(peak_rss / 2**20, 1),
+    }
+    return [figure], details
