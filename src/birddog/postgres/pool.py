@@ -13,15 +13,17 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from birddog.core.errors import StoreUnavailable
 
 if TYPE_CHECKING:
     Pool: TypeAlias = asyncpg.Pool[asyncpg.Record]
-    Connection: TypeAlias = asyncpg.Connection[asyncpg.Record]
+    Connection: TypeAlias = asyncpg.Connection[asyncpg.Record] | PoolConnectionProxy[asyncpg.Record]
 else:
     Pool = asyncpg.Pool
-    Connection = asyncpg.Connection
+    Connection = asyncpg.Connection | PoolConnectionProxy
+"""``Pool``: an asyncpg pool. ``Connection``: a plain or a pooled asyncpg connection."""
 
 _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.PostgresConnectionError,  # class 08: connection lost, refused, failed

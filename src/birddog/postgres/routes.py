@@ -1,0 +1,224 @@
+"""Routes in PostgreSQL: agent id -> inbox URL, signing secret, enabled.
+
+A route whose ``enabled`` is false holds its agent: the outbox leaves that agent's rows
+pending, untouched, until the route is released. Secrets are stored as given (the
+recipient needs the same secret to verify) and never logged; ``Route.__repr__`` hides
+them.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import secrets
+from datetime import UTC, datetime
+from urllib.parse import urlsplit
+
+import asyncpg
+from pydantic import TypeAdapter, ValidationError
+
+from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound
+from birddog.core.model import Id
+from birddog.ports import Route
+from birddog.postgres.pool import Pool, store_errors
+from birddog.postgres.sql import queries
+from birddog.postgres.wake import schedule_wake_on
+
+__all__ = ["SECRET_PREFIX", "URL_MAX_LENGTH", "PostgresRoutes", "new_secret"]
+
+SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
+"""Standard Webhooks secrets start with this."""
+
+URL_MAX_LENGTH = 2048
+"""The longest inbox URL accepted."""
+
+_AGENT_ID: TypeAdapter[str] = TypeAdapter(Id)
+
+
+def new_secret() -> str:
+    """A new signing secret: ``whsec_`` and the base64 of 32 random bytes."""
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+
+
+def _check_agent_id(agent_id: str) -> str:
+    try:
+        return _AGENT_ID.validate_python(agent_id)
+    except ValidationError as exc:
+        messages = "; ".join(str(err["msg"]) for err in exc.errors())
+        raise InvalidInput(f"invalid agentId: {messages}", field="agentId") from None
+
+
+def _check_url(url: str) -> str:
+    if not isinstance(url, str) or len(url) > URL_MAX_LENGTH:
+        raise InvalidInput(
+            f"url must be a string of at most {URL_MAX_LENGTH} characters", field="url"
+        )
+    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
+        raise InvalidInput("url must not contain whitespace or control characters", field="url")
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+        _ = parts.port  # raises on a malformed port
+    except ValueError:
+        raise InvalidInput("url is not a valid URL", field="url") from None
+    if parts.scheme not in {"http", "https"} or not host:
+        raise InvalidInput("url must be http or https with a host", field="url")
+    return url
+
+
+def _check_secret(secret: str) -> str:
+    if not isinstance(secret, str):
+        raise InvalidSecret(field="secret")
+    encoded = secret.removeprefix(SECRET_PREFIX)
+    try:
+        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidSecret(
+            "signing secret must be whsec_ followed by base64", field="secret"
+        ) from None
+    if not key:
+        raise InvalidSecret("signing secret must not be empty", field="secret")
+    return secret
+
+
+def _route(record: asyncpg.Record) -> Route:
+    return Route(
+        agent_id=record["agent_id"],
+        url=record["url"],
+        secret=record["secret"],
+        enabled=record["enabled"],
+    )
+
+
+class PostgresRoutes:
+    """The route book port over an asyncpg pool, with the operator's edits.
+
+    Args:
+        pool: the pool from :func:`birddog.postgres.pool.create_pool`.
+    """
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def route(self, agent_id: str) -> Route | None:
+        """The route for ``agent_id``, or None when the agent is unknown.
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        with store_errors("route lookup"):
+            record = await self.pool.fetchrow(queries["routes_get"], agent_id)
+        return _route(record) if record is not None else None
+
+    async def add(
+        self, agent_id: str, url: str, secret: str | None = None, enabled: bool = True
+    ) -> Route:
+        """Add the route of an agent.
+
+        Args:
+            agent_id: the recipient agent id (1 to 256 characters).
+            url: its inbox URL, ``http`` or ``https`` with a host.
+            secret: the signing secret, ``whsec_<base64>``; generated when not given.
+            enabled: False to add the agent held.
+
+        Returns:
+            The stored route (read its ``secret`` to configure the recipient's inbox).
+
+        Raises:
+            InvalidInput: a bad agent id or URL (naming ``agentId``/``url``), or the agent
+                already has a route (use :meth:`update`).
+            InvalidSecret: the secret is not ``whsec_<base64>``.
+            StoreUnavailable: the database is unreachable.
+        """
+        agent_id = _check_agent_id(agent_id)
+        url = _check_url(url)
+        secret = _check_secret(secret) if secret is not None else new_secret()
+        with store_errors("route add"):
+            record = await self.pool.fetchrow(
+                queries["routes_add"], agent_id, url, secret, bool(enabled)
+            )
+        if record is None:
+            raise InvalidInput(
+                f"agent {agent_id!r} already has a route; update it instead", field="agentId"
+            )
+        return _route(record)
+
+    async def update(
+        self, agent_id: str, *, url: str | None = None, secret: str | None = None
+    ) -> Route:
+        """Change an agent's inbox URL and/or signing secret.
+
+        Args:
+            agent_id: the recipient agent id.
+            url: the new inbox URL (None keeps it).
+            secret: the new signing secret (None keeps it).
+
+        Returns:
+            The updated route.
+
+        Raises:
+            InvalidInput: a bad URL.
+            InvalidSecret: the secret is not ``whsec_<base64>``.
+            RouteNotFound: no route for ``agent_id``.
+            StoreUnavailable: the database is unreachable.
+        """
+        if url is not None:
+            url = _check_url(url)
+        if secret is not None:
+            secret = _check_secret(secret)
+        with store_errors("route update"):
+            record = await self.pool.fetchrow(queries["routes_update"], agent_id, url, secret)
+        if record is None:
+            raise RouteNotFound(f"no route for agent {agent_id!r}")
+        return _route(record)
+
+    async def hold(self, agent_id: str) -> Route:
+        """Hold an agent: its replies stay pending, untouched and unaged, until released.
+
+        Raises:
+            RouteNotFound: no route for ``agent_id``.
+            StoreUnavailable: the database is unreachable.
+        """
+        with store_errors("route hold"):
+            record = await self.pool.fetchrow(queries["routes_set_enabled"], agent_id, False)
+        if record is None:
+            raise RouteNotFound(f"no route for agent {agent_id!r}")
+        return _route(record)
+
+    async def release(self, agent_id: str) -> Route:
+        """Release a held agent and wake a drain, so its waiting replies go out now.
+
+        Raises:
+            RouteNotFound: no route for ``agent_id``.
+            StoreUnavailable: the database is unreachable.
+        """
+        with store_errors("route release"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                record = await conn.fetchrow(queries["routes_set_enabled"], agent_id, True)
+                if record is not None:
+                    await schedule_wake_on(conn, datetime.now(UTC))
+        if record is None:
+            raise RouteNotFound(f"no route for agent {agent_id!r}")
+        return _route(record)
+
+    async def remove(self, agent_id: str) -> None:
+        """Forget an agent's route; its later replies die as ``unknown_recipient``.
+
+        Raises:
+            RouteNotFound: no route for ``agent_id``.
+            StoreUnavailable: the database is unreachable.
+        """
+        with store_errors("route remove"):
+            record = await self.pool.fetchrow(queries["routes_remove"], agent_id)
+        if record is None:
+            raise RouteNotFound(f"no route for agent {agent_id!r}")
+
+    async def list(self) -> list[Route]:
+        """Every route, by agent id (secrets included: print them with care).
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        with store_errors("route list"):
+            records = await self.pool.fetch(queries["routes_list"])
+        return [_route(record) for record in records]

@@ -1,0 +1,337 @@
+"""The outbox port's contract, run against InMemoryOutbox and PostgresOutbox alike.
+
+The in-memory outbox is the reference; if the two ever disagree, one of these fails.
+Each backend is wrapped in a small adapter that can also hold and release a recipient
+(``InMemoryOutbox.hold`` for the fake, a disabled route for Postgres).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from birddog import (
+    AgentAddress,
+    DeadReason,
+    MailRoom,
+    Outbox,
+    OutboxRow,
+    Outcome,
+    Receipt,
+    Reply,
+    ReplyFacts,
+    RetrySchedule,
+    RowState,
+)
+from birddog.core.delivery import new_row
+from birddog.core.errors import RouteNotFound
+from birddog.postgres.outbox import PostgresOutbox
+from birddog.postgres.pool import Pool
+from birddog.postgres.routes import PostgresRoutes
+from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTransport
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+SENDER = AgentAddress(agent_id="boss", session_id="boss-session")
+LEASE_S = 30.0
+
+
+def at(seconds: float) -> datetime:
+    """T0 plus ``seconds``."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def make_reply(key: str, *, agent: str = "alice", content: str = "done") -> Reply:
+    """A reply to ``agent`` under ``key``."""
+    return Reply(
+        key=key,
+        in_reply_to="mail-1",
+        to=AgentAddress(agent_id=agent, session_id=f"{agent}-session"),
+        from_=SENDER,
+        content=content,
+        created_at=1_767_225_600_000,
+        reply=ReplyFacts(command_id="command-1", outcome=Outcome.COMPLETED),
+    )
+
+
+def make_row(
+    key: str, *, agent: str = "alice", due: float = 0.0, created: float = 0.0
+) -> OutboxRow:
+    """A fresh pending row under ``key``, created at T0+created and due at T0+due."""
+    row = new_row(make_reply(key, agent=agent), now=at(created))
+    return replace(row, due_at=at(due))
+
+
+def receipt_for(row: OutboxRow, *, when: datetime) -> Receipt:
+    """The receipt a delivery of ``row`` at ``when`` stores."""
+    return Receipt(
+        key=row.key,
+        delivered_at=when,
+        attempts=row.attempts + 1,
+        recipient=row.recipient,
+        command_id=row.reply.reply.command_id,
+        outcome=row.reply.reply.outcome,
+    )
+
+
+@dataclass
+class Backend:
+    """An outbox under test, with a way to hold and release a recipient."""
+
+    name: str
+    outbox: Outbox
+    hold: Callable[[str], Awaitable[None]]
+    release: Callable[[str], Awaitable[None]]
+
+
+@pytest.fixture
+async def memory_backend() -> Backend:
+    """The in-memory reference outbox."""
+    outbox = InMemoryOutbox()
+
+    async def hold(agent_id: str) -> None:
+        outbox.hold(agent_id)
+
+    async def release(agent_id: str) -> None:
+        outbox.release(agent_id)
+
+    return Backend("memory", outbox, hold, release)
+
+
+@pytest.fixture
+async def postgres_backend(pg_pool: Pool) -> Backend:
+    """The Postgres outbox on a fresh database; holds are disabled routes."""
+    routes = PostgresRoutes(pg_pool)
+
+    async def hold(agent_id: str) -> None:
+        try:
+            await routes.hold(agent_id)
+        except RouteNotFound:
+            await routes.add(agent_id, "http://127.0.0.1:9/inbox", enabled=False)
+
+    async def release(agent_id: str) -> None:
+        await routes.release(agent_id)
+
+    return Backend("postgres", PostgresOutbox(pg_pool), hold, release)
+
+
+@pytest.fixture(params=["memory_backend", "postgres_backend"])
+def backend(request: pytest.FixtureRequest) -> Backend:
+    """Each backend in turn."""
+    result: Backend = request.getfixturevalue(request.param)
+    return result
+
+
+async def test_add_returns_new_keys_and_skips_existing_rows(backend: Backend) -> None:
+    """Adding stores new keys only and returns them in the order given."""
+    outbox = backend.outbox
+    assert await outbox.add([make_row("k2"), make_row("k1")]) == ["k2", "k1"]
+    assert await outbox.add([make_row("k1"), make_row("k3")]) == ["k3"]
+    assert await outbox.add([]) == []
+
+
+async def test_add_skips_keys_with_a_receipt(backend: Backend) -> None:
+    """A key that was delivered (has a receipt) is never owed again."""
+    outbox = backend.outbox
+    row = make_row("k1")
+    await outbox.add([row])
+    page = await outbox.claim_page(after_key=None, limit=10, now=at(0), lease_s=LEASE_S)
+    assert await outbox.apply(page=page, outcomes=[receipt_for(row, when=at(1))]) == ["k1"]
+
+    assert await outbox.add([make_row("k1")]) == []
+    assert isinstance(await outbox.get("k1"), Receipt)
+
+
+async def test_rows_round_trip_unchanged(backend: Backend) -> None:
+    """``get`` returns exactly the row that was added; a missing key is None."""
+    outbox = backend.outbox
+    row = replace(make_row("k1", due=5), last_error="earlier failure", attempts=2, deferrals=1)
+    await outbox.add([row])
+    assert await outbox.get("k1") == row
+    assert await outbox.get("missing") is None
+
+
+async def test_claim_returns_only_due_rows(backend: Backend) -> None:
+    """Rows due later than ``now`` are not claimed."""
+    outbox = backend.outbox
+    await outbox.add([make_row("a", due=0), make_row("b", due=10), make_row("c", due=5)])
+    page = await outbox.claim_page(after_key=None, limit=10, now=at(5), lease_s=LEASE_S)
+    assert [row.key for row in page.rows] == ["a", "c"]
+    assert page.more is False
+
+
+async def test_claim_pages_in_key_order_after_the_cursor(backend: Backend) -> None:
+    """Pages come in key order, after the cursor, at most ``limit`` rows, ``more`` when full."""
+    outbox = backend.outbox
+    keys = [f"k{i:02d}" for i in range(7)]
+    await outbox.add([make_row(key) for key in reversed(keys)])
+
+    first = await outbox.claim_page(after_key=None, limit=3, now=at(0), lease_s=LEASE_S)
+    assert [row.key for row in first.rows] == keys[:3]
+    assert first.more is True
+    assert first.last_key == "k02"
+
+    second = await outbox.claim_page(after_key=first.last_key, limit=3, now=at(0), lease_s=LEASE_S)
+    assert [row.key for row in second.rows] == keys[3:6]
+    third = await outbox.claim_page(after_key=second.last_key, limit=3, now=at(0), lease_s=LEASE_S)
+    assert [row.key for row in third.rows] == keys[6:]
+    assert third.more is False
+    assert first.claim != second.claim
+
+
+async def test_empty_claim(backend: Backend) -> None:
+    """Nothing due gives an empty page with no cursor and no more."""
+    page = await backend.outbox.claim_page(after_key=None, limit=5, now=at(0), lease_s=LEASE_S)
+    assert list(page.rows) == []
+    assert page.more is False
+    assert page.last_key is None
+
+
+async def test_leased_rows_are_not_claimed_until_the_lease_expires(backend: Backend) -> None:
+    """A claimed row is invisible to other claims until its lease runs out."""
+    outbox = backend.outbox
+    await outbox.add([make_row("a"), make_row("b")])
+    first = await outbox.claim_page(after_key=None, limit=1, now=at(0), lease_s=LEASE_S)
+    assert [row.key for row in first.rows] == ["a"]
+
+    during = await outbox.claim_page(after_key=None, limit=10, now=at(LEASE_S - 1), lease_s=LEASE_S)
+    assert [row.key for row in during.rows] == ["b"]
+
+    after = await outbox.claim_page(after_key=None, limit=10, now=at(LEASE_S), lease_s=LEASE_S)
+    assert [row.key for row in after.rows] == ["a"]
+
+
+async def test_apply_with_a_stale_claim_stores_nothing(backend: Backend) -> None:
+    """A claimer whose lease was taken over by another claim changes nothing."""
+    outbox = backend.outbox
+    row = make_row("a")
+    await outbox.add([row])
+    stale = await outbox.claim_page(after_key=None, limit=5, now=at(0), lease_s=LEASE_S)
+    fresh = await outbox.claim_page(after_key=None, limit=5, now=at(LEASE_S + 1), lease_s=LEASE_S)
+    assert [r.key for r in fresh.rows] == ["a"]
+
+    retried = replace(row, attempts=1, due_at=at(100), last_error="boom")
+    assert await outbox.apply(page=stale, outcomes=[receipt_for(row, when=at(40))]) == []
+    assert await outbox.apply(page=stale, outcomes=[retried]) == []
+    assert await outbox.get("a") == row
+
+    assert await outbox.apply(page=fresh, outcomes=[retried]) == ["a"]
+    assert await outbox.get("a") == retried
+
+
+async def test_receipts_replace_rows(backend: Backend) -> None:
+    """An accepted row becomes a receipt under the same key, and is not claimed again."""
+    outbox = backend.outbox
+    rows = [make_row("a"), make_row("b")]
+    await outbox.add(rows)
+    page = await outbox.claim_page(after_key=None, limit=5, now=at(0), lease_s=LEASE_S)
+    receipt = receipt_for(rows[0], when=at(2))
+    retried = replace(rows[1], attempts=1, due_at=at(3), last_error="HTTP 500")
+
+    assert await outbox.apply(page=page, outcomes=[receipt, retried]) == ["a", "b"]
+    assert await outbox.get("a") == receipt
+    assert await outbox.get("b") == retried
+    later = await outbox.claim_page(after_key=None, limit=5, now=at(3), lease_s=LEASE_S)
+    assert [row.key for row in later.rows] == ["b"]
+
+
+async def test_dead_rows_stay_visible_and_are_not_claimed(backend: Backend) -> None:
+    """A dead letter keeps its key, reason and error, and is never claimed."""
+    outbox = backend.outbox
+    row = make_row("a")
+    await outbox.add([row])
+    page = await outbox.claim_page(after_key=None, limit=5, now=at(0), lease_s=LEASE_S)
+    dead = replace(
+        row,
+        state=RowState.DEAD,
+        attempts=1,
+        last_error="HTTP 410",
+        dead_reason=DeadReason.GONE,
+    )
+    assert await outbox.apply(page=page, outcomes=[dead]) == ["a"]
+    assert await outbox.get("a") == dead
+    later = await outbox.claim_page(after_key=None, limit=5, now=at(1000), lease_s=LEASE_S)
+    assert list(later.rows) == []
+
+
+async def test_has_pending_ignores_receipts_and_dead_letters(backend: Backend) -> None:
+    """Only a reply still awaiting an attempt counts as pending."""
+    outbox = backend.outbox
+    assert await outbox.has_pending() is False
+    rows = [make_row("a"), make_row("b")]
+    await outbox.add(rows)
+    assert await outbox.has_pending() is True
+
+    page = await outbox.claim_page(after_key=None, limit=5, now=at(0), lease_s=LEASE_S)
+    dead = replace(rows[1], state=RowState.DEAD, dead_reason=DeadReason.REJECTED, attempts=1)
+    await outbox.apply(page=page, outcomes=[receipt_for(rows[0], when=at(1)), dead])
+    assert await outbox.has_pending() is False
+
+
+async def test_next_due_at_is_the_earliest_pending(backend: Backend) -> None:
+    """The next due time is the earliest pending row's, future retries included."""
+    outbox = backend.outbox
+    assert await outbox.next_due_at() is None
+    await outbox.add([make_row("a", due=30), make_row("b", due=10), make_row("c", due=20)])
+    assert await outbox.next_due_at() == at(10)
+
+    page = await outbox.claim_page(after_key=None, limit=5, now=at(10), lease_s=LEASE_S)
+    row_b = page.rows[0]
+    dead = replace(row_b, state=RowState.DEAD, dead_reason=DeadReason.REJECTED, attempts=1)
+    await outbox.apply(page=page, outcomes=[dead])
+    assert await outbox.next_due_at() == at(20)
+
+
+async def test_held_recipients_are_not_claimed(backend: Backend) -> None:
+    """A held recipient's rows stay pending, unclaimed, until it is released."""
+    outbox = backend.outbox
+    await outbox.add([make_row("a", agent="held-one", due=1), make_row("b", agent="alice", due=2)])
+    await backend.hold("held-one")
+
+    page = await outbox.claim_page(after_key=None, limit=5, now=at(5), lease_s=LEASE_S)
+    assert [row.key for row in page.rows] == ["b"]
+    assert await outbox.has_pending() is True
+    assert await outbox.next_due_at() == at(2)
+
+    await backend.release("held-one")
+    page = await outbox.claim_page(after_key=None, limit=5, now=at(5), lease_s=LEASE_S)
+    assert [row.key for row in page.rows] == ["a"]
+    assert (await outbox.get("a")) == make_row("a", agent="held-one", due=1)
+
+
+async def test_mailroom_drains_and_swaps_receipts(backend: Backend) -> None:
+    """A MailRoom over the backend posts due rows and turns accepted ones into receipts."""
+    clock = FrozenClock(T0)
+    transport = RecordingTransport(lambda reply: reply.to.agent_id != "flaky")
+    wake = ManualWake()
+    room = MailRoom(
+        outbox=backend.outbox,
+        transport=transport,
+        wake=wake,
+        clock=clock,
+        schedule=RetrySchedule(jitter=0.0),
+        page_size=2,
+    )
+    await backend.outbox.add(
+        [make_row("k1"), make_row("k2", agent="flaky"), make_row("k3"), make_row("k4", due=60)]
+    )
+
+    first = await room.drain_outbox()
+    assert first.delivered == ["k1"]
+    assert first.retried == ["k2"]
+    assert first.more is True
+    second = await room.drain_outbox()
+    assert second.delivered == ["k3"]
+    assert second.more is False
+
+    assert [reply.key for reply in transport.sent] == ["k1", "k2", "k3"]
+    assert isinstance(await backend.outbox.get("k1"), Receipt)
+    assert isinstance(await backend.outbox.get("k3"), Receipt)
+    retried = await backend.outbox.get("k2")
+    assert isinstance(retried, OutboxRow)
+    assert retried.attempts == 1
+    assert retried.due_at == at(1)
+    assert await room.next_wake_at() == at(1)
+    assert wake.scheduled[-1] == at(1)
