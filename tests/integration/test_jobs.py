@@ -1,0 +1,552 @@
+"""The Postgres job store against a real PostgreSQL: claim, heartbeat, cancel, recovery."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from birddog import (
+    AgentAddress,
+    AgentWork,
+    InvalidInput,
+    Job,
+    JobNotFound,
+    JobState,
+    Mail,
+    Outcome,
+    Recovery,
+    StaleClaim,
+    StoreUnavailable,
+    agent_job,
+)
+from birddog.postgres.jobs import (
+    LEASE_EXPIRED_DIAGNOSTIC,
+    ClaimedJob,
+    PostgresJobs,
+    enqueue_accepted_job,
+)
+from birddog.postgres.pool import Pool, create_pool
+from birddog.testing import FrozenClock
+
+ALICE = AgentAddress(agent_id="alice", session_id="s-alice")
+CAROL = AgentAddress(agent_id="carol", session_id="s-carol")
+START = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def make_job(
+    job_id: str = "job-1",
+    *,
+    session: str = "s-bob",
+    priority: int = 0,
+    reply_to: Sequence[AgentAddress] = (ALICE, CAROL),
+    with_mail: bool = True,
+    max_recoveries: int | None = None,
+) -> Job:
+    """An agent job for ``session`` whose mail (key ``mail-<job_id>``) asks for ``reply_to``."""
+    mail = Mail(
+        key=f"mail-{job_id}",
+        to=AgentAddress(agent_id="bob", session_id=session),
+        from_=ALICE,
+        reply_to=list(reply_to),
+        content="please",
+        created_at=1,
+    )
+    work = AgentWork(
+        job_id=job_id,
+        session_id=session,
+        command_fact_id=f"cmd-{job_id}",
+        recovery=None if max_recoveries is None else Recovery(max_recoveries=max_recoveries),
+    )
+    job = agent_job(work, mail if with_mail else None)
+    return job if priority == 0 else job.model_copy(update={"priority": priority})
+
+
+async def enqueue(pool: Pool, *jobs: Job, created_at: datetime | None = None) -> None:
+    """Enqueue jobs in one committed transaction."""
+    async with pool.acquire() as conn, conn.transaction():
+        for job in jobs:
+            assert await enqueue_accepted_job(conn, job, created_at=created_at)
+
+
+async def outbox_rows(pool: Pool) -> list[dict[str, Any]]:
+    """Every outbox row, in key order, with its reply decoded."""
+    rows = await pool.fetch(
+        "SELECT key, recipient_agent_id, state, due_at, reply::text AS reply "
+        "FROM birddog.outbox ORDER BY key"
+    )
+    return [dict(row) | {"reply": _reply(row["reply"])} for row in rows]
+
+
+def _reply(stored: str) -> dict[str, Any]:
+    # How the outbox stores an absent diagnostic (null or no key) is the outbox's business.
+    reply: dict[str, Any] = json.loads(stored)
+    reply["reply"] = {key: value for key, value in reply["reply"].items() if value is not None}
+    return reply
+
+
+async def wake_at(pool: Pool) -> datetime | None:
+    """The armed wake time, if any."""
+    value: datetime | None = await pool.fetchval("SELECT wake_at FROM birddog.wake")
+    return value
+
+
+async def job_row(pool: Pool, job_id: str) -> dict[str, Any]:
+    """The stored columns of one job."""
+    row = await pool.fetchrow("SELECT * FROM birddog.jobs WHERE job_id = $1", job_id)
+    assert row is not None
+    return dict(row)
+
+
+@pytest.fixture
+def clock() -> FrozenClock:
+    """A clock frozen at 2026-01-01 UTC."""
+    return FrozenClock(START)
+
+
+@pytest.fixture
+def jobs(pg_pool: Pool, clock: FrozenClock) -> PostgresJobs:
+    """The job store on this test's database, on the frozen clock."""
+    return PostgresJobs(pg_pool, clock=clock)
+
+
+async def claim(jobs: PostgresJobs, **kwargs: Any) -> ClaimedJob:
+    """Claim a job that must be there."""
+    claimed = await jobs.claim(**kwargs)
+    assert claimed is not None
+    return claimed
+
+
+# ---- claim ---------------------------------------------------------------------------
+
+
+async def test_claim_runs_the_job_under_a_fresh_token_and_lease(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """A claim moves the job to running with a uuid claim token and a lease from the clock."""
+    await enqueue(pg_pool, make_job())
+    claimed = await claim(jobs, lease_s=30, worker_id="w-1")
+    assert claimed.job.job_id == "job-1"
+    assert claimed.job.state is JobState.RUNNING
+    assert claimed.lease_expires_at == START + timedelta(seconds=30)
+    assert claimed.recovery_count == 0
+    stored = await job_row(pg_pool, "job-1")
+    assert str(stored["claim_token"]) == claimed.claim_token
+    assert stored["worker_id"] == "w-1"
+    assert await jobs.claim() is None
+
+
+async def test_claim_order_is_priority_then_age(jobs: PostgresJobs, pg_pool: Pool) -> None:
+    """Higher priority comes first; among equals, the oldest job."""
+    await enqueue(pg_pool, make_job("a-new-low", priority=0), created_at=START)
+    await enqueue(pg_pool, make_job("b-old-low", priority=0), created_at=START - timedelta(1))
+    await enqueue(pg_pool, make_job("c-new-high", priority=5), created_at=START)
+    await enqueue(pg_pool, make_job("d-old-high", priority=5), created_at=START - timedelta(1))
+    await enqueue(pg_pool, make_job("e-negative", priority=-3), created_at=START - timedelta(9))
+    order = [(await claim(jobs)).job.job_id for _ in range(5)]
+    assert order == ["d-old-high", "c-new-high", "b-old-low", "a-new-low", "e-negative"]
+
+
+async def test_claim_order_by_default_age_follows_enqueue_order(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """Without an explicit age, jobs enqueued in one transaction are claimed in that order."""
+    ids = ["z", "m", "a", "q"]
+    await enqueue(pg_pool, *(make_job(job_id) for job_id in ids))
+    assert [(await claim(jobs)).job.job_id for _ in ids] == ids
+
+
+async def test_claim_takes_only_the_given_queues(jobs: PostgresJobs, pg_pool: Pool) -> None:
+    """A claim limited to some queues never takes a job from another queue."""
+    await enqueue(
+        pg_pool,
+        make_job("for-x", session="s-x", priority=9),
+        make_job("for-y", session="s-y"),
+        make_job("for-z", session="s-z"),
+    )
+    first = await claim(jobs, queues=["s-y", "s-z"])
+    second = await claim(jobs, queues=["s-y", "s-z"])
+    assert {first.job.job_id, second.job.job_id} == {"for-y", "for-z"}
+    assert await jobs.claim(queues=["s-y", "s-z"]) is None
+    assert await jobs.claim(queues=[]) is None
+    assert (await claim(jobs)).job.job_id == "for-x"
+
+
+async def test_claim_many_returns_jobs_in_claim_order(jobs: PostgresJobs, pg_pool: Pool) -> None:
+    """claim_many takes up to its limit in one statement, in priority-then-age order."""
+    await enqueue(pg_pool, *(make_job(f"job-{i}", priority=i % 3) for i in range(7)))
+    claimed = await jobs.claim_many(limit=4)
+    assert [c.job.priority for c in claimed] == [2, 2, 1, 1]
+    assert len({c.claim_token for c in claimed}) == 4
+    assert len(await jobs.claim_many(limit=10)) == 3
+
+
+async def test_claim_skips_a_job_locked_by_another_transaction(
+    jobs: PostgresJobs, pg_pool: Pool, pg_conn: asyncpg.Connection
+) -> None:
+    """A job locked by another connection is skipped at once, not waited for."""
+    await enqueue(pg_pool, make_job("first", priority=1), make_job("second"))
+    async with pg_conn.transaction():
+        await pg_conn.execute("SELECT 1 FROM birddog.jobs WHERE job_id = 'first' FOR UPDATE")
+        claimed = await asyncio.wait_for(jobs.claim(), timeout=5)
+        assert claimed is not None
+        assert claimed.job.job_id == "second"
+    assert (await claim(jobs)).job.job_id == "first"
+
+
+async def test_claim_arguments_are_checked_before_anything_is_claimed(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """A lease that is not positive, a limit below 1 or a bare string of queues is refused."""
+    await enqueue(pg_pool, make_job())
+    bad: list[dict[str, Any]] = [{"lease_s": 0}, {"lease_s": float("nan")}, {"queues": "s-bob"}]
+    for kwargs in bad:
+        with pytest.raises(InvalidInput) as caught:
+            await jobs.claim(**kwargs)
+        assert caught.value.field == next(iter(kwargs))
+    with pytest.raises(InvalidInput):
+        await jobs.claim_many(limit=0)
+    assert await jobs.counts() == {"queued": 1, "running": 0, "settled": 0}
+
+
+@pytest.fixture
+async def second_pool(database_url: str) -> AsyncIterator[Pool]:
+    """Another pool on the same database: a second worker process."""
+    pool = await create_pool(database_url, min_size=1, max_size=1)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def test_two_concurrent_claimers_never_get_the_same_job(
+    pg_pool: Pool, second_pool: Pool, clock: FrozenClock
+) -> None:
+    """Two claimers racing on two connections claim disjoint sets that together hold every job."""
+    await enqueue(pg_pool, *(make_job(f"job-{i:02}") for i in range(20)))
+    one = PostgresJobs(pg_pool, clock=clock)
+    two = PostgresJobs(second_pool, clock=clock)
+    start = asyncio.Event()
+
+    async def drain(store: PostgresJobs) -> list[str]:
+        await start.wait()
+        got: list[str] = []
+        while claimed := await store.claim_many(limit=2):
+            got.extend(c.job.job_id for c in claimed)
+        return got
+
+    racing = asyncio.gather(drain(one), drain(two))
+    start.set()
+    got_one, got_two = await racing
+    assert not set(got_one) & set(got_two)
+    assert len(got_one) + len(got_two) == 20
+    assert set(got_one) | set(got_two) == {f"job-{i:02}" for i in range(20)}
+    assert await one.counts() == {"queued": 0, "running": 20, "settled": 0}
+
+
+# ---- heartbeat -------------------------------------------------------------------------
+
+
+async def test_heartbeat_extends_the_lease(
+    jobs: PostgresJobs, pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """A heartbeat moves the lease to now + lease_s and reports no cancellation."""
+    await enqueue(pg_pool, make_job())
+    claimed = await claim(jobs, lease_s=10)
+    clock.advance(8)
+    assert (
+        await jobs.heartbeat(job_id="job-1", claim_token=claimed.claim_token, lease_s=10) is False
+    )
+    stored = await job_row(pg_pool, "job-1")
+    assert stored["lease_expires_at"] == START + timedelta(seconds=18)
+    clock.advance(9)
+    assert await jobs.recover_expired() == []
+
+
+async def test_heartbeat_reports_a_requested_cancellation(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """After a cancellation is recorded, the worker's heartbeat says so."""
+    await enqueue(pg_pool, make_job())
+    claimed = await claim(jobs)
+    assert await jobs.cancel(job_id="job-1", content="stop please") is None
+    assert await jobs.heartbeat(job_id="job-1", claim_token=claimed.claim_token, lease_s=10)
+
+
+async def test_heartbeat_with_a_stale_token_raises(jobs: PostgresJobs, pg_pool: Pool) -> None:
+    """A token that does not hold the job (wrong, malformed, or of a settled job) is refused."""
+    await enqueue(pg_pool, make_job())
+    claimed = await claim(jobs)
+    for token in ("00000000-0000-0000-0000-000000000000", "not-a-uuid"):
+        with pytest.raises(StaleClaim):
+            await jobs.heartbeat(job_id="job-1", claim_token=token, lease_s=10)
+    with pytest.raises(StaleClaim):
+        await jobs.heartbeat(job_id="nope", claim_token=claimed.claim_token, lease_s=10)
+    await jobs.settle(
+        job_id="job-1", claim_token=claimed.claim_token, outcome=Outcome.COMPLETED, content="ok"
+    )
+    with pytest.raises(StaleClaim):
+        await jobs.heartbeat(job_id="job-1", claim_token=claimed.claim_token, lease_s=10)
+
+
+# ---- cancel ----------------------------------------------------------------------------
+
+
+async def test_cancelling_a_queued_job_settles_it_with_fan_out_and_it_is_never_claimed(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """A queued job cancels at once: settled cancelled, replies carry the cancellation content."""
+    await enqueue(pg_pool, make_job())
+    assert await jobs.cancel(job_id="job-1", content="cancelled by alice") is Outcome.CANCELLED
+    assert await jobs.claim() is None
+    job = await jobs.get("job-1")
+    assert (job.state, job.outcome) == (JobState.SETTLED, Outcome.CANCELLED)
+    rows = await outbox_rows(pg_pool)
+    assert [row["key"] for row in rows] == [
+        "outbox:mail-job-1:reply:0",
+        "outbox:mail-job-1:reply:1",
+    ]
+    for row in rows:
+        assert row["reply"]["content"] == "cancelled by alice"
+        assert row["reply"]["reply"] == {"commandId": "cmd-job-1", "outcome": "cancelled"}
+    assert await wake_at(pg_pool) == START
+    stored = await job_row(pg_pool, "job-1")
+    assert (stored["cancel_requested_at"], stored["cancel_content"]) == (
+        START,
+        "cancelled by alice",
+    )
+
+
+async def test_a_recorded_cancellation_wins_over_completed(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """A running job whose cancellation was recorded settles cancelled, with that content."""
+    await enqueue(pg_pool, make_job())
+    claimed = await claim(jobs)
+    assert await jobs.cancel(job_id="job-1", content="called off") is None
+    assert await jobs.cancel(job_id="job-1", content="second thoughts") is None
+    assert (await jobs.get("job-1")).state is JobState.RUNNING
+    keys = await jobs.settle(
+        job_id="job-1",
+        claim_token=claimed.claim_token,
+        outcome=Outcome.COMPLETED,
+        content="all done",
+    )
+    assert len(keys) == 2
+    assert (await jobs.get("job-1")).outcome is Outcome.CANCELLED
+    for row in await outbox_rows(pg_pool):
+        assert row["reply"]["content"] == "called off"
+        assert row["reply"]["reply"]["outcome"] == "cancelled"
+    # The executor's replay of its own settlement is recognised, not refused.
+    again = await jobs.settle(
+        job_id="job-1",
+        claim_token=claimed.claim_token,
+        outcome=Outcome.COMPLETED,
+        content="all done",
+    )
+    assert again == []
+
+
+async def test_cancelling_a_settled_job_changes_nothing(jobs: PostgresJobs, pg_pool: Pool) -> None:
+    """A settled job keeps its outcome; cancel reports it and records nothing."""
+    await enqueue(pg_pool, make_job())
+    claimed = await claim(jobs)
+    await jobs.settle(
+        job_id="job-1", claim_token=claimed.claim_token, outcome=Outcome.FAILED, content=""
+    )
+    assert await jobs.cancel(job_id="job-1", content="too late") is Outcome.FAILED
+    stored = await job_row(pg_pool, "job-1")
+    assert (stored["outcome"], stored["cancel_requested_at"]) == ("failed", None)
+    assert len(await outbox_rows(pg_pool)) == 2
+
+
+async def test_cancelling_an_unknown_job_raises(jobs: PostgresJobs) -> None:
+    """Cancel names a job that must exist."""
+    with pytest.raises(JobNotFound):
+        await jobs.cancel(job_id="nope", content="")
+
+
+# ---- recovery --------------------------------------------------------------------------
+
+
+async def test_an_expired_lease_with_budget_left_is_queued_again(
+    jobs: PostgresJobs, pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """A running job past its lease returns to its queue, recovery_count + 1, claim cleared."""
+    await enqueue(pg_pool, make_job(max_recoveries=1))
+    first = await claim(jobs, lease_s=60)
+    clock.advance(59)
+    assert await jobs.recover_expired() == []
+    clock.advance(1)
+    assert await jobs.recover_expired() == [("job-1", "requeued")]
+    stored = await job_row(pg_pool, "job-1")
+    assert (stored["state"], stored["recovery_count"], stored["claim_token"]) == ("queued", 1, None)
+    with pytest.raises(StaleClaim):
+        await jobs.settle(
+            job_id="job-1", claim_token=first.claim_token, outcome=Outcome.COMPLETED, content=""
+        )
+    second = await claim(jobs)
+    assert second.recovery_count == 1
+    assert second.claim_token != first.claim_token
+    assert await outbox_rows(pg_pool) == []
+
+
+async def test_an_expired_lease_without_budget_settles_outcome_unknown_with_replies(
+    jobs: PostgresJobs, pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """With the budget spent, an expired job settles outcome_unknown and its replies are owed."""
+    await enqueue(pg_pool, make_job(max_recoveries=1))
+    await claim(jobs, lease_s=60)
+    assert await jobs.recover_expired(now=START + timedelta(seconds=61)) == [("job-1", "requeued")]
+    await claim(jobs, lease_s=60)
+    clock.advance(200)
+    assert await jobs.recover_expired() == [("job-1", "outcome_unknown")]
+    job = await jobs.get("job-1")
+    assert (job.state, job.outcome) == (JobState.SETTLED, Outcome.OUTCOME_UNKNOWN)
+    rows = await outbox_rows(pg_pool)
+    assert [row["recipient_agent_id"] for row in rows] == ["alice", "carol"]
+    for row in rows:
+        assert row["state"] == "pending"
+        assert row["due_at"] == clock.now()
+        assert row["reply"]["content"] == (
+            "The delegated work ended outcome_unknown without reply text."
+        )
+        assert row["reply"]["reply"] == {
+            "commandId": "cmd-job-1",
+            "outcome": "outcome_unknown",
+            "diagnostic": LEASE_EXPIRED_DIAGNOSTIC,
+        }
+    assert await wake_at(pg_pool) == clock.now()
+    assert await jobs.recover_expired(now=clock.now() + timedelta(days=1)) == []
+
+
+async def test_a_job_without_recovery_policy_is_never_requeued(
+    jobs: PostgresJobs, pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """No recovery policy means no budget: the first expired lease settles outcome_unknown."""
+    await enqueue(pg_pool, make_job(with_mail=False))
+    await claim(jobs, lease_s=5)
+    clock.advance(5)
+    assert await jobs.recover_expired() == [("job-1", "outcome_unknown")]
+    assert await outbox_rows(pg_pool) == []
+    assert await wake_at(pg_pool) is None
+
+
+async def test_an_expired_job_with_a_recorded_cancellation_settles_cancelled(
+    jobs: PostgresJobs, pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """A cancelled job whose worker vanished is not run again: it settles cancelled."""
+    await enqueue(pg_pool, make_job(max_recoveries=3))
+    await claim(jobs, lease_s=5)
+    await jobs.cancel(job_id="job-1", content="never mind")
+    clock.advance(6)
+    assert await jobs.recover_expired() == [("job-1", "cancelled")]
+    assert {row["reply"]["content"] for row in await outbox_rows(pg_pool)} == {"never mind"}
+
+
+async def test_recovery_works_in_batches_and_skips_jobs_being_settled(
+    jobs: PostgresJobs, pg_pool: Pool, pg_conn: asyncpg.Connection, clock: FrozenClock
+) -> None:
+    """Every expired job is handled across batches, except one another transaction holds."""
+    await enqueue(pg_pool, *(make_job(f"job-{i}", max_recoveries=1) for i in range(5)))
+    await jobs.claim_many(limit=5, lease_s=1)
+    clock.advance(2)
+    async with pg_conn.transaction():
+        await pg_conn.execute("SELECT 1 FROM birddog.jobs WHERE job_id = 'job-4' FOR UPDATE")
+        handled = await asyncio.wait_for(jobs.recover_expired(limit=2), timeout=5)
+    assert sorted(handled) == [(f"job-{i}", "requeued") for i in range(4)]
+    assert await jobs.recover_expired() == [("job-4", "requeued")]
+    assert await jobs.counts() == {"queued": 5, "running": 0, "settled": 0}
+
+
+# ---- interrupt -------------------------------------------------------------------------
+
+
+async def test_interrupt_with_budget_left_queues_the_job_again(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """A worker that stops a job with recovery budget left puts it back in its queue."""
+    await enqueue(pg_pool, make_job(max_recoveries=1))
+    claimed = await claim(jobs)
+    result = await jobs.interrupt(
+        job_id="job-1", claim_token=claimed.claim_token, diagnostic="worker shut down"
+    )
+    assert result is None
+    stored = await job_row(pg_pool, "job-1")
+    assert (stored["state"], stored["recovery_count"], stored["diagnostic"]) == (
+        "queued",
+        1,
+        "worker shut down",
+    )
+    assert await outbox_rows(pg_pool) == []
+    with pytest.raises(StaleClaim):
+        await jobs.interrupt(job_id="job-1", claim_token=claimed.claim_token, diagnostic="again")
+
+
+async def test_interrupt_without_budget_settles_interrupted_with_the_diagnostic(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """Without budget the job settles interrupted and its replies carry the bounded diagnostic."""
+    await enqueue(pg_pool, make_job())
+    claimed = await claim(jobs)
+    why = "handler timed out after 900 s; token=abc123secret"
+    result = await jobs.interrupt(job_id="job-1", claim_token=claimed.claim_token, diagnostic=why)
+    assert result is Outcome.INTERRUPTED
+    rows = await outbox_rows(pg_pool)
+    assert len(rows) == 2
+    for row in rows:
+        assert row["reply"]["reply"] == {
+            "commandId": "cmd-job-1",
+            "outcome": "interrupted",
+            "diagnostic": "handler timed out after 900 s; token=[redacted]",
+        }
+        assert row["reply"]["content"] == "The delegated work ended interrupted without reply text."
+    again = await jobs.interrupt(job_id="job-1", claim_token=claimed.claim_token, diagnostic=why)
+    assert again is Outcome.INTERRUPTED
+    assert len(await outbox_rows(pg_pool)) == 2
+
+
+async def test_interrupting_a_cancelled_job_settles_it_cancelled(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """The recorded cancellation wins over an interruption, even with budget left."""
+    await enqueue(pg_pool, make_job(max_recoveries=5))
+    claimed = await claim(jobs)
+    await jobs.cancel(job_id="job-1", content="stop")
+    result = await jobs.interrupt(
+        job_id="job-1", claim_token=claimed.claim_token, diagnostic="stopped for the cancellation"
+    )
+    assert result is Outcome.CANCELLED
+    assert (await jobs.get("job-1")).outcome is Outcome.CANCELLED
+
+
+# ---- reading ---------------------------------------------------------------------------
+
+
+async def test_get_and_counts(jobs: PostgresJobs, pg_pool: Pool) -> None:
+    """The store reads one job back (JobNotFound when missing) and counts every state."""
+    assert await jobs.counts() == {"queued": 0, "running": 0, "settled": 0}
+    job = make_job(max_recoveries=2)
+    await enqueue(pg_pool, job, make_job("job-2"))
+    assert await jobs.get("job-1") == job
+    await claim(jobs)
+    assert await jobs.counts() == {"queued": 1, "running": 1, "settled": 0}
+    with pytest.raises(JobNotFound):
+        await jobs.get("nope")
+
+
+async def test_a_closed_pool_is_store_unavailable(database_url: str, clock: FrozenClock) -> None:
+    """A database that cannot be reached raises StoreUnavailable, the driver error its cause."""
+    pool = await create_pool(database_url, min_size=1, max_size=1)
+    store = PostgresJobs(pool, clock=clock)
+    await pool.close()
+    with pytest.raises(StoreUnavailable) as caught:
+        await store.claim()
+    assert isinstance(caught.value.__cause__, asyncpg.InterfaceError)
+    with pytest.raises(StoreUnavailable):
+        await store.recover_expired()
