@@ -22,6 +22,7 @@ from bench.harness import (
     DaemonProcess,
     Figure,
     Profiler,
+    TreeCpu,
     add_routes,
     agent_names,
     clear_outbox,
@@ -30,7 +31,6 @@ from bench.harness import (
     run_python,
     seed_outbox,
     summarize_profile,
-    tree_cpu_s,
     wait_until,
 )
 from birddog.postgres.sql import queries
@@ -39,10 +39,14 @@ AGENTS = 50
 TARGET = 0.8
 
 
-async def seed_and_wake(conn: asyncpg.Connection, *, count: int, prefix: str) -> float:
-    """Seed due rows, analyze, then arm the wake (NOTIFY at commit); the wall time after it."""
+async def seed(conn: asyncpg.Connection, *, count: int, prefix: str) -> None:
+    """Seed ``count`` due rows for the recipients and refresh the planner's statistics."""
     await seed_outbox(conn, count=count, agents=AGENTS, prefix=prefix)
     await conn.execute("ANALYZE birddog.outbox")
+
+
+async def wake(conn: asyncpg.Connection) -> float:
+    """Arm the wake as a fan-out does (NOTIFY at commit); the wall time once committed."""
     await conn.execute(queries["wake_schedule"], datetime.now(UTC))
     return time.time()
 
@@ -66,9 +70,11 @@ async def product_round(
         if profile_name and ctx.profile
         else None
     )
+    await seed(conn, count=count, prefix=prefix)
     cpu = daemon.sampler.cpu_s()
-    pg_cpu = tree_cpu_s(ctx.server.postmaster_pid)
-    started = await seed_and_wake(conn, count=count, prefix=prefix)
+    inbox_cpu = ctx.inbox.cpu_s()
+    pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
+    started = await wake(conn)
 
     async def done() -> bool:
         daemon.check_alive()
@@ -82,12 +88,14 @@ async def product_round(
             profiler.stop()
     last = await conn.fetchval("SELECT max(delivered_at) FROM birddog.receipts")
     elapsed = last.timestamp() - started
+    pg_cpu_s = pg_cpu.stop()
     result: dict[str, Any] = {
         "delivered": count,
         "elapsed_s": round(elapsed, 3),
         "per_s": count / elapsed,
         "daemon_cpu_us_per_reply": (daemon.sampler.cpu_s() - cpu) / count * 1e6,
-        "postgres_cpu_us_per_reply": (tree_cpu_s(ctx.server.postmaster_pid) - pg_cpu) / count * 1e6,
+        "postgres_cpu_us_per_reply": pg_cpu_s / count * 1e6,
+        "inbox_cpu_us_per_reply": (ctx.inbox.cpu_s() - inbox_cpu) / count * 1e6,
         "inbox_posts": (await ctx.inbox.stats())["posts"],
     }
     if profiler is not None:
@@ -102,20 +110,20 @@ async def baseline_round(
     """Re-seed the same rows; run the baseline loop in its own process."""
     await clear_outbox(conn)
     await ctx.inbox.reset()
-    await seed_outbox(conn, count=count, agents=AGENTS, prefix=prefix)
-    await conn.execute("ANALYZE birddog.outbox")
-    pg_cpu = tree_cpu_s(ctx.server.postmaster_pid)
+    await seed(conn, count=count, prefix=prefix)
+    inbox_cpu = ctx.inbox.cpu_s()
+    pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
     result, cpu_s, _rss = await run_python(["bench.baseline", dsn], timeout_s=240)
+    pg_cpu_s = pg_cpu.stop()
     delivered = result["delivered"]
     return {
         "delivered": delivered,
         "elapsed_s": round(result["elapsed_s"], 3),
         "per_s": delivered / result["elapsed_s"],
         "loop_cpu_us_per_reply": cpu_s / delivered * 1e6,
-        # The baseline's own backend has exited by now: this counts only the others.
-        "postgres_cpu_us_per_reply_partial": (tree_cpu_s(ctx.server.postmaster_pid) - pg_cpu)
-        / delivered
-        * 1e6,
+        # Includes the few statements of the idle daemon (heartbeat) meanwhile.
+        "postgres_cpu_us_per_reply": pg_cpu_s / delivered * 1e6,
+        "inbox_cpu_us_per_reply": (ctx.inbox.cpu_s() - inbox_cpu) / delivered * 1e6,
         "inbox_posts": (await ctx.inbox.stats())["posts"],
     }
 

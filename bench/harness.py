@@ -218,25 +218,56 @@ class Sampler:
         self._thread.join(2)
 
 
-def tree_cpu_s(pid: int | None) -> float:
-    """CPU seconds of a process and all its children (the postmaster and its backends).
+class TreeCpu:
+    """CPU seconds used by a process tree (the postmaster and its backends) over a window.
 
-    Backends that already exited are not counted, so take readings around work done on
-    connections that stay open.
+    A thread reads every process of the tree each ``interval_s``, so backends that exit
+    during the window (a client that disconnects) still count, up to their last reading.
     """
-    if pid is None:
-        return 0.0
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        return 0.0
-    total = 0.0
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            times = proc.cpu_times()
-            total += times.user + times.system
-    return total
+
+    def __init__(self, pid: int | None, interval_s: float = 0.1) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self._start: dict[tuple[int, float], float] = {}
+        self._last: dict[tuple[int, float], float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _read(self) -> dict[tuple[int, float], float]:
+        if self.pid is None:
+            return {}
+        try:
+            root = psutil.Process(self.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return {}
+        seen = {}
+        for proc in procs:
+            with contextlib.suppress(psutil.Error):
+                times = proc.cpu_times()
+                seen[proc.pid, proc.create_time()] = times.user + times.system
+        return seen
+
+    def start(self) -> TreeCpu:
+        """Take the first reading and start sampling."""
+        self._start = self._read()
+        self._last = dict(self._start)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self._last.update(self._read())
+
+    def stop(self) -> float:
+        """Stop sampling; the CPU seconds used since :meth:`start`."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+        self._last.update(self._read())
+        return sum(cpu - self._start.get(key, 0.0) for key, cpu in self._last.items())
 
 
 class InboxProcess:
@@ -270,6 +301,14 @@ class InboxProcess:
         """The child's pid."""
         assert self.proc is not None
         return self.proc.pid
+
+    def cpu_s(self) -> float:
+        """The inbox process's CPU seconds so far."""
+        try:
+            times = psutil.Process(self.pid).cpu_times()
+        except psutil.Error:
+            return 0.0
+        return float(times.user + times.system)
 
     async def _call(self, method: str, path: str, body: Any = None) -> Any:
         assert self._session is not None
