@@ -1,0 +1,163 @@
+"""PostgresRoutes: the route book port and the operator's edits, on a real database."""
+
+from __future__ import annotations
+
+import base64
+import logging
+
+import pytest
+
+from birddog import InvalidInput, RouteNotFound
+from birddog.core.errors import InvalidSecret
+from birddog.ports import Route, RouteBook
+from birddog.postgres.pool import Pool
+from birddog.postgres.routes import PostgresRoutes, new_secret
+from birddog.postgres.wake import PostgresWake
+
+SECRET = "whsec_" + base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()
+
+
+async def test_add_then_route_returns_it(pg_pool: Pool) -> None:
+    """An added route is what the route book answers for that agent; others are unknown."""
+    routes = PostgresRoutes(pg_pool)
+    book: RouteBook = routes
+    added = await routes.add("alice", "https://alice.example/inbox", secret=SECRET)
+    assert added == Route(agent_id="alice", url="https://alice.example/inbox", secret=SECRET)
+    assert await book.route("alice") == added
+    assert await book.route("bob") is None
+
+
+async def test_a_generated_secret_is_32_random_bytes(pg_pool: Pool) -> None:
+    """Without a secret, add generates whsec_ plus the base64 of 32 fresh random bytes."""
+    routes = PostgresRoutes(pg_pool)
+    first = await routes.add("alice", "http://127.0.0.1:8080/inbox")
+    second = await routes.add("bob", "http://127.0.0.1:8080/inbox")
+    for route in (first, second):
+        assert route.secret.startswith("whsec_")
+        assert len(base64.b64decode(route.secret.removeprefix("whsec_"))) == 32
+    assert first.secret != second.secret
+    assert new_secret() != new_secret()
+
+
+async def test_repr_and_logs_never_show_the_secret(
+    pg_pool: Pool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A route's repr hides its secret, and route operations log nothing that holds it."""
+    caplog.set_level(logging.DEBUG)
+    routes = PostgresRoutes(pg_pool)
+    route = await routes.add("alice", "https://alice.example/inbox", secret=SECRET)
+    await routes.hold("alice")
+    await routes.release("alice")
+    assert SECRET not in repr(route)
+    assert SECRET not in repr(await routes.list())
+    assert SECRET not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://example.com/inbox",
+        "javascript:alert(1)",
+        "http://",
+        "https:///path-only",
+        "not a url",
+        "example.com/inbox",
+        "http://exa mple.com/",
+        "http://example.com:notaport/",
+        "http://example.com/\x00",
+        "https://example.com/" + "x" * 2100,
+    ],
+)
+async def test_only_http_and_https_urls_with_a_host_are_accepted(pg_pool: Pool, url: str) -> None:
+    """A URL that is not http(s) with a host is refused, naming ``url``, and nothing is stored."""
+    routes = PostgresRoutes(pg_pool)
+    with pytest.raises(InvalidInput) as refused:
+        await routes.add("alice", url)
+    assert refused.value.field == "url"
+    assert await routes.list() == []
+
+
+@pytest.mark.parametrize("agent_id", ["", "a" * 257, "nul\x00id"])
+async def test_agent_ids_are_validated_like_addresses(pg_pool: Pool, agent_id: str) -> None:
+    """Agent ids must be 1 to 256 storable characters, like an AgentAddress's."""
+    routes = PostgresRoutes(pg_pool)
+    with pytest.raises(InvalidInput) as refused:
+        await routes.add(agent_id, "https://example.com/inbox")
+    assert refused.value.field == "agentId"
+    assert await routes.list() == []
+
+
+async def test_a_bad_secret_is_refused_without_echoing_it(pg_pool: Pool) -> None:
+    """A secret that is not whsec_<base64> is refused, and the message does not repeat it."""
+    routes = PostgresRoutes(pg_pool)
+    for secret in ("whsec_!!!not-base64!!!", "whsec_"):
+        with pytest.raises(InvalidSecret) as refused:
+            await routes.add("alice", "https://example.com/inbox", secret=secret)
+        assert refused.value.field == "secret"
+        assert "!!!not-base64!!!" not in str(refused.value)
+    assert await routes.list() == []
+
+
+async def test_adding_an_existing_agent_is_refused(pg_pool: Pool) -> None:
+    """A second add for the same agent is refused, so a secret is never replaced by mistake."""
+    routes = PostgresRoutes(pg_pool)
+    original = await routes.add("alice", "https://example.com/inbox")
+    with pytest.raises(InvalidInput) as refused:
+        await routes.add("alice", "https://other.example/inbox")
+    assert refused.value.field == "agentId"
+    assert await routes.route("alice") == original
+
+
+async def test_update_changes_only_what_is_given(pg_pool: Pool) -> None:
+    """Update replaces the URL and/or secret given and keeps the rest."""
+    routes = PostgresRoutes(pg_pool)
+    original = await routes.add("alice", "https://example.com/inbox")
+    moved = await routes.update("alice", url="https://new.example/inbox")
+    assert (moved.url, moved.secret) == ("https://new.example/inbox", original.secret)
+    rotated = await routes.update("alice", secret=SECRET)
+    assert (rotated.url, rotated.secret) == ("https://new.example/inbox", SECRET)
+    with pytest.raises(InvalidInput):
+        await routes.update("alice", url="gopher://x")
+    with pytest.raises(RouteNotFound):
+        await routes.update("nobody", url="https://example.com/")
+
+
+async def test_hold_and_release(pg_pool: Pool) -> None:
+    """Hold disables a route; release enables it again and wakes a drain."""
+    routes = PostgresRoutes(pg_pool)
+    wake = PostgresWake(pg_pool)
+    await routes.add("alice", "https://example.com/inbox")
+    held = await routes.hold("alice")
+    assert held.enabled is False
+    assert (await routes.route("alice")) == held
+    assert await wake.wake_at() is None
+
+    released = await routes.release("alice")
+    assert released.enabled is True
+    assert await wake.wake_at() is not None
+
+
+async def test_added_held_route(pg_pool: Pool) -> None:
+    """A route can be added already held."""
+    routes = PostgresRoutes(pg_pool)
+    route = await routes.add("alice", "https://example.com/inbox", enabled=False)
+    assert route.enabled is False
+
+
+async def test_missing_routes_raise_route_not_found(pg_pool: Pool) -> None:
+    """Hold, release and remove of an unknown agent raise RouteNotFound."""
+    routes = PostgresRoutes(pg_pool)
+    for operation in (routes.hold, routes.release, routes.remove):
+        with pytest.raises(RouteNotFound):
+            await operation("nobody")
+
+
+async def test_remove_and_list(pg_pool: Pool) -> None:
+    """List returns routes by agent id; a removed route is gone."""
+    routes = PostgresRoutes(pg_pool)
+    for agent in ("carol", "alice", "bob"):
+        await routes.add(agent, f"https://{agent}.example/inbox")
+    assert [route.agent_id for route in await routes.list()] == ["alice", "bob", "carol"]
+    await routes.remove("bob")
+    assert [route.agent_id for route in await routes.list()] == ["alice", "carol"]
+    assert await routes.route("bob") is None
