@@ -264,6 +264,35 @@ async def test_a_sqlalchemy_replay_that_differs_is_refused(
     assert await job_count(pg_pool) == 1
 
 
+async def _wait_until_blocked(pool: Pool, pid: int) -> None:
+    """Poll, with a deadline, until backend ``pid`` waits on a lock."""
+    deadline = asyncio.get_running_loop().time() + NOTIFY_TIMEOUT_S
+    while asyncio.get_running_loop().time() < deadline:
+        waiting = await pool.fetchval(
+            "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
+        )
+        if waiting:
+            return
+        await asyncio.sleep(0.01)  # polling with a deadline, not synchronisation
+    raise AssertionError(f"backend {pid} never waited on a lock")
+
+
+@pytest.mark.parametrize(("first_commits", "second_inserts"), [(True, False), (False, True)])
+async def test_concurrent_enqueues_of_one_id_store_one_job(
+    pg_pool: Pool, first_commits: bool, second_inserts: bool
+) -> None:
+    """A second sender waits for the first: a replay if the first commits, the insert if not."""
+    async with pg_pool.acquire() as first, pg_pool.acquire() as second:
+        tx = first.transaction()
+        await tx.start()
+        assert await enqueue_accepted_job(first, make_job()) is True
+        racing = asyncio.create_task(enqueue_accepted_job(second, make_job()))
+        await _wait_until_blocked(pg_pool, second.get_server_pid())
+        await (tx.commit() if first_commits else tx.rollback())
+        assert await asyncio.wait_for(racing, NOTIFY_TIMEOUT_S) is second_inserts
+    assert await job_count(pg_pool) == 1
+
+
 # ---- bad input -------------------------------------------------------------------------
 
 

@@ -13,12 +13,15 @@ from birddog import (
     InvalidInput,
     JobNotFound,
     JobState,
+    MailRoom,
     Outcome,
     StaleClaim,
+    has_pending_delivery,
 )
 from birddog.postgres.jobs import PostgresJobs
+from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
-from birddog.testing import FrozenClock
+from birddog.testing import FrozenClock, ManualWake, RecordingTransport
 from tests.integration.test_jobs import (
     ALICE,
     CAROL,
@@ -327,3 +330,31 @@ async def test_schedule_wake_off_writes_replies_without_a_wake(
     )
     assert len(keys) == 2
     assert await wake_at(pg_pool) is None
+
+
+async def test_settled_replies_drain_to_receipts_and_a_replay_owes_nothing_more(
+    jobs: PostgresJobs, pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """The fanned-out rows are what the Postgres outbox delivers; afterwards nothing is owed."""
+    transport = RecordingTransport(True)
+    room = MailRoom(
+        outbox=PostgresOutbox(pg_pool), transport=transport, wake=ManualWake(), clock=clock
+    )
+    token = await running_job(jobs, pg_pool)
+    keys = await jobs.settle(
+        job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content="delivered"
+    )
+    report = await room.drain_outbox()
+    assert sorted(report.delivered) == keys
+    assert [(reply.to, reply.content) for reply in transport.sent] == [
+        (ALICE, "delivered"),
+        (CAROL, "delivered"),
+    ]
+    assert (
+        await jobs.settle(
+            job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content="delivered"
+        )
+        == []
+    )
+    assert not await has_pending_delivery(room.outbox)
+    assert (await room.drain_outbox()).claimed == 0
