@@ -245,6 +245,9 @@ async def run_probe(stack: Stack, *, timeout_s: float, drain: bool = False) -> P
             await asyncio.sleep(0.05)  # polling with a deadline, not synchronisation
         row = await stack.outbox.get(reply_key)
         state = "receipt" if isinstance(row, Receipt) else getattr(row, "state", "missing")
+        # The canary is the probe's own: once the probe has failed loudly, a leftover
+        # reply would only turn into a second, misleading dead letter later.
+        await stack.pool.execute(queries["probe_discard"], reply_key)
         return _probe_fail(
             started,
             f"no round trip within {timeout_s:g} s (reply {state}; is `birddog run` running?)",

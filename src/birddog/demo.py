@@ -178,8 +178,8 @@ async def _summary(stack: Stack, run: str, echo: Echo) -> None:
             if isinstance(row, Receipt):
                 echo(f"  {key} -> {row.recipient.agent_id}, {row.attempts} attempt(s)")
     echo("dead letters:")
-    for row in await stack.outbox.list_dead(limit=50):
-        if f"demo-{run}-" in str(row["key"]):
-            echo(f"  {row['key']} -> {row['recipient_agent_id']}: {row['dead_reason']}")
+    for dead in await stack.outbox.list_dead(limit=50):
+        if f"demo-{run}-" in str(dead["key"]):
+            echo(f"  {dead['key']} -> {dead['recipient_agent_id']}: {dead['dead_reason']}")
     echo("")
     echo("look inside: SELECT * FROM birddog.receipts; SELECT * FROM birddog.dead_letters;")

@@ -232,6 +232,13 @@ class Worker:
                 cancel_requested = await self.jobs.heartbeat(
                     job_id=job_id, claim_token=token, lease_s=self.lease_s
                 )
+            except StaleClaim:
+                # Another claim holds the job now: this run's result would be refused, so
+                # stop the work rather than let it run on unowned.
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await work
+                raise
             except self._errors as exc:
                 bound.warning("heartbeat_failed", error=type(exc).__name__)
             if cancel_requested:

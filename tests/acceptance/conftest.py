@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from birddog.postgres.outbox import PostgresOutbox
-from birddog.postgres.routes import PostgresRoutes
-from birddog.postgres.wake import PostgresWake
 
 from birddog import MailRoom, Reply
 from birddog.bootstrap import SystemClock
 from birddog.http.transport import HttpTransport
 from birddog.inbox import Inbox
+from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import create_pool
+from birddog.postgres.routes import PostgresRoutes
+from birddog.postgres.wake import PostgresWake
 
 ROOT = Path(__file__).resolve().parents[2]
 BIRDDOG = str(Path(sys.executable).parent / "birddog")
@@ -192,6 +192,13 @@ class Harness:
     async def receipts(self) -> int:
         """How many receipts exist."""
         count: int = await self.pool.fetchval("SELECT count(*) FROM birddog.receipts")
+        return count
+
+    async def drain_daemons(self) -> int:
+        """How many drain daemons have recorded themselves as running."""
+        count: int = await self.pool.fetchval(
+            "SELECT count(*) FROM birddog.daemons WHERE kind = 'drain'"
+        )
         return count
 
     async def states(self) -> dict[str, str]:

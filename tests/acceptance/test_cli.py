@@ -92,6 +92,11 @@ async def test_two_daemons_share_the_work_without_double_delivery(
     for agent in ("alice", "carol"):
         await harness.add_agent(agent)
     first, second = daemons(), daemons()
+
+    async def both_running() -> bool:
+        return await harness.drain_daemons() == 2
+
+    await wait_until(both_running, timeout_s=60, what="two daemons running")
     keys = await fan_out(harness, 150, ["alice", "carol"])
     await wait_until(lambda: _count(harness, len(keys)), timeout_s=60, what="all receipts")
     assert set(inbox.posts) == set(keys)

@@ -468,3 +468,8 @@ FOR UPDATE SKIP LOCKED;
 -- How many jobs are in each state.
 -- params: none
 SELECT j.state, count(*)::int AS jobs FROM birddog.jobs j GROUP BY j.state;
+
+-- name: probe_discard
+-- Remove a failed probe's own canary reply (never a user's row: keys start with "outbox:probe:").
+-- params: $1 key text
+DELETE FROM birddog.outbox WHERE key = $1 AND key LIKE 'outbox:probe:%';

@@ -1,0 +1,230 @@
+"""The worker over the real job store: handler outcomes become settlements with replies."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+from asyncpg import Pool
+
+from birddog import AgentJobPayload, AgentWork, Job, JobState, Outcome, Recovery, agent_job
+from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
+from birddog.postgres.outbox import PostgresOutbox
+from birddog.worker import HandlerNotFound, Worker, load_handler
+from tests.unit.conftest import ALICE, BOB, settled_job
+
+
+class NoWake:
+    """A listener that only times out: the tests drive the worker with ``once``."""
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Time out after a short pause, as an idle LISTEN would."""
+        await asyncio.sleep(min(timeout_s, 0.05))
+        return False
+
+
+async def enqueue(pool: Pool, job_id: str, *, recovery: int | None = None) -> Job:
+    base = settled_job(key=job_id, reply_to=[ALICE])
+    mail = agent_job_payload_mail(base)
+    work = AgentWork(
+        job_id=job_id,
+        session_id=BOB.session_id,
+        command_fact_id=f"cmd-{job_id}",
+        recovery=None if recovery is None else Recovery(max_recoveries=recovery),
+    )
+    job = agent_job(work, mail)
+    async with pool.acquire() as conn, conn.transaction():
+        await enqueue_accepted_job(conn, job)
+    return job
+
+
+def agent_job_payload_mail(job: Job):  # type: ignore[no-untyped-def]
+    from birddog import decode_agent_job  # noqa: PLC0415
+
+    return decode_agent_job(job).mail
+
+
+@pytest.fixture
+async def store(pg_pool: Pool) -> PostgresJobs:
+    """The job store on the test database."""
+    return PostgresJobs(pg_pool)
+
+
+def make_worker(
+    store: PostgresJobs, handler: Callable[[AgentJobPayload], Awaitable[str]], **kw: float
+) -> Worker:
+    return Worker(
+        jobs=store,
+        handler=handler,
+        listener=NoWake(),
+        lease_s=kw.get("lease_s", 3.0),
+        handler_timeout_s=kw.get("handler_timeout_s", 10.0),
+        shutdown_grace_s=kw.get("shutdown_grace_s", 0.2),
+        concurrency=2,
+    )
+
+
+async def reply_of(pool: Pool, job_id: str) -> dict[str, object]:
+    row = await pool.fetchrow(
+        "SELECT reply FROM birddog.outbox WHERE key = $1", f"outbox:{job_id}:reply:0"
+    )
+    assert row is not None, "no reply was fanned out"
+    reply: dict[str, object] = row["reply"]
+    return reply
+
+
+async def test_a_handlers_text_becomes_a_completed_reply(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """The handler's return value is the reply content of a completed settlement."""
+
+    async def handle(payload: AgentJobPayload) -> str:
+        assert payload.mail is not None
+        return f"done: {payload.mail.content}"
+
+    await enqueue(pg_pool, "j1")
+    await make_worker(store, handle).run(once=True)
+    job = await store.get("j1")
+    assert (job.state, job.outcome) == (JobState.SETTLED, Outcome.COMPLETED)
+    reply = await reply_of(pg_pool, "j1")
+    assert reply["content"] == "done: please"
+
+
+async def test_a_raising_handler_settles_failed_with_a_bounded_diagnostic(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """A handler exception settles failed; the diagnostic is one masked line."""
+
+    async def handle(payload: AgentJobPayload) -> str:
+        raise RuntimeError("401\nAuthorization: Bearer sk-secret-1")
+
+    await enqueue(pg_pool, "j2")
+    await make_worker(store, handle).run(once=True)
+    assert (await store.get("j2")).outcome is Outcome.FAILED
+    facts = (await reply_of(pg_pool, "j2"))["reply"]
+    assert isinstance(facts, dict)
+    assert facts["diagnostic"] == "RuntimeError: 401 Authorization: Bearer [redacted]"
+
+
+async def test_a_handler_past_its_timeout_is_cancelled_and_interrupted(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """A handler that runs too long is cancelled; without budget the job is interrupted."""
+    cancelled = asyncio.Event()
+
+    async def handle(payload: AgentJobPayload) -> str:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    await enqueue(pg_pool, "j3")
+    await make_worker(store, handle, handler_timeout_s=0.2).run(once=True)
+    assert cancelled.is_set()
+    assert (await store.get("j3")).outcome is Outcome.INTERRUPTED
+    facts = (await reply_of(pg_pool, "j3"))["reply"]
+    assert isinstance(facts, dict)
+    assert "timed out" in str(facts["diagnostic"])
+
+
+async def test_a_timed_out_job_with_budget_is_requeued_and_runs_again(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """With recovery budget left, an interrupted job is queued again and completes."""
+    runs = 0
+
+    async def handle(payload: AgentJobPayload) -> str:
+        nonlocal runs
+        runs += 1
+        if runs == 1:
+            await asyncio.Event().wait()
+        return "second time lucky"
+
+    await enqueue(pg_pool, "j4", recovery=1)
+    await make_worker(store, handle, handler_timeout_s=0.2).run(once=True)
+    job = await store.get("j4")
+    assert (runs, job.outcome) == (2, Outcome.COMPLETED)
+
+
+async def test_a_recorded_cancellation_stops_the_handler_and_wins(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """Cancelling a running job cancels its handler at the next heartbeat; replies say cancelled."""
+    started = asyncio.Event()
+
+    async def handle(payload: AgentJobPayload) -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    await enqueue(pg_pool, "j5")
+    run = asyncio.create_task(make_worker(store, handle, lease_s=0.3).run(once=True))
+    await asyncio.wait_for(started.wait(), 10)
+    await store.cancel(job_id="j5", content="Cancelled by alice.")
+    await asyncio.wait_for(run, 10)
+    assert (await store.get("j5")).outcome is Outcome.CANCELLED
+    assert (await reply_of(pg_pool, "j5"))["content"] == "Cancelled by alice."
+
+
+async def test_a_payload_that_is_not_ours_settles_failed(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """A foreign payload is settled failed with a diagnostic naming the problem."""
+    job = Job(job_id="alien", queue="s-bob", payload={"foo": 1})
+    async with pg_pool.acquire() as conn, conn.transaction():
+        await enqueue_accepted_job(conn, job)
+
+    async def handle(payload: AgentJobPayload) -> str:
+        raise AssertionError("the handler must not run")
+
+    await make_worker(store, handle).run(once=True)
+    settled = await store.get("alien")
+    assert settled.outcome is Outcome.FAILED
+    diagnostic = await pg_pool.fetchval(
+        "SELECT diagnostic FROM birddog.jobs WHERE job_id = 'alien'"
+    )
+    assert "not a BirdDog agent job" in diagnostic
+
+
+async def test_shutdown_interrupts_running_work(pg_pool: Pool, store: PostgresJobs) -> None:
+    """On stop, a handler still running after the grace period is cancelled and interrupted."""
+    started = asyncio.Event()
+
+    async def handle(payload: AgentJobPayload) -> str:
+        started.set()
+        await asyncio.Event().wait()
+        return "never"
+
+    await enqueue(pg_pool, "j6")
+    worker = make_worker(store, handle)
+    run = asyncio.create_task(worker.run())
+    await asyncio.wait_for(started.wait(), 10)
+    worker.stop.set()
+    await asyncio.wait_for(run, 10)
+    job = await store.get("j6")
+    assert job.outcome is Outcome.INTERRUPTED
+    assert "shut down" in str(
+        await pg_pool.fetchval("SELECT diagnostic FROM birddog.jobs WHERE job_id = 'j6'")
+    )
+
+
+async def test_replies_of_settled_jobs_drain(pg_pool: Pool, store: PostgresJobs) -> None:
+    """The worker's fan-out is visible to the Postgres outbox as a pending row."""
+
+    async def handle(payload: AgentJobPayload) -> str:
+        return "ok"
+
+    await enqueue(pg_pool, "j7")
+    await make_worker(store, handle).run(once=True)
+    assert await PostgresOutbox(pg_pool).has_pending()
+
+
+def test_load_handler_reports_bad_specs() -> None:
+    """A handler spec without a colon, module or attribute is refused clearly."""
+    for spec in ("nocolon", "no.such.module:fn", "birddog:no_such_function"):
+        with pytest.raises(HandlerNotFound):
+            load_handler(spec)
+    assert load_handler("tests.acceptance.handlers:echo").__name__ == "echo"
