@@ -6,6 +6,7 @@ import asyncio
 import shutil
 import tempfile
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import asyncpg
@@ -76,16 +77,30 @@ async def test_a_rolled_back_wake_is_never_announced(pg_pool: Pool, listener: Wa
     assert await PostgresWake(pg_pool).wake_at() is None
 
 
-async def test_only_an_earlier_wake_notifies(pg_pool: Pool, listener: WakeListener) -> None:
-    """A wake later than the armed one is already covered: no row change, no notification."""
+async def test_a_later_wake_behind_a_future_one_is_not_announced(
+    pg_pool: Pool, listener: WakeListener
+) -> None:
+    """Behind an armed wake still in the future, a later wake changes nothing and stays quiet."""
     wake = PostgresWake(pg_pool)
-    await wake.schedule_wake(at=at(10))
+    soon = datetime.now(UTC) + timedelta(hours=1)
+    await wake.schedule_wake(at=soon)
     assert await listener.wait(5) is True
-    await wake.schedule_wake(at=at(20))
+    await wake.schedule_wake(at=soon + timedelta(minutes=5))
     assert await listener.wait(QUIET_S) is False
-    await wake.schedule_wake(at=at(5))
+    await wake.schedule_wake(at=soon - timedelta(minutes=5))
     assert await listener.wait(5) is True
-    assert await wake.wake_at() == at(5)
+    assert await wake.wake_at() == soon - timedelta(minutes=5)
+
+
+async def test_a_stale_wake_never_silences_a_new_one(pg_pool: Pool, listener: WakeListener) -> None:
+    """An armed wake already in the past (never cleared) does not swallow later announcements."""
+    wake = PostgresWake(pg_pool)
+    await wake.schedule_wake(at=at(0))  # long past: a drain ran for it, nobody cleared it
+    assert await listener.wait(5) is True
+    for _ in range(2):
+        await wake.schedule_wake(at=datetime.now(UTC))
+        assert await listener.wait(5) is True
+    assert await wake.wake_at() == at(0)
 
 
 async def test_concurrent_schedules_keep_the_minimum(pg_pool: Pool) -> None:

@@ -222,12 +222,16 @@ LIMIT $1::int;
 -- ---------------------------------------------------------------------------------------
 
 -- name: wake_schedule
--- Keep the earliest wake time and NOTIFY birddog_wake when it moved; delivered at commit.
+-- Keep the earliest wake time; NOTIFY birddog_wake unless a pending future wake covers it.
 -- params: $1 at timestamptz
--- Only a wake that moves earlier takes the row lock and notifies: a wake already armed
--- for sooner covers this one, so concurrent settlements do not queue on the singleton
--- row or on the notification queue.
-WITH moved AS (
+-- Only a wake that moves earlier takes the row lock, so concurrent settlements do not
+-- queue on the singleton row. The notification (delivered at commit) is skipped only
+-- when an armed wake still lies in the future and is earlier than $1: whoever sleeps
+-- until then is already covered. An armed wake that is already due may have been
+-- consumed by a drain that never clears the table, so it never silences a new one.
+WITH armed AS (
+    SELECT w.wake_at FROM birddog.wake w
+), moved AS (
     UPDATE birddog.wake w
     SET wake_at = $1::timestamptz
     WHERE w.id AND w.wake_at > $1::timestamptz
@@ -235,13 +239,14 @@ WITH moved AS (
 ), inserted AS (
     INSERT INTO birddog.wake AS w (id, wake_at)
     SELECT true, $1::timestamptz
-    WHERE NOT EXISTS (SELECT 1 FROM birddog.wake)
+    WHERE NOT EXISTS (SELECT 1 FROM armed)
     ON CONFLICT (id) DO UPDATE SET wake_at = least(w.wake_at, excluded.wake_at)
     RETURNING w.wake_at
 )
 SELECT pg_notify('birddog_wake', '')
-FROM (SELECT wake_at FROM moved UNION ALL SELECT wake_at FROM inserted) AS changed
-LIMIT 1;
+WHERE EXISTS (SELECT 1 FROM moved)
+   OR EXISTS (SELECT 1 FROM inserted)
+   OR NOT EXISTS (SELECT 1 FROM armed WHERE armed.wake_at > now());
 
 -- name: wake_get
 -- The armed wake time, if any.
