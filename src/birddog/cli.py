@@ -159,7 +159,13 @@ def send(
     from birddog.core.mail import Mail  # noqa: PLC0415
 
     settings = _settings(ctx)
-    text = sys.stdin.read() if content in (None, "-") else content
+    # Bytes decoded here, not by the locale's codec: invalid UTF-8 becomes lone surrogates,
+    # which Mail refuses naming ``content``, instead of a UnicodeDecodeError traceback.
+    text = (
+        sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+        if content in (None, "-")
+        else content
+    )
     target = _address(to, "--to")
     work_fields: dict[str, Any] = {
         "jobId": job_id,
@@ -180,7 +186,11 @@ def send(
             }
         )
         check_content_size(mail.content, limit_bytes=settings.max_content_bytes)
-        job = agent_job(AgentWork.model_validate(work_fields), mail)
+        job = agent_job(
+            AgentWork.model_validate(work_fields),
+            mail,
+            max_content_bytes=settings.max_content_bytes,
+        )
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from exc
 

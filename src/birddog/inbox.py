@@ -143,6 +143,10 @@ class Inbox:
         signatures = _header(headers, signing.SIGNATURE_HEADER)
         if not msg_id or not stamp or not signatures:
             raise InvalidSignature("missing webhook-id, webhook-timestamp or webhook-signature")
+        if not msg_id.isascii() and not _encodable(msg_id):
+            # aiohttp decodes invalid UTF-8 header bytes to lone surrogates; no sender
+            # could have signed such an id, and hashing it would raise UnicodeEncodeError.
+            raise InvalidSignature("webhook-id is not valid UTF-8 text")
         stamp = stamp.strip()
         # Unix seconds have 10 digits until 2286; a longer value is not a timestamp.
         if not (stamp.isascii() and stamp.isdigit()) or len(stamp) > 12:
@@ -322,6 +326,14 @@ async def _read_bounded(request: web.Request, limit: int) -> bytes | None:
 
 def _refusal(status: int, error: Exception | str) -> web.Response:
     return web.json_response({"accepted": False, "error": str(error)}, status=status)
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:

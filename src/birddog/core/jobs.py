@@ -59,7 +59,9 @@ class AgentJobPayload(Model):
     mail: Mail | None = None
 
 
-def agent_job(work: AgentWork, mail: Mail | None = None) -> Job:
+def agent_job(
+    work: AgentWork, mail: Mail | None = None, *, max_content_bytes: int | None = None
+) -> Job:
     """Validate addressed work and return the queued job that runs it.
 
     Pure and synchronous, so it can run inside the caller's transaction before
@@ -68,13 +70,19 @@ def agent_job(work: AgentWork, mail: Mail | None = None) -> Job:
     Args:
         work: the job id, target session, command fact id and optional recovery policy.
         mail: the request whose replies the settlement owes, addressed to ``work``'s session.
+        max_content_bytes: the largest mail content, in UTF-8 bytes (default
+            :data:`DEFAULT_MAX_CONTENT_BYTES`, 1 MiB; ``BIRDDOG_MAX_CONTENT_BYTES`` for the CLI).
 
     Returns:
         A queued job: queue = the session id, lane ``default``, priority 0.
 
     Raises:
         InvalidInput: ``mail.to.sessionId`` is not the work's session.
+        ContentTooLarge: the mail's content is above ``max_content_bytes``.
     """
+    if mail is not None:
+        limit = DEFAULT_MAX_CONTENT_BYTES if max_content_bytes is None else max_content_bytes
+        check_content_size(mail.content, limit_bytes=limit, field="mail.content")
     if mail is not None and mail.to.session_id != work.session_id:
         raise InvalidInput(
             f"mail.to.sessionId {mail.to.session_id!r} is not the work's session "
