@@ -23,6 +23,7 @@ import time
 
 import aiohttp
 import procrastinate
+
 from bench.harness import CONTENT, WORKER, agent_names
 
 POOL_SIZE = 16

@@ -1,0 +1,256 @@
+"""Scale with backlog: claim latency, drain rate and daemon memory with 1,000,000 rows waiting.
+
+Two databases, the same 10,000 due rows in each (quick: 2,000); the second also holds
+1,000,000 rows (quick: 100,000) pending in the future (retries due in 1 to 23 hours),
+their keys interleaved with the due ones (md5-shaped mail keys). Both are seeded with
+``generate_series`` and then ``VACUUM ANALYZE``d, as a steady-state table would be.
+
+In each:
+
+1. Claim latency: ``PostgresOutbox.claim_page`` (page 64), called page after page through
+   the due rows, as the daemon does; median and p99.
+2. The plan: ``EXPLAIN (ANALYZE, BUFFERS)`` of the claim statement (rolled back), saved to
+   ``claim_plan.txt`` next to the results.
+3. The daemon: a fresh ``birddog run`` drains the due rows; rate, and its peak RSS
+   (psutil, sampled every 50 ms) from start to the last receipt.
+
+Ratios: backlog / empty for claim latency (target <= 2) and drain rate; peak RSS is
+compared with the 150 MB target and between the two sizes (flat).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import asyncpg
+
+from bench.harness import (
+    Context,
+    DaemonProcess,
+    Figure,
+    add_routes,
+    agent_names,
+    fresh_database,
+    percentile,
+    ratio,
+    seed_outbox,
+    wait_until,
+)
+from birddog.postgres.outbox import PostgresOutbox
+from birddog.postgres.pool import create_pool
+from birddog.postgres.sql import queries
+
+AGENTS = 50
+PAGE = 64
+TARGET_RATIO = 2.0
+TARGET_RSS_MB = 150.0
+CHUNK = 250_000
+
+
+async def seed(conn: asyncpg.Connection, *, due: int, backlog: int) -> float:
+    """Seed ``backlog`` future rows and ``due`` due rows; the seconds it took."""
+    started = time.perf_counter()
+    now = datetime.now(UTC)
+    for first in range(0, backlog, CHUNK):
+        await seed_outbox(
+            conn,
+            count=min(CHUNK, backlog - first),
+            agents=AGENTS,
+            prefix="mail",
+            start=first,
+            due_in_s=3600,
+            due_spread_s=22 * 3600,
+            at=now,
+        )
+    # Same prefix, later sequence numbers: md5 keys interleave the due rows with the rest.
+    await seed_outbox(conn, count=due, agents=AGENTS, prefix="mail", start=backlog, at=now)
+    await conn.execute("VACUUM ANALYZE birddog.outbox")
+    return time.perf_counter() - started
+
+
+async def claim_latencies(dsn: str, pages: int) -> list[float]:
+    """Claim ``pages`` pages in key order (ms each), then release every lease."""
+    pool = await create_pool(dsn, min_size=1, max_size=2)
+    outbox = PostgresOutbox(pool)
+    latencies = []
+    cursor: str | None = None
+    try:
+        for _ in range(pages):
+            started = time.perf_counter()
+            page = await outbox.claim_page(
+                after_key=cursor, limit=PAGE, now=datetime.now(UTC), lease_s=60
+            )
+            latencies.append((time.perf_counter() - started) * 1000)
+            cursor = page.last_key if page.more else None
+        async with pool.acquire() as conn:
+            await conn.execute(
+                "UPDATE birddog.outbox SET claim_token = NULL, lease_expires_at = NULL "
+                "WHERE claim_token IS NOT NULL"
+            )
+    finally:
+        await pool.close()
+    return latencies
+
+
+async def explain(dsn: str, after_key: str) -> str:
+    """EXPLAIN (ANALYZE, BUFFERS) of the claim statement, rolled back."""
+    conn = await asyncpg.connect(dsn, server_settings={"plan_cache_mode": "force_custom_plan"})
+    now = datetime.now(UTC)
+    try:
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            rows = await conn.fetch(
+                "EXPLAIN (ANALYZE, BUFFERS) " + queries["outbox_claim_page"],
+                after_key,
+                now,
+                PAGE,
+                uuid.uuid4(),
+                now,
+            )
+        finally:
+            await tx.rollback()
+    finally:
+        await conn.close()
+    return "\n".join(row[0] for row in rows)
+
+
+async def scenario(ctx: Context, name: str, *, due: int, backlog: int) -> dict[str, Any]:
+    """Seed, time the claims, explain, then let a fresh daemon drain the due rows."""
+    dsn = await fresh_database(ctx.server, f"backlog_{name}")
+    conn = await asyncpg.connect(dsn)
+    result: dict[str, Any] = {"due": due, "backlog": backlog}
+    try:
+        await add_routes(conn, agent_names(AGENTS), ctx.inbox)
+        result["seed_s"] = round(await seed(conn, due=due, backlog=backlog), 1)
+        result["table_mb"] = round(
+            await conn.fetchval("SELECT pg_total_relation_size('birddog.outbox')") / 2**20, 1
+        )
+        pages = min(due // PAGE, 60)
+        latencies = await claim_latencies(dsn, pages)
+        # The first claim pays for a new connection's first plan; keep it out.
+        steady = latencies[1:]
+        result["claim_ms"] = {
+            "median": statistics.median(steady),
+            "p99": percentile(steady, 99),
+            "max": max(steady),
+            "pages": len(steady),
+        }
+        middle = await conn.fetchval(
+            "SELECT key FROM birddog.outbox WHERE due_at <= now() ORDER BY key OFFSET $1 LIMIT 1",
+            due // 2,
+        )
+        result["plan_first_page"] = await explain(dsn, "")
+        result["plan_mid_page"] = await explain(dsn, middle or "")
+        await ctx.inbox.reset()
+        daemon = DaemonProcess(dsn, ctx.tmp / f"backlog-{name}.log")
+        daemon.start()
+        try:
+            # The due rows are there already, so the daemon drains from its first loop.
+            drained = await drain_existing(ctx, conn, daemon, due=due)
+            assert daemon.sampler is not None
+            result["daemon"] = {
+                **drained,
+                "peak_rss_mb": round(daemon.sampler.peak_rss / 2**20, 1),
+                "rss_at_end_mb": round(daemon.sampler.rss() / 2**20, 1),
+            }
+        finally:
+            daemon.stop()
+    finally:
+        await conn.close()
+    return result
+
+
+async def drain_existing(
+    ctx: Context, conn: asyncpg.Connection, daemon: DaemonProcess, *, due: int
+) -> dict[str, Any]:
+    """Wait for the daemon to drain the ``due`` rows; rate from its first to last receipt."""
+
+    async def all_drained() -> bool:
+        daemon.check_alive()
+        return bool(await conn.fetchval("SELECT count(*) FROM birddog.receipts") >= due)
+
+    await wait_until(all_drained, timeout_s=240, interval_s=0.2, what="the drain")
+    first, last = await conn.fetchrow(
+        "SELECT min(delivered_at), max(delivered_at) FROM birddog.receipts"
+    )
+    # Timed from the first receipt, so the first page's posts are not in the window:
+    # count one page fewer.
+    elapsed = (last - first).total_seconds()
+    return {
+        "delivered": due,
+        "elapsed_s": round(elapsed, 3),
+        "per_s": (due - PAGE) / elapsed if elapsed > 0 else float("nan"),
+        "inbox_posts": (await ctx.inbox.stats())["posts"],
+    }
+
+
+async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
+    """Empty table vs backlog: claim latency, plans, drain rate, daemon RSS."""
+    due = 2_000 if ctx.quick else 10_000
+    backlog = 100_000 if ctx.quick else 1_000_000
+    empty = await scenario(ctx, "empty", due=due, backlog=0)
+    full = await scenario(ctx, "full", due=due, backlog=backlog)
+    plan_path = ctx.results / "claim_plan.txt"
+    plan_path.write_text(
+        f"-- outbox_claim_page, {due:,} due rows, no backlog, first page\n"
+        f"{empty['plan_first_page']}\n\n"
+        f"-- outbox_claim_page, {due:,} due rows + {backlog:,} future rows, first page\n"
+        f"{full['plan_first_page']}\n\n"
+        f"-- the same, a page from the middle of the due rows (after_key set)\n"
+        f"{full['plan_mid_page']}\n"
+    )
+    claim_empty, claim_full = empty["claim_ms"]["median"], full["claim_ms"]["median"]
+    rate_empty, rate_full = empty["daemon"]["per_s"], full["daemon"]["per_s"]
+    rss_empty, rss_full = empty["daemon"]["peak_rss_mb"], full["daemon"]["peak_rss_mb"]
+    figures = [
+        Figure(
+            name=f"claim_page latency, median, {backlog:,}-row backlog",
+            value=claim_full,
+            unit="ms",
+            baseline=f"same claim, {due:,} due rows, no backlog",
+            baseline_value=claim_empty,
+            ratio=ratio(claim_full, claim_empty),
+            ratio_note="backlog / empty",
+            target=f"<= {TARGET_RATIO:g}x",
+            met=ratio(claim_full, claim_empty) <= TARGET_RATIO,
+        ),
+        Figure(
+            name=f"claim_page latency, p99, {backlog:,}-row backlog",
+            value=full["claim_ms"]["p99"],
+            unit="ms",
+            baseline="same claim, no backlog, p99",
+            baseline_value=empty["claim_ms"]["p99"],
+            ratio=ratio(full["claim_ms"]["p99"], empty["claim_ms"]["p99"]),
+            ratio_note="backlog / empty",
+        ),
+        Figure(
+            name=f"drain rate of {due:,} due rows, {backlog:,}-row backlog",
+            value=rate_full,
+            unit="replies/s",
+            baseline="same drain, no backlog",
+            baseline_value=rate_empty,
+            ratio=ratio(rate_full, rate_empty),
+            ratio_note="backlog / empty",
+        ),
+        Figure(
+            name=f"daemon peak RSS, {due + backlog:,} rows",
+            value=rss_full,
+            unit="MB",
+            baseline=f"daemon peak RSS, {due:,} rows",
+            baseline_value=rss_empty,
+            ratio=ratio(rss_full, rss_empty),
+            ratio_note="large / small",
+            target=f"< {TARGET_RSS_MB:g} MB, flat",
+            met=rss_full < TARGET_RSS_MB and rss_full <= rss_empty * 1.1,
+        ),
+    ]
+    for result in (empty, full):
+        result.pop("plan_first_page")
+        result.pop("plan_mid_page")
+    details = {"empty": empty, "backlog": full, "plan_file": str(plan_path)}
+    return figures, details
