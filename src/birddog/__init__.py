@@ -44,7 +44,7 @@ from birddog.core.jobs import (
 from birddog.core.mail import AgentAddress, Mail, Outcome, Reply, ReplyFacts, reply_key
 from birddog.core.schedule import RetrySchedule
 from birddog.mailroom import PAGE_SIZE, DrainReport, MailRoom, has_pending_delivery
-from birddog.ports import Clock, Outbox, Page, Transport, WakeScheduler
+from birddog.ports import Clock, Outbox, Page, Route, RouteBook, Transport, WakeScheduler
 
 __all__ = [
     "DEFAULT_MAX_CONTENT_BYTES",
@@ -80,6 +80,8 @@ __all__ = [
     "Reply",
     "ReplyFacts",
     "RetrySchedule",
+    "Route",
+    "RouteBook",
     "RouteNotFound",
     "RowState",
     "StaleClaim",

@@ -24,7 +24,7 @@ from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.fanout import replies_for
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, Job
 from birddog.core.schedule import Random, RetrySchedule
-from birddog.ports import Clock, Outbox, Transport, WakeScheduler
+from birddog.ports import Clock, Outbox, Page, Transport, WakeScheduler
 
 PAGE_SIZE = 64
 """A drain reads at most this many rows."""
@@ -162,7 +162,14 @@ class MailRoom:
             page = await self.outbox.claim_page(
                 after_key=None, limit=self.page_size, now=self.clock.now(), lease_s=self.lease_s
             )
-        results = await asyncio.gather(*(self._post(row) for row in page.rows))
+        try:
+            results = await asyncio.gather(*(self._post(row) for row in page.rows))
+        except asyncio.CancelledError:
+            # Stopped mid-page: nothing was decided, so give the rows back at once rather
+            # than leave them leased. A post that reached its recipient is posted again
+            # later; delivery is at least once and the reply key is the idempotency key.
+            await asyncio.shield(self._release(page))
+            raise
         now = self.clock.now()
         outcomes = [
             decide(row, result, now=now, schedule=self.schedule, rng=self.rng)
@@ -183,6 +190,12 @@ class MailRoom:
     async def next_wake_at(self) -> datetime | None:
         """The earliest owed delivery, future retries included; None when nothing is owed."""
         return await self.outbox.next_due_at()
+
+    async def _release(self, page: Page) -> None:
+        try:
+            await self.outbox.release_claim(page=page)
+        except Exception:
+            return
 
     async def _post(self, row: OutboxRow) -> DeliveryResult:
         try:

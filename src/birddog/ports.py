@@ -60,6 +60,10 @@ class Outbox(Protocol):
         """
         ...
 
+    async def release_claim(self, *, page: Page) -> None:
+        """Give a page's rows back untouched (their lease ends now); nothing is stored."""
+        ...
+
     async def get(self, key: str) -> OutboxRow | Receipt | None:
         """The row or receipt under ``key``, if any."""
         ...

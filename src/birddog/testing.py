@@ -84,6 +84,13 @@ class InMemoryOutbox:
             stored.append(outcome.key)
         return stored
 
+    async def release_claim(self, *, page: Page) -> None:
+        """Give a page's rows back untouched: their lease ends now."""
+        for row in page.rows:
+            lease = self._leases.get(row.key)
+            if lease is not None and lease[0] == page.claim:
+                del self._leases[row.key]
+
     async def get(self, key: str) -> OutboxRow | Receipt | None:
         """The row or receipt under ``key``, if any."""
         return self.rows.get(key) or self.receipts.get(key)

@@ -203,6 +203,17 @@ async def test_leased_rows_are_not_claimed_until_the_lease_expires(backend: Back
     assert [row.key for row in after.rows] == ["a"]
 
 
+async def test_release_claim_makes_rows_claimable_at_once(backend: Backend) -> None:
+    """A released page's rows are claimable again before their lease would expire."""
+    outbox = backend.outbox
+    await outbox.add([make_row("k1"), make_row("k2")])
+    page = await outbox.claim_page(after_key=None, limit=10, now=at(0), lease_s=LEASE_S)
+    await outbox.release_claim(page=page)
+    again = await outbox.claim_page(after_key=None, limit=10, now=at(1), lease_s=LEASE_S)
+    assert [row.key for row in again.rows] == ["k1", "k2"]
+    assert await outbox.apply(page=page, outcomes=[make_row("k1")]) == []
+
+
 async def test_apply_with_a_stale_claim_stores_nothing(backend: Backend) -> None:
     """A claimer whose lease was taken over by another claim changes nothing."""
     outbox = backend.outbox

@@ -161,3 +161,26 @@ async def test_remove_and_list(pg_pool: Pool) -> None:
     await routes.remove("bob")
     assert [route.agent_id for route in await routes.list()] == ["alice", "carol"]
     assert await routes.route("bob") is None
+
+
+async def test_lookups_are_cached_but_local_edits_take_effect_at_once(pg_pool: Pool) -> None:
+    """A looked-up route is reused without a query; an edit here replaces it immediately."""
+    routes = PostgresRoutes(pg_pool, cache_s=60)
+    await routes.add("zed", "http://127.0.0.1:9/a")
+    first = await routes.route("zed")
+    await pg_pool.execute("UPDATE birddog.routes SET url = 'http://127.0.0.1:9/b'")
+    assert await routes.route("zed") == first
+    updated = await routes.update("zed", url="http://127.0.0.1:9/c")
+    assert await routes.route("zed") == updated
+    await routes.remove("zed")
+    assert await routes.route("zed") is None
+
+
+async def test_unknown_agents_are_never_cached(pg_pool: Pool) -> None:
+    """A route added by another process is found at the next lookup."""
+    routes = PostgresRoutes(pg_pool, cache_s=60)
+    assert await routes.route("late") is None
+    await PostgresRoutes(pg_pool).add("late", "http://127.0.0.1:9/x")
+    found = await routes.route("late")
+    assert found is not None
+    assert found.url == "http://127.0.0.1:9/x"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
+import pytest
+
 from birddog import (
     DeadReason,
     Deferred,
@@ -246,3 +248,27 @@ async def test_stale_claims_store_nothing(room: Room) -> None:
     row = room.outbox.rows[key]
     assert isinstance(row, OutboxRow)
     assert row.attempts == 1
+
+
+async def test_a_drain_cancelled_mid_page_gives_its_rows_back(room: Room) -> None:
+    """Cancelling a drain (shutdown) releases its claim: the rows are claimable at once."""
+    started = asyncio.Event()
+
+    async def hang(reply: Reply) -> bool:
+        started.set()
+        await asyncio.Event().wait()
+        return True
+
+    room.transport.answer = hang
+    [key] = await room.room.fan_out(job=settled_job(reply_to=[ALICE]), content="x")
+    drain = asyncio.create_task(room.room.drain_outbox())
+    await started.wait()
+    drain.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await drain
+    row = room.outbox.rows[key]
+    assert isinstance(row, OutboxRow)
+    assert (row.attempts, row.state) == (0, RowState.PENDING)
+    room.transport.answer = True
+    report = await room.room.drain_outbox()
+    assert report.delivered == [key]

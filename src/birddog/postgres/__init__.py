@@ -16,7 +16,13 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import make_url
 
+from birddog.postgres.embedded import EmbeddedPostgres
+from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
+from birddog.postgres.outbox import PostgresOutbox, insert_rows
+from birddog.postgres.pool import create_pool
+from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.tables import SCHEMA
+from birddog.postgres.wake import PostgresWake, WakeListener, schedule_wake_on
 
 MIGRATION_LOCK_ID: Final = 0x42_69_72_64_44_6F_67
 """The advisory lock held while migrating, so concurrent starts migrate one at a time."""
@@ -28,10 +34,21 @@ _ALEMBIC_LOCK = threading.Lock()
 __all__ = [
     "MIGRATION_LOCK_ID",
     "SCHEMA",
+    "ClaimedJob",
+    "EmbeddedPostgres",
+    "PostgresJobs",
+    "PostgresOutbox",
+    "PostgresRoutes",
+    "PostgresWake",
+    "WakeListener",
     "alembic_config",
+    "create_pool",
+    "enqueue_accepted_job",
     "include_name",
+    "insert_rows",
     "migrate",
     "migrations_dir",
+    "schedule_wake_on",
     "sqlalchemy_url",
 ]
 

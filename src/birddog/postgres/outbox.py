@@ -286,6 +286,26 @@ class PostgresOutbox:
                         await conn.execute(queries["outbox_notify_dead"], dead)
         return [outcome.key for outcome in outcomes if outcome.key in stored]
 
+    async def release_claim(self, *, page: Page) -> None:
+        """Give a page's rows back untouched, so another drain may post them at once.
+
+        Used when a drain is cancelled mid-page (shutdown): nothing is stored for the
+        rows, and their lease ends now instead of at its expiry.
+
+        Args:
+            page: the claimed page.
+
+        Raises:
+            StoreUnavailable: the database is unreachable (the lease then simply expires).
+        """
+        claim = _claim_uuid(page.claim)
+        if claim is None or not page.rows:
+            return
+        with store_errors("outbox release"):
+            await self.pool.execute(
+                queries["outbox_release_claim"], claim, [row.key for row in page.rows]
+            )
+
     async def get(self, key: str) -> OutboxRow | Receipt | None:
         """The row or receipt under ``key``, if any.
 

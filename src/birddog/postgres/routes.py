@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
+import time
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
@@ -93,12 +94,21 @@ def _route(record: asyncpg.Record) -> Route:
 class PostgresRoutes:
     """The route book port over an asyncpg pool, with the operator's edits.
 
+    Lookups of known agents are cached for ``cache_s`` seconds, so a page of 64 posts to a
+    few recipients costs a few queries, not 64. An edit made through this object takes
+    effect at once here; an edit from another process (the CLI) within ``cache_s``. Holds
+    never wait on the cache: the claim query skips held recipients itself. An unknown
+    agent is never cached, so a route added a moment ago is found.
+
     Args:
         pool: the pool from :func:`birddog.postgres.pool.create_pool`.
+        cache_s: how long a looked-up route is reused (0 turns the cache off).
     """
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(self, pool: Pool, *, cache_s: float = 1.0) -> None:
         self.pool = pool
+        self.cache_s = cache_s
+        self._cache: dict[str, tuple[float, Route]] = {}
 
     async def route(self, agent_id: str) -> Route | None:
         """The route for ``agent_id``, or None when the agent is unknown.
@@ -106,9 +116,19 @@ class PostgresRoutes:
         Raises:
             StoreUnavailable: the database is unreachable.
         """
+        cached = self._cache.get(agent_id)
+        now = time.monotonic()
+        if cached is not None and cached[0] > now:
+            return cached[1]
         with store_errors("route lookup"):
             record = await self.pool.fetchrow(queries["routes_get"], agent_id)
-        return _route(record) if record is not None else None
+        if record is None:
+            self._cache.pop(agent_id, None)
+            return None
+        found = _route(record)
+        if self.cache_s > 0:
+            self._cache[agent_id] = (now + self.cache_s, found)
+        return found
 
     async def add(
         self, agent_id: str, url: str, secret: str | None = None, enabled: bool = True
@@ -131,6 +151,7 @@ class PostgresRoutes:
             StoreUnavailable: the database is unreachable.
         """
         agent_id = _check_agent_id(agent_id)
+        self._cache.pop(agent_id, None)
         url = _check_url(url)
         secret = _check_secret(secret) if secret is not None else new_secret()
         with store_errors("route add"):
@@ -166,6 +187,7 @@ class PostgresRoutes:
             url = _check_url(url)
         if secret is not None:
             secret = _check_secret(secret)
+        self._cache.pop(agent_id, None)
         with store_errors("route update"):
             record = await self.pool.fetchrow(queries["routes_update"], agent_id, url, secret)
         if record is None:
@@ -179,6 +201,7 @@ class PostgresRoutes:
             RouteNotFound: no route for ``agent_id``.
             StoreUnavailable: the database is unreachable.
         """
+        self._cache.pop(agent_id, None)
         with store_errors("route hold"):
             record = await self.pool.fetchrow(queries["routes_set_enabled"], agent_id, False)
         if record is None:
@@ -192,6 +215,7 @@ class PostgresRoutes:
             RouteNotFound: no route for ``agent_id``.
             StoreUnavailable: the database is unreachable.
         """
+        self._cache.pop(agent_id, None)
         with store_errors("route release"):
             async with self.pool.acquire() as conn, conn.transaction():
                 record = await conn.fetchrow(queries["routes_set_enabled"], agent_id, True)
@@ -208,6 +232,7 @@ class PostgresRoutes:
             RouteNotFound: no route for ``agent_id``.
             StoreUnavailable: the database is unreachable.
         """
+        self._cache.pop(agent_id, None)
         with store_errors("route remove"):
             record = await self.pool.fetchrow(queries["routes_remove"], agent_id)
         if record is None:
