@@ -241,6 +241,7 @@ async def _chaos(
         await asyncio.sleep(plan.worker_kill_delay_s)  # a random moment into the job
         row = await retrying(lambda: _job_row(pool, plan.blocking.job.job_id), what="the job")
         assert row["state"] == "running", f"the blocking job is {row['state']}, not running"
+        assert row["worker_id"].endswith(f":{run.worker.pid}"), "another worker runs it"
         run.kill_worker()
 
     await asyncio.wait_for(
@@ -275,9 +276,9 @@ async def test_no_reply_vanishes_under_crashes_restarts_and_bad_recipients() -> 
     pool: Pool | None = None
     wall = time.monotonic()
     try:
-        dsn = await asyncio.to_thread(server.start)
+        dsn = await asyncio.wait_for(asyncio.to_thread(server.start), 60)
         await _tune(dsn)
-        await migrate(dsn)
+        await asyncio.wait_for(migrate(dsn), 60)
         pool = await create_pool(dsn, max_size=4)
         routes = PostgresRoutes(pool)
         await recipients.start()
@@ -379,11 +380,14 @@ async def _check_and_report(
 
     jobs = {
         r["job_id"]: r
-        for r in await pool.fetch("SELECT job_id, outcome, recovery_count FROM birddog.jobs")
+        for r in await pool.fetch(
+            "SELECT job_id, outcome, recovery_count, worker_id FROM birddog.jobs"
+        )
     }
     assert Counter(r["outcome"] for r in jobs.values()) == {"completed": len(plan.jobs)}
     blocking = jobs[plan.blocking.job.job_id]
     assert blocking["recovery_count"] == 1, "the killed worker's job was not recovered once"
+    assert blocking["worker_id"].endswith(f":{run.worker.pid}"), "not finished by the second worker"
     assert all(got[key] == "receipt" for key, _agent in plan.blocking.reply_keys())
     assert run.worker_kills == 1
     assert run.daemon_kills == DAEMONS * plan.size.daemon_kills
