@@ -5,11 +5,12 @@ per worker process) and fails unless the inbox answers ``{"accepted": true}``, w
 what BirdDog's transport requires too. It neither signs nor looks up routes: the job
 carries the URL. The app lives in its own database (``BENCH_PEER_DSN``).
 
-Run (the peer benchmark does this)::
+Run (the peer benchmark does this; ``bench.peer`` imports this module, so the app is not
+defined in ``__main__``)::
 
-    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer_app schema
-    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer_app defer <inbox base URL> <count> <agents>
-    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer_app worker <concurrency>
+    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer schema
+    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer defer <inbox base URL> <count> <agents>
+    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer worker <concurrency>
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import asyncio
 import json
 import os
 import resource
-import sys
 import time
 
 import aiohttp
@@ -123,7 +123,3 @@ def main(argv: list[str]) -> None:
     else:
         raise SystemExit(f"unknown command {command!r}")
     print(json.dumps(result))
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])
