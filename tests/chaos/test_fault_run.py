@@ -72,9 +72,9 @@ class Run:
         daemon_kills: SIGKILLs of daemons so far.
         db_restarts: database crashes so far.
         worker_kills: SIGKILLs of a worker mid-job so far.
-        in_flight: keys claimed by a page and not yet settled around any crash: the only
-            replies a crash may have posted without recording it, so the only ones a
-            recipient may get twice.
+        in_flight: keys under a page's claim, their outcome not stored, just after a crash:
+            the only replies a crash may have posted without recording it, so the only
+            ones a recipient may get twice.
         in_flight_counts: how many keys were in flight at each crash.
     """
 
@@ -143,10 +143,9 @@ class Run:
         self.worker = self._worker()
 
     def kill_all(self) -> None:
-        """SIGKILL whatever is still running, by pid."""
+        """SIGKILL whatever is still running, by pid, and close every log."""
         for process in self.started:
-            if process.alive():
-                process.kill()
+            process.kill()
 
 
 async def _tune(dsn: str) -> None:
