@@ -51,6 +51,11 @@ async def wake(conn: asyncpg.Connection) -> float:
     return time.time()
 
 
+def inbox_counts(stats: dict[str, Any]) -> dict[str, int]:
+    """Posts the inbox got, and over how many client connections."""
+    return {"inbox_posts": stats["posts"], "inbox_connections": stats["connections"]}
+
+
 async def product_round(
     ctx: Context,
     conn: asyncpg.Connection,
@@ -96,7 +101,7 @@ async def product_round(
         "daemon_cpu_us_per_reply": (daemon.sampler.cpu_s() - cpu) / count * 1e6,
         "postgres_cpu_us_per_reply": pg_cpu_s / count * 1e6,
         "inbox_cpu_us_per_reply": (ctx.inbox.cpu_s() - inbox_cpu) / count * 1e6,
-        "inbox_posts": (await ctx.inbox.stats())["posts"],
+        **inbox_counts(await ctx.inbox.stats()),
     }
     if profiler is not None:
         result["profile"] = str(profiler.out)
@@ -124,7 +129,7 @@ async def baseline_round(
         # Includes the few statements of the idle daemon (heartbeat) meanwhile.
         "postgres_cpu_us_per_reply": pg_cpu_s / delivered * 1e6,
         "inbox_cpu_us_per_reply": (ctx.inbox.cpu_s() - inbox_cpu) / delivered * 1e6,
-        "inbox_posts": (await ctx.inbox.stats())["posts"],
+        **inbox_counts(await ctx.inbox.stats()),
     }
 
 

@@ -10,7 +10,8 @@ Times are ``CLOCK_MONOTONIC`` nanoseconds, one clock for every process on the ma
 
 Control (from the parent only):
 
-- ``GET /stats`` counts, first/last arrival; ``?events=1`` adds ``[[key, t_ns], ...]``.
+- ``GET /stats`` counts (posts, distinct client connections), first/last arrival;
+  ``?events=1`` adds ``[[key, t_ns], ...]``.
 - ``POST /reset`` forgets everything counted.
 - ``POST /config`` with ``{"slow": [agent, ...], "delay_s": 5.0, "events": true}``.
 
@@ -54,12 +55,14 @@ class Inbox:
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self.events: list[tuple[str, int]] = []
+        self.peers: set[object] = set()
 
     async def post(self, request: web.Request) -> web.Response:
         arrived = now_ns()
         agent = request.match_info["agent"]
         await request.read()
         self.posts += 1
+        self.peers.add(request.transport.get_extra_info("peername") if request.transport else None)
         self.by_agent[agent] += 1
         if self.first_ns is None:
             self.first_ns = arrived
@@ -74,6 +77,7 @@ class Inbox:
     async def stats(self, request: web.Request) -> web.Response:
         body: dict[str, object] = {
             "posts": self.posts,
+            "connections": len(self.peers),
             "by_agent": dict(self.by_agent),
             "last_by_agent": self.last_by_agent,
             "first_ns": self.first_ns,
