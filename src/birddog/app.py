@@ -14,7 +14,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from birddog.bootstrap import Stack, open_stack
+from birddog.bootstrap import Stack, Stopped, open_stack
 from birddog.core.delivery import OutboxRow, Receipt
 from birddog.core.errors import BirdDogError
 from birddog.core.jobs import AgentWork, agent_job
@@ -51,7 +51,23 @@ async def run_daemon(
 ) -> None:
     """Run the drain daemon until SIGTERM/SIGINT (or, with ``once``, until nothing is due)."""
     stop = stop_on_signals()
-    async with open_stack(settings, migrate_first=migrate_first, announce=announce) as stack:
+    try:
+        await _daemon(settings, stop, once=once, migrate_first=migrate_first, announce=announce)
+    except Stopped:
+        log.info("daemon_stopped_before_start")
+
+
+async def _daemon(
+    settings: Settings,
+    stop: asyncio.Event,
+    *,
+    once: bool,
+    migrate_first: bool,
+    announce: Callable[[str], None] | None,
+) -> None:
+    async with open_stack(
+        settings, migrate_first=migrate_first, announce=announce, wait_until=stop
+    ) as stack:
         alerts = (
             AlertPoster(settings.alert_url, settings.alert_secret) if settings.alert_url else None
         )
@@ -114,7 +130,22 @@ async def run_worker(
 ) -> None:
     """Run agent jobs with ``handler`` until SIGTERM/SIGINT (or, with ``once``, idle)."""
     stop = stop_on_signals()
-    async with open_stack(settings, announce=announce) as stack:
+    try:
+        await _worker(settings, handler, stop, queues=queues, once=once, announce=announce)
+    except Stopped:
+        log.info("worker_stopped_before_start")
+
+
+async def _worker(
+    settings: Settings,
+    handler: Handler,
+    stop: asyncio.Event,
+    *,
+    queues: list[str] | None,
+    once: bool,
+    announce: Callable[[str], None] | None,
+) -> None:
+    async with open_stack(settings, announce=announce, wait_until=stop) as stack:
         daemons = PostgresDaemons(stack.pool, kind="worker")
         async with WakeListener(stack.dsn, channel="birddog_jobs") as listener:
             worker = Worker(

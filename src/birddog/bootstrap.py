@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import asyncpg
+import structlog
 
 from birddog.http.transport import HttpTransport
 from birddog.mailroom import MailRoom
@@ -25,6 +26,8 @@ from birddog.postgres.pool import create_pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.wake import PostgresWake
 from birddog.settings import Settings
+
+log = structlog.get_logger("birddog.bootstrap")
 
 
 class SystemClock:
@@ -88,6 +91,34 @@ async def database(
     return dsn, server
 
 
+class Stopped(Exception):
+    """Stopped (SIGTERM/SIGINT) while still waiting for the database."""
+
+
+async def wait_for_database(dsn: str, *, stop: asyncio.Event, cap_s: float = 5.0) -> None:
+    """Wait until the database accepts a connection, retrying with backoff.
+
+    A daemon started before its database (a host reboot, ``docker compose up``) waits
+    and says so, rather than exiting.
+
+    Raises:
+        Stopped: ``stop`` was set first.
+    """
+    delay = 0.1
+    while not stop.is_set():
+        try:
+            conn = await asyncpg.connect(dsn, timeout=10)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            log.warning("database_unavailable", error=type(exc).__name__, retry_in_s=delay)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+            delay = min(cap_s, delay * 2)
+        else:
+            await conn.close()
+            return
+    raise Stopped
+
+
 @contextlib.asynccontextmanager
 async def open_stack(
     settings: Settings,
@@ -95,6 +126,7 @@ async def open_stack(
     migrate_first: bool = False,
     announce: Callable[[str], None] | None = None,
     pool_size: int = 10,
+    wait_until: asyncio.Event | None = None,
 ) -> AsyncIterator[Stack]:
     """Open every adapter over one database and close them all on exit.
 
@@ -103,11 +135,15 @@ async def open_stack(
         migrate_first: upgrade the schema before opening (always done for embedded).
         announce: told the embedded server's DSN.
         pool_size: the pool's maximum size.
+        wait_until: for daemons: wait for an unreachable database until this event is
+            set (then raise :class:`Stopped`) instead of failing at once.
 
     Yields:
         The wired stack.
     """
     dsn, embedded = await database(settings, announce=announce)
+    if wait_until is not None:
+        await wait_for_database(dsn, stop=wait_until)
     if migrate_first or embedded is not None:
         await migrate(dsn)
     pool = await create_pool(dsn, max_size=pool_size)

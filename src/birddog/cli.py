@@ -43,10 +43,14 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         raise click.ClickException(str(exc)) from exc
 
 
-def _stop_on_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+def _exit_before_started(signum: int, _frame: object) -> None:
+    """SIGTERM while still starting up: nothing was claimed yet, so leave quietly (exit 0)."""
+    raise SystemExit(0)
+
+
+def _quiet_until_started() -> None:
+    # Replaced by the daemon's and the worker's own handlers once their loop runs.
+    signal.signal(signal.SIGTERM, _exit_before_started)
 
 
 @click.group(
@@ -96,6 +100,7 @@ def migrate(ctx: click.Context) -> None:
 @click.pass_context
 def run(ctx: click.Context, once: bool, migrate_first: bool) -> None:
     """Run the drain daemon: deliver owed replies until stopped (SIGTERM/SIGINT)."""
+    _quiet_until_started()
     from birddog.app import run_daemon  # noqa: PLC0415
 
     _run(run_daemon(_settings(ctx), once=once, migrate_first=migrate_first, announce=_announce))
@@ -111,6 +116,7 @@ def worker(
     ctx: click.Context, handler: str, queues: tuple[str, ...], concurrency: int | None, once: bool
 ) -> None:
     """Run agent jobs with HANDLER, settling and fanning out each one."""
+    _quiet_until_started()
     from birddog.app import run_worker  # noqa: PLC0415
     from birddog.worker import load_handler  # noqa: PLC0415
 

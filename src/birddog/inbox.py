@@ -37,6 +37,7 @@ from birddog.core.errors import (
 )
 from birddog.core.mail import Mail, Reply, reply_key
 from birddog.http import signing
+from birddog.http.answers import header
 from birddog.ports import Clock
 
 __all__ = [
@@ -138,9 +139,9 @@ class Inbox:
             MalformedReply: the body is not a BirdDog reply, or its key is not the
                 ``webhook-id``.
         """
-        msg_id = _header(headers, signing.ID_HEADER)
-        stamp = _header(headers, signing.TIMESTAMP_HEADER)
-        signatures = _header(headers, signing.SIGNATURE_HEADER)
+        msg_id = header(headers, signing.ID_HEADER)
+        stamp = header(headers, signing.TIMESTAMP_HEADER)
+        signatures = header(headers, signing.SIGNATURE_HEADER)
         if not msg_id or not stamp or not signatures:
             raise InvalidSignature("missing webhook-id, webhook-timestamp or webhook-signature")
         if not msg_id.isascii() and not _encodable(msg_id):
@@ -334,13 +335,3 @@ def _encodable(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def _header(headers: Mapping[str, str], name: str) -> str | None:
-    value = headers.get(name)
-    if value is not None:
-        return value
-    for key, item in headers.items():
-        if key.lower() == name:
-            return item
-    return None

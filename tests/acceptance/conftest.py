@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -66,27 +67,38 @@ class Daemon:
     """A ``birddog run`` subprocess this test started and will stop by its pid."""
 
     def __init__(self, database_url: str, *args: str, **env: str) -> None:
+        # The log goes to a file, so a test can read it while the daemon runs.
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in kill()
         self.proc = subprocess.Popen(  # noqa: S603 - our own console script
             [BIRDDOG, "run", *args],
             env=cli_env(database_url, **env),
             cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
             text=True,
         )
+
+    def log(self) -> str:
+        """Everything the daemon logged so far."""
+        self._log.seek(0)
+        return self._log.read()
 
     def terminate(self, timeout_s: float = 20) -> tuple[int, str]:
         """SIGTERM, wait, and return the exit code and the log."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        _out, err = self.proc.communicate(timeout=timeout_s)
-        return self.proc.returncode, err
+        self.proc.wait(timeout=timeout_s)
+        text = self.log()
+        self._log.close()
+        return self.proc.returncode, text
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""
         if self.proc.poll() is None:
             self.proc.kill()
-        self.proc.communicate(timeout=20)
+        self.proc.wait(timeout=20)
+        if not self._log.closed:
+            self._log.close()
 
 
 @pytest.fixture

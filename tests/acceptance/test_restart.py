@@ -86,3 +86,32 @@ async def _receipts(harness: Harness, expected: int) -> bool:
         return await harness.receipts() >= expected
     except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
         return False
+
+
+async def test_a_daemon_started_before_its_database_waits_for_it(
+    own_server: EmbeddedPostgres, own_harness: Harness, inbox: TestInbox
+) -> None:
+    """A daemon whose database is down at start waits, then delivers once it is up."""
+    await own_harness.add_agent("alice")
+    dsn = own_server.dsn()
+    await own_harness.pool.close()
+    await asyncio.to_thread(own_server.stop)
+    daemon = Daemon(dsn)
+    try:
+
+        async def waiting() -> bool:
+            return "database_unavailable" in daemon.log()
+
+        await wait_until(waiting, timeout_s=30, what="the daemon to wait for its database")
+        await asyncio.to_thread(own_server.start)
+        fresh = Harness(await create_pool(dsn), inbox)
+        try:
+            keys = await fan_out(fresh, 3, ["alice"], prefix="late")
+            await wait_until(lambda: _receipts(fresh, 3), timeout_s=30, what="receipts")
+        finally:
+            await fresh.pool.close()
+        assert set(inbox.posts) == set(keys)
+    finally:
+        code, log = await asyncio.to_thread(daemon.terminate)
+    assert code == 0, log[-2000:]
+    assert "database_unavailable" in log

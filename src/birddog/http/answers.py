@@ -66,7 +66,7 @@ def classify(
     if status == HTTPStatus.GONE:
         return Rejected(_reason(head, body), dead_reason=DeadReason.GONE)
     if status in DEFERRING_STATUSES:
-        retry_after = _header(headers, "retry-after")
+        retry_after = header(headers, "retry-after")
         until = _retry_at(retry_after, now=now) if retry_after is not None else None
         if until is None:
             missing = "without" if retry_after is None else "with an unusable"
@@ -76,7 +76,7 @@ def classify(
         until = min(max(until, earliest), latest)
         return Deferred(until=until, reason=_reason(f"{head}, Retry-After {retry_after}", body))
     if 300 <= status < 400:
-        location = _header(headers, "location") or "(none)"
+        location = header(headers, "location") or "(none)"
         return Failed(bounded_diagnostic(f"{head}: redirects are not followed (to {location})"))
     return Failed(_reason(head, body))
 
@@ -117,7 +117,8 @@ def _retry_at(value: str, *, now: datetime) -> datetime | None:
     return when
 
 
-def _header(headers: Mapping[str, str], name: str) -> str | None:
+def header(headers: Mapping[str, str], name: str) -> str | None:
+    """A header's value by its lower-case name, from any mapping, whatever its case."""
     value = headers.get(name)
     if value is not None:
         return value
