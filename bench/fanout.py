@@ -8,7 +8,8 @@
 Baseline for both: a bare ``INSERT`` of the same job payload (JSON) into a plain table
 (``id bigserial, payload jsonb``), one per transaction, in the same run. Each is run
 sequentially on one connection and with 8 concurrent callers on a pool of 8. No daemon
-runs meanwhile.
+runs meanwhile. For reference, settling with ``schedule_wake=False`` (no wake row, no
+NOTIFY) is timed too, to show what arming the wake costs.
 """
 
 from __future__ import annotations
@@ -85,9 +86,11 @@ async def bare_inserts(pool: asyncpg.Pool, payloads: list[str], concurrency: int
     return await timed([call(p) for p in payloads], concurrency)
 
 
-async def settles(pool: asyncpg.Pool, jobs: list[Job], concurrency: int) -> float:
+async def settles(
+    pool: asyncpg.Pool, jobs: list[Job], concurrency: int, *, wake: bool = True
+) -> float:
     """Claim the jobs, then settle each (with its fan-out); settlements per second."""
-    store = PostgresJobs(pool)
+    store = PostgresJobs(pool, schedule_wake=wake)
     claimed = await store.claim_many(queues=[jobs[0].queue], limit=len(jobs), lease_s=3600)
     assert len(claimed) == len(jobs), f"claimed {len(claimed)} of {len(jobs)}"
 
@@ -161,6 +164,12 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
                         ratio_note="settle / bare insert",
                     )
                 )
+            # What the wake (its row and NOTIFY, in the settling transaction) costs.
+            jobs = make_jobs(f"n{concurrency}", count, 1)
+            await enqueue_all(pool, jobs)
+            details["runs"][f"settle_1_{concurrency}_without_wake"] = {
+                "settlements_per_s": await settles(pool, jobs, concurrency, wake=False)
+            }
             jobs = make_jobs(f"e{concurrency}", count, 1)
             payloads = [json.dumps(job.payload) for job in jobs]
             product = await enqueues(pool, jobs, concurrency)

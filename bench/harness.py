@@ -225,7 +225,7 @@ class TreeCpu:
     during the window (a client that disconnects) still count, up to their last reading.
     """
 
-    def __init__(self, pid: int | None, interval_s: float = 0.1) -> None:
+    def __init__(self, pid: int | None, interval_s: float = 0.25) -> None:
         self.pid = pid
         self.interval_s = interval_s
         self._start: dict[tuple[int, float], float] = {}
