@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib
+import json
 import os
 import shutil
 import sys
@@ -52,6 +53,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--profile", action="store_true", help="py-spy the daemon during the drain benchmark"
     )
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="print the saved results (bench/results/*.json) as a markdown table; run nothing",
+    )
     args = parser.parse_args(argv)
     wanted = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = [name for name in wanted if name not in BENCHMARKS]
@@ -78,6 +84,31 @@ def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
     return "\n".join(lines)
 
 
+def markdown(results: Path) -> str:
+    """The saved results of every benchmark as a markdown table, with their commands."""
+    lines = [
+        "| benchmark | figure | value | baseline | baseline value | ratio | target | met |",
+        "| --- | --- | ---: | --- | ---: | ---: | --- | --- |",
+    ]
+    commands = []
+    for name in BENCHMARKS:
+        path = results / f"{name}.json"
+        if not path.exists():
+            continue
+        data = json.loads(path.read_text())
+        commands.append(f"`{data['command']}` ({data['started_at']}, {data['duration_s']} s)")
+        if "error" in data:
+            lines.append(f"| {name} | did not finish: {data['error']} | | | | | | |")
+        for figure in data["figures"]:
+            met = "" if figure["met"] is None else ("yes" if figure["met"] else "**no**")
+            lines.append(
+                f"| {name} | {figure['name']} | {_num(figure['value'])} {figure['unit']} | "
+                f"{figure['baseline']} | {_num(figure['baseline_value'])} | "
+                f"{_num(figure['ratio'])} ({figure['ratio_note']}) | {figure['target']} | {met} |"
+            )
+    return "\n".join([*lines, "", "Reproduce:", *(f"- {c}" for c in commands)])
+
+
 def _num(value: float) -> str:
     if value != value:  # noqa: PLR0124 - NaN
         return "n/a"
@@ -92,6 +123,9 @@ async def main(args: argparse.Namespace) -> int:
     """Run the chosen benchmarks; 0 when all of them ran (targets do not set the code)."""
     mode = "quick" if args.quick else "full"
     results = RESULTS / "quick" if args.quick else RESULTS
+    if args.report:
+        print(markdown(results))
+        return 0
     results.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="birddog-bench-"))
     rows: list[tuple[str, dict[str, Any]]] = []
