@@ -123,6 +123,9 @@ async def main(args: argparse.Namespace) -> int:
     """Run the chosen benchmarks; 0 when all of them ran (targets do not set the code)."""
     mode = "quick" if args.quick else "full"
     results = RESULTS / "quick" if args.quick else RESULTS
+    if os.environ.get("BENCH_DAEMON"):
+        # A prototype daemon's figures never overwrite the product's.
+        results = RESULTS / "experiment" / os.environ["BENCH_DAEMON"].rsplit(".", 1)[-1] / mode
     if args.report:
         print(markdown(results))
         return 0

@@ -370,8 +370,11 @@ class DaemonProcess:
             **self.env,
         }
         self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(  # noqa: S603 - the birddog console script of this venv
-            [str(BIN / "birddog"), "run"],
+        # BENCH_DAEMON names a module to run instead (a prototype, bench/experiments/).
+        module = os.environ.get("BENCH_DAEMON")
+        command = [sys.executable, "-m", module] if module else [str(BIN / "birddog")]
+        self.proc = subprocess.Popen(  # noqa: S603 - this venv's birddog, or our own module
+            [*command, "run"],
             cwd=ROOT,
             env=env,
             stdout=self._log,
@@ -663,7 +666,11 @@ class Context:
 
     def command(self, name: str) -> str:
         """The command that reproduces this benchmark in this mode."""
-        return f".venv/bin/python -m bench {'--quick ' if self.quick else ''}--only {name}"
+        prefix = (
+            f"BENCH_DAEMON={os.environ['BENCH_DAEMON']} " if os.environ.get("BENCH_DAEMON") else ""
+        )
+        quick = "--quick " if self.quick else ""
+        return f"{prefix}.venv/bin/python -m bench {quick}--only {name}"
 
 
 class Profiler:

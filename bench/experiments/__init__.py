@@ -1,0 +1,1 @@
+"""Prototypes of product changes, run by the benchmarks to price a recommended fix."""
