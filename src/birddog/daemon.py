@@ -22,8 +22,12 @@ from birddog.core.errors import StoreUnavailable
 from birddog.mailroom import DrainReport, MailRoom
 from birddog.metrics import Metrics, start_server
 from birddog.settings import Settings
+from birddog.window import DeliveryWindow
 
 log = structlog.get_logger("birddog.daemon")
+
+IDLE_RECHECK_S = 0.5
+"""How soon to look again when rows are due but leased by another daemon."""
 
 DATABASE_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, OSError)
 """Errors that mean "the database is away": the daemon backs off and tries again."""
@@ -149,17 +153,32 @@ class DrainDaemon:
         await factory()
 
     async def _loop(self, *, once: bool) -> None:
+        window = DeliveryWindow(
+            self.room,
+            size=self.settings.window_size,
+            per_recipient=self.settings.per_recipient_in_flight,
+        )
+        try:
+            await self._work(window, once=once)
+        finally:
+            if window.in_flight:
+                log.info("draining_before_stop", in_flight=window.in_flight)
+            try:
+                self._after(await window.close(grace_s=self.settings.shutdown_grace_s))
+            except self._errors as exc:
+                log.warning("stop_with_database_away", error=type(exc).__name__)
+
+    async def _work(self, window: DeliveryWindow, *, once: bool) -> None:
         backoff = Backoff()
+        woken = True
         while not self.stop.is_set():
             try:
-                report = await self._drain()
-                if report is None:
-                    return
-                self.healthy = True
-                backoff.reset()
-                if report.more:
-                    continue
-                due = await self.room.next_wake_at()
+                if woken:
+                    await self._observe_wake_latency()
+                    woken = False
+                more = await window.fill()
+                self._after(await window.collect())
+                due = None if more else await self.room.next_wake_at()
             except self._errors as exc:
                 self.healthy = False
                 self.metrics.up.set(0)
@@ -167,66 +186,74 @@ class DrainDaemon:
                 log.warning("database_unavailable", error=type(exc).__name__, retry_in_s=wait)
                 await self._sleep(wait)
                 continue
+            self.healthy = True
             self.metrics.up.set(1)
-            now = datetime.now(UTC)
-            if once:
-                if due is None or due > now:
-                    return
+            backoff.reset()
+            if more:
+                if window.full:
+                    await self._wait(window, self.settings.backstop_s, listen=False)
                 continue
-            timeout = self.settings.backstop_s
-            if due is not None:
-                timeout = min(timeout, max(0.0, (due - now).total_seconds()))
-            if timeout > 0:
-                await self._wait_for_wake(timeout)
+            now = datetime.now(UTC)
+            if due is not None and due > now:
+                wait_s = min(self.settings.backstop_s, (due - now).total_seconds())
+            elif window.in_flight:
+                # What is due is in flight (or its recipient is busy): wait for a post.
+                wait_s = self.settings.backstop_s
+            elif due is not None:
+                # Due but not claimable: leased by another daemon. Look again shortly.
+                wait_s = IDLE_RECHECK_S
+            elif once:
+                return
+            else:
+                wait_s = self.settings.backstop_s
+            if once and not window.in_flight and (due is None or due > now):
+                return
+            woken = await self._wait(window, wait_s, listen=not once)
 
-    async def _drain(self) -> DrainReport | None:
-        """One drain; on stop, give in-flight posts the grace period, then cancel them."""
+    async def _observe_wake_latency(self) -> None:
         due = await self.room.next_wake_at()
         now = datetime.now(UTC)
         if due is not None and due <= now:
             self.metrics.wake_latency.observe((now - due).total_seconds())
-        drain = asyncio.ensure_future(self.room.drain_outbox())
-        stopped = asyncio.ensure_future(self.stop.wait())
+
+    async def _wait(self, window: DeliveryWindow, wait_s: float, *, listen: bool) -> bool:
+        """Wait for a post to finish, a wake, the stop, or ``wait_s``; True after a wake."""
+        others: list[asyncio.Future[Any]] = [asyncio.ensure_future(self.stop.wait())]
+        wake: asyncio.Future[bool] | None = None
+        if listen:
+            wake = asyncio.ensure_future(self.listener.wait(wait_s))
+            others.append(wake)
         try:
-            await asyncio.wait({drain, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            await window.wait(*others, timeout_s=wait_s)
         finally:
-            stopped.cancel()
-        if not drain.done():
-            log.info("draining_before_stop", grace_s=self.settings.shutdown_grace_s)
-            try:
-                await asyncio.wait_for(asyncio.shield(drain), self.settings.shutdown_grace_s)
-            except TimeoutError:
-                drain.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await drain
-                log.warning("in_flight_posts_cancelled")
-                return None
-        report = drain.result()
-        self.drains += 1
-        self._after(report)
-        return report
+            for task in others:
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, *self._errors):
+                        await task
+        if wake is not None and wake.done() and not wake.cancelled():
+            error = wake.exception()
+            if error is not None:
+                log.warning("listener_error", error=type(error).__name__)
+                return True
+            return bool(wake.result()) or not window.in_flight
+        return False
 
     def _after(self, report: DrainReport) -> None:
         self.metrics.record(report)
         if report.claimed:
-            log.info("page_drained", **report.counts(), more=report.more)
+            self.drains += 1
+            log.debug("outcomes_stored", **report.counts())
+            if report.retried or report.deferred:
+                log.info(
+                    "replies_retrying", retried=len(report.retried), deferred=len(report.deferred)
+                )
         for key, reason in report.dead:
             log.error("reply_dead", key=key, reason=reason.value)
             if self.on_dead is not None:
                 task: asyncio.Task[None] = asyncio.create_task(self.on_dead(key, reason.value))
                 self._alerts.add(task)
                 task.add_done_callback(self._alerts.discard)
-
-    async def _wait_for_wake(self, wait_s: float) -> None:
-        wake = asyncio.ensure_future(self.listener.wait(wait_s))
-        stopped = asyncio.ensure_future(self.stop.wait())
-        done, pending = await asyncio.wait({wake, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, *self._errors):
-                await task
-        if wake in done and wake.exception() is not None:
-            log.warning("listener_error", error=type(wake.exception()).__name__)
 
     async def _sleep(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):

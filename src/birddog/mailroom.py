@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -163,7 +164,7 @@ class MailRoom:
                 after_key=None, limit=self.page_size, now=self.clock.now(), lease_s=self.lease_s
             )
         try:
-            results = await asyncio.gather(*(self._post(row) for row in page.rows))
+            results = await asyncio.gather(*(self.post_one(row) for row in page.rows))
         except asyncio.CancelledError:
             # Stopped mid-page: nothing was decided, so give the rows back at once rather
             # than leave them leased. A post that reached its recipient is posted again
@@ -197,7 +198,8 @@ class MailRoom:
         except Exception:
             return
 
-    async def _post(self, row: OutboxRow) -> DeliveryResult:
+    async def post_one(self, row: OutboxRow) -> DeliveryResult:
+        """Post one row's reply; a timeout or a raise is a failure, never a crash."""
         try:
             async with asyncio.timeout(self.post_timeout_s):
                 return as_result(await self.transport.post(row.reply))
@@ -213,7 +215,7 @@ async def has_pending_delivery(outbox: Outbox) -> bool:
 
 
 def _report(
-    rows: Any,
+    rows: Sequence[OutboxRow],
     results: list[DeliveryResult],
     outcomes: list[OutboxRow | Receipt],
     stored: set[str],
@@ -221,7 +223,25 @@ def _report(
     more: bool,
 ) -> DrainReport:
     report = DrainReport(claimed=len(rows), more=more)
-    for row, result, outcome in zip(rows, results, outcomes, strict=True):
+    add_outcomes(report, list(zip(rows, results, strict=True)), outcomes, stored)
+    return report
+
+
+def add_outcomes(
+    report: DrainReport,
+    items: list[tuple[OutboxRow, DeliveryResult]],
+    outcomes: list[OutboxRow | Receipt],
+    stored: set[str],
+) -> None:
+    """Count posted rows into a report by what became of them.
+
+    Args:
+        report: the report to add to.
+        items: each posted row with its delivery result.
+        outcomes: the decided next state of each row, in the same order.
+        stored: the keys whose outcome the outbox stored (the others lost their claim).
+    """
+    for (row, result), outcome in zip(items, outcomes, strict=True):
         report.results[row.key] = result
         if row.key not in stored:
             report.skipped.append(row.key)
@@ -233,4 +253,3 @@ def _report(
             report.deferred.append(row.key)
         else:
             report.retried.append(row.key)
-    return report

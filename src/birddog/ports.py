@@ -6,7 +6,7 @@ in-memory fakes; ``birddog.postgres`` and ``birddog.http`` the real adapters.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -47,9 +47,18 @@ class Outbox(Protocol):
         ...
 
     async def claim_page(
-        self, *, after_key: str | None, limit: int, now: datetime, lease_s: float
+        self,
+        *,
+        after_key: str | None,
+        limit: int,
+        now: datetime,
+        lease_s: float,
+        skip_agents: Collection[str] = (),
     ) -> Page:
-        """Claim up to ``limit`` due, unheld, unleased pending rows after ``after_key``."""
+        """Claim up to ``limit`` due, unheld, unleased pending rows after ``after_key``.
+
+        Rows addressed to an agent in ``skip_agents`` are left alone (busy recipients).
+        """
         ...
 
     async def apply(self, *, page: Page, outcomes: Sequence[OutboxRow | Receipt]) -> list[str]:

@@ -39,6 +39,10 @@ class Settings(BaseSettings):
     max_deferral_s: float = Field(3600.0, ge=0, description="Longest single deferral.")
     post_timeout_s: float = Field(30.0, gt=0, description="A post without answer fails.")
     lease_s: float = Field(60.0, gt=0, description="How long a claimed page is held.")
+    window_size: int = Field(256, ge=1, description="Posts the daemon keeps in flight.")
+    per_recipient_in_flight: int = Field(
+        16, ge=1, description="Posts in flight to one recipient at most."
+    )
     backstop_s: float = Field(30.0, gt=0, description="Longest sleep without a wake.")
     shutdown_grace_s: float = Field(10.0, ge=0, description="Time to finish in-flight posts.")
     max_content_bytes: int = Field(

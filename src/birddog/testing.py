@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -46,7 +46,13 @@ class InMemoryOutbox:
         return added
 
     async def claim_page(
-        self, *, after_key: str | None, limit: int, now: datetime, lease_s: float
+        self,
+        *,
+        after_key: str | None,
+        limit: int,
+        now: datetime,
+        lease_s: float,
+        skip_agents: Collection[str] = (),
     ) -> Page:
         """Claim up to ``limit`` due, unheld, unleased pending rows after ``after_key``."""
         claim = uuid.uuid4().hex
@@ -60,6 +66,7 @@ class InMemoryOutbox:
                 row.state is RowState.PENDING
                 and row.due_at <= now
                 and row.recipient.agent_id not in self.held
+                and row.recipient.agent_id not in skip_agents
                 and (lease is None or lease[1] <= now)
             ):
                 rows.append(row)

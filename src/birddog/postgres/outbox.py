@@ -13,7 +13,7 @@ Row <-> model mapping lives here, not on the models.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -212,7 +212,13 @@ class PostgresOutbox:
                 return await insert_rows(conn, rows)
 
     async def claim_page(
-        self, *, after_key: str | None, limit: int, now: datetime, lease_s: float
+        self,
+        *,
+        after_key: str | None,
+        limit: int,
+        now: datetime,
+        lease_s: float,
+        skip_agents: Collection[str] = (),
     ) -> Page:
         """Claim up to ``limit`` due, unheld, unleased pending rows after ``after_key``.
 
@@ -225,6 +231,7 @@ class PostgresOutbox:
             now: the caller's clock; rows due by then are claimed, leases expired by
                 then are free.
             lease_s: how long the claim holds the rows.
+            skip_agents: recipients whose rows are left alone this time (busy ones).
 
         Returns:
             The rows in key order, the claim token, and whether the page was full.
@@ -243,6 +250,7 @@ class PostgresOutbox:
                 limit,
                 claim,
                 now + timedelta(seconds=lease_s),
+                list(skip_agents),
             )
         rows = sorted((row_from_record(record) for record in records), key=lambda r: r.key)
         return Page(rows=rows, claim=str(claim), more=len(rows) == limit)

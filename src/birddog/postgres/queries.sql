@@ -47,8 +47,8 @@ WHERE o.key = ANY($1::text[]) AND rc.key = o.key
 RETURNING o.key;
 
 -- name: outbox_claim_page
--- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order.
--- params: $1 after_key text ('' for the start), $2 now timestamptz, $3 limit int, $4 claim uuid, $5 lease_until timestamptz
+-- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order, skipping recipients $6.
+-- params: $1 after_key text ('' for the start), $2 now timestamptz, $3 limit int, $4 claim uuid, $5 lease_until timestamptz, $6 skip_agents text[]
 WITH due AS (
     SELECT o.key
     FROM birddog.outbox o
@@ -56,6 +56,7 @@ WITH due AS (
       AND o.due_at <= $2::timestamptz
       AND o.key > $1::text
       AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $2::timestamptz)
+      AND NOT (o.recipient_agent_id = ANY($6::text[]))
       AND NOT EXISTS (
           SELECT 1 FROM birddog.routes r
           WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
