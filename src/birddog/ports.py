@@ -61,6 +61,16 @@ class Outbox(Protocol):
         """
         ...
 
+    async def claim_due(
+        self, *, limit: int, now: datetime, lease_s: float, skip_agents: Collection[str] = ()
+    ) -> Page:
+        """Claim up to ``limit`` of the earliest-due (then lowest-key) claimable rows.
+
+        The claim the delivery window uses: no cursor, oldest owed first, and a cost that
+        does not grow with rows due later.
+        """
+        ...
+
     async def apply(self, *, page: Page, outcomes: Sequence[OutboxRow | Receipt]) -> list[str]:
         """Store a page's outcomes at once; rows no longer held by the claim are skipped.
 

@@ -55,11 +55,29 @@ class InMemoryOutbox:
         skip_agents: Collection[str] = (),
     ) -> Page:
         """Claim up to ``limit`` due, unheld, unleased pending rows after ``after_key``."""
+        keys = [k for k in sorted(self.rows) if after_key is None or k > after_key]
+        return self._claim(keys, limit=limit, now=now, lease_s=lease_s, skip_agents=skip_agents)
+
+    async def claim_due(
+        self, *, limit: int, now: datetime, lease_s: float, skip_agents: Collection[str] = ()
+    ) -> Page:
+        """Claim up to ``limit`` of the earliest-due (then lowest-key) claimable rows."""
+        keys = sorted(self.rows, key=lambda k: (self.rows[k].due_at, k))
+        page = self._claim(keys, limit=limit, now=now, lease_s=lease_s, skip_agents=skip_agents)
+        return Page(rows=sorted(page.rows, key=lambda r: r.key), claim=page.claim, more=page.more)
+
+    def _claim(
+        self,
+        keys: list[str],
+        *,
+        limit: int,
+        now: datetime,
+        lease_s: float,
+        skip_agents: Collection[str],
+    ) -> Page:
         claim = uuid.uuid4().hex
         rows = []
-        for key in sorted(self.rows):
-            if after_key is not None and key <= after_key:
-                continue
+        for key in keys:
             row = self.rows[key]
             lease = self._leases.get(key)
             if (

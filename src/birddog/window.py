@@ -5,9 +5,9 @@ store the outcomes. Waiting for the slowest post of each page means a recipient 
 takes 5 s (or hangs until the post timeout) holds back every other reply on its page.
 The daemon therefore drains through a window instead:
 
-- up to ``size`` posts are in flight; whenever there is room, the next due rows are
-  claimed (the same claim: key order after a cursor, a lease, ``SKIP LOCKED``) and
-  posted at once;
+- up to ``size`` posts are in flight; whenever there is room, the earliest-due rows are
+  claimed (``claim_due``: a lease and ``SKIP LOCKED`` like a page, in due order so its
+  cost never grows with the rows due later) and posted at once;
 - at most ``per_recipient`` posts to one recipient are in flight; a recipient at its cap
   is left out of the next claim, so its rows stay in the table, unleased and visible,
   until a slot frees, and a slow recipient can never fill the window;
@@ -52,7 +52,6 @@ class DeliveryWindow:
         self.per_recipient = per_recipient
         self._posts: dict[asyncio.Task[DeliveryResult], tuple[_Claimed, OutboxRow]] = {}
         self._busy: Counter[str] = Counter()
-        self._cursor: str | None = None
 
     @property
     def in_flight(self) -> int:
@@ -65,33 +64,24 @@ class DeliveryWindow:
         return len(self._posts) >= self.size
 
     async def fill(self) -> bool:
-        """Claim due rows into the free slots and start posting them.
+        """Claim the earliest-due rows into the free slots and start posting them.
 
         Returns:
             True when a claim came back full, so more rows may be due right now.
         """
-        wrapped = False
         while not self.full:
             limit = min(self.room.page_size, self.size - len(self._posts))
             busy = [agent for agent, count in self._busy.items() if count >= self.per_recipient]
-            page = await self.room.outbox.claim_page(
-                after_key=self._cursor,
+            page = await self.room.outbox.claim_due(
                 limit=limit,
                 now=self.room.clock.now(),
                 lease_s=self.room.lease_s,
                 skip_agents=busy,
             )
-            if not page.rows:
-                if self._cursor is None or wrapped:
-                    self._cursor = None
-                    return False
-                self._cursor, wrapped = None, True
-                continue
-            await self._start(page)
+            if page.rows:
+                await self._start(page)
             if not page.more:
-                self._cursor = None
                 return False
-            self._cursor = page.last_key
         return True
 
     async def _start(self, page: Page) -> None:

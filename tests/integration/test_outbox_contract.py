@@ -162,6 +162,43 @@ async def test_claim_returns_only_due_rows(backend: Backend) -> None:
     assert page.more is False
 
 
+async def test_claim_due_takes_the_earliest_due_first(backend: Backend) -> None:
+    """claim_due takes due rows by due time (then key), returns them in key order."""
+    outbox = backend.outbox
+    await outbox.add(
+        [make_row("a", due=4), make_row("b", due=1), make_row("c", due=9), make_row("d", due=2)]
+    )
+    first = await outbox.claim_due(limit=2, now=at(5), lease_s=LEASE_S)
+    assert [row.key for row in first.rows] == ["b", "d"]
+    assert first.more is True
+    second = await outbox.claim_due(limit=2, now=at(5), lease_s=LEASE_S)
+    assert [row.key for row in second.rows] == ["a"]
+    assert second.more is False
+
+
+async def test_claim_due_skips_busy_and_held_recipients(backend: Backend) -> None:
+    """Rows of skipped or held recipients stay where they are, unleased."""
+    outbox = backend.outbox
+    await outbox.add(
+        [make_row("a", agent="alice"), make_row("b", agent="bob"), make_row("c", agent="carol")]
+    )
+    await backend.hold("carol")
+    page = await outbox.claim_due(limit=10, now=at(1), lease_s=LEASE_S, skip_agents=["alice"])
+    assert [row.key for row in page.rows] == ["b"]
+    again = await outbox.claim_due(limit=10, now=at(1), lease_s=LEASE_S)
+    assert [row.key for row in again.rows] == ["a"]
+
+
+async def test_claim_skips_busy_recipients(backend: Backend) -> None:
+    """claim_page leaves the rows of skipped recipients alone too."""
+    outbox = backend.outbox
+    await outbox.add([make_row("a", agent="alice"), make_row("b", agent="bob")])
+    page = await outbox.claim_page(
+        after_key=None, limit=10, now=at(1), lease_s=LEASE_S, skip_agents=["bob"]
+    )
+    assert [row.key for row in page.rows] == ["a"]
+
+
 async def test_claim_pages_in_key_order_after_the_cursor(backend: Backend) -> None:
     """Pages come in key order, after the cursor, at most ``limit`` rows, ``more`` when full."""
     outbox = backend.outbox

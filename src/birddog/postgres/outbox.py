@@ -255,6 +255,40 @@ class PostgresOutbox:
         rows = sorted((row_from_record(record) for record in records), key=lambda r: r.key)
         return Page(rows=rows, claim=str(claim), more=len(rows) == limit)
 
+    async def claim_due(
+        self, *, limit: int, now: datetime, lease_s: float, skip_agents: Collection[str] = ()
+    ) -> Page:
+        """Claim up to ``limit`` of the earliest-due, unheld, unleased pending rows.
+
+        The daemon's claim: its cost is the page, not the backlog of future rows.
+
+        Args:
+            limit: the most rows to claim.
+            now: the caller's clock.
+            lease_s: how long the claim holds the rows.
+            skip_agents: recipients whose rows are left alone this time.
+
+        Returns:
+            The rows in key order, the claim token, and whether the page was full.
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        if limit < 1:
+            raise InvalidInput("limit must be at least 1", field="limit")
+        claim = uuid.uuid4()
+        with store_errors("outbox claim"):
+            records = await self.pool.fetch(
+                queries["outbox_claim_due"],
+                now,
+                limit,
+                claim,
+                now + timedelta(seconds=lease_s),
+                list(skip_agents),
+            )
+        rows = sorted((row_from_record(record) for record in records), key=lambda r: r.key)
+        return Page(rows=rows, claim=str(claim), more=len(rows) == limit)
+
     async def apply(self, *, page: Page, outcomes: Sequence[OutboxRow | Receipt]) -> list[str]:
         """Store a page's outcomes in one transaction; rows the claim lost are skipped.
 

@@ -73,6 +73,34 @@ RETURNING
     o.key, o.reply, o.state, o.attempts, o.deferrals, o.due_at, o.created_at,
     o.last_error, o.dead_reason;
 
+-- name: outbox_claim_due
+-- Lease up to $2 of the earliest-due, unheld, unleased pending rows, skipping recipients $5.
+-- params: $1 now timestamptz, $2 limit int, $3 claim uuid, $4 lease_until timestamptz, $5 skip_agents text[]
+-- Due order reads the partial due-time index from its start and stops after $2 rows, so
+-- its cost is the page (plus rows in flight), whatever the future backlog.
+WITH due AS (
+    SELECT o.key
+    FROM birddog.outbox o
+    WHERE o.state = 'pending'
+      AND o.due_at <= $1::timestamptz
+      AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1::timestamptz)
+      AND NOT (o.recipient_agent_id = ANY($5::text[]))
+      AND NOT EXISTS (
+          SELECT 1 FROM birddog.routes r
+          WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
+      )
+    ORDER BY o.due_at
+    LIMIT $2::int
+    FOR UPDATE OF o SKIP LOCKED
+)
+UPDATE birddog.outbox o
+SET claim_token = $3::uuid, lease_expires_at = $4::timestamptz, updated_at = now()
+FROM due
+WHERE o.key = due.key
+RETURNING
+    o.key, o.reply, o.state, o.attempts, o.deferrals, o.due_at, o.created_at,
+    o.last_error, o.dead_reason;
+
 -- name: outbox_swap_receipts
 -- Replace delivered rows still held by claim $1 with their receipts; returns the keys swapped.
 -- params: $1 claim uuid, $2 keys text[], $3 delivered_ats timestamptz[], $4 attempts int4[], $5 recipient_agent_ids text[], $6 recipient_session_ids text[], $7 command_ids text[], $8 outcomes text[]
