@@ -126,6 +126,8 @@ async def main(args: argparse.Namespace) -> int:
     if os.environ.get("BENCH_DAEMON"):
         # A prototype daemon's figures never overwrite the product's.
         results = RESULTS / "experiment" / os.environ["BENCH_DAEMON"].rsplit(".", 1)[-1] / mode
+    elif os.environ.get("BENCH_SCHEMA_DDL"):
+        results = RESULTS / "experiment" / "schema_ddl" / mode
     if args.report:
         print(markdown(results))
         return 0

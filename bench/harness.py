@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import shlex
 import shutil
 import signal
 import subprocess
@@ -119,6 +120,9 @@ async def fresh_database(server: Server, name: str, *, birddog: bool = True) -> 
     dsn = with_database(server.dsn, database)
     if birddog:
         await migrate(dsn)
+        if extra := os.environ.get("BENCH_SCHEMA_DDL"):
+            # A schema change to price before migrating it (results kept apart).
+            await admin(dsn, extra)
     return dsn
 
 
@@ -666,8 +670,10 @@ class Context:
 
     def command(self, name: str) -> str:
         """The command that reproduces this benchmark in this mode."""
-        prefix = (
-            f"BENCH_DAEMON={os.environ['BENCH_DAEMON']} " if os.environ.get("BENCH_DAEMON") else ""
+        prefix = "".join(
+            f"{name}={shlex.quote(os.environ[name])} "
+            for name in ("BENCH_DAEMON", "BENCH_SCHEMA_DDL")
+            if os.environ.get(name)
         )
         quick = "--quick " if self.quick else ""
         return f"{prefix}.venv/bin/python -m bench {quick}--only {name}"
