@@ -18,8 +18,8 @@ run: $(STAMP)
 	$(BIN)/birddog run
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench migrations
-	$(BIN)/ruff format --check src tests bench migrations
+	$(BIN)/ruff check src tests bench migrations examples
+	$(BIN)/ruff format --check src tests bench migrations examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy src
@@ -28,8 +28,8 @@ test: lint typecheck
 	$(BIN)/python -m pytest
 
 fmt: $(STAMP)
-	$(BIN)/ruff format src tests bench migrations
-	$(BIN)/ruff check --fix src tests bench migrations
+	$(BIN)/ruff format src tests bench migrations examples
+	$(BIN)/ruff check --fix src tests bench migrations examples
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[test,bench]'

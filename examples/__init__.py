@@ -1,0 +1,1 @@
+"""Examples: a handler for `birddog worker --handler examples.handler:handle`."""
