@@ -42,14 +42,23 @@ class DeliveryWindow:
         room: the mail room whose outbox, transport, clock and schedule are used.
         size: the most posts in flight at once (default four pages).
         per_recipient: the most posts in flight to one recipient.
+        linger_s: after a post finishes, how long to wait for more before storing.
     """
 
-    def __init__(self, room: MailRoom, *, size: int = 256, per_recipient: int = 16) -> None:
+    def __init__(
+        self,
+        room: MailRoom,
+        *,
+        size: int = 256,
+        per_recipient: int = 16,
+        linger_s: float = 0.005,
+    ) -> None:
         if size < 1 or per_recipient < 1:
             raise ValueError("size and per_recipient must be at least 1")
         self.room = room
         self.size = size
         self.per_recipient = per_recipient
+        self.linger_s = linger_s
         self._posts: dict[asyncio.Task[DeliveryResult], tuple[_Claimed, OutboxRow]] = {}
         self._busy: Counter[str] = Counter()
 
@@ -102,10 +111,28 @@ class DeliveryWindow:
             )
 
     async def wait(self, *others: asyncio.Future[object], timeout_s: float) -> None:
-        """Wait until a post finishes, one of ``others`` completes, or ``timeout_s`` passes."""
+        """Wait until a post finishes, one of ``others`` completes, or ``timeout_s`` passes.
+
+        After the first post finishes, linger up to ``linger_s`` while more finish (until a
+        page's worth has), so outcomes are stored, and slots refilled, a batch at a time
+        rather than one transaction and one claim per post.
+        """
         waiting: set[asyncio.Future[object]] = {*self._posts, *others}  # type: ignore[arg-type]
-        if waiting and timeout_s > 0:
-            await asyncio.wait(waiting, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        if not waiting or timeout_s <= 0:
+            return
+        done, _ = await asyncio.wait(
+            waiting, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
+        if self.linger_s <= 0 or any(future in done for future in others):
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.linger_s
+        while (left := deadline - loop.time()) > 0:
+            running = [task for task in self._posts if not task.done()]
+            finished = len(self._posts) - len(running)
+            if not running or finished >= self.room.page_size:
+                return
+            await asyncio.wait(running, timeout=left, return_when=asyncio.FIRST_COMPLETED)
 
     async def collect(self) -> DrainReport:
         """Store the outcomes of every finished post: one ``apply`` per claim.

@@ -74,6 +74,8 @@ outbox = sa.Table(
         "dead_at",
         postgresql_where=sa.text("state = 'dead'"),
     ),
+    # Room on each page for the claim and outcome updates (migration 0002).
+    postgresql_with={"fillfactor": 80},
 )
 """Owed replies (``pending``) and dead letters (``dead``); delivered ones become receipts."""
 
