@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from typing import Any
 
 from birddog.core.delivery import DeliveryResult, OutboxRow, decide
 from birddog.mailroom import DrainReport, MailRoom, add_outcomes
@@ -59,6 +60,8 @@ class DeliveryWindow:
         self.size = size
         self.per_recipient = per_recipient
         self.linger_s = linger_s
+        self._finished: list[asyncio.Task[DeliveryResult]] = []
+        self._progress = asyncio.Event()
         self._posts: dict[asyncio.Task[DeliveryResult], tuple[_Claimed, OutboxRow]] = {}
         self._busy: Counter[str] = Counter()
 
@@ -103,6 +106,7 @@ class DeliveryWindow:
                 continue
             self._busy[agent] += 1
             task = asyncio.ensure_future(self.room.post_one(row))
+            task.add_done_callback(self._on_done)
             self._posts[task] = (claimed, row)
         if excess:
             # Claimed before the recipient reached its cap: give these back untouched.
@@ -110,29 +114,40 @@ class DeliveryWindow:
                 page=Page(rows=excess, claim=page.claim, more=False)
             )
 
-    async def wait(self, *others: asyncio.Future[object], timeout_s: float) -> None:
+    def _on_done(self, task: asyncio.Task[DeliveryResult]) -> None:
+        self._finished.append(task)
+        self._progress.set()
+
+    async def wait(self, *others: asyncio.Future[Any], timeout_s: float) -> None:
         """Wait until a post finishes, one of ``others`` completes, or ``timeout_s`` passes.
 
         After the first post finishes, linger up to ``linger_s`` while more finish (until a
         page's worth has), so outcomes are stored, and slots refilled, a batch at a time
-        rather than one transaction and one claim per post.
+        rather than one transaction and one claim per post. Waiting costs the same however
+        many posts are out: each post reports its end once, through one event.
         """
-        waiting: set[asyncio.Future[object]] = {*self._posts, *others}  # type: ignore[arg-type]
-        if not waiting or timeout_s <= 0:
+        if timeout_s <= 0 or not (self._posts or others):
             return
-        done, _ = await asyncio.wait(
-            waiting, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-        )
-        if self.linger_s <= 0 or any(future in done for future in others):
-            return
+        if not self._finished:
+            self._progress.clear()
+            progress = asyncio.ensure_future(self._progress.wait())
+            try:
+                done, _ = await asyncio.wait(
+                    {progress, *others}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                progress.cancel()
+            if not self._finished or any(future in done for future in others):
+                return
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.linger_s
-        while (left := deadline - loop.time()) > 0:
-            running = [task for task in self._posts if not task.done()]
-            finished = len(self._posts) - len(running)
-            if not running or finished >= self.room.page_size:
-                return
-            await asyncio.wait(running, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        while (
+            len(self._finished) < min(self.room.page_size, len(self._posts))
+            and (left := deadline - loop.time()) > 0
+        ):
+            self._progress.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), left)
 
     async def collect(self) -> DrainReport:
         """Store the outcomes of every finished post: one ``apply`` per claim.
@@ -140,7 +155,7 @@ class DeliveryWindow:
         Returns:
             What was stored, as a drain report.
         """
-        finished = [task for task in self._posts if task.done()]
+        finished, self._finished = self._finished, []
         if not finished:
             return DrainReport()
         groups: dict[str, _Claimed] = {}
@@ -182,6 +197,7 @@ class DeliveryWindow:
             pages[claimed.page.claim] = claimed.page
             self._release_slot(row)
         self._posts.clear()
+        self._finished.clear()
         for claim, rows in cancelled.items():
             with contextlib.suppress(Exception):
                 await self.room.outbox.release_claim(page=Page(rows=rows, claim=claim, more=False))
