@@ -167,7 +167,9 @@ async def open_stack(
         schedule=settings.schedule(),
         page_size=settings.page_size,
         lease_s=settings.lease_s,
-        post_timeout_s=settings.post_timeout_s,
+        # HttpTransport cancels its own request at post_timeout_s; a second timer per post
+        # would only cost time.
+        post_timeout_s=None,
         max_content_bytes=settings.max_content_bytes,
     )
     jobs = PostgresJobs(pool, max_content_bytes=settings.max_content_bytes, clock=clock)

@@ -76,7 +76,8 @@ class MailRoom:
         schedule: the retry schedule and age limit.
         page_size: rows per drain (default 64).
         lease_s: how long a claimed page is held before another drainer may take it.
-        post_timeout_s: a post still running after this is cancelled and counts as a failure.
+        post_timeout_s: a post still running after this is cancelled and counts as a failure;
+            None leaves the timeout to a transport that enforces its own (``HttpTransport``).
         max_content_bytes: the largest reply content fan-out accepts.
         rng: the jitter source (default: a private ``random.Random``).
     """
@@ -91,7 +92,7 @@ class MailRoom:
         schedule: RetrySchedule | None = None,
         page_size: int = PAGE_SIZE,
         lease_s: float = 60.0,
-        post_timeout_s: float = 30.0,
+        post_timeout_s: float | None = 30.0,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         rng: Random | None = None,
     ) -> None:
@@ -201,10 +202,12 @@ class MailRoom:
     async def post_one(self, row: OutboxRow) -> DeliveryResult:
         """Post one row's reply; a timeout or a raise is a failure, never a crash."""
         try:
+            if self.post_timeout_s is None:
+                return as_result(await self.transport.post(row.reply))
             async with asyncio.timeout(self.post_timeout_s):
                 return as_result(await self.transport.post(row.reply))
         except TimeoutError:
-            return Failed(f"no answer within {self.post_timeout_s:g} s")
+            return Failed(f"no answer within {self.post_timeout_s or 0:g} s")
         except Exception as exc:
             return Failed(bounded_diagnostic(f"{type(exc).__name__}: {exc}"))
 
