@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Callable
 
+import aiohttp
 from aiohttp import web
 
 from birddog import AgentAddress, Outcome, Reply
@@ -191,3 +193,40 @@ async def test_demo_finishes(database_url: str) -> None:
     assert "receipts:" in done.stdout
     assert "unknown_recipient" in done.stdout
     assert "demo finished" in done.stdout
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def test_metrics_and_healthz_are_served_on_loopback(
+    harness: Harness, inbox: TestInbox, daemons: Callable[..., Daemon]
+) -> None:
+    """/healthz answers ok and /metrics counts deliveries, on 127.0.0.1 only."""
+    await harness.add_agent("alice")
+    port = free_port()
+    daemon = daemons(BIRDDOG_METRICS_PORT=str(port))
+    base = f"http://127.0.0.1:{port}"
+    async with aiohttp.ClientSession() as session:
+
+        async def healthy() -> bool:
+            try:
+                async with session.get(f"{base}/healthz") as resp:
+                    return resp.status == 200 and (await resp.json()) == {"ok": True}
+            except aiohttp.ClientError:
+                return False
+
+        await wait_until(healthy, timeout_s=30, what="/healthz")
+        keys = await fan_out(harness, 3, ["alice"], prefix="metric")
+        await wait_until(lambda: _count(harness, len(keys)), timeout_s=30, what="receipts")
+
+        async def counted() -> bool:
+            async with session.get(f"{base}/metrics") as resp:
+                return "birddog_delivered_total 3.0" in await resp.text()
+
+        await wait_until(counted, timeout_s=10, what="the delivered counter")
+    assert daemon.terminate()[0] == 0
