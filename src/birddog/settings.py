@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
@@ -64,6 +64,17 @@ class Settings(BaseSettings):
     check_dead_s: float = Field(
         3600.0, gt=0, description="`check` fails when a dead letter is newer."
     )
+
+    @model_validator(mode="after")
+    def _lease_outlasts_a_post(self) -> Settings:
+        # A lease that ends while its post is still out lets another daemon post the same
+        # reply at the same time: a duplicate the lease exists to prevent.
+        if self.lease_s <= self.post_timeout_s:
+            raise ValueError(
+                f"BIRDDOG_LEASE_S ({self.lease_s:g}) must be longer than "
+                f"BIRDDOG_POST_TIMEOUT_S ({self.post_timeout_s:g})"
+            )
+        return self
 
     def schedule(self) -> RetrySchedule:
         """The retry schedule these settings describe."""

@@ -135,7 +135,7 @@ async def test_sigterm_mid_page_loses_nothing(
     assert all(state in {"pending", "receipt"} for state in states.values())
     inbox.behaviour = None
     release.set()
-    daemons("--once", BIRDDOG_LEASE_S="1")
+    daemons("--once")
     await wait_until(lambda: _count(harness, len(keys)), timeout_s=60, what="all receipts")
 
 

@@ -137,3 +137,15 @@ def test_mail_is_frozen() -> None:
     mail = Mail.model_validate(mail_json())
     with pytest.raises(ValueError, match="frozen"):
         mail.content = "changed"  # type: ignore[misc]
+
+
+def test_settings_refuse_a_lease_shorter_than_a_post(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lease that could end while its post is out is refused, naming both settings."""
+    from birddog.settings import Settings  # noqa: PLC0415
+
+    monkeypatch.setenv("BIRDDOG_LEASE_S", "5")
+    monkeypatch.setenv("BIRDDOG_POST_TIMEOUT_S", "30")
+    with pytest.raises(ValueError, match="BIRDDOG_LEASE_S"):
+        Settings()
+    monkeypatch.setenv("BIRDDOG_POST_TIMEOUT_S", "1")
+    assert Settings().lease_s == 5
