@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, LiteralString
 
 import asyncpg
 
@@ -239,21 +239,14 @@ class PostgresOutbox:
         Raises:
             StoreUnavailable: the database is unreachable.
         """
-        if limit < 1:
-            raise InvalidInput("limit must be at least 1", field="limit")
-        claim = uuid.uuid4()
-        with store_errors("outbox claim"):
-            records = await self.pool.fetch(
-                queries["outbox_claim_page"],
-                after_key or "",
-                now,
-                limit,
-                claim,
-                now + timedelta(seconds=lease_s),
-                list(skip_agents),
-            )
-        rows = sorted((row_from_record(record) for record in records), key=lambda r: r.key)
-        return Page(rows=rows, claim=str(claim), more=len(rows) == limit)
+        return await self._claim(
+            queries["outbox_claim_page"],
+            (after_key or "",),
+            limit=limit,
+            now=now,
+            lease_s=lease_s,
+            skip_agents=skip_agents,
+        )
 
     async def claim_due(
         self, *, limit: int, now: datetime, lease_s: float, skip_agents: Collection[str] = ()
@@ -274,12 +267,33 @@ class PostgresOutbox:
         Raises:
             StoreUnavailable: the database is unreachable.
         """
+        return await self._claim(
+            queries["outbox_claim_due"],
+            (),
+            limit=limit,
+            now=now,
+            lease_s=lease_s,
+            skip_agents=skip_agents,
+        )
+
+    async def _claim(
+        self,
+        query: LiteralString,
+        leading: tuple[object, ...],
+        *,
+        limit: int,
+        now: datetime,
+        lease_s: float,
+        skip_agents: Collection[str],
+    ) -> Page:
+        # Both claim statements end with: now, limit, claim, lease_until, skip_agents.
         if limit < 1:
             raise InvalidInput("limit must be at least 1", field="limit")
         claim = uuid.uuid4()
         with store_errors("outbox claim"):
             records = await self.pool.fetch(
-                queries["outbox_claim_due"],
+                query,
+                *leading,
                 now,
                 limit,
                 claim,
