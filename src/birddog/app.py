@@ -175,7 +175,7 @@ async def status_report(stack: Stack) -> dict[str, Any]:
     due = await stack.room.next_wake_at()
     daemons = await PostgresDaemons(stack.pool, kind="status").recent(within_s=3 * HEARTBEAT_S)
     return {
-        **{k: v for k, v in counts.items() if k != "oldest_pending_at"},
+        **{k: v for k, v in counts.items() if k not in {"oldest_pending_at", "next_due_at"}},
         "oldest_pending_age_s": round((now - oldest).total_seconds(), 1) if oldest else None,
         "next_wake_in_s": round(max(0.0, (due - now).total_seconds()), 1) if due else None,
         "jobs": await stack.jobs.counts(),
