@@ -23,10 +23,16 @@ from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
+from hypothesis import settings
 
 from birddog.postgres import migrate
 from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.pool import Pool, create_pool
+
+# Example durations vary with the machine's load (CI shares 2 cores with PostgreSQL and
+# subprocesses); a slow example is not a failure, so no property test has a deadline.
+settings.register_profile("birddog", deadline=None)
+settings.load_profile("birddog")
 
 TEMPLATE_DATABASE = "birddog_template"
 DOCKER_PROBE_TIMEOUT_S = 5.0
