@@ -21,6 +21,7 @@ from birddog.core.jobs import AgentWork, agent_job
 from birddog.core.mail import AgentAddress, Mail, Outcome, Reply
 from birddog.daemon import DrainDaemon, every
 from birddog.http.alerts import AlertPoster
+from birddog.http.server import serve
 from birddog.postgres.daemons import PostgresDaemons
 from birddog.postgres.jobs import enqueue_accepted_job
 from birddog.postgres.sql import queries
@@ -232,11 +233,11 @@ async def run_probe(stack: Stack, *, timeout_s: float, drain: bool = False) -> P
     agent = f"birddog-probe-{nonce}"
     address = AgentAddress(agent_id=agent, session_id=f"probe-{nonce}")
     inbox = ProbeInbox()
-    port = await inbox.start()
+    inbox_url = await inbox.start()
     key = f"probe:{nonce}"
     reply_key = f"outbox:{key}:reply:0"
     try:
-        route = await stack.routes.add(agent, f"http://127.0.0.1:{port}/probe")
+        route = await stack.routes.add(agent, inbox_url)
         inbox.inbox = Inbox(route.secret)
         mail = Mail(
             key=key,
@@ -301,16 +302,12 @@ class ProbeInbox:
         self.got: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._runner: web.AppRunner | None = None
 
-    async def start(self) -> int:
-        """Listen on an ephemeral port of 127.0.0.1 and return it."""
+    async def start(self) -> str:
+        """Listen on an ephemeral port of 127.0.0.1 and return the inbox URL."""
         app = web.Application()
         app.router.add_post("/probe", self._view)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port: int = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return port
+        self._runner, url = await serve(app)
+        return f"{url}/probe"
 
     async def stop(self) -> None:
         """Stop listening."""

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 import asyncpg
 import structlog
 
+from birddog.daemon import Backoff, sleep_unless_stopped
 from birddog.http.transport import HttpTransport
 from birddog.mailroom import MailRoom
 from birddog.metrics import Metrics, TimedTransport
@@ -104,15 +105,14 @@ async def wait_for_database(dsn: str, *, stop: asyncio.Event, cap_s: float = 5.0
     Raises:
         Stopped: ``stop`` was set first.
     """
-    delay = 0.1
+    backoff = Backoff(cap_s)
     while not stop.is_set():
         try:
             conn = await asyncpg.connect(dsn, timeout=10)
         except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            delay = backoff.next()
             log.warning("database_unavailable", error=type(exc).__name__, retry_in_s=delay)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), delay)
-            delay = min(cap_s, delay * 2)
+            await sleep_unless_stopped(stop, delay)
         else:
             await conn.close()
             return

@@ -184,7 +184,7 @@ class DrainDaemon:
                 self.metrics.up.set(0)
                 wait = backoff.next()
                 log.warning("database_unavailable", error=type(exc).__name__, retry_in_s=wait)
-                await self._sleep(wait)
+                await sleep_unless_stopped(self.stop, wait)
                 continue
             self.healthy = True
             self.metrics.up.set(1)
@@ -255,10 +255,6 @@ class DrainDaemon:
                 self._alerts.add(task)
                 task.add_done_callback(self._alerts.discard)
 
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stop.wait(), seconds)
-
     async def _finish_alerts(self) -> None:
         if self._alerts:
             await asyncio.wait(self._alerts, timeout=self.settings.shutdown_grace_s)
@@ -278,5 +274,10 @@ async def every(
             await action()
         except errors as exc:
             log.warning("side_task_database_error", task=name, error=type(exc).__name__)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), seconds)
+        await sleep_unless_stopped(stop, seconds)
+
+
+async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)

@@ -21,6 +21,7 @@ from birddog.bootstrap import Stack, open_stack
 from birddog.core.delivery import Receipt
 from birddog.core.jobs import AgentJobPayload, AgentWork, agent_job
 from birddog.core.mail import AgentAddress, Mail, Outcome, Reply
+from birddog.http.server import serve
 from birddog.inbox import Inbox, aiohttp_handler
 from birddog.mailroom import has_pending_delivery
 from birddog.postgres.jobs import enqueue_accepted_job
@@ -46,12 +47,8 @@ class DemoInbox:
         """Listen and return the inbox URL."""
         app = web.Application()
         app.router.add_post("/inbox", self._view)
-        self.runner = web.AppRunner(app, access_log=None)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return f"http://127.0.0.1:{port}/inbox"
+        self.runner, url = await serve(app)
+        return f"{url}/inbox"
 
     async def _view(self, request: web.Request) -> web.StreamResponse:
         key = request.headers.get("webhook-id", "?")

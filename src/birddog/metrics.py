@@ -18,6 +18,7 @@ from prometheus_client import (
 
 from birddog.core.delivery import DeliveryResult, Failed
 from birddog.core.mail import Reply
+from birddog.http.server import serve
 from birddog.mailroom import DrainReport
 from birddog.ports import Transport
 
@@ -141,7 +142,5 @@ async def start_server(
     app = web.Application()
     app.router.add_get("/metrics", metrics_view)
     app.router.add_get("/healthz", health_view)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    runner, _url = await serve(app, host=host, port=port)
     return runner

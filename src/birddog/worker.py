@@ -22,7 +22,7 @@ from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import BirdDogError, InvalidJobPayload, StaleClaim
 from birddog.core.jobs import AgentJobPayload, decode_agent_job
 from birddog.core.mail import Outcome
-from birddog.daemon import Backoff, Listener, database_errors
+from birddog.daemon import Backoff, Listener, database_errors, sleep_unless_stopped
 
 log = structlog.get_logger("birddog.worker")
 
@@ -165,7 +165,7 @@ class Worker:
                 except self._errors as exc:
                     slots.release()
                     log.warning("database_unavailable", error=type(exc).__name__)
-                    await self._sleep(backoff.next())
+                    await sleep_unless_stopped(self.stop, backoff.next())
                     continue
                 if claimed is None:
                     slots.release()
@@ -308,7 +308,3 @@ class Worker:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, *self._errors):
                 await task
-
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stop.wait(), seconds)

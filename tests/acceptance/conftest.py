@@ -19,6 +19,7 @@ from aiohttp import web
 
 from birddog import MailRoom, Reply
 from birddog.bootstrap import SystemClock
+from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
 from birddog.inbox import Inbox
 from birddog.postgres.outbox import PostgresOutbox
@@ -142,12 +143,7 @@ class TestInbox:
         """Listen on an ephemeral port."""
         app = web.Application()
         app.router.add_post("/inbox/{agent}", self._view)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve(app, shutdown_timeout=0.5)
 
     async def stop(self) -> None:
         """Stop listening."""

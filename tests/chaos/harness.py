@@ -28,6 +28,7 @@ from aiohttp import web
 
 from birddog import AgentAddress, AgentWork, Job, Mail, Recovery, StoreUnavailable, agent_job
 from birddog.core.mail import reply_key
+from birddog.http.server import serve
 from birddog.inbox import Inbox, InboxRefused
 from tests.chaos.handlers import answer_for
 
@@ -415,12 +416,7 @@ class Recipients:
         """Listen on an ephemeral port of 127.0.0.1."""
         app = web.Application()
         app.router.add_post("/inbox/{agent}", self._view)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve(app, shutdown_timeout=0.5)
 
     async def stop(self) -> None:
         """Stop listening."""

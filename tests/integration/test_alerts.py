@@ -18,6 +18,7 @@ from birddog.core.delivery import DeadReason, OutboxRow, RowState
 from birddog.core.errors import InvalidInput
 from birddog.core.mail import AgentAddress, Reply, ReplyFacts
 from birddog.http import AlertPoster, generate_secret
+from birddog.http.server import serve
 
 CONTENT = "TOP-SECRET-MAIL-CONTENT"
 DEAD_AT = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -65,11 +66,8 @@ async def sink() -> AsyncIterator[AlertSink]:
     server = AlertSink()
     app = web.Application()
     app.router.add_post("/alerts", server.handle)
-    runner = web.AppRunner(app, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server.url = f"http://127.0.0.1:{runner.addresses[0][1]}/alerts"
+    runner, url = await serve(app, shutdown_timeout=1.0)
+    server.url = f"{url}/alerts"
     yield server
     await runner.cleanup()
 

@@ -50,6 +50,7 @@ from birddog import (
 from birddog.bootstrap import SystemClock
 from birddog.core.model import Model
 from birddog.http import signing
+from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
 from birddog.inbox import (
     Inbox,
@@ -594,15 +595,11 @@ async def test_keys_with_sql_metacharacters_travel_as_data(pg_pool: Pool) -> Non
 
     app = web.Application()
     app.router.add_post("/inbox", aiohttp_handler(Inbox(secret), on_reply))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    runner, url = await serve(app)
     routes = PostgresRoutes(pg_pool)
     transport = HttpTransport(routes)
     try:
-        await routes.add(SQL_KEY, f"http://127.0.0.1:{port}/inbox", secret=secret)
+        await routes.add(SQL_KEY, f"{url}/inbox", secret=secret)
         sender = AgentAddress(agent_id=SQL_KEY, session_id=SQL_KEY)
         mail = Mail(
             key=SQL_KEY, to=sender, from_=sender, reply_to=[sender], content=SQL_KEY, created_at=1

@@ -20,6 +20,7 @@ from birddog.core.delivery import Accepted, DeadReason, Deferred, Failed, Reject
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound
 from birddog.core.mail import AgentAddress, Reply, ReplyFacts
 from birddog.http import HttpTransport, StaticRoutes
+from birddog.http.server import serve
 from birddog.ports import Route
 from birddog.testing import FrozenClock
 
@@ -73,11 +74,8 @@ async def inbox() -> AsyncIterator[InboxServer]:
     app.router.add_post("/inbox", server.handle)
     # handler_cancellation: a handler is cancelled when its client goes away, so a test can
     # observe that a timed-out post really closed its connection.
-    runner = web.AppRunner(app, handler_cancellation=True, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    server.url = f"http://127.0.0.1:{runner.addresses[0][1]}/inbox"
+    runner, url = await serve(app, handler_cancellation=True, shutdown_timeout=1.0)
+    server.url = f"{url}/inbox"
     yield server
     await runner.cleanup()
 

@@ -16,6 +16,7 @@ from birddog.core.delivery import Accepted, Failed
 from birddog.core.errors import BirdDogError
 from birddog.core.mail import AgentAddress, Mail, Reply, ReplyFacts, reply_key
 from birddog.http import HttpTransport, StaticRoutes, generate_secret
+from birddog.http.server import serve
 from birddog.inbox import (
     Inbox,
     InboxRefused,
@@ -320,11 +321,8 @@ async def host(secret: str) -> AsyncIterator[Host]:
     state = Host(secret=secret, inbox=CountingInbox(secret))
     app = web.Application()
     app.router.add_post("/birddog", aiohttp_handler(state.inbox, state.on_reply))
-    runner = web.AppRunner(app, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    state.url = f"http://127.0.0.1:{runner.addresses[0][1]}/birddog"
+    runner, url = await serve(app, shutdown_timeout=1.0)
+    state.url = f"{url}/birddog"
     yield state
     await runner.cleanup()
 
@@ -453,12 +451,9 @@ async def test_handler_refuses_a_body_above_its_bound(secret: str) -> None:
 
     app = web.Application()
     app.router.add_post("/birddog", aiohttp_handler(Inbox(secret), on_reply, max_body_bytes=100))
-    runner = web.AppRunner(app, shutdown_timeout=1.0)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
+    runner, url = await serve(app, shutdown_timeout=1.0)
     routes = StaticRoutes()
-    routes.add(CALLER.agent_id, f"http://127.0.0.1:{runner.addresses[0][1]}/birddog", secret=secret)
+    routes.add(CALLER.agent_id, f"{url}/birddog", secret=secret)
     try:
         async with HttpTransport(routes) as http:
             result = await http.post(make_reply())

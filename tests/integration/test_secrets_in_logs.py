@@ -50,6 +50,7 @@ from birddog.bootstrap import SystemClock
 from birddog.core.delivery import new_row
 from birddog.http import signing
 from birddog.http.alerts import AlertPoster
+from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
 from birddog.inbox import Inbox, aiohttp_handler
 from birddog.logs import configure
@@ -156,12 +157,7 @@ class Recipients:
         app = web.Application()
         app.router.add_post("/inbox/{agent}", self._inbox)
         app.router.add_post("/alerts", self._alert)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve(app)
 
     async def stop(self) -> None:
         """Stop listening."""
@@ -430,12 +426,8 @@ class Host:
     async def __aenter__(self) -> Host:
         app = web.Application()
         app.router.add_post("/host", aiohttp_handler(self.inbox, self.on_reply))
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}/host"
+        self._runner, url = await serve(app)
+        self.url = f"{url}/host"
         return self
 
     async def __aexit__(self, *exc: object) -> None:

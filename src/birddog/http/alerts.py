@@ -9,8 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import aiohttp
 import structlog
@@ -20,6 +19,7 @@ from birddog.core.delivery import OutboxRow
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import InvalidInput
 from birddog.http import signing
+from birddog.http.client import SessionOwner
 from birddog.http.transport import DEFAULT_USER_AGENT
 from birddog.ports import Clock
 
@@ -51,7 +51,7 @@ def alert_payload(row: OutboxRow, *, dead_at: datetime) -> dict[str, Any]:
     }
 
 
-class AlertPoster:
+class AlertPoster(SessionOwner):
     """Posts a signed alert for each dead letter to one alert URL.
 
     The body is :func:`alert_payload`; when a secret is given the post carries Standard
@@ -98,23 +98,6 @@ class AlertPoster:
     def __repr__(self) -> str:
         # The URL may embed a token (chat webhooks do); show only where it goes.
         return f"AlertPoster(host={self._url.host!r}, signed={self._secret is not None})"
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Close the session; a later alert opens a new one."""
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
 
     async def alert(self, row: OutboxRow, *, dead_at: datetime | None = None) -> bool:
         """Post the alert for one dead letter; never raises (except cancellation).

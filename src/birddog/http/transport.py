@@ -15,8 +15,6 @@ import io
 import ssl
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
-from types import TracebackType
-from typing import Self
 
 import aiohttp
 import yarl
@@ -27,6 +25,7 @@ from birddog.core.errors import InvalidSecret
 from birddog.core.mail import Reply
 from birddog.http import signing
 from birddog.http.answers import MIN_DEFERRAL_S, classify
+from birddog.http.client import SessionOwner
 from birddog.ports import Clock, Route, RouteBook
 
 HELD_RECHECK_S = 60.0
@@ -47,7 +46,7 @@ def _version() -> str:
 DEFAULT_USER_AGENT = f"birddog/{_version()}"
 
 
-class HttpTransport:
+class HttpTransport(SessionOwner):
     """Posts each reply, signed, to its recipient's inbox URL and classifies the answer.
 
     Implements the :class:`~birddog.ports.Transport` port. The route for
@@ -97,23 +96,6 @@ class HttpTransport:
         self.clock = clock
         self.connector_limit = connector_limit
         self._session: aiohttp.ClientSession | None = None
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Close the pooled session and its connections; a later post opens a new one."""
-        session, self._session = self._session, None
-        if session is not None:
-            await session.close()
 
     async def post(self, reply: Reply) -> DeliveryResult:
         """Post one reply to its recipient and classify the answer.
