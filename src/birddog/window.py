@@ -23,17 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter, defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 from birddog.core.delivery import DeliveryResult, OutboxRow, decide
 from birddog.mailroom import DrainReport, MailRoom, add_outcomes
 from birddog.ports import Page
-
-
-@dataclass(frozen=True)
-class _Claimed:
-    page: Page
 
 
 class DeliveryWindow:
@@ -62,7 +56,7 @@ class DeliveryWindow:
         self.linger_s = linger_s
         self._finished: list[asyncio.Task[DeliveryResult]] = []
         self._progress = asyncio.Event()
-        self._posts: dict[asyncio.Task[DeliveryResult], tuple[_Claimed, OutboxRow]] = {}
+        self._posts: dict[asyncio.Task[DeliveryResult], tuple[Page, OutboxRow]] = {}
         self._busy: Counter[str] = Counter()
 
     @property
@@ -97,7 +91,6 @@ class DeliveryWindow:
         return True
 
     async def _start(self, page: Page) -> None:
-        claimed = _Claimed(page)
         excess: list[OutboxRow] = []
         for row in page.rows:
             agent = row.recipient.agent_id
@@ -107,7 +100,7 @@ class DeliveryWindow:
             self._busy[agent] += 1
             task = asyncio.ensure_future(self.room.post_one(row))
             task.add_done_callback(self._on_done)
-            self._posts[task] = (claimed, row)
+            self._posts[task] = (page, row)
         if excess:
             # Claimed before the recipient reached its cap: give these back untouched.
             await self.room.outbox.release_claim(
@@ -158,13 +151,13 @@ class DeliveryWindow:
         finished, self._finished = self._finished, []
         if not finished:
             return DrainReport()
-        groups: dict[str, _Claimed] = {}
+        pages: dict[str, Page] = {}
         by_claim: defaultdict[str, list[tuple[OutboxRow, DeliveryResult]]] = defaultdict(list)
         for task in finished:
-            claimed, row = self._posts.pop(task)
+            page, row = self._posts.pop(task)
             self._release_slot(row)
-            groups[claimed.page.claim] = claimed
-            by_claim[claimed.page.claim].append((row, task.result()))
+            pages[page.claim] = page
+            by_claim[page.claim].append((row, task.result()))
         now = self.room.clock.now()
         report = DrainReport(claimed=len(finished))
         for claim, items in by_claim.items():
@@ -172,7 +165,7 @@ class DeliveryWindow:
                 decide(row, result, now=now, schedule=self.room.schedule, rng=self.room.rng)
                 for row, result in items
             ]
-            stored = set(await self.room.outbox.apply(page=groups[claim].page, outcomes=outcomes))
+            stored = set(await self.room.outbox.apply(page=pages[claim], outcomes=outcomes))
             add_outcomes(report, items, outcomes, stored)
         return report
 
@@ -188,13 +181,11 @@ class DeliveryWindow:
         if not self._posts:
             return report
         cancelled: defaultdict[str, list[OutboxRow]] = defaultdict(list)
-        pages: dict[str, Page] = {}
-        for task, (claimed, row) in list(self._posts.items()):
+        for task, (page, row) in list(self._posts.items()):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            cancelled[claimed.page.claim].append(row)
-            pages[claimed.page.claim] = claimed.page
+            cancelled[page.claim].append(row)
             self._release_slot(row)
         self._posts.clear()
         self._finished.clear()
