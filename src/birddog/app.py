@@ -238,7 +238,7 @@ async def run_probe(stack: Stack, *, timeout_s: float, drain: bool = False) -> P
     reply_key = f"outbox:{key}:reply:0"
     try:
         route = await stack.routes.add(agent, inbox_url)
-        inbox.inbox = Inbox(route.secret)
+        inbox.inbox = Inbox(route.secret or "")
         mail = Mail(
             key=key,
             to=address,

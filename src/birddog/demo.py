@@ -97,7 +97,7 @@ async def _demo(stack: Stack, echo: Echo) -> None:
     try:
         for box, address in zip(inboxes, (planner, researcher), strict=True):
             route = await stack.routes.add(address.agent_id, await box.start())
-            box.inbox = Inbox(route.secret)
+            box.inbox = Inbox(route.secret or "")
         echo(f"routes: {planner.agent_id} and {researcher.agent_id}; {ghost.agent_id} has none")
         asks = [
             ("Summarise the outage report.", [planner]),

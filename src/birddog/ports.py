@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Literal, Protocol
 
 from birddog.core.delivery import DeliveryResult, OutboxRow, Receipt
 from birddog.core.mail import Reply
@@ -115,24 +115,64 @@ class WakeScheduler(Protocol):
         ...
 
 
+RouteKind = Literal["http", "mailbox"]
+"""How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
-    """Where an agent's replies go: its inbox URL, the signing secret, and whether it is on.
+    """Where an agent's replies go, how they are signed, and whether the agent is held.
 
     Attributes:
         agent_id: the recipient agent id.
-        url: the inbox URL (``http`` or ``https`` only), set by the operator, never by mail.
-        secret: the Standard Webhooks signing secret, ``whsec_<base64>``.
-        enabled: False while the recipient is held: its rows stay, untouched.
+        url: the inbox URL (``http`` or ``https`` only), set by the operator, never by mail;
+            None for a mailbox route.
+        secret: the Standard Webhooks signing secret, ``whsec_<base64>``; None for a
+            mailbox route (nothing is posted, so nothing is signed).
+        enabled: False while the recipient is held: its rows stay, untouched and unaged.
+        kind: ``http`` (posted to ``url``) or ``mailbox`` (written to ``birddog.mailbox``).
+        batch_size: the most replies put in one signed POST (1: one reply per post).
+        held_at: when the current hold began (None while enabled).
+        previous_secret: a rotated-out secret that still signs, beside ``secret``, until
+            ``previous_secret_until``.
+        previous_secret_until: when ``previous_secret`` stops signing.
     """
 
     agent_id: str
-    url: str
-    secret: str
+    url: str | None
+    secret: str | None
     enabled: bool = True
+    kind: RouteKind = "http"
+    batch_size: int = 1
+    held_at: datetime | None = None
+    previous_secret: str | None = None
+    previous_secret_until: datetime | None = None
 
     def __repr__(self) -> str:
-        return f"Route(agent_id={self.agent_id!r}, url={self.url!r}, enabled={self.enabled})"
+        return (
+            f"Route(agent_id={self.agent_id!r}, kind={self.kind!r}, url={self.url!r}, "
+            f"enabled={self.enabled}, batch_size={self.batch_size})"
+        )
+
+    def signing_secrets(self, now: datetime) -> list[str]:
+        """The secrets a post is signed with at ``now``.
+
+        The current secret first, then the previous one while its overlap lasts.
+
+        Args:
+            now: the time of the post.
+
+        Returns:
+            One or two secrets; empty for a mailbox route.
+        """
+        secrets = [self.secret] if self.secret is not None else []
+        if (
+            self.previous_secret is not None
+            and self.previous_secret_until is not None
+            and now < self.previous_secret_until
+        ):
+            secrets.append(self.previous_secret)
+        return secrets
 
 
 class RouteBook(Protocol):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
 from birddog.core.delivery import DeliveryResult, OutboxRow, Receipt, RowState
@@ -33,6 +33,7 @@ class InMemoryOutbox:
         self.rows: dict[str, OutboxRow] = {}
         self.receipts: dict[str, Receipt] = {}
         self.held: set[str] = set()
+        self._held_at: dict[str, datetime] = {}
         self._leases: dict[str, tuple[str, datetime]] = {}
 
     async def add(self, rows: Sequence[OutboxRow]) -> list[str]:
@@ -138,13 +139,33 @@ class InMemoryOutbox:
         """The dead rows by key."""
         return {key: row for key, row in self.rows.items() if row.state is RowState.DEAD}
 
-    def hold(self, agent_id: str) -> None:
-        """Hold a recipient: its rows stay, untouched, until released."""
-        self.held.add(agent_id)
+    def hold(self, agent_id: str, *, now: datetime | None = None) -> None:
+        """Hold a recipient: its rows stay, untouched and unaged, until released.
 
-    def release(self, agent_id: str) -> None:
-        """Release a held recipient."""
+        Args:
+            agent_id: the recipient.
+            now: when the hold begins (needed for the release to give rows their age
+                back; a second hold keeps the first time).
+        """
+        self.held.add(agent_id)
+        if now is not None:
+            self._held_at.setdefault(agent_id, now)
+
+    def release(self, agent_id: str, *, now: datetime | None = None) -> None:
+        """Release a held recipient; its pending rows get back the age they had at the hold.
+
+        Args:
+            agent_id: the recipient.
+            now: when the hold ends; rows written during the hold age from here.
+        """
         self.held.discard(agent_id)
+        held_at = self._held_at.pop(agent_id, None)
+        if held_at is None or now is None:
+            return
+        for key, row in self.rows.items():
+            start = max(held_at, row.created_at)
+            if row.recipient.agent_id == agent_id and row.state is RowState.PENDING and now > start:
+                self.rows[key] = replace(row, created_at=row.created_at + (now - start))
 
 
 class RecordingTransport:

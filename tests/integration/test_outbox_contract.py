@@ -103,7 +103,7 @@ async def memory_backend() -> Backend:
 @pytest.fixture
 async def postgres_backend(pg_pool: Pool) -> Backend:
     """The Postgres outbox on a fresh database; holds are disabled routes."""
-    routes = PostgresRoutes(pg_pool)
+    routes = PostgresRoutes(pg_pool, clock=FrozenClock(T0))
 
     async def hold(agent_id: str) -> None:
         try:

@@ -272,3 +272,14 @@ async def test_a_drain_cancelled_mid_page_gives_its_rows_back(room: Room) -> Non
     room.transport.answer = True
     report = await room.room.drain_outbox()
     assert report.delivered == [key]
+
+
+async def test_in_memory_release_gives_rows_the_age_they_had_at_the_hold() -> None:
+    """The reference outbox pauses a held recipient's age clock like the Postgres one."""
+    room = Room()
+    [key] = await room.room.fan_out(job=settled_job(key="m-held", reply_to=[ALICE]), content="x")
+    room.clock.advance(60)
+    room.outbox.hold(ALICE.agent_id, now=room.clock.now())
+    room.clock.advance(7200)
+    room.outbox.release(ALICE.agent_id, now=room.clock.now())
+    assert room.clock.now() - room.outbox.rows[key].created_at == timedelta(seconds=60)

@@ -77,8 +77,11 @@ class StaticRoutes:
         """
         if not route.agent_id:
             raise InvalidInput("agent id must not be empty", field="agentId")
-        _check_url(route.url)
-        signing.secret_key(route.secret)
+        if route.kind == "http":
+            if route.url is None or route.secret is None:
+                raise InvalidInput("an http route needs a URL and a secret", field="url")
+            _check_url(route.url)
+            signing.secret_key(route.secret)
         self.routes[route.agent_id] = route
         return route
 

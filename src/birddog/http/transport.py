@@ -124,6 +124,8 @@ class HttpTransport(SessionOwner):
         url = _inbox_url(route)
         if isinstance(url, Rejected):
             return url
+        if route.secret is None:
+            return Failed(bounded_diagnostic(f"route for agent {agent_id} has no secret"))
         body = reply.model_dump_json().encode()
         try:
             signed = signing.headers(
@@ -214,6 +216,9 @@ async def _read_bounded(stream: aiohttp.StreamReader, limit: int) -> tuple[list[
 
 
 def _inbox_url(route: Route) -> yarl.URL | Rejected:
+    if route.kind != "http" or route.url is None:
+        # The engine delivers mailbox routes itself; a post to one has nowhere to go.
+        return Rejected(f"route for agent {route.agent_id} is a mailbox, not an inbox URL")
     try:
         url = yarl.URL(route.url)
     except (TypeError, ValueError):

@@ -235,8 +235,8 @@ LEFT JOIN birddog.routes r ON r.agent_id = o.recipient_agent_id;
 -- params: $1 limit int
 SELECT
     p.key, p.recipient_agent_id, p.recipient_session_id, p.in_reply_to, p.command_id,
-    p.outcome, p.held, p.in_flight, p.attempts, p.deferrals, p.last_error, p.created_at,
-    p.age, p.next_try_at
+    p.outcome, p.status, p.held, p.held_since, p.in_flight, p.attempts, p.deferrals,
+    p.last_error, p.created_at, p.age, p.next_try_at
 FROM birddog.pending p
 ORDER BY p.created_at, p.key
 LIMIT $1::int;
@@ -299,31 +299,70 @@ DELETE FROM birddog.wake w WHERE w.wake_at <= $1::timestamptz;
 -- name: routes_get
 -- The route of one agent.
 -- params: $1 agent_id text
-SELECT r.agent_id, r.url, r.secret, r.enabled FROM birddog.routes r WHERE r.agent_id = $1::text;
+SELECT
+    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
+    r.previous_secret, r.previous_secret_until
+FROM birddog.routes r
+WHERE r.agent_id = $1::text;
 
 -- name: routes_add
 -- Add a route; nothing when the agent already has one.
--- params: $1 agent_id text, $2 url text, $3 secret text, $4 enabled boolean
-INSERT INTO birddog.routes AS r (agent_id, url, secret, enabled)
-VALUES ($1::text, $2::text, $3::text, $4::boolean)
+-- params: $1 agent_id text, $2 url text (null for a mailbox), $3 secret text (null for a mailbox), $4 enabled boolean, $5 kind text, $6 batch_size int4, $7 now timestamptz
+INSERT INTO birddog.routes AS r (agent_id, url, secret, enabled, kind, batch_size, held_at)
+VALUES (
+    $1::text, $2::text, $3::text, $4::boolean, $5::text, $6::int4,
+    CASE WHEN $4::boolean THEN NULL ELSE $7::timestamptz END
+)
 ON CONFLICT (agent_id) DO NOTHING
-RETURNING r.agent_id, r.url, r.secret, r.enabled;
+RETURNING
+    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
+    r.previous_secret, r.previous_secret_until;
 
 -- name: routes_update
--- Change a route's URL and/or secret (null keeps the current value).
--- params: $1 agent_id text, $2 url text (null: keep), $3 secret text (null: keep)
+-- Change a route's URL, secret and/or batch size (null keeps the current value).
+-- params: $1 agent_id text, $2 url text (null: keep), $3 secret text (null: keep), $4 batch_size int4 (null: keep)
 UPDATE birddog.routes r
-SET url = coalesce($2::text, r.url), secret = coalesce($3::text, r.secret), updated_at = now()
+SET url = coalesce($2::text, r.url),
+    secret = coalesce($3::text, r.secret),
+    batch_size = coalesce($4::int4, r.batch_size),
+    updated_at = now()
 WHERE r.agent_id = $1::text
-RETURNING r.agent_id, r.url, r.secret, r.enabled;
+RETURNING
+    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
+    r.previous_secret, r.previous_secret_until;
+
+-- name: routes_lock
+-- The route of one agent, locked until the transaction ends.
+-- params: $1 agent_id text
+SELECT
+    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
+    r.previous_secret, r.previous_secret_until
+FROM birddog.routes r
+WHERE r.agent_id = $1::text
+FOR UPDATE;
 
 -- name: routes_set_enabled
--- Hold (false) or release (true) an agent's route.
--- params: $1 agent_id text, $2 enabled boolean
+-- Hold (false: since $3, unless already held) or release (true) an agent's route.
+-- params: $1 agent_id text, $2 enabled boolean, $3 now timestamptz
 UPDATE birddog.routes r
-SET enabled = $2::boolean, updated_at = now()
+SET enabled = $2::boolean,
+    held_at = CASE WHEN $2::boolean THEN NULL ELSE coalesce(r.held_at, $3::timestamptz) END,
+    updated_at = now()
 WHERE r.agent_id = $1::text
-RETURNING r.agent_id, r.url, r.secret, r.enabled;
+RETURNING
+    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
+    r.previous_secret, r.previous_secret_until;
+
+-- name: outbox_resume_aging
+-- A released recipient's pending rows get back the age they had when the hold began ($2).
+-- params: $1 recipient_agent_id text, $2 held_at timestamptz, $3 now timestamptz
+-- A row written during the hold counts its age from the release.
+UPDATE birddog.outbox o
+SET created_at = o.created_at + ($3::timestamptz - greatest($2::timestamptz, o.created_at)),
+    updated_at = now()
+WHERE o.recipient_agent_id = $1::text
+  AND o.state = 'pending'
+  AND $3::timestamptz > greatest($2::timestamptz, o.created_at);
 
 -- name: routes_remove
 -- Delete an agent's route.
@@ -333,7 +372,11 @@ DELETE FROM birddog.routes r WHERE r.agent_id = $1::text RETURNING r.agent_id;
 -- name: routes_list
 -- Every route, by agent id.
 -- params: none
-SELECT r.agent_id, r.url, r.secret, r.enabled FROM birddog.routes r ORDER BY r.agent_id;
+SELECT
+    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
+    r.previous_secret, r.previous_secret_until
+FROM birddog.routes r
+ORDER BY r.agent_id;
 
 -- ===== daemons =====
 

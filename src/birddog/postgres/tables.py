@@ -8,8 +8,8 @@ Keys sort with ``COLLATE "C"`` so that paging order in SQL is the byte order of 
 UTF-8 key, which is also Python's ``str`` order.
 
 The operator views ``birddog.pending`` and ``birddog.dead_letters`` are created by the
-migrations (``migrations/versions/0001_initial.py``); SQLAlchemy metadata does not
-describe views.
+migrations (latest definition in ``migrations/versions/0003_mailbox_turns_attempts.py``);
+SQLAlchemy metadata does not describe views.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ metadata = sa.MetaData(schema=SCHEMA)
 
 _KEY = sa.Text(collation="C")
 _NOW = sa.text("now()")
+_EMPTY_LOG = sa.text("'[]'::jsonb")
 
 
 def _ts(name: str, *, nullable: bool = False, now: bool = False) -> sa.Column[object]:
@@ -59,6 +60,10 @@ outbox = sa.Table(
     _ts("dead_at", nullable=True),
     sa.Column("claim_token", UUID(as_uuid=True), nullable=True),
     _ts("lease_expires_at", nullable=True),
+    # The last attempts (at most 20): {"at", "result", "status", "ms", "error"} each.
+    sa.Column("attempt_log", JSONB, nullable=False, server_default=_EMPTY_LOG),
+    # The W3C trace context of the job that owed this reply, for the reply POST.
+    sa.Column("traceparent", sa.Text, nullable=True),
     sa.CheckConstraint("state IN ('pending', 'dead')", name="outbox_state_check"),
     sa.CheckConstraint("attempts >= 0 AND deferrals >= 0", name="outbox_counts_check"),
     # The claim path reads due rows through this index, so a large future backlog
@@ -89,8 +94,10 @@ receipts = sa.Table(
     sa.Column("recipient_session_id", sa.Text, nullable=False),
     sa.Column("command_id", sa.Text, nullable=False),
     sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("attempt_log", JSONB, nullable=False, server_default=_EMPTY_LOG),
+    sa.Index("receipts_delivered_at_idx", "delivered_at"),
 )
-"""Compact proofs of delivery under the reply key; never expired."""
+"""Compact proofs of delivery under the reply key, with their attempt log; kept until pruned."""
 
 wake = sa.Table(
     "wake",
@@ -105,13 +112,28 @@ routes = sa.Table(
     "routes",
     metadata,
     sa.Column("agent_id", sa.Text, primary_key=True),
-    sa.Column("url", sa.Text, nullable=False),
-    sa.Column("secret", sa.Text, nullable=False),
+    sa.Column("url", sa.Text, nullable=True),
+    sa.Column("secret", sa.Text, nullable=True),
     sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.text("true")),
     _ts("created_at", now=True),
     _ts("updated_at", now=True),
+    sa.Column("kind", sa.Text, nullable=False, server_default=sa.text("'http'")),
+    sa.Column("batch_size", sa.Integer, nullable=False, server_default=sa.text("1")),
+    _ts("held_at", nullable=True),
+    sa.Column("previous_secret", sa.Text, nullable=True),
+    _ts("previous_secret_until", nullable=True),
+    sa.CheckConstraint("kind IN ('http', 'mailbox')", name="routes_kind_check"),
+    sa.CheckConstraint(
+        "kind <> 'http' OR (url IS NOT NULL AND secret IS NOT NULL)", name="routes_http_check"
+    ),
+    sa.CheckConstraint("batch_size BETWEEN 1 AND 1000", name="routes_batch_size_check"),
 )
-"""Where each agent's replies go; a disabled route holds the agent's rows."""
+"""Where each agent's replies go: an inbox URL (``http``) or the ``mailbox`` table.
+
+A disabled route holds the agent's rows; ``held_at`` says since when (their age is frozen
+meanwhile). ``batch_size`` above 1 lets the daemon put several replies in one signed POST.
+``previous_secret`` still signs posts, beside ``secret``, until ``previous_secret_until``.
+"""
 
 jobs = sa.Table(
     "jobs",
@@ -135,6 +157,11 @@ jobs = sa.Table(
     _ts("created_at", now=True),
     _ts("updated_at", now=True),
     _ts("settled_at", nullable=True),
+    # A running job holds one of its queue's slots: (queue, slot) is unique among running
+    # jobs, so the database itself refuses a second turn of a session beyond its slots.
+    sa.Column("slot", sa.SmallInteger, nullable=True),
+    _ts("started_at", nullable=True),
+    sa.Column("traceparent", sa.Text, nullable=True),
     sa.CheckConstraint("state IN ('queued', 'running', 'settled')", name="jobs_state_check"),
     sa.CheckConstraint(
         "outcome IS NULL OR outcome IN "
@@ -146,7 +173,25 @@ jobs = sa.Table(
         "queue",
         sa.text("priority DESC"),
         "created_at",
+        "job_id",
         postgresql_where=sa.text("state = 'queued'"),
+    ),
+    sa.Index(
+        "jobs_running_slot_idx",
+        "queue",
+        "slot",
+        unique=True,
+        postgresql_where=sa.text("state = 'running'"),
+    ),
+    sa.Index(
+        "jobs_queued_created_at_idx",
+        "created_at",
+        postgresql_where=sa.text("state = 'queued'"),
+    ),
+    sa.Index(
+        "jobs_settled_at_idx",
+        "settled_at",
+        postgresql_where=sa.text("state = 'settled'"),
     ),
     sa.Index(
         "jobs_running_lease_idx",
@@ -155,6 +200,29 @@ jobs = sa.Table(
     ),
 )
 """Watchdog-shaped jobs: queued, running (claimed with a lease), settled."""
+
+mailbox = sa.Table(
+    "mailbox",
+    metadata,
+    sa.Column("key", _KEY, primary_key=True),
+    sa.Column("agent_id", sa.Text, nullable=False),
+    sa.Column("session_id", sa.Text, nullable=False),
+    sa.Column("in_reply_to", _KEY, nullable=False),
+    sa.Column("command_id", sa.Text, nullable=False),
+    sa.Column("outcome", sa.Text, nullable=False),
+    sa.Column("reply", JSONB, nullable=False),
+    _ts("delivered_at"),
+    _ts("read_at", nullable=True),
+    sa.Index(
+        "mailbox_unread_idx",
+        "agent_id",
+        "session_id",
+        "delivered_at",
+        postgresql_where=sa.text("read_at IS NULL"),
+    ),
+    sa.Index("mailbox_in_reply_to_idx", "in_reply_to"),
+)
+"""Replies delivered to agents with a mailbox route, under the reply key, until read."""
 
 daemons = sa.Table(
     "daemons",
