@@ -6,8 +6,11 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from birddog import AgentAddress, InvalidInput, Mail
+from birddog import AgentAddress, AgentWork, InvalidInput, Mail, Reply
+from birddog.core.text import is_control
 
 ALICE = {"kind": "agent", "agentId": "alice", "sessionId": "s-alice"}
 BOB = {"kind": "agent", "agentId": "bob", "sessionId": "s-bob"}
@@ -130,6 +133,76 @@ def test_bad_mail_is_refused_naming_the_field(changes: dict[str, Any], field: st
     with pytest.raises(InvalidInput) as caught:
         Mail.model_validate(mail_json(**changes))
     assert caught.value.field == field
+
+
+HOSTILE = [
+    "\x1b[2J",
+    "a\rb",
+    "a\nb",
+    "tab\t",
+    "del\x7f",
+    "c1\x9b",
+    "\u202eexe",
+    "\u2066x",
+    "z\u200b",
+]
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_keys_and_ids_with_control_characters_are_refused(bad: str) -> None:
+    """Mail keys and address ids holding C0, C1, DEL, bidi or zero-width characters are refused."""
+    for changes, field in [
+        ({"key": f"k-{bad}"}, "key"),
+        ({"to": {**BOB, "agentId": bad}}, "to.agentId"),
+        ({"replyTo": [{**ALICE, "sessionId": bad}]}, "replyTo.0.sessionId"),
+    ]:
+        with pytest.raises(InvalidInput, match="control or format characters") as caught:
+            Mail.model_validate(mail_json(**changes))
+        assert caught.value.field == field
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_work_ids_with_control_characters_are_refused(bad: str) -> None:
+    """Job, session and command ids holding control characters are refused naming the field."""
+    for field in ["jobId", "sessionId", "commandFactId"]:
+        work = {"jobId": "j", "sessionId": "s", "commandFactId": "c", field: bad}
+        with pytest.raises(InvalidInput) as caught:
+            AgentWork.model_validate(work)
+        assert caught.value.field == field
+
+
+def test_a_reply_key_with_control_characters_is_refused() -> None:
+    """A reply parsed from outside cannot carry a key that is unsafe to print or send."""
+    reply = {
+        "key": "outbox:k:reply:0\x1b[2J",
+        "inReplyTo": "k",
+        "to": ALICE,
+        "from": BOB,
+        "content": "ok",
+        "createdAt": 1,
+    }
+    with pytest.raises(InvalidInput) as caught:
+        Reply.model_validate(reply)
+    assert caught.value.field == "key"
+
+
+def test_the_refusal_shows_the_character_escaped() -> None:
+    """The error names the offending character as an escape and where it is, never raw."""
+    with pytest.raises(InvalidInput) as caught:
+        AgentAddress(agent_id="ab\x1b]0;t\x07", session_id="s")
+    assert "\\x1b at index 2" in str(caught.value)
+    assert "\x1b" not in str(caught.value)
+
+
+@given(st.text(min_size=1, max_size=256))
+def test_an_id_is_accepted_exactly_when_it_has_no_control_character(value: str) -> None:
+    """Any 1-256 character id is accepted if and only if no character is a control character."""
+    if any(is_control(char) for char in value):
+        with pytest.raises(InvalidInput) as caught:
+            AgentAddress(agent_id=value, session_id="s")
+        assert caught.value.field == "agentId"
+    else:
+        assert AgentAddress(agent_id=value, session_id="s").agent_id == value
 
 
 def test_mail_is_frozen() -> None:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from birddog.core.model import Id, Key, Model, Text
+from birddog.core.model import Id, Key, Model, Name, Text
 
 
 class Outcome(StrEnum):
@@ -71,7 +71,7 @@ class Reply(Model):
     names the mail key so a recipient can check the reply against the mail it sent.
     """
 
-    key: Text
+    key: Name
     in_reply_to: Key
     to: AgentAddress
     from_: AgentAddress = Field(alias="from")

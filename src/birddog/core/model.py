@@ -8,6 +8,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from pydantic.alias_generators import to_camel
 
 from birddog.core.errors import InvalidInput
+from birddog.core.text import escape_char, first_control
 
 ID_MAX_LENGTH = 256
 """Agent, session, job and command ids are 1 to this many characters."""
@@ -37,18 +38,47 @@ def check_text(value: str) -> str:
     return value
 
 
+def check_name(value: str) -> str:
+    """Refuse a key or id that holds a control character.
+
+    Keys and ids are printed by the CLI, the console and logs, and travel in HTTP
+    headers (``webhook-id``), so they may hold no C0 or C1 control, DEL, bidi override
+    or isolate, zero-width or other format character, line separator or lone surrogate
+    (see :func:`birddog.core.text.is_control`); such a key could never be sent.
+
+    Args:
+        value: the key or id to check.
+
+    Returns:
+        The value unchanged.
+
+    Raises:
+        ValueError: the value holds such a character; the message names it and its index.
+    """
+    index = first_control(value)
+    if index is not None:
+        raise ValueError(
+            f"must not contain control or format characters "
+            f"({escape_char(value[index])} at index {index})"
+        )
+    return value
+
+
 Text = Annotated[str, Field(strict=True), AfterValidator(check_text)]
 """Any string that can be stored and sent: no NUL, no lone surrogate."""
 
+Name = Annotated[str, Field(strict=True), AfterValidator(check_name)]
+"""A key of any length that is safe to print and to send in a header (a reply key)."""
+
 Id = Annotated[
-    str, Field(strict=True, min_length=1, max_length=ID_MAX_LENGTH), AfterValidator(check_text)
+    str, Field(strict=True, min_length=1, max_length=ID_MAX_LENGTH), AfterValidator(check_name)
 ]
-"""An id: 1 to 256 characters."""
+"""An id: 1 to 256 characters, none of them a control character."""
 
 Key = Annotated[
-    str, Field(strict=True, min_length=1, max_length=KEY_MAX_LENGTH), AfterValidator(check_text)
+    str, Field(strict=True, min_length=1, max_length=KEY_MAX_LENGTH), AfterValidator(check_name)
 ]
-"""A mail key: 1 to 512 characters."""
+"""A mail key: 1 to 512 characters, none of them a control character."""
 
 
 class Model(BaseModel):
