@@ -1,42 +1,56 @@
-"""The composition root: the one place that names concrete adapters.
+"""The composition root: the one place that names concrete adapters, for every process.
 
-``open_stack(settings)`` gives a running set of adapters over one database: the pool, the
-Postgres outbox, wake, routes and job store, the HTTP transport and the mail room.
+- :func:`open_stack` opens the adapters over one database (pool, outbox, wake, routes,
+  job store, reports, HTTP transport, mail room); every CLI command, the probe and the
+  demo take theirs from it.
+- :func:`run_daemon` runs the drain daemon that :func:`build_daemon` wires.
+- :func:`run_worker` runs the job worker that :func:`build_worker` wires.
+- :func:`migrate_schema` upgrades the schema of the configured database.
+- :func:`database` picks ``DATABASE_URL`` or starts the embedded server.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import asyncpg
 import structlog
 
-from birddog.daemon import Backoff, sleep_unless_stopped
+from birddog.clock import SystemClock
+from birddog.core.delivery import OutboxRow
+from birddog.core.jobs import Job
+from birddog.daemon import DrainDaemon
+from birddog.http.alerts import AlertPoster
 from birddog.http.transport import HttpTransport
 from birddog.mailroom import MailRoom
 from birddog.metrics import Metrics, TimedTransport
+from birddog.ports import Clock, Listener
 from birddog.postgres import migrate
+from birddog.postgres.daemons import PostgresDaemons
 from birddog.postgres.embedded import EmbeddedPostgres
-from birddog.postgres.jobs import PostgresJobs
+from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
-from birddog.postgres.pool import create_pool
+from birddog.postgres.pool import Pool, create_pool
+from birddog.postgres.reports import PostgresReports
 from birddog.postgres.routes import PostgresRoutes
-from birddog.postgres.wake import PostgresWake
+from birddog.postgres.wake import PostgresWake, WakeListener
+from birddog.runtime import Backoff, every, sleep_unless_stopped, stop_on_signals
 from birddog.settings import Settings
+from birddog.worker import Handler, Worker
 
 log = structlog.get_logger("birddog.bootstrap")
 
+HEARTBEAT_S = 10.0
+"""How often daemons and workers record themselves as alive (``birddog status``)."""
 
-class SystemClock:
-    """The wall clock, in UTC."""
+CLOCK: Clock = SystemClock()
+"""The wall clock every adapter and command of this process reads."""
 
-    def now(self) -> datetime:
-        """The current time."""
-        return datetime.now(UTC)
+Announce = Callable[[str], None]
+"""Told one line for people (the embedded server's DSN)."""
 
 
 @dataclass
@@ -47,10 +61,12 @@ class Stack:
         settings: the settings they were built from.
         dsn: the database DSN.
         pool: the asyncpg pool they share.
+        clock: the wall clock every adapter reads.
         outbox: the Postgres outbox.
         wake: the Postgres wake scheduler.
         routes: the route book.
         jobs: the job store.
+        reports: the operator's reports (status, check).
         transport: the HTTP transport.
         room: the mail room.
         metrics: the daemon's metrics.
@@ -59,19 +75,36 @@ class Stack:
 
     settings: Settings
     dsn: str
-    pool: asyncpg.Pool
+    pool: Pool
+    clock: Clock
     outbox: PostgresOutbox
     wake: PostgresWake
     routes: PostgresRoutes
     jobs: PostgresJobs
+    reports: PostgresReports
     transport: HttpTransport
     room: MailRoom
     metrics: Metrics
     embedded: EmbeddedPostgres | None = None
 
+    async def enqueue(self, jobs: Sequence[Job]) -> list[bool]:
+        """Enqueue accepted jobs in one transaction, as a sender's transaction would.
+
+        Args:
+            jobs: the jobs (from :func:`birddog.agent_job`).
+
+        Returns:
+            Per job, True when it was inserted, False for an identical replay.
+
+        Raises:
+            JobConflict: a job id exists with different fields; nothing is written.
+        """
+        async with self.pool.acquire() as conn, conn.transaction():
+            return [await enqueue_accepted_job(conn, job) for job in jobs]
+
 
 async def database(
-    settings: Settings, *, announce: Callable[[str], None] | None = None
+    settings: Settings, *, announce: Announce | None = None
 ) -> tuple[str, EmbeddedPostgres | None]:
     """The DSN to use: ``DATABASE_URL``, or an embedded server in the data directory.
 
@@ -119,12 +152,23 @@ async def wait_for_database(dsn: str, *, stop: asyncio.Event, cap_s: float = 5.0
     raise Stopped
 
 
+async def migrate_schema(settings: Settings, *, announce: Announce | None = None) -> None:
+    """Create or upgrade the schema of the configured database (``birddog migrate``).
+
+    Args:
+        settings: which database.
+        announce: told the embedded server's DSN.
+    """
+    dsn, _server = await database(settings, announce=announce)
+    await migrate(dsn)
+
+
 @contextlib.asynccontextmanager
 async def open_stack(
     settings: Settings,
     *,
     migrate_first: bool = False,
-    announce: Callable[[str], None] | None = None,
+    announce: Announce | None = None,
     pool_size: int = 10,
     wait_until: asyncio.Event | None = None,
 ) -> AsyncIterator[Stack]:
@@ -147,9 +191,9 @@ async def open_stack(
     if migrate_first or embedded is not None:
         await migrate(dsn)
     pool = await create_pool(dsn, max_size=pool_size)
-    clock = SystemClock()
+    clock = CLOCK
     metrics = Metrics()
-    routes = PostgresRoutes(pool)
+    routes = PostgresRoutes(pool, clock=clock)
     transport = HttpTransport(
         routes,
         timeout_s=settings.post_timeout_s,
@@ -178,10 +222,12 @@ async def open_stack(
             settings=settings,
             dsn=dsn,
             pool=pool,
+            clock=clock,
             outbox=outbox,
             wake=wake,
             routes=routes,
             jobs=jobs,
+            reports=PostgresReports(pool),
             transport=transport,
             room=room,
             metrics=metrics,
@@ -190,3 +236,184 @@ async def open_stack(
     finally:
         await transport.close()
         await pool.close()
+
+
+# ---- the drain daemon ----------------------------------------------------------------
+
+
+def build_daemon(
+    stack: Stack,
+    *,
+    listener: Listener,
+    registry: PostgresDaemons,
+    alerts: AlertPoster | None,
+    stop: asyncio.Event,
+) -> DrainDaemon:
+    """Wire the drain daemon over ``stack``: alerts for dead letters, heartbeat, reaper.
+
+    Args:
+        stack: the open adapters.
+        listener: ``LISTEN birddog_wake`` on its own connection.
+        registry: this process's row in ``birddog.daemons`` (the heartbeat renews it).
+        alerts: posts a signed alert per dead letter, when an alert URL is set.
+        stop: set to stop the daemon.
+
+    Returns:
+        The daemon, ready to ``run``.
+    """
+    settings = stack.settings
+
+    async def on_dead(key: str, _reason: str) -> None:
+        if alerts is None:
+            return
+        row = await stack.outbox.get(key)
+        if isinstance(row, OutboxRow):
+            await alerts.alert(row)
+
+    async def heartbeat() -> None:
+        await registry.seen()
+        counts = await stack.outbox.counts()
+        stack.metrics.observe_backlog(
+            pending=int(counts.get("pending", 0)),
+            oldest=counts.get("oldest_pending_at"),
+            now=stack.clock.now(),
+        )
+
+    async def reap() -> None:
+        for job_id, what in await stack.jobs.recover_expired():
+            log.warning("job_lease_expired", job_id=job_id, outcome=what)
+
+    return DrainDaemon(
+        room=stack.room,
+        listener=listener,
+        clock=stack.clock,
+        settings=settings,
+        metrics=stack.metrics,
+        on_dead=on_dead,
+        side_tasks=[
+            lambda: every(HEARTBEAT_S, heartbeat, stop=stop, name="heartbeat"),
+            lambda: every(max(1.0, settings.job_lease_s / 2), reap, stop=stop, name="reaper"),
+        ],
+        stop=stop,
+    )
+
+
+async def run_daemon(
+    settings: Settings,
+    *,
+    once: bool = False,
+    migrate_first: bool = False,
+    announce: Announce | None = None,
+) -> None:
+    """Run the drain daemon until SIGTERM/SIGINT (or, with ``once``, until nothing is due).
+
+    Args:
+        settings: the settings.
+        once: drain until nothing is due, then return.
+        migrate_first: upgrade the schema first.
+        announce: told the embedded server's DSN.
+    """
+    stop = stop_on_signals()
+    try:
+        async with open_stack(
+            settings, migrate_first=migrate_first, announce=announce, wait_until=stop
+        ) as stack:
+            await _drain_until_stopped(stack, stop, once=once)
+    except Stopped:
+        log.info("daemon_stopped_before_start")
+
+
+async def _drain_until_stopped(stack: Stack, stop: asyncio.Event, *, once: bool) -> None:
+    settings = stack.settings
+    alerts = (
+        AlertPoster(settings.alert_url, settings.alert_secret, clock=stack.clock)
+        if settings.alert_url
+        else None
+    )
+    registry = PostgresDaemons(stack.pool, kind="drain")
+    try:
+        async with WakeListener(stack.dsn) as listener:
+            daemon = build_daemon(
+                stack, listener=listener, registry=registry, alerts=alerts, stop=stop
+            )
+            await daemon.run(once=once)
+    finally:
+        if alerts is not None:
+            await alerts.close()
+        if not once:
+            try:
+                await registry.gone()
+            except Exception as exc:
+                log.warning("daemon_row_left", error=type(exc).__name__)
+
+
+# ---- the job worker ------------------------------------------------------------------
+
+
+def build_worker(
+    stack: Stack,
+    handler: Handler,
+    *,
+    listener: Listener,
+    queues: Sequence[str] | None,
+    stop: asyncio.Event,
+) -> Worker:
+    """Wire a job worker over ``stack``'s job store.
+
+    Args:
+        stack: the open adapters.
+        handler: the user's async handler.
+        listener: ``LISTEN birddog_jobs`` on its own connection.
+        queues: only these queues (session ids); None or empty for all.
+        stop: set to stop the worker.
+
+    Returns:
+        The worker, ready to ``run``.
+    """
+    settings = stack.settings
+    return Worker(
+        jobs=stack.jobs,
+        handler=handler,
+        listener=listener,
+        queues=queues,
+        concurrency=settings.worker_concurrency,
+        handler_timeout_s=settings.handler_timeout_s,
+        lease_s=settings.job_lease_s,
+        shutdown_grace_s=settings.shutdown_grace_s,
+        stop=stop,
+    )
+
+
+async def run_worker(
+    settings: Settings,
+    handler: Handler,
+    *,
+    queues: Sequence[str] | None = None,
+    once: bool = False,
+    announce: Announce | None = None,
+) -> None:
+    """Run agent jobs with ``handler`` until SIGTERM/SIGINT (or, with ``once``, idle).
+
+    Args:
+        settings: the settings.
+        handler: the user's async handler.
+        queues: only these queues (session ids); None or empty for all.
+        once: run queued jobs, then return.
+        announce: told the embedded server's DSN.
+    """
+    stop = stop_on_signals()
+    try:
+        async with open_stack(settings, announce=announce, wait_until=stop) as stack:
+            registry = PostgresDaemons(stack.pool, kind="worker")
+            async with WakeListener(stack.dsn, channel="birddog_jobs") as listener:
+                worker = build_worker(stack, handler, listener=listener, queues=queues, stop=stop)
+                beat = asyncio.create_task(
+                    every(HEARTBEAT_S, registry.seen, stop=stop, name="seen")
+                )
+                try:
+                    await worker.run(once=once)
+                finally:
+                    stop.set()
+                    await beat
+    except Stopped:
+        log.info("worker_stopped_before_start")

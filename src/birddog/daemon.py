@@ -13,14 +13,14 @@ import contextlib
 import os
 import socket
 from collections.abc import Awaitable, Callable, Coroutine
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
-from birddog.core.errors import StoreUnavailable
 from birddog.mailroom import DrainReport, MailRoom
 from birddog.metrics import Metrics, start_server
+from birddog.ports import Clock, Listener
+from birddog.runtime import Backoff, database_errors, sleep_unless_stopped
 from birddog.settings import Settings
 from birddog.window import DeliveryWindow
 
@@ -29,57 +29,6 @@ log = structlog.get_logger("birddog.daemon")
 IDLE_RECHECK_S = 0.5
 """How soon to look again when rows are due but leased by another daemon."""
 
-DATABASE_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, OSError)
-"""Errors that mean "the database is away": the daemon backs off and tries again."""
-
-
-def database_errors() -> tuple[type[BaseException], ...]:
-    """The errors that mean the database is away for now, not that BirdDog is wrong."""
-    import asyncpg  # noqa: PLC0415 - the app layer may know the driver
-
-    return (
-        *DATABASE_ERRORS,
-        asyncpg.PostgresConnectionError,
-        asyncpg.InterfaceError,
-        asyncpg.CannotConnectNowError,
-        asyncpg.AdminShutdownError,
-        asyncpg.ConnectionDoesNotExistError,
-        ConnectionError,
-    )
-
-
-class Listener(Protocol):
-    """Reports wakes: ``wait`` is True on a notification or after a reconnect."""
-
-    async def wait(self, timeout_s: float) -> bool:
-        """Wait up to ``timeout_s`` for a wake."""
-        ...
-
-
-class Reporter(Protocol):
-    """Side effects of a drain report: alerts for dead letters."""
-
-    async def dead_letter(self, key: str, reason: str) -> None:
-        """Raise the alarm for a dead letter."""
-        ...
-
-
-class Backoff:
-    """Exponential backoff from 0.1 s to ``cap_s``, reset on success."""
-
-    def __init__(self, cap_s: float = 5.0) -> None:
-        self.cap_s = cap_s
-        self.current = 0.0
-
-    def next(self) -> float:
-        """The next wait."""
-        self.current = min(self.cap_s, max(0.1, self.current * 2))
-        return self.current
-
-    def reset(self) -> None:
-        """Forget past failures."""
-        self.current = 0.0
-
 
 class DrainDaemon:
     """Runs the mail room's drain until stopped.
@@ -87,6 +36,7 @@ class DrainDaemon:
     Args:
         room: the mail room over the Postgres outbox and the HTTP transport.
         listener: reports wakes (``LISTEN birddog_wake`` on a dedicated connection).
+        clock: the current time (due times are compared with it).
         settings: backstop, grace period, metrics port.
         metrics: where outcomes are counted.
         on_dead: called for every dead letter (log, alert); must not raise.
@@ -99,6 +49,7 @@ class DrainDaemon:
         *,
         room: MailRoom,
         listener: Listener,
+        clock: Clock,
         settings: Settings,
         metrics: Metrics,
         on_dead: Callable[[str, str], Coroutine[Any, Any, None]] | None = None,
@@ -107,6 +58,7 @@ class DrainDaemon:
     ) -> None:
         self.room = room
         self.listener = listener
+        self.clock = clock
         self.settings = settings
         self.metrics = metrics
         self.on_dead = on_dead
@@ -193,7 +145,7 @@ class DrainDaemon:
                 if window.full:
                     await self._wait(window, self.settings.backstop_s, listen=False)
                 continue
-            now = datetime.now(UTC)
+            now = self.clock.now()
             if due is not None and due > now:
                 wait_s = min(self.settings.backstop_s, (due - now).total_seconds())
             elif window.in_flight:
@@ -212,7 +164,7 @@ class DrainDaemon:
 
     async def _observe_wake_latency(self) -> None:
         due = await self.room.next_wake_at()
-        now = datetime.now(UTC)
+        now = self.clock.now()
         if due is not None and due <= now:
             self.metrics.wake_latency.observe((now - due).total_seconds())
 
@@ -258,26 +210,3 @@ class DrainDaemon:
     async def _finish_alerts(self) -> None:
         if self._alerts:
             await asyncio.wait(self._alerts, timeout=self.settings.shutdown_grace_s)
-
-
-async def every(
-    seconds: float, action: Callable[[], Awaitable[Any]], *, stop: asyncio.Event, name: str
-) -> None:
-    """Run ``action`` every ``seconds`` until ``stop``; a failing action is logged, not fatal.
-
-    Database errors are expected while the database restarts; anything else is a bug and
-    propagates, stopping the daemon loudly.
-    """
-    errors = database_errors()
-    while not stop.is_set():
-        try:
-            await action()
-        except errors as exc:
-            log.warning("side_task_database_error", task=name, error=type(exc).__name__)
-        await sleep_unless_stopped(stop, seconds)
-
-
-async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:
-    """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)

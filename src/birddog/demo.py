@@ -13,18 +13,17 @@ import secrets
 import time
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from aiohttp import web
 
 from birddog.bootstrap import Stack, open_stack
+from birddog.clock import epoch_ms
 from birddog.core.delivery import Receipt
-from birddog.core.jobs import AgentJobPayload, AgentWork, agent_job
+from birddog.core.jobs import AgentJobPayload, AgentWork, agent_job, decode_agent_job
 from birddog.core.mail import AgentAddress, Mail, Outcome, Reply
+from birddog.http.inbox import Inbox, aiohttp_handler
 from birddog.http.server import serve
-from birddog.inbox import Inbox, aiohttp_handler
 from birddog.mailroom import has_pending_delivery
-from birddog.postgres.jobs import enqueue_accepted_job
 from birddog.settings import Settings
 
 Echo = Callable[[str], None]
@@ -104,22 +103,25 @@ async def _demo(stack: Stack, echo: Echo) -> None:
             ("List open risks for the launch.", [planner, researcher]),
             ("Draft a reply to the ghost.", [planner, ghost]),
         ]
-        async with stack.pool.acquire() as conn, conn.transaction():
-            for index, (text, reply_to) in enumerate(asks):
-                mail = Mail(
+        jobs = [
+            agent_job(
+                AgentWork(
+                    job_id=f"demo-{run}-job-{index}",
+                    session_id=researcher.session_id,
+                    command_fact_id=f"demo-{run}-cmd-{index}",
+                ),
+                Mail(
                     key=f"demo-{run}-{index}",
                     to=researcher,
                     from_=planner,
                     reply_to=reply_to,
                     content=text,
-                    created_at=int(datetime.now(UTC).timestamp() * 1000),
-                )
-                work = AgentWork(
-                    job_id=f"demo-{run}-job-{index}",
-                    session_id=researcher.session_id,
-                    command_fact_id=f"demo-{run}-cmd-{index}",
-                )
-                await enqueue_accepted_job(conn, agent_job(work, mail))
+                    created_at=epoch_ms(stack.clock.now()),
+                ),
+            )
+            for index, (text, reply_to) in enumerate(asks)
+        ]
+        await stack.enqueue(jobs)
         echo(f"enqueued {len(asks)} jobs for {researcher.agent_id} in one transaction")
         await _work(stack, researcher, echo)
         await _drain(stack, echo, started)
@@ -136,8 +138,6 @@ async def _work(stack: Stack, researcher: AgentAddress, echo: Echo) -> None:
         return f"Done: {payload.mail.content.lower().rstrip('.')}."
 
     while (claimed := await stack.jobs.claim(queues=[researcher.session_id])) is not None:
-        from birddog.core.jobs import decode_agent_job  # noqa: PLC0415
-
         content = handle(decode_agent_job(claimed.job))
         keys = await stack.jobs.settle(
             job_id=claimed.job.job_id,
@@ -161,7 +161,7 @@ async def _drain(stack: Stack, echo: Echo, started: float) -> None:
         if not report.more:
             due = await stack.room.next_wake_at()
             if due is not None:
-                wait = (due - datetime.now(UTC)).total_seconds()
+                wait = (due - stack.clock.now()).total_seconds()
                 await asyncio.sleep(min(max(wait, 0.0), 1.0))
 
 

@@ -1,4 +1,4 @@
-"""The ports the mail room is written against: outbox, transport, wake and clock.
+"""The ports BirdDog is written against: outbox, transport, wake, routes, clock, jobs, wakes.
 
 Each is a small ``Protocol`` with keyword-only arguments. ``birddog.testing`` has the
 in-memory fakes; ``birddog.postgres`` and ``birddog.http`` the real adapters.
@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from birddog.core.delivery import DeliveryResult, OutboxRow, Receipt
-from birddog.core.mail import Reply
+from birddog.core.mail import Outcome, Reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,4 +188,57 @@ class Clock(Protocol):
 
     def now(self) -> datetime:
         """The current time, timezone-aware."""
+        ...
+
+
+class Listener(Protocol):
+    """Reports wakes: ``wait`` is True on a notification or after a reconnect."""
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a wake."""
+        ...
+
+
+class ClaimedJobLike(Protocol):
+    """A claimed job: the job and the claim token that may settle it."""
+
+    @property
+    def claim_token(self) -> str:
+        """The token of this claim."""
+        ...
+
+    @property
+    def job(self) -> Any:
+        """The claimed job."""
+        ...
+
+
+class JobStore(Protocol):
+    """The job store operations a worker needs (``PostgresJobs``)."""
+
+    async def claim(
+        self, *, queues: Sequence[str] | None = None, lease_s: float = 60.0, worker_id: str = ""
+    ) -> Any:
+        """Claim the next job, or None."""
+        ...
+
+    async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
+        """Extend the lease; True when a cancellation was requested."""
+        ...
+
+    async def settle(
+        self,
+        *,
+        job_id: str,
+        claim_token: str,
+        outcome: Outcome,
+        content: str,
+        diagnostic: str | None = None,
+        meta: object = None,
+    ) -> list[str]:
+        """Settle and fan out in one transaction."""
+        ...
+
+    async def interrupt(self, *, job_id: str, claim_token: str, diagnostic: str) -> Any:
+        """Requeue by the recovery policy, or settle interrupted."""
         ...

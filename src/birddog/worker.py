@@ -14,7 +14,7 @@ import importlib
 import os
 import socket
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -22,57 +22,13 @@ from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import BirdDogError, InvalidJobPayload, StaleClaim
 from birddog.core.jobs import AgentJobPayload, decode_agent_job
 from birddog.core.mail import Outcome
-from birddog.daemon import Backoff, Listener, database_errors, sleep_unless_stopped
+from birddog.ports import ClaimedJobLike, JobStore, Listener
+from birddog.runtime import Backoff, database_errors, sleep_unless_stopped
 
 log = structlog.get_logger("birddog.worker")
 
 Handler = Callable[[AgentJobPayload], Awaitable[str]]
 """What a worker runs for each agent job: the payload in, the reply content out."""
-
-
-class ClaimedJobLike(Protocol):
-    """A claimed job: the job and the claim token that may settle it."""
-
-    @property
-    def claim_token(self) -> str:
-        """The token of this claim."""
-        ...
-
-    @property
-    def job(self) -> Any:
-        """The claimed job."""
-        ...
-
-
-class JobStore(Protocol):
-    """The job store operations a worker needs (``PostgresJobs``)."""
-
-    async def claim(
-        self, *, queues: Sequence[str] | None = None, lease_s: float = 60.0, worker_id: str = ""
-    ) -> Any:
-        """Claim the next job, or None."""
-        ...
-
-    async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
-        """Extend the lease; True when a cancellation was requested."""
-        ...
-
-    async def settle(
-        self,
-        *,
-        job_id: str,
-        claim_token: str,
-        outcome: Outcome,
-        content: str,
-        diagnostic: str | None = None,
-        meta: object = None,
-    ) -> list[str]:
-        """Settle and fan out in one transaction."""
-        ...
-
-    async def interrupt(self, *, job_id: str, claim_token: str, diagnostic: str) -> Any:
-        """Requeue by the recovery policy, or settle interrupted."""
-        ...
 
 
 class HandlerNotFound(BirdDogError):

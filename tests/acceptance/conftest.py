@@ -17,15 +17,16 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from birddog import MailRoom, Reply
-from birddog.bootstrap import SystemClock
+from birddog import AgentAddress, MailRoom, Reply
+from birddog.clock import SystemClock
+from birddog.http.inbox import Inbox
 from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
-from birddog.inbox import Inbox
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import create_pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.wake import PostgresWake
+from tests.support import settled_job
 
 ROOT = Path(__file__).resolve().parents[2]
 BIRDDOG = str(Path(sys.executable).parent / "birddog")
@@ -223,6 +224,16 @@ async def harness(database_url: str, inbox: TestInbox) -> AsyncIterator[Harness]
     pool = await create_pool(database_url)
     yield Harness(pool, inbox)
     await pool.close()
+
+
+async def fan_out(harness: Harness, count: int, agents: list[str], prefix: str = "m") -> list[str]:
+    """Fan out ``count`` settled jobs whose replies go to ``agents``; return the reply keys."""
+    keys: list[str] = []
+    for i in range(count):
+        reply_to = [AgentAddress(agent_id=a, session_id=f"s-{a}") for a in agents]
+        job = settled_job(key=f"{prefix}{i:04d}", reply_to=reply_to)
+        keys += await harness.room.fan_out(job=job, content=f"reply {i}")
+    return keys
 
 
 async def wait_until(

@@ -10,9 +10,8 @@ from collections.abc import Callable
 import aiohttp
 from aiohttp import web
 
-from birddog import AgentAddress, Outcome, Reply
-from tests.acceptance.conftest import Daemon, Harness, TestInbox, cli, wait_until
-from tests.unit.conftest import settled_job
+from birddog import Outcome, Reply
+from tests.acceptance.conftest import Daemon, Harness, TestInbox, cli, fan_out, wait_until
 
 
 async def test_send_work_run_delivers_end_to_end(
@@ -76,15 +75,6 @@ async def test_send_refuses_bad_input_before_writing(database_url: str, harness:
     )  # fmt: skip
     assert worse.returncode == 2
     assert await harness.pool.fetchval("SELECT count(*) FROM birddog.jobs") == 0
-
-
-async def fan_out(harness: Harness, count: int, agents: list[str], prefix: str = "m") -> list[str]:
-    keys: list[str] = []
-    for i in range(count):
-        reply_to = [AgentAddress(agent_id=a, session_id=f"s-{a}") for a in agents]
-        job = settled_job(key=f"{prefix}{i:04d}", reply_to=reply_to)
-        keys += await harness.room.fan_out(job=job, content=f"reply {i}")
-    return keys
 
 
 async def test_two_daemons_share_the_work_without_double_delivery(
@@ -169,7 +159,7 @@ async def test_route_commands_and_replay(
     added = await cli(database_url, "route", "add", "dave", inbox.url_for("dave"))
     assert added.returncode == 0, added.stderr
     secret = added.stdout.split("signing secret: ")[1].strip()
-    from birddog.inbox import Inbox  # noqa: PLC0415
+    from birddog.http.inbox import Inbox  # noqa: PLC0415
 
     inbox.secrets["dave"] = Inbox(secret)
     assert (await cli(database_url, "route", "hold", "dave")).returncode == 0

@@ -13,8 +13,7 @@ import pytest
 from birddog.postgres import migrate
 from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.pool import create_pool
-from tests.acceptance.conftest import Daemon, Harness, TestInbox, wait_until
-from tests.acceptance.test_cli import fan_out
+from tests.acceptance.conftest import Daemon, Harness, TestInbox, fan_out, wait_until
 
 
 @pytest.fixture

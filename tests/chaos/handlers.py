@@ -14,11 +14,7 @@ import os
 from pathlib import Path
 
 from birddog import AgentJobPayload
-
-
-def answer_for(command_id: str) -> str:
-    """The reply content a job with this command fact id settles with."""
-    return f"answer:{command_id}"
+from tests.support import answer_for
 
 
 async def answer(payload: AgentJobPayload) -> str:

@@ -28,13 +28,13 @@ from typing import Any
 import asyncpg
 import pytest
 
-from birddog.inbox import Inbox
+from birddog.http.inbox import Inbox
 from birddog.postgres import migrate
 from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.jobs import enqueue_accepted_job
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.chaos.harness import (
+from tests.chaos.support import (
     DAEMONS,
     DATABASE_AWAY,
     FULL,

@@ -47,12 +47,10 @@ from birddog import (
     agent_job,
     decode_agent_job,
 )
-from birddog.bootstrap import SystemClock
+from birddog.clock import SystemClock
 from birddog.core.model import Model
 from birddog.http import signing
-from birddog.http.server import serve
-from birddog.http.transport import HttpTransport
-from birddog.inbox import (
+from birddog.http.inbox import (
     Inbox,
     InboxRefused,
     InvalidSignature,
@@ -60,6 +58,8 @@ from birddog.inbox import (
     StaleTimestamp,
     aiohttp_handler,
 )
+from birddog.http.server import serve
+from birddog.http.transport import HttpTransport
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool

@@ -16,7 +16,7 @@ from birddog import InvalidInput, Job, JobConflict, JobState, Outcome, Recovery
 from birddog.postgres import sqlalchemy_url
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool
-from tests.integration.test_jobs import claim, job_row, make_job
+from tests.support import claim, job_row, make_job
 
 NOTIFY_TIMEOUT_S = 5.0
 ABSENCE_S = 0.2

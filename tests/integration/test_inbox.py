@@ -16,8 +16,7 @@ from birddog.core.delivery import Accepted, Failed
 from birddog.core.errors import BirdDogError
 from birddog.core.mail import AgentAddress, Mail, Reply, ReplyFacts, reply_key
 from birddog.http import HttpTransport, StaticRoutes, generate_secret
-from birddog.http.server import serve
-from birddog.inbox import (
+from birddog.http.inbox import (
     Inbox,
     InboxRefused,
     InvalidSignature,
@@ -27,6 +26,7 @@ from birddog.inbox import (
     StaleTimestamp,
     aiohttp_handler,
 )
+from birddog.http.server import serve
 from birddog.testing import FrozenClock
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)

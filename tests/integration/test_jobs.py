@@ -3,124 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
 import pytest
 
 from birddog import (
-    AgentAddress,
-    AgentWork,
     InvalidInput,
-    Job,
     JobNotFound,
     JobState,
-    Mail,
     Outcome,
-    Recovery,
     StaleClaim,
     StoreUnavailable,
-    agent_job,
 )
 from birddog.postgres.jobs import (
     LEASE_EXPIRED_DIAGNOSTIC,
-    ClaimedJob,
     PostgresJobs,
-    enqueue_accepted_job,
 )
 from birddog.postgres.pool import Pool, create_pool
 from birddog.testing import FrozenClock
-
-ALICE = AgentAddress(agent_id="alice", session_id="s-alice")
-CAROL = AgentAddress(agent_id="carol", session_id="s-carol")
-START = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def make_job(
-    job_id: str = "job-1",
-    *,
-    session: str = "s-bob",
-    priority: int = 0,
-    reply_to: Sequence[AgentAddress] = (ALICE, CAROL),
-    with_mail: bool = True,
-    max_recoveries: int | None = None,
-) -> Job:
-    """An agent job for ``session`` whose mail (key ``mail-<job_id>``) asks for ``reply_to``."""
-    mail = Mail(
-        key=f"mail-{job_id}",
-        to=AgentAddress(agent_id="bob", session_id=session),
-        from_=ALICE,
-        reply_to=list(reply_to),
-        content="please",
-        created_at=1,
-    )
-    work = AgentWork(
-        job_id=job_id,
-        session_id=session,
-        command_fact_id=f"cmd-{job_id}",
-        recovery=None if max_recoveries is None else Recovery(max_recoveries=max_recoveries),
-    )
-    job = agent_job(work, mail if with_mail else None)
-    return job if priority == 0 else job.model_copy(update={"priority": priority})
-
-
-async def enqueue(pool: Pool, *jobs: Job, created_at: datetime | None = None) -> None:
-    """Enqueue jobs in one committed transaction."""
-    async with pool.acquire() as conn, conn.transaction():
-        for job in jobs:
-            assert await enqueue_accepted_job(conn, job, created_at=created_at)
-
-
-async def outbox_rows(pool: Pool) -> list[dict[str, Any]]:
-    """Every outbox row, in key order, with its reply decoded."""
-    rows = await pool.fetch(
-        "SELECT key, recipient_agent_id, state, due_at, reply::text AS reply "
-        "FROM birddog.outbox ORDER BY key"
-    )
-    return [dict(row) | {"reply": _reply(row["reply"])} for row in rows]
-
-
-def _reply(stored: str) -> dict[str, Any]:
-    # How the outbox stores an absent diagnostic (null or no key) is the outbox's business.
-    reply: dict[str, Any] = json.loads(stored)
-    reply["reply"] = {key: value for key, value in reply["reply"].items() if value is not None}
-    return reply
-
-
-async def wake_at(pool: Pool) -> datetime | None:
-    """The armed wake time, if any."""
-    value: datetime | None = await pool.fetchval("SELECT wake_at FROM birddog.wake")
-    return value
-
-
-async def job_row(pool: Pool, job_id: str) -> dict[str, Any]:
-    """The stored columns of one job."""
-    row = await pool.fetchrow("SELECT * FROM birddog.jobs WHERE job_id = $1", job_id)
-    assert row is not None
-    return dict(row)
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    """A clock frozen at 2026-01-01 UTC."""
-    return FrozenClock(START)
-
-
-@pytest.fixture
-def jobs(pg_pool: Pool, clock: FrozenClock) -> PostgresJobs:
-    """The job store on this test's database, on the frozen clock."""
-    return PostgresJobs(pg_pool, clock=clock)
-
-
-async def claim(jobs: PostgresJobs, **kwargs: Any) -> ClaimedJob:
-    """Claim a job that must be there."""
-    claimed = await jobs.claim(**kwargs)
-    assert claimed is not None
-    return claimed
-
+from tests.support import T0, claim, enqueue, job_row, make_job, outbox_rows, wake_at
 
 # ---- claim ---------------------------------------------------------------------------
 
@@ -133,7 +37,7 @@ async def test_claim_runs_the_job_under_a_fresh_token_and_lease(
     claimed = await claim(jobs, lease_s=30, worker_id="w-1")
     assert claimed.job.job_id == "job-1"
     assert claimed.job.state is JobState.RUNNING
-    assert claimed.lease_expires_at == START + timedelta(seconds=30)
+    assert claimed.lease_expires_at == T0 + timedelta(seconds=30)
     assert claimed.recovery_count == 0
     stored = await job_row(pg_pool, "job-1")
     assert str(stored["claim_token"]) == claimed.claim_token
@@ -143,11 +47,11 @@ async def test_claim_runs_the_job_under_a_fresh_token_and_lease(
 
 async def test_claim_order_is_priority_then_age(jobs: PostgresJobs, pg_pool: Pool) -> None:
     """Higher priority comes first; among equals, the oldest job."""
-    await enqueue(pg_pool, make_job("a-new-low", priority=0), created_at=START)
-    await enqueue(pg_pool, make_job("b-old-low", priority=0), created_at=START - timedelta(1))
-    await enqueue(pg_pool, make_job("c-new-high", priority=5), created_at=START)
-    await enqueue(pg_pool, make_job("d-old-high", priority=5), created_at=START - timedelta(1))
-    await enqueue(pg_pool, make_job("e-negative", priority=-3), created_at=START - timedelta(9))
+    await enqueue(pg_pool, make_job("a-new-low", priority=0), created_at=T0)
+    await enqueue(pg_pool, make_job("b-old-low", priority=0), created_at=T0 - timedelta(1))
+    await enqueue(pg_pool, make_job("c-new-high", priority=5), created_at=T0)
+    await enqueue(pg_pool, make_job("d-old-high", priority=5), created_at=T0 - timedelta(1))
+    await enqueue(pg_pool, make_job("e-negative", priority=-3), created_at=T0 - timedelta(9))
     order = [(await claim(jobs)).job.job_id for _ in range(5)]
     assert order == ["d-old-high", "c-new-high", "b-old-low", "a-new-low", "e-negative"]
 
@@ -263,7 +167,7 @@ async def test_heartbeat_extends_the_lease(
         await jobs.heartbeat(job_id="job-1", claim_token=claimed.claim_token, lease_s=10) is False
     )
     stored = await job_row(pg_pool, "job-1")
-    assert stored["lease_expires_at"] == START + timedelta(seconds=18)
+    assert stored["lease_expires_at"] == T0 + timedelta(seconds=18)
     clock.advance(9)
     assert await jobs.recover_expired() == []
 
@@ -314,10 +218,10 @@ async def test_cancelling_a_queued_job_settles_it_with_fan_out_and_it_is_never_c
     for row in rows:
         assert row["reply"]["content"] == "cancelled by alice"
         assert row["reply"]["reply"] == {"commandId": "cmd-job-1", "outcome": "cancelled"}
-    assert await wake_at(pg_pool) == START
+    assert await wake_at(pg_pool) == T0
     stored = await job_row(pg_pool, "job-1")
     assert (stored["cancel_requested_at"], stored["cancel_content"]) == (
-        START,
+        T0,
         "cancelled by alice",
     )
 
@@ -402,7 +306,7 @@ async def test_an_expired_lease_without_budget_settles_outcome_unknown_with_repl
     """With the budget spent, an expired job settles outcome_unknown and its replies are owed."""
     await enqueue(pg_pool, make_job(max_recoveries=1))
     await claim(jobs, lease_s=60)
-    assert await jobs.recover_expired(now=START + timedelta(seconds=61)) == [("job-1", "requeued")]
+    assert await jobs.recover_expired(now=T0 + timedelta(seconds=61)) == [("job-1", "requeued")]
     await claim(jobs, lease_s=60)
     clock.advance(200)
     assert await jobs.recover_expired() == [("job-1", "outcome_unknown")]

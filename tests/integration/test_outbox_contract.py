@@ -9,71 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from birddog import (
-    AgentAddress,
     DeadReason,
     MailRoom,
     Outbox,
     OutboxRow,
-    Outcome,
     Receipt,
-    Reply,
-    ReplyFacts,
     RetrySchedule,
     RowState,
 )
-from birddog.core.delivery import new_row
 from birddog.core.errors import RouteNotFound
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTransport
+from tests.support import T0, at, make_row, receipt_for
 
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-SENDER = AgentAddress(agent_id="boss", session_id="boss-session")
 LEASE_S = 30.0
-
-
-def at(seconds: float) -> datetime:
-    """T0 plus ``seconds``."""
-    return T0 + timedelta(seconds=seconds)
-
-
-def make_reply(key: str, *, agent: str = "alice", content: str = "done") -> Reply:
-    """A reply to ``agent`` under ``key``."""
-    return Reply(
-        key=key,
-        in_reply_to="mail-1",
-        to=AgentAddress(agent_id=agent, session_id=f"{agent}-session"),
-        from_=SENDER,
-        content=content,
-        created_at=1_767_225_600_000,
-        reply=ReplyFacts(command_id="command-1", outcome=Outcome.COMPLETED),
-    )
-
-
-def make_row(
-    key: str, *, agent: str = "alice", due: float = 0.0, created: float = 0.0
-) -> OutboxRow:
-    """A fresh pending row under ``key``, created at T0+created and due at T0+due."""
-    row = new_row(make_reply(key, agent=agent), now=at(created))
-    return replace(row, due_at=at(due))
-
-
-def receipt_for(row: OutboxRow, *, when: datetime) -> Receipt:
-    """The receipt a delivery of ``row`` at ``when`` stores."""
-    return Receipt(
-        key=row.key,
-        delivered_at=when,
-        attempts=row.attempts + 1,
-        recipient=row.recipient,
-        command_id=row.reply.reply.command_id,
-        outcome=row.reply.reply.outcome,
-    )
 
 
 @dataclass

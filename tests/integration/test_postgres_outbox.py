@@ -33,7 +33,7 @@ from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.sql import queries
 from birddog.postgres.wake import PostgresWake
 from birddog.testing import FrozenClock, RecordingTransport
-from tests.integration.test_outbox_contract import T0, at, make_reply, make_row, receipt_for
+from tests.support import T0, at, make_reply, make_row, receipt_for
 
 LEASE_S = 30.0
 

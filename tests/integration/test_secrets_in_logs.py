@@ -46,13 +46,13 @@ from birddog import (
     agent_job,
     bounded_diagnostic,
 )
-from birddog.bootstrap import SystemClock
+from birddog.clock import SystemClock
 from birddog.core.delivery import new_row
 from birddog.http import signing
 from birddog.http.alerts import AlertPoster
+from birddog.http.inbox import Inbox, aiohttp_handler
 from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
-from birddog.inbox import Inbox, aiohttp_handler
 from birddog.logs import configure
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox

@@ -22,10 +22,10 @@ from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.testing import FrozenClock, ManualWake, RecordingTransport
-from tests.integration.test_jobs import (
+from tests.support import (
     ALICE,
     CAROL,
-    START,
+    T0,
     claim,
     enqueue,
     job_row,
@@ -35,18 +35,6 @@ from tests.integration.test_jobs import (
 )
 
 ALICE_ELSEWHERE = ALICE.model_copy(update={"session_id": "s-alice-2"})
-
-
-@pytest.fixture
-def clock() -> FrozenClock:
-    """A clock frozen at 2026-01-01 UTC."""
-    return FrozenClock(START)
-
-
-@pytest.fixture
-def jobs(pg_pool: Pool, clock: FrozenClock) -> PostgresJobs:
-    """The job store on this test's database, on the frozen clock."""
-    return PostgresJobs(pg_pool, clock=clock)
 
 
 async def running_job(jobs: PostgresJobs, pg_pool: Pool, **kwargs: object) -> str:
@@ -70,7 +58,7 @@ async def test_settle_writes_one_reply_per_reply_to_and_arms_the_earliest_wake(
 ) -> None:
     """Settling fans out one pending reply per replyTo address, keyed by index, and one wake."""
     await pg_pool.execute(
-        "INSERT INTO birddog.wake (id, wake_at) VALUES (true, $1)", START + timedelta(hours=1)
+        "INSERT INTO birddog.wake (id, wake_at) VALUES (true, $1)", T0 + timedelta(hours=1)
     )
     token = await running_job(jobs, pg_pool, reply_to=(ALICE, CAROL, ALICE_ELSEWHERE))
     clock.advance(5)

@@ -15,7 +15,7 @@ import pytest
 from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.pool import Pool
 from birddog.postgres.wake import PostgresWake, WakeListener, schedule_wake_on
-from tests.integration.test_outbox_contract import at
+from tests.support import at
 
 QUIET_S = 0.2
 """How long a listener must stay silent to show that nothing was announced."""

@@ -12,7 +12,7 @@ from birddog import AgentJobPayload, AgentWork, Job, JobState, Outcome, Recovery
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.worker import HandlerNotFound, Worker, load_handler
-from tests.unit.conftest import ALICE, BOB, settled_job
+from tests.support import ALICE, BOB, settled_job
 
 
 class NoWake:

@@ -13,7 +13,7 @@ from birddog import (
     has_pending_delivery,
     reply_key,
 )
-from tests.unit.conftest import ALICE, BOB, CAROL, Room, settled_job
+from tests.support import ALICE, BOB, CAROL, Room, settled_job
 
 
 async def test_one_row_per_reply_to_with_the_exact_key(room: Room) -> None:

@@ -19,7 +19,7 @@ from birddog import (
     RowState,
     has_pending_delivery,
 )
-from tests.unit.conftest import ALICE, CAROL, Room, settled_job
+from tests.support import ALICE, CAROL, Room, settled_job
 
 
 async def fan_out_many(room: Room, count: int) -> list[str]:

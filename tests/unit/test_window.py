@@ -6,7 +6,7 @@ import asyncio
 
 from birddog import AgentAddress, OutboxRow, Receipt, Reply, RowState
 from birddog.window import DeliveryWindow
-from tests.unit.conftest import ALICE, CAROL, Room, settled_job
+from tests.support import ALICE, CAROL, Room, settled_job
 
 
 async def fan_out(room: Room, count: int, reply_to: list[AgentAddress], prefix: str) -> list[str]:

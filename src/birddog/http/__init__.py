@@ -5,12 +5,13 @@
 - :mod:`birddog.http.signing` signs and verifies Standard Webhooks v1 signatures.
 - :class:`AlertPoster` posts a signed alert for each dead letter.
 - :class:`StaticRoutes` is a dict-backed route book for tests and small setups.
-
-The recipient's side lives in :mod:`birddog.inbox`.
+- :class:`Inbox` and :func:`aiohttp_handler` are the recipient's side
+  (:mod:`birddog.http.inbox`): verify, parse, check and deduplicate delivered replies.
 """
 
 from birddog.http.alerts import ALERT_TYPE, AlertPoster, alert_payload
 from birddog.http.answers import classify
+from birddog.http.inbox import Inbox, aiohttp_handler
 from birddog.http.routes import StaticRoutes
 from birddog.http.signing import generate_secret, sign
 from birddog.http.transport import DEFAULT_USER_AGENT, HttpTransport
@@ -20,7 +21,9 @@ __all__ = [
     "DEFAULT_USER_AGENT",
     "AlertPoster",
     "HttpTransport",
+    "Inbox",
     "StaticRoutes",
+    "aiohttp_handler",
     "alert_payload",
     "classify",
     "generate_secret",

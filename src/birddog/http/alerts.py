@@ -15,6 +15,7 @@ import aiohttp
 import structlog
 import yarl
 
+from birddog.clock import SystemClock
 from birddog.core.delivery import OutboxRow
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import InvalidInput
@@ -64,7 +65,8 @@ class AlertPoster(SessionOwner):
         secret: the signing secret (``whsec_<base64>``), or None to post unsigned.
         timeout_s: the whole alert post must finish in this.
         user_agent: the ``user-agent`` header.
-        clock: the time source for ``deadAt`` and the timestamp (default: UTC wall clock).
+        clock: the time source for ``deadAt`` and the timestamp (default:
+            :class:`birddog.clock.SystemClock`).
 
     Raises:
         InvalidInput: the URL is not http(s) with a host.
@@ -92,7 +94,7 @@ class AlertPoster(SessionOwner):
         self._secret = secret
         self.timeout_s = timeout_s
         self.user_agent = user_agent
-        self.clock = clock
+        self.clock: Clock = clock or SystemClock()
         self._session: aiohttp.ClientSession | None = None
 
     def __repr__(self) -> str:
@@ -155,4 +157,4 @@ class AlertPoster(SessionOwner):
             return resp.status
 
     def _now(self) -> datetime:
-        return self.clock.now() if self.clock is not None else datetime.now(UTC)
+        return self.clock.now()

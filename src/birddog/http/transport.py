@@ -14,11 +14,12 @@ import importlib.metadata
 import io
 import ssl
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import aiohttp
 import yarl
 
+from birddog.clock import SystemClock
 from birddog.core.delivery import DeadReason, Deferred, DeliveryResult, Failed, Rejected
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import InvalidSecret
@@ -66,8 +67,8 @@ class HttpTransport(SessionOwner):
         max_body_bytes: response bodies are read up to this; a larger 2xx is a failure.
         max_deferral_s: the longest a ``Retry-After`` may defer a reply.
         user_agent: the ``user-agent`` header.
-        clock: the time source for ``webhook-timestamp`` and deferrals (default: UTC
-            wall clock).
+        clock: the time source for ``webhook-timestamp`` and deferrals (default:
+            :class:`birddog.clock.SystemClock`).
         connector_limit: the most connections open at once, over all recipients.
     """
 
@@ -93,7 +94,7 @@ class HttpTransport(SessionOwner):
         self.max_body_bytes = max_body_bytes
         self.max_deferral_s = max_deferral_s
         self.user_agent = user_agent
-        self.clock = clock
+        self.clock: Clock = clock or SystemClock()
         self.connector_limit = connector_limit
         self._session: aiohttp.ClientSession | None = None
 
@@ -199,7 +200,7 @@ class HttpTransport(SessionOwner):
         return self._session
 
     def _now(self) -> datetime:
-        return self.clock.now() if self.clock is not None else datetime.now(UTC)
+        return self.clock.now()
 
 
 async def _read_bounded(stream: aiohttp.StreamReader, limit: int) -> tuple[list[bytes], bool]:

@@ -1,10 +1,12 @@
-"""Who is running: drain daemons and workers record themselves for ``birddog status``."""
+"""Who is running: drain daemons and workers record themselves for ``birddog status``.
+
+:class:`birddog.postgres.reports.PostgresReports` reads the rows back.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
-from typing import Any
 
 import asyncpg
 
@@ -35,8 +37,3 @@ class PostgresDaemons:
     async def gone(self) -> None:
         """Remove this process's row on a clean stop."""
         await self.pool.execute(queries["daemon_gone"], self.daemon_id)
-
-    async def recent(self, *, within_s: float = 60.0) -> list[dict[str, Any]]:
-        """Daemons seen within ``within_s`` seconds, newest first."""
-        rows = await self.pool.fetch(queries["daemons_seen"], within_s)
-        return [dict(row) for row in rows]

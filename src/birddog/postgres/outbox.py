@@ -421,6 +421,18 @@ class PostgresOutbox:
                     await schedule_wake_on(conn, min(record["due_at"] for record in records))
         return sorted(record["key"] for record in records)
 
+    async def discard_probe_reply(self, key: str) -> None:
+        """Delete a failed probe's own canary reply; a key not under ``outbox:probe:`` is kept.
+
+        Args:
+            key: the probe reply's key.
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        with store_errors("outbox discard_probe_reply"):
+            await self.pool.execute(queries["probe_discard"], key)
+
     async def counts(self) -> dict[str, Any]:
         """What the outbox holds, for ``birddog status`` and metrics.
 

@@ -13,12 +13,12 @@ import base64
 import binascii
 import secrets
 import time
-from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
 
+from birddog.clock import SystemClock
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound
 from birddog.core.model import Id
 from birddog.ports import Clock, Route, RouteKind
@@ -108,11 +108,6 @@ def _route(record: asyncpg.Record) -> Route:
     )
 
 
-class _UtcClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-
 class PostgresRoutes:
     """The route book port over an asyncpg pool, with the operator's edits.
 
@@ -125,13 +120,14 @@ class PostgresRoutes:
     Args:
         pool: the pool from :func:`birddog.postgres.pool.create_pool`.
         cache_s: how long a looked-up route is reused (0 turns the cache off).
-        clock: the current time, for holds and releases (default: UTC wall clock).
+        clock: the current time, for holds and releases (default:
+            :class:`birddog.clock.SystemClock`).
     """
 
     def __init__(self, pool: Pool, *, cache_s: float = 1.0, clock: Clock | None = None) -> None:
         self.pool = pool
         self.cache_s = cache_s
-        self.clock: Clock = clock or _UtcClock()
+        self.clock: Clock = clock or SystemClock()
         self._cache: dict[str, tuple[float, Route]] = {}
 
     async def route(self, agent_id: str) -> Route | None:

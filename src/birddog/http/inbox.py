@@ -22,11 +22,12 @@ import asyncio
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import structlog
 from aiohttp import web
 
+from birddog.clock import SystemClock
 from birddog.core.errors import (
     InboxRefused,
     InvalidInput,
@@ -87,7 +88,7 @@ class Inbox:
         tolerance_s: how far the signed timestamp may be from now, either way.
         dedupe_size: how many taken ``webhook-id`` values are remembered (least recently
             seen forgotten first).
-        clock: the time source (default: UTC wall clock).
+        clock: the time source (default: :class:`birddog.clock.SystemClock`).
 
     Raises:
         InvalidSecret: a secret is not ``whsec_<base64>``.
@@ -112,7 +113,7 @@ class Inbox:
         self._keys = [signing.secret_key(item) for item in secrets]
         self.tolerance_s = tolerance_s
         self.dedupe_size = dedupe_size
-        self.clock = clock
+        self.clock: Clock = clock or SystemClock()
         self._taken: OrderedDict[str, None] = OrderedDict()
 
     def __repr__(self) -> str:
@@ -229,7 +230,7 @@ class Inbox:
             raise ReplyMismatch("reply does not come from the mail's recipient", field="from")
 
     def _now(self) -> datetime:
-        return self.clock.now() if self.clock is not None else datetime.now(UTC)
+        return self.clock.now()
 
 
 ReplyHandler = Callable[[Reply], Awaitable[None]]

@@ -28,9 +28,9 @@ from aiohttp import web
 
 from birddog import AgentAddress, AgentWork, Job, Mail, Recovery, StoreUnavailable, agent_job
 from birddog.core.mail import reply_key
+from birddog.http.inbox import Inbox, InboxRefused
 from birddog.http.server import serve
-from birddog.inbox import Inbox, InboxRefused
-from tests.chaos.handlers import answer_for
+from tests.support import answer_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BIRDDOG = str(Path(sys.executable).parent / "birddog")

@@ -1,0 +1,115 @@
+"""The ``birddog`` command: run the daemon and the worker, send, inspect, replay, probe.
+
+Every flag has an environment twin (``BIRDDOG_<COMMAND>_<FLAG>``, e.g.
+``BIRDDOG_RUN_ONCE=1``); settings read ``BIRDDOG_*`` and ``DATABASE_URL``.
+
+This module holds the ``main`` group and what every command shares; each group of
+commands lives in a module of its own, registered by the import at the end of this file.
+Commands take their adapters from :mod:`birddog.bootstrap`, imported inside the command
+so that ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from birddog.core.errors import BirdDogError
+from birddog.logs import configure
+from birddog.settings import Settings
+
+if TYPE_CHECKING:
+    from birddog.bootstrap import Stack
+
+T = TypeVar("T")
+
+EXIT_OK = 0
+EXIT_ALARM = 1
+
+
+def settings_of(ctx: click.Context) -> Settings:
+    """The settings the ``main`` group read for this invocation."""
+    settings: Settings = ctx.find_root().obj
+    return settings
+
+
+def announce(text: str) -> None:
+    """Tell the person at the terminal one line, on stderr (stdout is for results)."""
+    click.echo(text, err=True)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to completion; a :class:`BirdDogError` becomes a one-line error, exit 1."""
+    try:
+        return asyncio.run(coro)
+    except BirdDogError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T:
+    """Open the adapters (:func:`birddog.bootstrap.open_stack`), run ``action``, close them."""
+    from birddog.bootstrap import open_stack  # noqa: PLC0415 - keeps --help fast
+
+    async def go() -> T:
+        async with open_stack(settings_of(ctx), announce=announce, pool_size=2) as stack:
+            return await action(stack)
+
+    return run(go())
+
+
+def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> None:
+    """Print rows as JSON, or as a tab-separated table of ``columns``."""
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, default=str))
+        return
+    if not rows:
+        click.echo("(none)")
+        return
+    click.echo("\t".join(columns))
+    for row in rows:
+        click.echo("\t".join("" if row.get(c) is None else str(row.get(c)) for c in columns))
+
+
+@click.group(
+    context_settings={"auto_envvar_prefix": "BIRDDOG", "help_option_names": ["-h", "--help"]}
+)
+@click.version_option(package_name="birddog")
+@click.option(
+    "--database-url",
+    envvar="DATABASE_URL",
+    help="PostgreSQL DSN (env DATABASE_URL). Unset: an embedded server in the data directory.",
+)
+@click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default=None)
+@click.pass_context
+def main(ctx: click.Context, database_url: str | None, log_format: str | None) -> None:
+    """BirdDog: a durable, PostgreSQL-backed mail room for AI agents."""
+    updates: dict[str, Any] = {}
+    if database_url:
+        updates["database_url"] = database_url
+    if log_format:
+        updates["log_format"] = log_format
+    try:
+        settings = Settings().model_copy(update=updates)
+    except ValueError as exc:
+        raise click.UsageError(f"invalid settings: {exc}") from exc
+    configure(log_format=settings.log_format, level=settings.log_level)
+    ctx.obj = settings
+
+
+# Each module adds its commands to ``main``; a new group of commands is one more name here.
+from birddog.cli import daemon, demo, mail, ops, routes, worker  # noqa: E402, F401
+
+__all__ = [
+    "EXIT_ALARM",
+    "EXIT_OK",
+    "announce",
+    "main",
+    "print_rows",
+    "run",
+    "settings_of",
+    "with_stack",
+]

@@ -1,0 +1,30 @@
+"""``birddog migrate`` and ``birddog run``: the schema and the drain daemon."""
+
+from __future__ import annotations
+
+import click
+
+from birddog.cli import announce, main, run, settings_of
+from birddog.runtime import quiet_until_started
+
+
+@main.command()
+@click.pass_context
+def migrate(ctx: click.Context) -> None:
+    """Create or upgrade the birddog schema."""
+    from birddog.bootstrap import migrate_schema  # noqa: PLC0415 - keeps --help fast
+
+    run(migrate_schema(settings_of(ctx), announce=announce))
+    click.echo("schema is at head")
+
+
+@main.command("run")
+@click.option("--once", is_flag=True, help="Drain until nothing is due, then exit.")
+@click.option("--migrate/--no-migrate", "migrate_first", default=False, help="Upgrade first.")
+@click.pass_context
+def run_command(ctx: click.Context, once: bool, migrate_first: bool) -> None:
+    """Run the drain daemon: deliver owed replies until stopped (SIGTERM/SIGINT)."""
+    quiet_until_started()
+    from birddog.bootstrap import run_daemon  # noqa: PLC0415
+
+    run(run_daemon(settings_of(ctx), once=once, migrate_first=migrate_first, announce=announce))

@@ -1,0 +1,79 @@
+"""``birddog route ...``: where each agent's replies are posted, and holds."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from birddog.cli import main, with_stack
+
+
+@main.group()
+def route() -> None:
+    """Manage routes: where each agent's replies are posted."""
+
+
+@route.command("add")
+@click.argument("agent_id")
+@click.argument("url")
+@click.option("--secret", default=None, help="whsec_... signing secret; generated when unset.")
+@click.option("--held", is_flag=True, help="Add it held (replies wait until released).")
+@click.pass_context
+def route_add(ctx: click.Context, agent_id: str, url: str, secret: str | None, held: bool) -> None:
+    """Route AGENT_ID's replies to URL; prints the signing secret once."""
+    added = with_stack(ctx, lambda s: s.routes.add(agent_id, url, secret=secret, enabled=not held))
+    click.echo(f"route {added.agent_id} -> {added.url} ({'held' if held else 'enabled'})")
+    click.echo(f"signing secret: {added.secret}")
+
+
+@route.command("update")
+@click.argument("agent_id")
+@click.option("--url", default=None)
+@click.option("--secret", default=None)
+@click.pass_context
+def route_update(ctx: click.Context, agent_id: str, url: str | None, secret: str | None) -> None:
+    """Change AGENT_ID's inbox URL or signing secret."""
+    updated = with_stack(ctx, lambda s: s.routes.update(agent_id, url=url, secret=secret))
+    click.echo(f"route {updated.agent_id} -> {updated.url}")
+
+
+@route.command("list")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def route_list(ctx: click.Context, as_json: bool) -> None:
+    """List routes (secrets are never shown)."""
+    routes = with_stack(ctx, lambda s: s.routes.list())
+    rows = [{"agentId": r.agent_id, "url": r.url, "enabled": r.enabled} for r in routes]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    for row in rows:
+        click.echo(f"{row['agentId']}\t{'enabled' if row['enabled'] else 'HELD'}\t{row['url']}")
+
+
+@route.command("hold")
+@click.argument("agent_id")
+@click.pass_context
+def route_hold(ctx: click.Context, agent_id: str) -> None:
+    """Hold AGENT_ID: its replies stay, untouched, until released."""
+    with_stack(ctx, lambda s: s.routes.hold(agent_id))
+    click.echo(f"held {agent_id}")
+
+
+@route.command("release")
+@click.argument("agent_id")
+@click.pass_context
+def route_release(ctx: click.Context, agent_id: str) -> None:
+    """Release AGENT_ID: its waiting replies are delivered."""
+    with_stack(ctx, lambda s: s.routes.release(agent_id))
+    click.echo(f"released {agent_id}")
+
+
+@route.command("remove")
+@click.argument("agent_id")
+@click.pass_context
+def route_remove(ctx: click.Context, agent_id: str) -> None:
+    """Remove AGENT_ID's route (its future replies die as unknown recipients)."""
+    with_stack(ctx, lambda s: s.routes.remove(agent_id))
+    click.echo(f"removed {agent_id}")

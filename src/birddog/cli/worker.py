@@ -1,0 +1,36 @@
+"""``birddog worker``: run agent jobs with a handler."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from birddog.cli import announce, main, run, settings_of
+from birddog.core.errors import BirdDogError
+from birddog.runtime import quiet_until_started
+
+
+@main.command()
+@click.option("--handler", required=True, help="package.module:function, an async handler.")
+@click.option("--queue", "queues", multiple=True, help="Only these queues (session ids).")
+@click.option("--concurrency", type=int, default=None, help="Jobs run at once.")
+@click.option("--once", is_flag=True, help="Run queued jobs, then exit.")
+@click.pass_context
+def worker(
+    ctx: click.Context, handler: str, queues: tuple[str, ...], concurrency: int | None, once: bool
+) -> None:
+    """Run agent jobs with HANDLER, settling and fanning out each one."""
+    quiet_until_started()
+    from birddog.bootstrap import run_worker  # noqa: PLC0415 - keeps --help fast
+    from birddog.worker import load_handler  # noqa: PLC0415
+
+    settings = settings_of(ctx)
+    if concurrency is not None:
+        settings = settings.model_copy(update={"worker_concurrency": concurrency})
+    sys.path.insert(0, ".")
+    try:
+        function = load_handler(handler)
+    except BirdDogError as exc:
+        raise click.UsageError(str(exc)) from exc
+    run(run_worker(settings, function, queues=list(queues), once=once, announce=announce))

@@ -1,0 +1,206 @@
+"""Helpers the test suites share: sample addresses and jobs, rows and replies, fakes, queries.
+
+Fixtures live in the ``conftest.py`` files; these are the plain functions and classes
+they and the tests build on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from birddog import (
+    AgentAddress,
+    AgentWork,
+    Job,
+    JobState,
+    Mail,
+    MailRoom,
+    OutboxRow,
+    Outcome,
+    Receipt,
+    Recovery,
+    Reply,
+    ReplyFacts,
+    RetrySchedule,
+    agent_job,
+)
+from birddog.core.delivery import new_row
+from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
+from birddog.postgres.pool import Pool
+from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTransport
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+"""The tests' epoch: frozen clocks start here."""
+
+ALICE = AgentAddress(agent_id="alice", session_id="s-alice")
+BOB = AgentAddress(agent_id="bob", session_id="s-bob")
+CAROL = AgentAddress(agent_id="carol", session_id="s-carol")
+SENDER = AgentAddress(agent_id="boss", session_id="boss-session")
+
+
+# ---- jobs ----------------------------------------------------------------------------
+
+
+def settled_job(
+    *,
+    key: str = "mail-1",
+    reply_to: Sequence[AgentAddress] = (ALICE, CAROL),
+    outcome: Outcome = Outcome.COMPLETED,
+    with_mail: bool = True,
+) -> Job:
+    """A settled agent job for bob's session whose mail asks for replies to ``reply_to``."""
+    mail = Mail(
+        key=key, to=BOB, from_=ALICE, reply_to=list(reply_to), content="please", created_at=1
+    )
+    job = agent_job(
+        AgentWork(job_id=f"job-{key}", session_id="s-bob", command_fact_id=f"cmd-{key}"),
+        mail if with_mail else None,
+    )
+    return job.model_copy(update={"state": JobState.SETTLED, "outcome": outcome})
+
+
+def make_job(
+    job_id: str = "job-1",
+    *,
+    session: str = "s-bob",
+    priority: int = 0,
+    reply_to: Sequence[AgentAddress] = (ALICE, CAROL),
+    with_mail: bool = True,
+    max_recoveries: int | None = None,
+) -> Job:
+    """An agent job for ``session`` whose mail (key ``mail-<job_id>``) asks for ``reply_to``."""
+    mail = Mail(
+        key=f"mail-{job_id}",
+        to=AgentAddress(agent_id="bob", session_id=session),
+        from_=ALICE,
+        reply_to=list(reply_to),
+        content="please",
+        created_at=1,
+    )
+    work = AgentWork(
+        job_id=job_id,
+        session_id=session,
+        command_fact_id=f"cmd-{job_id}",
+        recovery=None if max_recoveries is None else Recovery(max_recoveries=max_recoveries),
+    )
+    job = agent_job(work, mail if with_mail else None)
+    return job if priority == 0 else job.model_copy(update={"priority": priority})
+
+
+async def enqueue(pool: Pool, *jobs: Job, created_at: datetime | None = None) -> None:
+    """Enqueue jobs in one committed transaction."""
+    async with pool.acquire() as conn, conn.transaction():
+        for job in jobs:
+            assert await enqueue_accepted_job(conn, job, created_at=created_at)
+
+
+async def claim(jobs: PostgresJobs, **kwargs: Any) -> ClaimedJob:
+    """Claim a job that must be there."""
+    claimed = await jobs.claim(**kwargs)
+    assert claimed is not None
+    return claimed
+
+
+def answer_for(command_id: str) -> str:
+    """The reply content a job with this command fact id settles with (the fault run)."""
+    return f"answer:{command_id}"
+
+
+# ---- outbox rows and replies ---------------------------------------------------------
+
+
+def at(seconds: float) -> datetime:
+    """T0 plus ``seconds``."""
+    return T0 + timedelta(seconds=seconds)
+
+
+def make_reply(key: str, *, agent: str = "alice", content: str = "done") -> Reply:
+    """A reply to ``agent`` under ``key``."""
+    return Reply(
+        key=key,
+        in_reply_to="mail-1",
+        to=AgentAddress(agent_id=agent, session_id=f"{agent}-session"),
+        from_=SENDER,
+        content=content,
+        created_at=1_767_225_600_000,
+        reply=ReplyFacts(command_id="command-1", outcome=Outcome.COMPLETED),
+    )
+
+
+def make_row(
+    key: str, *, agent: str = "alice", due: float = 0.0, created: float = 0.0
+) -> OutboxRow:
+    """A fresh pending row under ``key``, created at T0+created and due at T0+due."""
+    row = new_row(make_reply(key, agent=agent), now=at(created))
+    return replace(row, due_at=at(due))
+
+
+def receipt_for(row: OutboxRow, *, when: datetime) -> Receipt:
+    """The receipt a delivery of ``row`` at ``when`` stores."""
+    return Receipt(
+        key=row.key,
+        delivered_at=when,
+        attempts=row.attempts + 1,
+        recipient=row.recipient,
+        command_id=row.reply.reply.command_id,
+        outcome=row.reply.reply.outcome,
+    )
+
+
+# ---- what the database holds ---------------------------------------------------------
+
+
+async def outbox_rows(pool: Pool) -> list[dict[str, Any]]:
+    """Every outbox row, in key order, with its reply decoded."""
+    rows = await pool.fetch(
+        "SELECT key, recipient_agent_id, state, due_at, reply::text AS reply "
+        "FROM birddog.outbox ORDER BY key"
+    )
+    return [dict(row) | {"reply": _reply(row["reply"])} for row in rows]
+
+
+def _reply(stored: str) -> dict[str, Any]:
+    # How the outbox stores an absent diagnostic (null or no key) is the outbox's business.
+    reply: dict[str, Any] = json.loads(stored)
+    reply["reply"] = {key: value for key, value in reply["reply"].items() if value is not None}
+    return reply
+
+
+async def wake_at(pool: Pool) -> datetime | None:
+    """The armed wake time, if any."""
+    value: datetime | None = await pool.fetchval("SELECT wake_at FROM birddog.wake")
+    return value
+
+
+async def job_row(pool: Pool, job_id: str) -> dict[str, Any]:
+    """The stored columns of one job."""
+    row = await pool.fetchrow("SELECT * FROM birddog.jobs WHERE job_id = $1", job_id)
+    assert row is not None
+    return dict(row)
+
+
+# ---- a mail room on fakes ------------------------------------------------------------
+
+
+class Room:
+    """A mail room wired to inspectable fakes."""
+
+    def __init__(self, schedule: RetrySchedule | None = None, page_size: int = 64) -> None:
+        self.outbox = InMemoryOutbox()
+        self.transport = RecordingTransport(True)
+        self.wake = ManualWake()
+        self.clock = FrozenClock()
+        self.room = MailRoom(
+            outbox=self.outbox,
+            transport=self.transport,
+            wake=self.wake,
+            clock=self.clock,
+            schedule=schedule,
+            page_size=page_size,
+            post_timeout_s=1.0,
+            rng=lambda: 0.5,
+        )
