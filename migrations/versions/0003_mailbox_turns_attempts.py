@@ -251,6 +251,13 @@ def upgrade() -> None:
         postgresql_where=sa.text("read_at IS NULL"),
     )
     op.create_index("mailbox_in_reply_to_idx", "mailbox", ["in_reply_to"], schema=SCHEMA)
+    op.create_index(
+        "mailbox_read_at_idx",
+        "mailbox",
+        ["read_at"],
+        schema=SCHEMA,
+        postgresql_where=sa.text("read_at IS NOT NULL"),
+    )
 
     op.execute(PENDING_VIEW)
     op.execute(DEAD_LETTERS_VIEW)

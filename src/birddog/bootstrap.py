@@ -35,6 +35,7 @@ from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.reports import PostgresReports
+from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.wake import PostgresWake, WakeListener
 from birddog.runtime import Backoff, every, sleep_unless_stopped, stop_on_signals
@@ -67,6 +68,7 @@ class Stack:
         routes: the route book.
         jobs: the job store.
         reports: the operator's reports (status, check).
+        retention: deletes what the retention settings no longer keep.
         transport: the HTTP transport.
         room: the mail room.
         metrics: the daemon's metrics.
@@ -82,6 +84,7 @@ class Stack:
     routes: PostgresRoutes
     jobs: PostgresJobs
     reports: PostgresReports
+    retention: PostgresRetention
     transport: HttpTransport
     room: MailRoom
     metrics: Metrics
@@ -228,6 +231,7 @@ async def open_stack(
             routes=routes,
             jobs=jobs,
             reports=PostgresReports(pool),
+            retention=PostgresRetention(pool, clock=clock),
             transport=transport,
             room=room,
             metrics=metrics,
@@ -283,6 +287,19 @@ def build_daemon(
         for job_id, what in await stack.jobs.recover_expired():
             log.warning("job_lease_expired", job_id=job_id, outcome=what)
 
+    policy = settings.retention()
+
+    async def prune() -> None:
+        report = await stack.retention.prune(policy)
+        if report.total:
+            log.info(
+                "pruned",
+                receipts=report.receipts,
+                jobs=report.jobs,
+                dead_letters=report.dead_letters,
+                mailbox=report.mailbox,
+            )
+
     return DrainDaemon(
         room=stack.room,
         listener=listener,
@@ -293,6 +310,11 @@ def build_daemon(
         side_tasks=[
             lambda: every(HEARTBEAT_S, heartbeat, stop=stop, name="heartbeat"),
             lambda: every(max(1.0, settings.job_lease_s / 2), reap, stop=stop, name="reaper"),
+            *(
+                []
+                if policy.empty
+                else [lambda: every(settings.prune_every_s, prune, stop=stop, name="prune")]
+            ),
         ],
         stop=stop,
     )

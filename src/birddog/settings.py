@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Literal
 
 import platformdirs
-from pydantic import AliasChoices, Field, model_validator
+from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from birddog.core.duration import parse_duration
+from birddog.core.errors import InvalidInput
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
+from birddog.core.retention import RetentionPolicy
 from birddog.core.schedule import RetrySchedule
 
 
@@ -64,6 +67,45 @@ class Settings(BaseSettings):
     check_dead_s: float = Field(
         3600.0, gt=0, description="`check` fails when a dead letter is newer."
     )
+    retain_receipts_s: float | None = Field(
+        None, description="The daemon deletes receipts older than this (30d); unset: kept."
+    )
+    retain_jobs_s: float | None = Field(
+        None, description="The daemon deletes jobs settled longer ago (7d); unset: kept."
+    )
+    retain_dead_s: float | None = Field(
+        None, description="The daemon deletes dead letters older than this; unset: kept."
+    )
+    retain_mailbox_s: float | None = Field(
+        None, description="The daemon deletes mailbox replies read longer ago; unset: kept."
+    )
+    prune_every_s: float = Field(
+        3600.0, gt=0, description="How often the daemon prunes when a retention is set."
+    )
+
+    @field_validator(
+        "retain_receipts_s", "retain_jobs_s", "retain_dead_s", "retain_mailbox_s", mode="before"
+    )
+    @classmethod
+    def _duration(cls, value: object, info: ValidationInfo) -> float | None:
+        # "30d", "12h", "90m" or seconds; an empty value means unset.
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return None
+        if not isinstance(value, str | int | float):
+            raise ValueError("must be a duration such as 30d, 12h or 90m")  # noqa: TRY004
+        try:
+            return parse_duration(value, field=str(info.field_name))
+        except InvalidInput as exc:
+            raise ValueError(str(exc)) from None
+
+    def retention(self) -> RetentionPolicy:
+        """What the daemon prunes (nothing unless a ``BIRDDOG_RETAIN_*`` is set)."""
+        return RetentionPolicy(
+            receipts_s=self.retain_receipts_s,
+            jobs_settled_s=self.retain_jobs_s,
+            dead_s=self.retain_dead_s,
+            mailbox_read_s=self.retain_mailbox_s,
+        )
 
     @model_validator(mode="after")
     def _lease_outlasts_a_post(self) -> Settings:

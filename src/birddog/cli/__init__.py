@@ -101,7 +101,7 @@ def main(ctx: click.Context, database_url: str | None, log_format: str | None) -
 
 
 # Each module adds its commands to ``main``; a new group of commands is one more name here.
-from birddog.cli import daemon, demo, mail, ops, routes, worker  # noqa: E402, F401
+from birddog.cli import daemon, demo, mail, ops, prune, routes, worker  # noqa: E402, F401
 
 __all__ = [
     "EXIT_ALARM",

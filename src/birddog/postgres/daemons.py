@@ -12,6 +12,9 @@ import asyncpg
 
 from birddog.postgres.sql import queries
 
+EXPIRE_S = 3600.0
+"""A daemon or worker row not refreshed for this long is deleted by any live process."""
+
 
 class PostgresDaemons:
     """The ``birddog.daemons`` table: one row per running daemon or worker.
@@ -29,10 +32,15 @@ class PostgresDaemons:
         self.daemon_id = f"{kind}:{self.host}:{self.pid}"
 
     async def seen(self) -> None:
-        """Record that this process is alive."""
+        """Record that this process is alive, and forget processes long gone.
+
+        A daemon or worker killed without a clean stop leaves its row behind; any live
+        process deletes rows not seen for :data:`EXPIRE_S`, so the table never grows.
+        """
         await self.pool.execute(
             queries["daemon_seen"], self.daemon_id, self.kind, self.host, self.pid
         )
+        await self.pool.execute(queries["daemons_expire"], EXPIRE_S)
 
     async def gone(self) -> None:
         """Remove this process's row on a clean stop."""

@@ -392,6 +392,11 @@ ON CONFLICT (daemon_id) DO UPDATE SET seen_at = now();
 -- params: $1 daemon_id text
 DELETE FROM birddog.daemons WHERE daemon_id = $1;
 
+-- name: daemons_expire
+-- Forget daemons and workers not seen for $1 seconds (killed, or their host is gone).
+-- params: $1 older_than_s float8
+DELETE FROM birddog.daemons WHERE seen_at < now() - make_interval(secs => $1);
+
 -- name: daemons_seen
 -- Daemons and workers seen within an interval, newest first.
 -- params: $1 within_s float8
@@ -562,3 +567,53 @@ DELETE FROM birddog.outbox WHERE key = $1 AND key LIKE 'outbox:probe:%';
 UPDATE birddog.outbox
 SET claim_token = NULL, lease_expires_at = NULL, updated_at = now()
 WHERE claim_token = $1::uuid AND key = ANY($2::text[]);
+
+-- ---------------------------------------------------------------------------------------
+-- retention (opt-in: `birddog prune`, BIRDDOG_RETAIN_*)
+-- Each statement deletes at most one batch, so no lock is held for long; the caller
+-- repeats it until a batch comes back short. SKIP LOCKED leaves rows a daemon holds alone.
+-- ---------------------------------------------------------------------------------------
+
+-- name: prune_receipts
+-- Delete up to $2 receipts delivered before $1.
+-- params: $1 before timestamptz, $2 batch int
+DELETE FROM birddog.receipts rc
+WHERE rc.key IN (
+    SELECT r.key FROM birddog.receipts r
+    WHERE r.delivered_at < $1::timestamptz
+    LIMIT $2::int
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: prune_settled_jobs
+-- Delete up to $2 jobs settled before $1.
+-- params: $1 before timestamptz, $2 batch int
+DELETE FROM birddog.jobs j
+WHERE j.job_id IN (
+    SELECT s.job_id FROM birddog.jobs s
+    WHERE s.state = 'settled' AND s.settled_at < $1::timestamptz
+    LIMIT $2::int
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: prune_dead_letters
+-- Delete up to $2 dead letters that died before $1.
+-- params: $1 before timestamptz, $2 batch int
+DELETE FROM birddog.outbox o
+WHERE o.key IN (
+    SELECT d.key FROM birddog.outbox d
+    WHERE d.state = 'dead' AND d.dead_at < $1::timestamptz
+    LIMIT $2::int
+    FOR UPDATE SKIP LOCKED
+);
+
+-- name: prune_read_mailbox
+-- Delete up to $2 mailbox replies read before $1 (their receipts stay).
+-- params: $1 before timestamptz, $2 batch int
+DELETE FROM birddog.mailbox m
+WHERE m.key IN (
+    SELECT b.key FROM birddog.mailbox b
+    WHERE b.read_at < $1::timestamptz
+    LIMIT $2::int
+    FOR UPDATE SKIP LOCKED
+);

@@ -221,6 +221,7 @@ mailbox = sa.Table(
         postgresql_where=sa.text("read_at IS NULL"),
     ),
     sa.Index("mailbox_in_reply_to_idx", "in_reply_to"),
+    sa.Index("mailbox_read_at_idx", "read_at", postgresql_where=sa.text("read_at IS NOT NULL")),
 )
 """Replies delivered to agents with a mailbox route, under the reply key, until read."""
 

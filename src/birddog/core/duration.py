@@ -1,0 +1,54 @@
+"""Durations as people write them: ``30d``, ``12h``, ``90m``, ``45s``, or plain seconds."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from birddog.core.errors import InvalidInput
+
+_UNITS = {
+    "s": 1.0,
+    "sec": 1.0,
+    "m": 60.0,
+    "min": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+
+MAX_DURATION_S = 100 * 365 * 86400.0
+"""The longest duration accepted: a hundred years is "forever" for every setting here."""
+
+
+def parse_duration(text: str | float, *, field: str = "duration") -> float:
+    """Read a duration in seconds.
+
+    Args:
+        text: ``30d``, ``12h``, ``90m`` (or ``90min``), ``45s``, ``2w``, a decimal such as
+            ``1.5h``, or a plain number of seconds (a number or its text).
+        field: the name to report in an error.
+
+    Returns:
+        The duration in seconds, finite and not negative.
+
+    Raises:
+        InvalidInput: not a duration, negative, not finite, or above a hundred years.
+    """
+    if isinstance(text, bool):
+        raise InvalidInput(f"{field} must be a duration such as 30d, 12h or 90m", field=field)
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        match = _DURATION.match(str(text).lower())
+        if match is None or match.group(2) not in {"", *_UNITS}:
+            raise InvalidInput(
+                f"{field} must be a duration such as 30d, 12h, 90m or 45s", field=field
+            )
+        seconds = float(match.group(1)) * _UNITS.get(match.group(2), 1.0)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InvalidInput(f"{field} must be a finite duration, not negative", field=field)
+    if seconds > MAX_DURATION_S:
+        raise InvalidInput(f"{field} must be at most 100 years", field=field)
+    return seconds
