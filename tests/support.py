@@ -7,6 +7,7 @@ they and the tests build on.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -181,6 +182,17 @@ async def job_row(pool: Pool, job_id: str) -> dict[str, Any]:
     row = await pool.fetchrow("SELECT * FROM birddog.jobs WHERE job_id = $1", job_id)
     assert row is not None
     return dict(row)
+
+
+# ---- the network ---------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 # ---- a mail room on fakes ------------------------------------------------------------

@@ -22,6 +22,7 @@ from birddog.core.diagnostic import DIAGNOSTIC_MAX_LENGTH, bounded_diagnostic
 from birddog.core.errors import (
     BirdDogError,
     ContentTooLarge,
+    DatabaseRefused,
     InvalidInput,
     InvalidJobPayload,
     JobConflict,
@@ -57,6 +58,7 @@ __all__ = [
     "BirdDogError",
     "Clock",
     "ContentTooLarge",
+    "DatabaseRefused",
     "DeadReason",
     "Deferred",
     "DeliveryResult",

@@ -16,11 +16,11 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 
-import asyncpg
 import structlog
 
 from birddog.clock import SystemClock
 from birddog.core.delivery import OutboxRow
+from birddog.core.errors import StoreUnavailable
 from birddog.core.jobs import Job
 from birddog.daemon import DrainDaemon
 from birddog.http.alerts import AlertPoster
@@ -33,7 +33,13 @@ from birddog.postgres.daemons import PostgresDaemons
 from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
-from birddog.postgres.pool import Pool, create_pool
+from birddog.postgres.pool import (
+    Pool,
+    check_connection,
+    create_pool,
+    describe_database,
+    failure_reason,
+)
 from birddog.postgres.reports import PostgresReports
 from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
@@ -113,17 +119,18 @@ async def database(
 
     Args:
         settings: where the DSN or the data directory comes from.
-        announce: told the embedded server's DSN, so people can ``psql`` into it.
+        announce: told the embedded server's DSN when this call started the server (a
+            server another process started is that process's to announce).
 
     Returns:
-        The DSN, and the embedded server when one was started.
+        The DSN, and the embedded server when one is used.
     """
     if settings.database_url:
         return settings.database_url, None
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     server = EmbeddedPostgres(settings.data_dir / "postgres")
     dsn = await asyncio.to_thread(server.start)
-    if announce is not None:
+    if announce is not None and server.started_here:
         announce(f"embedded PostgreSQL is running; look inside with: psql '{dsn}'")
     return dsn, server
 
@@ -136,21 +143,27 @@ async def wait_for_database(dsn: str, *, stop: asyncio.Event, cap_s: float = 5.0
     """Wait until the database accepts a connection, retrying with backoff.
 
     A daemon started before its database (a host reboot, ``docker compose up``) waits
-    and says so, rather than exiting.
+    and says why in the log, rather than exiting. A refusal retrying cannot fix (a failed
+    login, a missing database, a malformed URL) ends the wait at once.
 
     Raises:
         Stopped: ``stop`` was set first.
+        DatabaseRefused: the database turned the connection away for good.
     """
     backoff = Backoff(cap_s)
     while not stop.is_set():
         try:
-            conn = await asyncpg.connect(dsn, timeout=10)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError, TimeoutError) as exc:
+            await check_connection(dsn)
+        except StoreUnavailable as exc:
             delay = backoff.next()
-            log.warning("database_unavailable", error=type(exc).__name__, retry_in_s=delay)
+            log.warning(
+                "database_unavailable",
+                database=describe_database(dsn),
+                reason=failure_reason(exc.__cause__ or exc, dsn=dsn),
+                retry_in_s=delay,
+            )
             await sleep_unless_stopped(stop, delay)
         else:
-            await conn.close()
             return
     raise Stopped
 
@@ -163,6 +176,7 @@ async def migrate_schema(settings: Settings, *, announce: Announce | None = None
         announce: told the embedded server's DSN.
     """
     dsn, _server = await database(settings, announce=announce)
+    await check_connection(dsn)
     await migrate(dsn)
 
 

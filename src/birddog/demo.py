@@ -82,7 +82,7 @@ async def run_demo(settings: Settings, *, echo: Echo) -> None:
             "metrics_port": 0,
         }
     )
-    async with open_stack(fast, migrate_first=True, announce=echo) as stack:
+    async with open_stack(fast, migrate_first=True) as stack:
         await _demo(stack, echo)
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import Callable
 
 import aiohttp
@@ -12,6 +11,7 @@ from aiohttp import web
 
 from birddog import Outcome, Reply
 from tests.acceptance.conftest import Daemon, Harness, TestInbox, cli, fan_out, wait_until
+from tests.support import free_port
 
 
 async def test_send_work_run_delivers_end_to_end(
@@ -183,14 +183,6 @@ async def test_demo_finishes(database_url: str) -> None:
     assert "receipts:" in done.stdout
     assert "unknown_recipient" in done.stdout
     assert "demo finished" in done.stdout
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 async def test_metrics_and_healthz_are_served_on_loopback(

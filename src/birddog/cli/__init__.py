@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from birddog.core.errors import BirdDogError
+from birddog.core.errors import BirdDogError, DatabaseRefused
 from birddog.logs import configure
 from birddog.settings import Settings
 
@@ -29,6 +29,14 @@ T = TypeVar("T")
 
 EXIT_OK = 0
 EXIT_ALARM = 1
+EXIT_CONFIG = 2
+"""Exit code for what only a change of configuration fixes (and for bad usage)."""
+
+
+class ConfigurationError(click.ClickException):
+    """A one-line error that exits 2: retrying the same command cannot help."""
+
+    exit_code = EXIT_CONFIG
 
 
 def settings_of(ctx: click.Context) -> Settings:
@@ -43,9 +51,15 @@ def announce(text: str) -> None:
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run ``coro`` to completion; a :class:`BirdDogError` becomes a one-line error, exit 1."""
+    """Run ``coro`` to completion, turning BirdDog's errors into one line on stderr.
+
+    A :class:`DatabaseRefused` exits 2 (fix the configuration); any other
+    :class:`BirdDogError` exits 1.
+    """
     try:
         return asyncio.run(coro)
+    except DatabaseRefused as exc:
+        raise ConfigurationError(str(exc)) from exc
     except BirdDogError as exc:
         raise click.ClickException(str(exc)) from exc
 
@@ -55,7 +69,7 @@ def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T
     from birddog.bootstrap import open_stack  # noqa: PLC0415 - keeps --help fast
 
     async def go() -> T:
-        async with open_stack(settings_of(ctx), announce=announce, pool_size=2) as stack:
+        async with open_stack(settings_of(ctx), pool_size=2) as stack:
             return await action(stack)
 
     return run(go())
@@ -105,7 +119,9 @@ from birddog.cli import daemon, demo, mail, ops, prune, routes, worker  # noqa: 
 
 __all__ = [
     "EXIT_ALARM",
+    "EXIT_CONFIG",
     "EXIT_OK",
+    "ConfigurationError",
     "announce",
     "main",
     "print_rows",

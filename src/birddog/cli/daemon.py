@@ -14,7 +14,7 @@ def migrate(ctx: click.Context) -> None:
     """Create or upgrade the birddog schema."""
     from birddog.bootstrap import migrate_schema  # noqa: PLC0415 - keeps --help fast
 
-    run(migrate_schema(settings_of(ctx), announce=announce))
+    run(migrate_schema(settings_of(ctx)))
     click.echo("schema is at head")
 
 

@@ -12,6 +12,7 @@ Every error BirdDog raises on purpose derives from one root::
     ├── StaleClaim: a claim token that no longer holds the job
     ├── RouteNotFound: no route for that agent id
     ├── StoreUnavailable: the database could not be reached or failed mid-operation
+    ├── DatabaseRefused: the database turned BirdDog away for good (login, name, URL)
     └── InboxRefused: the recipient's inbox refused a delivered reply
         ├── InvalidSignature: missing headers or no matching Standard Webhooks signature
         ├── StaleTimestamp: a signed timestamp outside the tolerance (a replay or skew)
@@ -109,6 +110,14 @@ class RouteNotFound(BirdDogError):
 
 class StoreUnavailable(BirdDogError):
     """The database could not be reached or failed during the operation."""
+
+
+class DatabaseRefused(BirdDogError):
+    """The database refused the connection for a reason retrying cannot fix.
+
+    A failed login, a role or database that does not exist, a missing CONNECT privilege,
+    or a URL that cannot be parsed: the configuration must change.
+    """
 
 
 class InvalidSecret(InvalidInput):

@@ -125,6 +125,11 @@ class EmbeddedPostgres:
         return info.get_uri(database=database)
 
     @property
+    def started_here(self) -> bool:
+        """Whether this object started the server (False when it found one running)."""
+        return self._server is not None and self._owned
+
+    @property
     def pid(self) -> int | None:
         """The postmaster's process id, or None when the server is not running."""
         return self._running_pid()

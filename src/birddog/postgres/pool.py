@@ -3,19 +3,27 @@
 ``create_pool`` sets a JSON codec for ``json``/``jsonb`` on every connection, so JSON
 columns come back as Python values. ``store_errors()`` turns "the database is not there"
 into :class:`birddog.StoreUnavailable`; every other database error passes unchanged.
+``connect_errors(dsn)`` does the same for opening connections and tells the two kinds of
+failure apart: :class:`birddog.StoreUnavailable` for what may pass (the server is down or
+starting), :class:`birddog.DatabaseRefused` for what will not (a failed login, a missing
+role or database, a malformed URL). Both name the host and database, never the password.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from birddog.core.errors import StoreUnavailable
+from birddog.core.errors import DatabaseRefused, StoreUnavailable
+from birddog.core.text import inert
 
 if TYPE_CHECKING:
     Pool: TypeAlias = asyncpg.Pool[asyncpg.Record]
@@ -36,6 +44,147 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     OSError,
     TimeoutError,
 )
+
+
+_REFUSED: tuple[type[BaseException], ...] = (
+    asyncpg.InvalidAuthorizationSpecificationError,  # 28000: no such role, no pg_hba entry
+    asyncpg.InvalidPasswordError,  # 28P01: wrong password
+    asyncpg.InvalidCatalogNameError,  # 3D000: no such database
+    asyncpg.InsufficientPrivilegeError,  # 42501: no CONNECT privilege
+)
+"""Connection failures that retrying cannot fix: the configuration must change."""
+
+_CONNECT_FAILED: tuple[type[BaseException], ...] = (*_UNAVAILABLE, asyncpg.PostgresError)
+"""Any other failure to connect (a server starting up, too many connections) may pass."""
+
+CONNECT_TIMEOUT_S = 10.0
+"""How long one connection attempt may take."""
+
+
+def describe_database(dsn: str) -> str:
+    """Name the database a DSN points at, for people: database, host, user, no password.
+
+    Args:
+        dsn: ``postgresql://user:password@host:port/database?host=/socket/dir``.
+
+    Returns:
+        E.g. ``database "birddog" on db.internal:5432 as "birddog"``; a DSN that cannot
+        be parsed is described as such.
+    """
+    try:
+        parts = urlsplit(dsn)
+        query = parse_qs(parts.query)
+        host = parts.hostname or query.get("host", [""])[0] or "the default socket"
+        port = parts.port or query.get("port", [""])[0]
+        user = unquote(parts.username or query.get("user", [""])[0])
+        database = unquote(parts.path.lstrip("/")) or query.get("dbname", [""])[0] or user
+    except ValueError:
+        return "the database URL"
+    where = f"{host}:{port}" if port else host
+    named = f'database "{database}"' if database else "the default database"
+    who = f' as "{user}"' if user else ""
+    return inert(f"{named} on {where}{who}")
+
+
+def _password(dsn: str) -> str | None:
+    try:
+        parts = urlsplit(dsn)
+    except ValueError:
+        return None
+    return parts.password or parse_qs(parts.query).get("password", [None])[0]
+
+
+def url_problem(dsn: str) -> str | None:
+    """What makes ``dsn`` unusable as a PostgreSQL URL, or None when it looks right.
+
+    Args:
+        dsn: the database URL.
+
+    Returns:
+        One line naming the part that is wrong (the password is never repeated).
+    """
+    try:
+        parts = urlsplit(dsn)
+        if parts.scheme not in {"postgresql", "postgres"}:
+            shown = inert(parts.scheme) if parts.scheme else "none"
+            return f"the scheme must be postgresql:// or postgres://, not {shown}"
+        _ = parts.port
+    except ValueError as exc:
+        return inert(str(exc))
+    return None
+
+
+def failure_reason(exc: BaseException, *, dsn: str | None = None) -> str:
+    """The driver's reason for a failed connection or query, in one line for people.
+
+    Args:
+        exc: what the driver raised.
+        dsn: the DSN that was used; its password is masked wherever the reason repeats it.
+
+    Returns:
+        The server's own message for a PostgreSQL error, a plain reading of a network
+        error, else the exception's text; never empty, never the password.
+    """
+    if isinstance(exc, ConnectionRefusedError):
+        reason = "connection refused (is PostgreSQL running and listening there?)"
+    elif isinstance(exc, FileNotFoundError):
+        reason = "no server socket there (is PostgreSQL running?)"
+    elif isinstance(exc, socket.gaierror):
+        reason = f"cannot resolve the host name ({exc.strerror or exc})"
+    elif isinstance(exc, TimeoutError):
+        reason = "timed out"
+    else:
+        reason = re.sub(r"\[Errno -?\d+\] ", "", str(exc)) or type(exc).__name__
+    password = _password(dsn) if dsn else None
+    if password:
+        # Whole words only: a short password must not mask letters of the message.
+        reason = re.sub(rf"(?<!\w){re.escape(password)}(?!\w)", "***", reason)
+    return inert(" ".join(reason.split()))
+
+
+@contextmanager
+def connect_errors(dsn: str) -> Iterator[None]:
+    """Translate a failure to connect to ``dsn`` into a BirdDog error that names it.
+
+    Args:
+        dsn: the DSN being connected to.
+
+    Yields:
+        Nothing; the body runs inside the translation.
+
+    Raises:
+        DatabaseRefused: a failure retrying cannot fix (login, role, database, URL).
+        StoreUnavailable: a failure that may pass (server down, starting, unreachable).
+    """
+    try:
+        yield
+    except ValueError as exc:  # asyncpg's ClientConfigurationError is one too
+        why = url_problem(dsn) or failure_reason(exc, dsn=dsn)
+        raise DatabaseRefused(f"the database URL (DATABASE_URL) is malformed: {why}") from exc
+    except _REFUSED as exc:
+        raise DatabaseRefused(
+            f"{describe_database(dsn)} refused the connection: {failure_reason(exc, dsn=dsn)}"
+        ) from exc
+    except _CONNECT_FAILED as exc:
+        raise StoreUnavailable(
+            f"cannot reach {describe_database(dsn)}: {failure_reason(exc, dsn=dsn)}"
+        ) from exc
+
+
+async def check_connection(dsn: str, *, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Open one connection to ``dsn`` and close it again.
+
+    Args:
+        dsn: the database.
+        timeout_s: how long the attempt may take.
+
+    Raises:
+        DatabaseRefused: the database turned the connection away for good.
+        StoreUnavailable: the database could not be reached (yet).
+    """
+    with connect_errors(dsn):
+        conn = await asyncpg.connect(dsn, timeout=timeout_s)
+    await conn.close()
 
 
 async def _init_connection(conn: Connection) -> None:
@@ -73,11 +222,12 @@ async def create_pool(
         The open pool; close it with ``await pool.close()``.
 
     Raises:
+        DatabaseRefused: the database turned the connection away for good.
         StoreUnavailable: the database could not be reached.
     """
     settings = {"plan_cache_mode": "force_custom_plan"}
     settings.update(kwargs.pop("server_settings", None) or {})
-    with store_errors("create_pool"):
+    with connect_errors(dsn):
         pool = await asyncpg.create_pool(
             dsn,
             min_size=min_size,
@@ -109,5 +259,5 @@ def store_errors(operation: str) -> Iterator[None]:
         yield
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(
-            f"database unavailable during {operation}: {type(exc).__name__}"
+            f"database unavailable during {operation}: {failure_reason(exc)}"
         ) from exc

@@ -1,0 +1,140 @@
+"""Database errors as the CLI shows them: one line, host and database named, no password.
+
+Permanent refusals (a role or database that does not exist, a malformed URL) exit 2 at
+once, even for the daemon; an unreachable server is a one-line error for a command and a
+logged, retried wait for the daemon. Only the process that started the embedded server
+announces it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from birddog.postgres.embedded import EmbeddedPostgres
+from tests.acceptance.conftest import Daemon, cli, wait_until
+from tests.support import free_port
+
+PASSWORD = "not-in-any-output-7f3a"
+
+
+def _as_user(dsn: str, user: str) -> str:
+    parts = urlsplit(dsn)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:{PASSWORD}@{host}"))
+
+
+def _one_error_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    assert PASSWORD not in stderr
+    return lines[0]
+
+
+async def test_a_missing_database_exits_2_at_once_naming_it(postgres_server_dsn: str) -> None:
+    """Status and the daemon both stop at once on a missing database, with the server's reason."""
+    parts = urlsplit(postgres_server_dsn)
+    missing = urlunsplit(parts._replace(path="/birddog_no_such_database"))
+    for command in (["status"], ["run"]):
+        done = await cli(missing, *command, timeout_s=30)
+        assert done.returncode == 2, done.stderr
+        line = _one_error_line(done.stderr)
+        assert 'database "birddog_no_such_database"' in line
+        assert "does not exist" in line
+
+
+async def test_an_unknown_role_exits_2_naming_it(postgres_server_dsn: str) -> None:
+    """A role that does not exist is refused for good: exit 2, the role named, no password."""
+    done = await cli(_as_user(postgres_server_dsn, "birddog_nobody"), "pending", timeout_s=30)
+    assert done.returncode == 2, done.stderr
+    line = _one_error_line(done.stderr)
+    assert 'as "birddog_nobody" refused the connection' in line
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        (f"mysql://u:{PASSWORD}@127.0.0.1/db", "the scheme must be postgresql://"),
+        (f"postgresql://u:{PASSWORD}@127.0.0.1:port/db", "Port could not be cast"),
+    ],
+)
+async def test_a_malformed_url_exits_2_naming_the_setting(url: str, expected: str) -> None:
+    """A URL that cannot be parsed names DATABASE_URL and what is wrong, for commands and the daemon."""
+    for command in (["status"], ["run"], ["migrate"]):
+        done = await cli(url, *command, timeout_s=30)
+        assert done.returncode == 2, done.stderr
+        line = _one_error_line(done.stderr)
+        assert line.startswith("Error: the database URL (DATABASE_URL) is malformed: ")
+        assert expected in line
+
+
+async def test_an_unreachable_server_is_one_line_for_a_command() -> None:
+    """A command against a port nothing listens on exits 1 naming host, port and database."""
+    url = f"postgresql://bird:{PASSWORD}@127.0.0.1:{free_port()}/mail"
+    done = await cli(url, "dead", timeout_s=30)
+    assert done.returncode == 1, done.stderr
+    line = _one_error_line(done.stderr)
+    assert line.startswith('Error: cannot reach database "mail" on 127.0.0.1:')
+    assert "connection refused" in line
+
+
+async def test_the_daemon_waits_for_an_unreachable_server_saying_why(
+    daemons: Callable[..., Daemon],
+) -> None:
+    """The daemon logs the database and the reason while it backs off, and stops cleanly."""
+    port = free_port()
+    daemon = daemons(DATABASE_URL=f"postgresql://bird:{PASSWORD}@127.0.0.1:{port}/mail")
+
+    async def logged_twice() -> bool:
+        return daemon.log().count('"database_unavailable"') >= 2
+
+    await wait_until(logged_twice, timeout_s=30, what="two database_unavailable lines")
+    code, log = daemon.terminate()
+    assert code == 0
+    assert PASSWORD not in log
+    event = json.loads(next(line for line in log.splitlines() if "database_unavailable" in line))
+    assert event["database"] == f'database "mail" on 127.0.0.1:{port} as "bird"'
+    assert event["reason"].startswith("connection refused")
+    assert event["retry_in_s"] > 0
+
+
+@pytest.fixture
+def data_dir() -> Iterator[Path]:
+    """A short-pathed data directory; a server left in it is stopped by its pid."""
+    root = Path(tempfile.mkdtemp(prefix="bd-"))
+    try:
+        yield root
+    finally:
+        pid = EmbeddedPostgres(root / "postgres").pid
+        if pid is not None:  # the daemon's exit hook stops it; this only guards a crash
+            os.kill(pid, signal.SIGTERM)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+async def test_only_the_process_that_started_the_embedded_server_announces_it(
+    data_dir: Path, daemons: Callable[..., Daemon]
+) -> None:
+    """The daemon that starts the embedded server says so; a command using it says nothing."""
+    daemon = daemons(DATABASE_URL="", BIRDDOG_DATA_DIR=str(data_dir))
+
+    async def announced() -> bool:
+        return "embedded PostgreSQL is running" in daemon.log()
+
+    async def started() -> bool:
+        return '"daemon_started"' in daemon.log()
+
+    await wait_until(announced, timeout_s=60, what="the embedded server's announcement")
+    await wait_until(started, timeout_s=60, what="the daemon's loop")
+    done = await cli("", "status", timeout_s=60, BIRDDOG_DATA_DIR=str(data_dir))
+    assert done.returncode == 0, done.stderr
+    assert "embedded PostgreSQL" not in done.stderr + done.stdout
+    assert daemon.terminate()[0] == 0
