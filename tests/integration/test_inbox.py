@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -204,6 +205,23 @@ def test_malformed_body_is_refused(inbox: Inbox, secret: str, body: bytes) -> No
     }
     with pytest.raises(MalformedReply):
         inbox.receive(headers, body)
+
+
+def test_typescript_reply_without_in_reply_to_is_accepted(inbox: Inbox, secret: str) -> None:
+    """A reply in the TypeScript shape (no inReplyTo, unknown fields) is read and checks out."""
+    data = make_reply().model_dump(mode="json")
+    del data["inReplyTo"]
+    data["traceId"] = "4bf92f3577b34da6a3ce929d0e0e4736"
+    body = json.dumps(data).encode()
+    msg_id = data["key"]
+    headers = {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(NOW.timestamp())),
+        "webhook-signature": Webhook(secret).sign(msg_id, NOW, body.decode()),
+    }
+    received = inbox.receive(headers, body)
+    assert received.reply == make_reply()
+    inbox.check_against(received.reply, MAIL)
 
 
 def test_webhook_id_must_be_the_reply_key(inbox: Inbox, secret: str) -> None:

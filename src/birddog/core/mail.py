@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
+from birddog.core.errors import InvalidInput
 from birddog.core.model import Id, Key, Model, Name, Text
+
+
+def _is_none(value: object) -> bool:
+    return value is None
 
 
 class Outcome(StrEnum):
@@ -57,11 +63,15 @@ class Mail(Model):
 
 
 class ReplyFacts(Model):
-    """The settlement facts a reply carries: which command, how it ended, and why."""
+    """The settlement facts a reply carries: which command, how it ended, and why.
+
+    Without a diagnostic the JSON has no ``diagnostic`` key (not ``null``), as the
+    TypeScript BirdDog writes it.
+    """
 
     command_id: Id
     outcome: Outcome
-    diagnostic: Text | None = None
+    diagnostic: Text | None = Field(default=None, exclude_if=_is_none)
 
 
 class Reply(Model):
@@ -92,3 +102,66 @@ def reply_key(mail_key: str, index: int) -> str:
         ``outbox:<mail key>:reply:<index>``.
     """
     return f"outbox:{mail_key}:reply:{index}"
+
+
+def mail_key_of(key: str) -> str | None:
+    """The mail key a reply key derives from: the inverse of :func:`reply_key`.
+
+    Args:
+        key: a reply key, ``outbox:<mail key>:reply:<index>``.
+
+    Returns:
+        The mail key, or None when ``key`` does not have that shape.
+    """
+    head, sep, index = key.rpartition(":reply:")
+    if not sep or not head.startswith("outbox:") or not (index.isascii() and index.isdigit()):
+        return None
+    mail_key = head.removeprefix("outbox:")
+    return mail_key if mail_key and reply_key(mail_key, int(index)) == key else None
+
+
+def reply_from_wire(data: object) -> Reply:
+    """Read a reply as another BirdDog sent it: the TypeScript shape, or a newer version's.
+
+    The TypeScript BirdDog's reply is a mail with the typed ``reply`` facts and no
+    ``inReplyTo``; that is then derived from the key (every reply key is
+    ``outbox:<mail key>:reply:<index>``). Fields this version does not know, at any level,
+    are dropped rather than refused, so a bus shared by several versions keeps working.
+    Everything this version knows is validated as strictly as ever.
+
+    Args:
+        data: the decoded JSON of one reply.
+
+    Returns:
+        The reply.
+
+    Raises:
+        InvalidInput: the data is not a reply, naming the field (a reply without
+            ``inReplyTo`` whose key has no mail key in it names ``inReplyTo``).
+    """
+    if not isinstance(data, Mapping):
+        raise InvalidInput("a reply must be a JSON object", field="")
+    known = _known_fields(data, Reply)
+    for name, model in (("to", AgentAddress), ("from", AgentAddress), ("reply", ReplyFacts)):
+        if isinstance(known.get(name), Mapping):
+            known[name] = _known_fields(known[name], model)
+    if isinstance(known.get("replyTo"), list):
+        known["replyTo"] = [
+            _known_fields(item, AgentAddress) if isinstance(item, Mapping) else item
+            for item in known["replyTo"]
+        ]
+    if "inReplyTo" not in known and isinstance(known.get("key"), str):
+        mail_key = mail_key_of(known["key"])
+        if mail_key is None:
+            raise InvalidInput(
+                "reply has no inReplyTo and its key is not outbox:<mail key>:reply:<index>",
+                field="inReplyTo",
+            )
+        known["inReplyTo"] = mail_key
+    return Reply.model_validate(known)
+
+
+def _known_fields(data: Mapping[Any, Any], model: type[Model]) -> dict[str, Any]:
+    """The entries of ``data`` that ``model`` has a JSON name for."""
+    names = {field.alias or name for name, field in model.model_fields.items()}
+    return {key: value for key, value in data.items() if key in names}

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+import pydantic_core
 import structlog
 from aiohttp import web
 
@@ -36,7 +37,7 @@ from birddog.core.errors import (
     ReplyMismatch,
     StaleTimestamp,
 )
-from birddog.core.mail import Mail, Reply, reply_key
+from birddog.core.mail import Mail, Reply, reply_from_wire, reply_key
 from birddog.http import signing
 from birddog.http.answers import header
 from birddog.ports import Clock
@@ -166,8 +167,9 @@ class Inbox:
                 f"tolerance is {self.tolerance_s} s"
             )
         try:
-            reply = Reply.model_validate_json(body)
-        except InvalidInput as exc:
+            # The TypeScript shape (no inReplyTo) and unknown fields are read, not refused.
+            reply = reply_from_wire(pydantic_core.from_json(body))
+        except (InvalidInput, ValueError) as exc:
             raise MalformedReply(f"body is not a BirdDog reply: {exc}") from exc
         if reply.key != msg_id:
             raise MalformedReply("webhook-id is not the reply key")
