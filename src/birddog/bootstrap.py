@@ -210,9 +210,12 @@ async def open_stack(
     pool = await create_pool(dsn, max_size=pool_size)
     clock = CLOCK
     metrics = Metrics()
-    routes = PostgresRoutes(pool, clock=clock)
+    egress = settings.egress_policy()
+    routes = PostgresRoutes(pool, clock=clock, egress=egress)
     transport = HttpTransport(
         routes,
+        egress=egress,
+        proxy=settings.http_proxy,
         timeout_s=settings.post_timeout_s,
         max_body_bytes=settings.max_body_bytes,
         max_deferral_s=settings.max_deferral_s,

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import platformdirs
 from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from birddog.core.duration import parse_duration
+from birddog.core.egress import EgressPolicy
 from birddog.core.errors import InvalidInput
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.core.retention import RetentionPolicy
@@ -52,6 +54,12 @@ class Settings(BaseSettings):
         DEFAULT_MAX_CONTENT_BYTES, ge=1, description="Largest mail or reply content."
     )
     max_body_bytes: int = Field(65536, ge=1, description="Largest inbox answer read.")
+    egress: Literal["internal", "public"] = Field(
+        "internal", description="Route destinations: internal (private too) or public only."
+    )
+    egress_allow: str = Field("", description="CIDRs posts may always reach (a,b,...).")
+    egress_deny: str = Field("", description="CIDRs posts may never reach (a,b,...).")
+    http_proxy: str | None = Field(None, description="Every post goes through this proxy.")
     alert_url: str | None = Field(None, description="Signed dead-letter alerts go here.")
     alert_secret: str | None = Field(None, description="Signing secret for alerts (whsec_).")
     metrics_port: int = Field(9464, ge=0, le=65535, description="/metrics and /healthz; 0: off.")
@@ -117,6 +125,23 @@ class Settings(BaseSettings):
                 f"BIRDDOG_POST_TIMEOUT_S ({self.post_timeout_s:g})"
             )
         return self
+
+    @model_validator(mode="after")
+    def _egress_parses(self) -> Settings:
+        try:
+            self.egress_policy()
+        except InvalidInput as exc:
+            # Name the setting and the rule, never the value.
+            raise ValueError(f"{exc.field}: {exc}") from None
+        if self.http_proxy is not None:
+            proxy = urlsplit(self.http_proxy)
+            if proxy.scheme not in ("http", "https") or not proxy.hostname:
+                raise ValueError("BIRDDOG_HTTP_PROXY: must be an http or https URL with a host")
+        return self
+
+    def egress_policy(self) -> EgressPolicy:
+        """The egress policy ``BIRDDOG_EGRESS``, ``_ALLOW`` and ``_DENY`` describe."""
+        return EgressPolicy.parse(self.egress, self.egress_allow, self.egress_deny)
 
     def schedule(self) -> RetrySchedule:
         """The retry schedule these settings describe."""

@@ -23,6 +23,7 @@ class DeadReason(StrEnum):
     GONE = "gone"
     UNKNOWN_RECIPIENT = "unknown_recipient"
     REJECTED = "rejected"
+    EGRESS_REFUSED = "egress_refused"
 
 
 @dataclass(frozen=True, slots=True)

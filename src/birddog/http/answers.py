@@ -23,6 +23,7 @@ from birddog.core.delivery import (
     Rejected,
 )
 from birddog.core.diagnostic import bounded_diagnostic
+from birddog.core.egress import redact_url
 
 DEFERRING_STATUSES = frozenset({HTTPStatus.TOO_MANY_REQUESTS, HTTPStatus.SERVICE_UNAVAILABLE})
 """Statuses that defer (no strike) when they name a time to come back."""
@@ -77,7 +78,9 @@ def classify(
         return Deferred(until=until, reason=_reason(f"{head}, Retry-After {retry_after}", body))
     if 300 <= status < 400:
         location = header(headers, "location") or "(none)"
-        return Failed(bounded_diagnostic(f"{head}: redirects are not followed (to {location})"))
+        return Failed(
+            bounded_diagnostic(f"{head}: redirects are not followed (to {redact_url(location)})")
+        )
     return Failed(_reason(head, body))
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
-import yarl
-
+from birddog.core.egress import EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput, RouteNotFound
 from birddog.http import signing
 from birddog.ports import Route
@@ -21,12 +20,14 @@ class StaticRoutes:
 
     Args:
         routes: the initial routes; a later route for the same agent id wins.
+        egress: the policy a route's URL must pass (default: the internal-mode policy).
 
     Attributes:
         routes: the routes by agent id.
     """
 
-    def __init__(self, routes: Iterable[Route] = ()) -> None:
+    def __init__(self, routes: Iterable[Route] = (), *, egress: EgressPolicy | None = None) -> None:
+        self.egress = egress if egress is not None else EgressPolicy()
         self.routes: dict[str, Route] = {}
         for item in routes:
             self.put(item)
@@ -50,7 +51,8 @@ class StaticRoutes:
             The stored route (read its ``secret`` to configure the recipient's inbox).
 
         Raises:
-            InvalidInput: the URL is not http(s) with a host.
+            InvalidInput: the URL is not http(s) with a host, carries credentials or is
+                refused by the egress policy.
             InvalidSecret: the secret is not ``whsec_<base64>``.
         """
         return self.put(
@@ -72,7 +74,8 @@ class StaticRoutes:
             The route.
 
         Raises:
-            InvalidInput: the agent id is empty or the URL is not http(s) with a host.
+            InvalidInput: the agent id is empty, or the URL is not http(s) with a host,
+                carries credentials or is refused by the egress policy.
             InvalidSecret: the secret is not ``whsec_<base64>``.
         """
         if not route.agent_id:
@@ -80,7 +83,7 @@ class StaticRoutes:
         if route.kind == "http":
             if route.url is None or route.secret is None:
                 raise InvalidInput("an http route needs a URL and a secret", field="url")
-            _check_url(route.url)
+            check_route_url(route.url, self.egress)
             signing.secret_key(route.secret)
         self.routes[route.agent_id] = route
         return route
@@ -116,12 +119,3 @@ class StaticRoutes:
         updated = dataclasses.replace(current, enabled=enabled)
         self.routes[agent_id] = updated
         return updated
-
-
-def _check_url(url: str) -> None:
-    try:
-        parsed = yarl.URL(url)
-    except (TypeError, ValueError):
-        raise InvalidInput("inbox URL is not a valid URL", field="url") from None
-    if parsed.scheme not in {"http", "https"} or not parsed.host:
-        raise InvalidInput("inbox URL must be http or https with a host", field="url")

@@ -18,15 +18,18 @@ from datetime import datetime, timedelta
 
 import aiohttp
 import yarl
+from aiohttp.abc import AbstractResolver
 
 from birddog.clock import SystemClock
 from birddog.core.delivery import DeadReason, Deferred, DeliveryResult, Failed, Rejected
 from birddog.core.diagnostic import bounded_diagnostic
+from birddog.core.egress import EgressPolicy, redact_urls_in
 from birddog.core.errors import InvalidSecret
 from birddog.core.mail import Reply
 from birddog.http import signing
 from birddog.http.answers import MIN_DEFERRAL_S, classify
 from birddog.http.client import SessionOwner
+from birddog.http.egress import egress_connector, egress_refusal
 from birddog.ports import Clock, Route, RouteBook
 
 HELD_RECHECK_S = 60.0
@@ -58,6 +61,10 @@ class HttpTransport(SessionOwner):
 
     A post that gets no answer within ``timeout_s`` is cancelled and its connection
     closed (never left running) and counts as a failure. Redirects are not followed.
+    Every new connection passes the egress policy after DNS resolution
+    (:mod:`birddog.http.egress`); a destination it refuses is a dead letter
+    (``egress_refused``), as is a route URL that carries credentials. With a ``proxy``,
+    every post goes through it and the proxy, which resolves the names, enforces egress.
     Use it as an async context manager, or call :meth:`close` when done; the pooled
     session is created on the first post.
 
@@ -70,6 +77,9 @@ class HttpTransport(SessionOwner):
         clock: the time source for ``webhook-timestamp`` and deferrals (default:
             :class:`birddog.clock.SystemClock`).
         connector_limit: the most connections open at once, over all recipients.
+        egress: where posts may connect (default: the internal-mode policy).
+        proxy: an HTTP proxy URL every post goes through (``BIRDDOG_HTTP_PROXY``).
+        resolver: the DNS resolver the egress policy filters (default: aiohttp's).
     """
 
     def __init__(
@@ -82,6 +92,9 @@ class HttpTransport(SessionOwner):
         user_agent: str = DEFAULT_USER_AGENT,
         clock: Clock | None = None,
         connector_limit: int = 100,
+        egress: EgressPolicy | None = None,
+        proxy: str | None = None,
+        resolver: AbstractResolver | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
@@ -96,6 +109,9 @@ class HttpTransport(SessionOwner):
         self.user_agent = user_agent
         self.clock: Clock = clock or SystemClock()
         self.connector_limit = connector_limit
+        self.egress = egress if egress is not None else EgressPolicy()
+        self.proxy = proxy
+        self.resolver = resolver
         self._session: aiohttp.ClientSession | None = None
 
     async def post(self, reply: Reply) -> DeliveryResult:
@@ -148,6 +164,12 @@ class HttpTransport(SessionOwner):
         except aiohttp.InvalidURL:
             return Rejected(f"route URL for agent {agent_id} is not a valid URL")
         except (aiohttp.ClientError, OSError) as exc:
+            refused = egress_refusal(exc)
+            if refused is not None:
+                return Rejected(
+                    bounded_diagnostic(f"egress refused for agent {agent_id}: {refused.reason}"),
+                    dead_reason=DeadReason.EGRESS_REFUSED,
+                )
             return Failed(_connection_reason(exc))
         if not complete and 200 <= status < 300:
             return Failed(
@@ -175,7 +197,9 @@ class HttpTransport(SessionOwner):
         # aiohttp writes raw bytes in one go and warns above 1 MiB; a stream is written in
         # chunks, with the same Content-Length.
         data: bytes | io.BytesIO = body if len(body) <= _RAW_BODY_MAX else io.BytesIO(body)
-        async with session.post(url, data=data, headers=headers, allow_redirects=False) as resp:
+        async with session.post(
+            url, data=data, headers=headers, allow_redirects=False, proxy=self.proxy
+        ) as resp:
             limit = self.max_body_bytes
             if resp.content_length is not None and resp.content_length > limit:
                 chunks = [await resp.content.read(limit)]
@@ -189,8 +213,15 @@ class HttpTransport(SessionOwner):
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
+            connector = (
+                aiohttp.TCPConnector(limit=self.connector_limit)
+                if self.proxy is not None
+                else egress_connector(
+                    self.egress, limit=self.connector_limit, resolver=self.resolver
+                )
+            )
             self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.connector_limit),
+                connector=connector,
                 # asyncio.timeout bounds the whole post; aiohttp's own default (5 min) is off.
                 timeout=aiohttp.ClientTimeout(total=None),
                 # Recipients must not be able to plant state that rides along to others.
@@ -233,6 +264,11 @@ def _inbox_url(route: Route) -> yarl.URL | Rejected:
         )
     if not url.host:
         return Rejected(f"route URL for agent {route.agent_id} has no host")
+    if url.raw_user is not None or url.raw_password is not None:
+        return Rejected(
+            bounded_diagnostic(f"route URL for agent {route.agent_id} carries credentials"),
+            dead_reason=DeadReason.EGRESS_REFUSED,
+        )
     return url
 
 
@@ -250,5 +286,5 @@ def _connection_reason(exc: BaseException) -> str:
         kind = "answer cut off"
     else:
         kind = "connection error"
-    detail = str(exc) or type(exc).__name__
+    detail = redact_urls_in(str(exc)) or type(exc).__name__
     return bounded_diagnostic(f"{kind}: {detail}")

@@ -13,12 +13,12 @@ import base64
 import binascii
 import secrets
 import time
-from urllib.parse import urlsplit
 
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
 
 from birddog.clock import SystemClock
+from birddog.core.egress import URL_MAX_LENGTH, EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound
 from birddog.core.model import Id
 from birddog.ports import Clock, Route, RouteKind
@@ -30,9 +30,6 @@ __all__ = ["BATCH_MAX", "SECRET_PREFIX", "URL_MAX_LENGTH", "PostgresRoutes", "ne
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
 """Standard Webhooks secrets start with this."""
-
-URL_MAX_LENGTH = 2048
-"""The longest inbox URL accepted."""
 
 BATCH_MAX = 1000
 """The most replies one batched POST may carry."""
@@ -51,24 +48,6 @@ def _check_agent_id(agent_id: str) -> str:
     except ValidationError as exc:
         messages = "; ".join(str(err["msg"]) for err in exc.errors())
         raise InvalidInput(f"invalid agentId: {messages}", field="agentId") from None
-
-
-def _check_url(url: str) -> str:
-    if not isinstance(url, str) or len(url) > URL_MAX_LENGTH:
-        raise InvalidInput(
-            f"url must be a string of at most {URL_MAX_LENGTH} characters", field="url"
-        )
-    if any(ch.isspace() or ord(ch) < 0x20 or ord(ch) == 0x7F for ch in url):
-        raise InvalidInput("url must not contain whitespace or control characters", field="url")
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname
-        _ = parts.port  # raises on a malformed port
-    except ValueError:
-        raise InvalidInput("url is not a valid URL", field="url") from None
-    if parts.scheme not in {"http", "https"} or not host:
-        raise InvalidInput("url must be http or https with a host", field="url")
-    return url
 
 
 def _check_secret(secret: str) -> str:
@@ -122,12 +101,22 @@ class PostgresRoutes:
         cache_s: how long a looked-up route is reused (0 turns the cache off).
         clock: the current time, for holds and releases (default:
             :class:`birddog.clock.SystemClock`).
+        egress: the policy a route's URL must pass when it is added or updated (default:
+            the internal-mode policy).
     """
 
-    def __init__(self, pool: Pool, *, cache_s: float = 1.0, clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        cache_s: float = 1.0,
+        clock: Clock | None = None,
+        egress: EgressPolicy | None = None,
+    ) -> None:
         self.pool = pool
         self.cache_s = cache_s
         self.clock: Clock = clock or SystemClock()
+        self.egress = egress if egress is not None else EgressPolicy()
         self._cache: dict[str, tuple[float, Route]] = {}
 
     async def route(self, agent_id: str) -> Route | None:
@@ -175,7 +164,8 @@ class PostgresRoutes:
             The stored route (read its ``secret`` to configure the recipient's inbox).
 
         Raises:
-            InvalidInput: a bad agent id, URL, kind or batch size (naming the field), or the
+            InvalidInput: a bad agent id, URL (credentials in it, or a host the egress
+                policy refuses, included), kind or batch size (naming the field), or the
                 agent already has a route (use :meth:`update`).
             InvalidSecret: the secret is not ``whsec_<base64>``.
             StoreUnavailable: the database is unreachable.
@@ -186,7 +176,7 @@ class PostgresRoutes:
         if kind == "http":
             if url is None:
                 raise InvalidInput("an http route needs a URL", field="url")
-            url = _check_url(url)
+            url = check_route_url(url, self.egress)
             secret = _check_secret(secret) if secret is not None else new_secret()
         elif kind == "mailbox":
             if url is not None or secret is not None:
@@ -230,13 +220,13 @@ class PostgresRoutes:
             The updated route.
 
         Raises:
-            InvalidInput: a bad URL or batch size.
+            InvalidInput: a bad URL (see :meth:`add`) or batch size.
             InvalidSecret: the secret is not ``whsec_<base64>``.
             RouteNotFound: no route for ``agent_id``.
             StoreUnavailable: the database is unreachable.
         """
         if url is not None:
-            url = _check_url(url)
+            url = check_route_url(url, self.egress)
         if secret is not None:
             secret = _check_secret(secret)
         if batch_size is not None:
