@@ -14,28 +14,21 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from birddog.core.delivery import Accepted, DeadReason, Failed, Rejected
 from birddog.core.egress import EgressPolicy
 from birddog.core.errors import InvalidInput
-from birddog.core.mail import AgentAddress, Reply, ReplyFacts
+from birddog.core.mail import Reply
 from birddog.http import HttpTransport, StaticRoutes
 from birddog.http.server import serve
 from birddog.ports import Route
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
+from tests.support import make_reply
 
 AGENT = "caller"
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # the Standard Webhooks example secret
 PUBLIC = EgressPolicy.parse("public")
 
 
-def make_reply(index: int = 0) -> Reply:
-    return Reply(
-        key=f"outbox:mail-1:reply:{index}",
-        in_reply_to="mail-1",
-        to=AgentAddress(agent_id=AGENT, session_id="session-a"),
-        from_=AgentAddress(agent_id="worker", session_id="session-b"),
-        content="the answer is 42",
-        created_at=1_767_225_600_000,
-        reply=ReplyFacts(command_id="command-1", outcome="completed"),
-    )
+def reply(index: int = 0) -> Reply:
+    return make_reply(f"outbox:mail-1:reply:{index}", agent=AGENT)
 
 
 @dataclass
@@ -107,7 +100,7 @@ async def test_a_name_that_resolves_to_metadata_is_a_dead_letter(inbox: Inbox) -
     """A name answering 169.254.169.254 is refused at connect: egress_refused, nothing sent."""
     dns = FakeDns({"inbox.test": ["169.254.169.254"]})
     async with transport_to(f"http://inbox.test:{inbox.port}/hook", dns=dns) as transport:
-        result = await transport.post(make_reply())
+        result = await transport.post(reply())
     assert isinstance(result, Rejected)
     assert result.dead_reason is DeadReason.EGRESS_REFUSED
     assert "169.254.169.254 is a link-local or cloud metadata address" in result.reason
@@ -120,10 +113,10 @@ async def test_a_rebinding_name_cannot_reach_a_refused_address(inbox: Inbox) -> 
     dns = FakeDns({"inbox.test": ["127.0.0.1"]})
     url = f"http://inbox.test:{inbox.port}/hook"
     async with transport_to(url, dns=dns) as first:
-        assert isinstance(await first.post(make_reply(0)), Accepted)
+        assert isinstance(await first.post(reply(0)), Accepted)
     dns.answers["inbox.test"] = ["::ffff:169.254.169.254"]
     async with transport_to(url, dns=dns) as second:
-        result = await second.post(make_reply(1))
+        result = await second.post(reply(1))
     assert isinstance(result, Rejected)
     assert result.dead_reason is DeadReason.EGRESS_REFUSED
     assert len(inbox.seen) == 1
@@ -133,7 +126,7 @@ async def test_refused_answers_are_dropped_and_allowed_ones_used(inbox: Inbox) -
     """A mixed DNS answer connects only to the addresses the policy allows."""
     dns = FakeDns({"inbox.test": ["169.254.169.254", "fe80::1", "127.0.0.1"]})
     async with transport_to(f"http://inbox.test:{inbox.port}/hook", dns=dns) as transport:
-        assert isinstance(await transport.post(make_reply()), Accepted)
+        assert isinstance(await transport.post(reply()), Accepted)
     assert len(inbox.seen) == 1
 
 
@@ -142,7 +135,7 @@ async def test_public_mode_refuses_a_name_that_resolves_to_loopback(inbox: Inbox
     dns = FakeDns({"inbox.test": ["127.0.0.1"]})
     url = f"http://inbox.test:{inbox.port}/hook"
     async with transport_to(url, egress=PUBLIC, dns=dns) as transport:
-        result = await transport.post(make_reply())
+        result = await transport.post(reply())
     assert isinstance(result, Rejected)
     assert "not a public address" in result.reason
     assert inbox.seen == []
@@ -151,7 +144,7 @@ async def test_public_mode_refuses_a_name_that_resolves_to_loopback(inbox: Inbox
 async def test_an_address_literal_is_checked_at_connect_too(inbox: Inbox) -> None:
     """A literal address in a stored route (no lookup at all) is still refused at connect."""
     async with transport_to(f"{inbox.base}/hook", egress=PUBLIC) as transport:
-        result = await transport.post(make_reply())
+        result = await transport.post(reply())
     assert isinstance(result, Rejected)
     assert result.dead_reason is DeadReason.EGRESS_REFUSED
     assert inbox.seen == []
@@ -161,10 +154,10 @@ async def test_an_allow_entry_opens_one_address_and_a_deny_entry_closes_it(inbox
     """BIRDDOG_EGRESS_ALLOW lets public mode reach 127.0.0.1; BIRDDOG_EGRESS_DENY refuses it."""
     allowed = EgressPolicy.parse("public", allow="127.0.0.1/32")
     async with transport_to(f"{inbox.base}/hook", egress=allowed) as transport:
-        assert isinstance(await transport.post(make_reply()), Accepted)
+        assert isinstance(await transport.post(reply()), Accepted)
     denied = EgressPolicy.parse("internal", deny="127.0.0.0/8")
     async with transport_to(f"{inbox.base}/hook", egress=denied) as transport:
-        result = await transport.post(make_reply())
+        result = await transport.post(reply())
     assert isinstance(result, Rejected)
     assert "BIRDDOG_EGRESS_DENY" in result.reason
     assert len(inbox.seen) == 1
@@ -175,7 +168,7 @@ async def test_the_check_runs_per_connection_not_per_post(inbox: Inbox) -> None:
     dns = FakeDns({"inbox.test": ["127.0.0.1"]})
     async with transport_to(f"http://inbox.test:{inbox.port}/hook", dns=dns) as transport:
         for index in range(20):
-            assert isinstance(await transport.post(make_reply(index)), Accepted)
+            assert isinstance(await transport.post(reply(index)), Accepted)
     assert dns.lookups == ["inbox.test"]
     assert len(inbox.seen) == 20
 
@@ -184,7 +177,7 @@ async def test_a_stored_url_with_credentials_is_never_posted(inbox: Inbox) -> No
     """A route URL carrying user:password (stored before the check) dies without a post."""
     url = f"http://user:pw@127.0.0.1:{inbox.port}/hook"
     async with transport_to(url) as transport:
-        result = await transport.post(make_reply())
+        result = await transport.post(reply())
     assert isinstance(result, Rejected)
     assert result.dead_reason is DeadReason.EGRESS_REFUSED
     assert "pw" not in result.reason
@@ -195,7 +188,7 @@ async def test_posts_go_through_the_proxy(inbox: Inbox) -> None:
     """With BIRDDOG_HTTP_PROXY every post goes to the proxy, which resolves the name itself."""
     url = "http://inbox.invalid/hook"
     async with transport_to(url, egress=PUBLIC, proxy=inbox.base) as transport:
-        assert isinstance(await transport.post(make_reply()), Accepted)
+        assert isinstance(await transport.post(reply()), Accepted)
     assert inbox.seen == [url]
 
 
@@ -213,7 +206,7 @@ async def test_a_failure_reason_shows_no_query() -> None:
     url = f"http://127.0.0.1:{port}/hook?sig=abc123&plain=visible-value"
     try:
         async with transport_to(url) as transport:
-            result = await transport.post(make_reply())
+            result = await transport.post(reply())
     finally:
         server.close()
         await server.wait_closed()

@@ -7,6 +7,7 @@ import json
 import click
 
 from birddog.cli import main, with_stack
+from birddog.core.egress import shown_url
 
 
 @main.group()
@@ -23,7 +24,9 @@ def route() -> None:
 def route_add(ctx: click.Context, agent_id: str, url: str, secret: str | None, held: bool) -> None:
     """Route AGENT_ID's replies to URL; prints the signing secret once."""
     added = with_stack(ctx, lambda s: s.routes.add(agent_id, url, secret=secret, enabled=not held))
-    click.echo(f"route {added.agent_id} -> {added.url} ({'held' if held else 'enabled'})")
+    click.echo(
+        f"route {added.agent_id} -> {shown_url(added.url)} ({'held' if held else 'enabled'})"
+    )
     click.echo(f"signing secret: {added.secret}")
 
 
@@ -35,16 +38,16 @@ def route_add(ctx: click.Context, agent_id: str, url: str, secret: str | None, h
 def route_update(ctx: click.Context, agent_id: str, url: str | None, secret: str | None) -> None:
     """Change AGENT_ID's inbox URL or signing secret."""
     updated = with_stack(ctx, lambda s: s.routes.update(agent_id, url=url, secret=secret))
-    click.echo(f"route {updated.agent_id} -> {updated.url}")
+    click.echo(f"route {updated.agent_id} -> {shown_url(updated.url)}")
 
 
 @route.command("list")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def route_list(ctx: click.Context, as_json: bool) -> None:
-    """List routes (secrets are never shown)."""
+    """List routes (secrets, URL passwords and query strings are never shown)."""
     routes = with_stack(ctx, lambda s: s.routes.list())
-    rows = [{"agentId": r.agent_id, "url": r.url, "enabled": r.enabled} for r in routes]
+    rows = [{"agentId": r.agent_id, "url": shown_url(r.url), "enabled": r.enabled} for r in routes]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

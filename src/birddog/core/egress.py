@@ -32,7 +32,7 @@ from typing import Literal
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 from birddog.core.errors import InvalidInput
-from birddog.core.text import first_control
+from birddog.core.text import first_control, inert
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -237,6 +237,18 @@ def redact_url(url: str) -> str:
     except ValueError:
         return REDACTED
     return _redacted(parts)
+
+
+def shown_url(url: str | None) -> str | None:
+    """A route URL as a terminal, log or page may show it: redacted and inert.
+
+    Args:
+        url: the URL, or None (a mailbox route has none).
+
+    Returns:
+        :func:`redact_url` of it with control characters escaped, or None.
+    """
+    return None if url is None else inert(redact_url(url))
 
 
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")
