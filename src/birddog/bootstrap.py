@@ -29,6 +29,7 @@ from birddog.mailroom import MailRoom
 from birddog.metrics import Metrics, TimedTransport
 from birddog.ports import Clock, Listener
 from birddog.postgres import migrate
+from birddog.postgres.admin import PostgresAdmin
 from birddog.postgres.daemons import PostgresDaemons
 from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
@@ -75,6 +76,7 @@ class Stack:
         jobs: the job store.
         reports: the operator's reports (status, check).
         retention: deletes what the retention settings no longer keep.
+        admin: the operator's pages (console, jobs, show).
         transport: the HTTP transport.
         room: the mail room.
         metrics: the daemon's metrics.
@@ -91,6 +93,7 @@ class Stack:
     jobs: PostgresJobs
     reports: PostgresReports
     retention: PostgresRetention
+    admin: PostgresAdmin
     transport: HttpTransport
     room: MailRoom
     metrics: Metrics
@@ -249,6 +252,7 @@ async def open_stack(
             jobs=jobs,
             reports=PostgresReports(pool),
             retention=PostgresRetention(pool, clock=clock),
+            admin=PostgresAdmin(pool, heartbeat_s=HEARTBEAT_S),
             transport=transport,
             room=room,
             metrics=metrics,

@@ -12,13 +12,13 @@ so that ``--help`` stays fast.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from birddog.core.errors import BirdDogError, DatabaseRefused
+from birddog.display import dump_json, render_table
 from birddog.logs import configure
 from birddog.settings import Settings
 
@@ -76,16 +76,8 @@ def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T
 
 
 def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> None:
-    """Print rows as JSON, or as a tab-separated table of ``columns``."""
-    if as_json:
-        click.echo(json.dumps(rows, indent=2, default=str))
-        return
-    if not rows:
-        click.echo("(none)")
-        return
-    click.echo("\t".join(columns))
-    for row in rows:
-        click.echo("\t".join("" if row.get(c) is None else str(row.get(c)) for c in columns))
+    """Print rows as JSON, or as an aligned table of ``columns`` with inert values."""
+    click.echo(dump_json(rows) if as_json else render_table(rows, columns))
 
 
 @click.group(
@@ -115,7 +107,7 @@ def main(ctx: click.Context, database_url: str | None, log_format: str | None) -
 
 
 # Each module adds its commands to ``main``; a new group of commands is one more name here.
-from birddog.cli import daemon, demo, mail, ops, prune, routes, worker  # noqa: E402, F401
+from birddog.cli import daemon, demo, jobs, mail, ops, prune, routes, worker  # noqa: E402, F401
 
 __all__ = [
     "EXIT_ALARM",

@@ -423,6 +423,200 @@ WHERE dead_at > now() - make_interval(secs => $1)
 ORDER BY dead_at DESC
 LIMIT $2;
 
+-- ===== the operator's console and CLI (postgres/admin.py) =====
+-- Read-only pages: one statement per page, keyset paging (the cursor is the last row's
+-- sort key), never a statement per row. No statement here reads a route's secret.
+
+-- name: admin_activity
+-- Deliveries (receipts) and dead letters per minute over the $2 minutes up to $1, oldest minute first.
+-- params: $1 now timestamptz, $2 minutes int
+WITH bounds AS (
+    SELECT date_trunc('minute', $1::timestamptz) - make_interval(mins => $2::int - 1) AS since
+), minutes AS (
+    SELECT generate_series(
+        b.since, b.since + make_interval(mins => $2::int - 1), interval '1 minute'
+    ) AS minute
+    FROM bounds b
+), delivered AS (
+    SELECT date_trunc('minute', rc.delivered_at) AS minute, count(*)::int AS n
+    FROM birddog.receipts rc, bounds b
+    WHERE rc.delivered_at >= b.since
+    GROUP BY 1
+), died AS (
+    SELECT date_trunc('minute', o.dead_at) AS minute, count(*)::int AS n
+    FROM birddog.outbox o, bounds b
+    WHERE o.state = 'dead' AND o.dead_at >= b.since
+    GROUP BY 1
+)
+SELECT m.minute, coalesce(d.n, 0) AS delivered, coalesce(x.n, 0) AS dead
+FROM minutes m
+LEFT JOIN delivered d ON d.minute = m.minute
+LEFT JOIN died x ON x.minute = m.minute
+ORDER BY m.minute;
+
+-- name: admin_pending_page
+-- Pending replies in next-try order after the cursor ($3, $4), of one recipient and one status when given.
+-- params: $1 recipient_agent_id text (null: all), $2 status text (null: all), $3 after_next_try_at timestamptz (null: from the start), $4 after_key text, $5 limit int
+SELECT
+    p.key, p.recipient_agent_id, p.recipient_session_id, p.in_reply_to, p.command_id,
+    p.outcome, p.status, p.held, p.held_since, p.in_flight, p.attempts, p.deferrals,
+    p.last_error, p.created_at, p.age, p.next_try_at
+FROM birddog.pending p
+WHERE ($1::text IS NULL OR p.recipient_agent_id = $1::text)
+  AND ($2::text IS NULL OR p.status = $2::text)
+  AND ($3::timestamptz IS NULL OR (p.next_try_at, p.key) > ($3::timestamptz, $4::text))
+ORDER BY p.next_try_at, p.key
+LIMIT $5::int;
+
+-- name: admin_dead_page
+-- Dead letters, newest death first, after the cursor ($2, $3), of one recipient when given.
+-- params: $1 recipient_agent_id text (null: all), $2 after_dead_at timestamptz (null: from the start), $3 after_key text, $4 limit int
+SELECT
+    d.key, d.recipient_agent_id, d.recipient_session_id, d.in_reply_to, d.command_id,
+    d.outcome, d.dead_reason, d.last_error, d.attempts, d.deferrals, d.created_at,
+    d.dead_at, d.attempt_log
+FROM birddog.dead_letters d
+WHERE ($1::text IS NULL OR d.recipient_agent_id = $1::text)
+  AND ($2::timestamptz IS NULL OR (d.dead_at, d.key) < ($2::timestamptz, $3::text))
+ORDER BY d.dead_at DESC, d.key DESC
+LIMIT $4::int;
+
+-- name: admin_routes_page
+-- Routes by agent id after $1, with their pending and dead counts; never a secret.
+-- params: $1 after_agent_id text (null: from the start), $2 limit int
+SELECT
+    r.agent_id, r.kind, r.url, r.enabled, r.held_at, r.batch_size, r.created_at,
+    r.updated_at, c.pending, c.dead
+FROM birddog.routes r
+LEFT JOIN LATERAL (
+    SELECT
+        count(*) FILTER (WHERE o.state = 'pending')::int AS pending,
+        count(*) FILTER (WHERE o.state = 'dead')::int AS dead
+    FROM birddog.outbox o
+    WHERE o.recipient_agent_id = r.agent_id
+) c ON true
+WHERE ($1::text IS NULL OR r.agent_id > $1::text)
+ORDER BY r.agent_id
+LIMIT $2::int;
+
+-- name: admin_jobs_page
+-- Jobs: running (longest first), queued (oldest first), settled (newest first), of one state and queue when given, after the cursor ($3, $4, $5).
+-- params: $1 state text (null: every state), $2 queue text (null: every queue), $3 after_rank int (0 running, 1 queued, 2 settled; null: from the start), $4 after_at timestamptz, $5 after_job_id text, $6 limit int
+-- Each state reads its own index in its own order and stops at the page; the cursor is
+-- the last row's (rank, time, job id).
+WITH running AS (
+    SELECT 0 AS rank, coalesce(j.started_at, j.created_at) AS at, j.job_id,
+           row_number() OVER (ORDER BY coalesce(j.started_at, j.created_at), j.job_id) AS n
+    FROM birddog.jobs j
+    WHERE j.state = 'running'
+      AND ($1::text IS NULL OR $1::text = 'running')
+      AND ($2::text IS NULL OR j.queue = $2::text)
+      AND ($3::int IS NULL OR $3::int < 0 OR ($3::int = 0
+           AND (coalesce(j.started_at, j.created_at), j.job_id) > ($4::timestamptz, $5::text)))
+    ORDER BY coalesce(j.started_at, j.created_at), j.job_id
+    LIMIT $6::int
+), queued AS (
+    SELECT 1 AS rank, j.created_at AS at, j.job_id,
+           row_number() OVER (ORDER BY j.created_at, j.job_id) AS n
+    FROM birddog.jobs j
+    WHERE j.state = 'queued'
+      AND ($1::text IS NULL OR $1::text = 'queued')
+      AND ($2::text IS NULL OR j.queue = $2::text)
+      AND ($3::int IS NULL OR $3::int < 1 OR ($3::int = 1
+           AND (j.created_at, j.job_id) > ($4::timestamptz, $5::text)))
+    ORDER BY j.created_at, j.job_id
+    LIMIT $6::int
+), settled AS (
+    SELECT 2 AS rank, j.settled_at AS at, j.job_id,
+           row_number() OVER (ORDER BY j.settled_at DESC, j.job_id DESC) AS n
+    FROM birddog.jobs j
+    WHERE j.state = 'settled'
+      AND ($1::text IS NULL OR $1::text = 'settled')
+      AND ($2::text IS NULL OR j.queue = $2::text)
+      AND ($3::int IS NULL OR $3::int < 2 OR ($3::int = 2
+           AND (j.settled_at, j.job_id) < ($4::timestamptz, $5::text)))
+    ORDER BY j.settled_at DESC, j.job_id DESC
+    LIMIT $6::int
+), page AS (
+    SELECT * FROM running
+    UNION ALL SELECT * FROM queued
+    UNION ALL SELECT * FROM settled
+    ORDER BY rank, n
+    LIMIT $6::int
+)
+SELECT
+    p.rank, p.at, j.job_id, j.queue, j.lane, j.priority, j.state, j.outcome, j.created_at,
+    j.started_at, j.settled_at, j.lease_expires_at, j.recovery_count,
+    j.cancel_requested_at, j.worker_id, j.diagnostic,
+    j.payload #>> '{mail,key}' AS mail_key,
+    j.payload #>> '{mail,from,agentId}' AS sender_agent_id
+FROM page p
+JOIN birddog.jobs j ON j.job_id = p.job_id
+ORDER BY p.rank, p.n;
+
+-- name: admin_story_jobs
+-- The jobs a story names: by job id $1 or by the key of the mail they carry; the mail without its content, which comes as a preview.
+-- params: $1 job_id text, $2 mail_keys text[], $3 preview_chars int, $4 limit int
+SELECT
+    j.job_id, j.queue, j.lane, j.priority, j.state, j.outcome, j.created_at, j.started_at,
+    j.settled_at, j.updated_at, j.lease_expires_at, j.recovery_count, j.recovery,
+    j.cancel_requested_at, j.cancel_content, j.worker_id, j.slot, j.diagnostic,
+    left(j.result_content, $3::int) AS result_preview,
+    length(j.result_content) AS result_chars,
+    j.payload #>> '{mail,key}' AS mail_key,
+    (j.payload -> 'mail') #- '{content}' AS mail,
+    left(j.payload #>> '{mail,content}', $3::int) AS content_preview,
+    length(j.payload #>> '{mail,content}') AS content_chars,
+    j.payload ->> 'commandFactId' AS command_fact_id
+FROM birddog.jobs j
+WHERE j.job_id = $1::text OR (j.payload #>> '{mail,key}') = ANY($2::text[])
+ORDER BY j.created_at, j.job_id
+LIMIT $4::int;
+
+-- name: admin_story_replies
+-- The pending and dead replies to mails $1 (reply keys 'outbox:<mail key>:reply:<n>'), with their attempt logs.
+-- params: $1 mail_keys text[], $2 limit int
+-- The key range reads the primary key; in_reply_to keeps a mail key that merely starts
+-- like another one out.
+SELECT
+    o.key, o.in_reply_to, o.recipient_agent_id, o.recipient_session_id, o.command_id,
+    o.outcome, o.state, o.attempts, o.deferrals, o.due_at, o.created_at, o.last_error,
+    o.dead_reason, o.dead_at, o.lease_expires_at, o.attempt_log
+FROM unnest($1::text[]) AS m(mail_key)
+JOIN birddog.outbox o
+  ON o.key >= ('outbox:' || m.mail_key || ':reply:') COLLATE "C"
+ AND o.key < ('outbox:' || m.mail_key || ':reply;') COLLATE "C"
+ AND o.in_reply_to = m.mail_key
+ORDER BY o.key
+LIMIT $2::int;
+
+-- name: admin_story_receipts
+-- The receipts of replies to mails $1, with their attempt logs.
+-- params: $1 mail_keys text[], $2 limit int
+-- Receipts keep no in_reply_to: the rest of the key after the prefix must be the index.
+SELECT
+    m.mail_key AS in_reply_to, rc.key, rc.delivered_at, rc.attempts,
+    rc.recipient_agent_id, rc.recipient_session_id, rc.command_id, rc.outcome,
+    rc.attempt_log
+FROM unnest($1::text[]) AS m(mail_key)
+JOIN birddog.receipts rc
+  ON rc.key >= ('outbox:' || m.mail_key || ':reply:') COLLATE "C"
+ AND rc.key < ('outbox:' || m.mail_key || ':reply;') COLLATE "C"
+WHERE substr(rc.key, length('outbox:' || m.mail_key || ':reply:') + 1) ~ '^(0|[1-9][0-9]*)$'
+ORDER BY rc.key
+LIMIT $2::int;
+
+-- name: admin_story_mailbox
+-- The mailbox rows of replies to mails $1 (delivered to agents that pull their replies).
+-- params: $1 mail_keys text[], $2 limit int
+SELECT
+    mb.key, mb.agent_id, mb.session_id, mb.in_reply_to, mb.command_id, mb.outcome,
+    mb.delivered_at, mb.read_at
+FROM birddog.mailbox mb
+WHERE mb.in_reply_to = ANY($1::text[])
+ORDER BY mb.key
+LIMIT $2::int;
+
 -- ===== jobs =====
 -- The job store (birddog/postgres/jobs.py). JSON travels as text ($n::text::jsonb in,
 -- ::text out), so these statements work the same on a BirdDog pool connection (JSON

@@ -193,6 +193,12 @@ jobs = sa.Table(
         "settled_at",
         postgresql_where=sa.text("state = 'settled'"),
     ),
+    # The story of one mail finds its job by the mail key (migration 0004).
+    sa.Index(
+        "jobs_mail_key_idx",
+        sa.text("(payload #>> '{mail,key}')"),
+        postgresql_where=sa.text("(payload #>> '{mail,key}') IS NOT NULL"),
+    ),
     sa.Index(
         "jobs_running_lease_idx",
         "lease_expires_at",

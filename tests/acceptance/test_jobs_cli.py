@@ -1,0 +1,116 @@
+"""``birddog jobs list|show|cancel`` and ``birddog show KEY`` as a person and a script use them."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from birddog.postgres.pool import Pool
+from tests.acceptance.conftest import cli
+from tests.seed import HOSTILE_ERROR, HOSTILE_JOB, seed
+from tests.support import job_row
+
+
+def assert_inert(text: str) -> None:
+    """No escape sequence, bidi override or other control reaches the terminal."""
+    assert "\x1b" not in text
+    assert "\u202e" not in text
+    assert all(ch in "\n" or ch.isprintable() for ch in text), repr(text)
+
+
+async def test_jobs_list_as_a_table_and_as_json(database_url: str, pg_pool: Pool) -> None:
+    """Jobs list prints an aligned table (filters work) and --json the rows and cursor."""
+    seeded = await seed(pg_pool, now=datetime.now(UTC))
+    table = await cli(database_url, "jobs", "list")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:4] == ["job", "queue", "state", "outcome"]
+    assert [line.split()[0] for line in lines[1:]] == [
+        seeded.running_job,
+        seeded.queued_job,
+        HOSTILE_JOB.split()[0],
+        "job-1",
+    ]
+    assert_inert(table.stdout)
+
+    page = await cli(database_url, "jobs", "list", "--state", "settled", "--limit", "1", "--json")
+    assert page.returncode == 0, page.stderr
+    first = json.loads(page.stdout)
+    assert [row["job_id"] for row in first["jobs"]] == [HOSTILE_JOB]
+    rest = await cli(
+        database_url,
+        "jobs",
+        "list",
+        "--state",
+        "settled",
+        "--after",
+        first["next_cursor"],
+        "--json",
+    )
+    assert [row["job_id"] for row in json.loads(rest.stdout)["jobs"]] == ["job-1"]
+
+    bad = await cli(database_url, "jobs", "list", "--after", "garbage")
+    assert bad.returncode == 1
+    assert "cursor" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+async def test_jobs_show_and_cancel(database_url: str, pg_pool: Pool) -> None:
+    """Jobs show prints one job; cancel settles a queued one, records a running one, refuses a settled one."""
+    seeded = await seed(pg_pool, now=datetime.now(UTC))
+    shown = await cli(database_url, "jobs", "show", "job-1")
+    assert shown.returncode == 0, shown.stderr
+    assert "mail key: mail-job-1" in shown.stdout
+    assert "reply to: alice/s-alice, carol/s-carol" in shown.stdout
+    as_json = json.loads((await cli(database_url, "jobs", "show", "job-1", "--json")).stdout)
+    assert (as_json["state"], as_json["outcome"]) == ("settled", "completed")
+    missing = await cli(database_url, "jobs", "show", "nope")
+    assert missing.returncode == 1
+    assert "no job has id 'nope'" in missing.stderr
+
+    queued = await cli(database_url, "jobs", "cancel", seeded.queued_job, "--reason", "not needed")
+    assert queued.returncode == 0, queued.stderr
+    assert "settled cancelled" in queued.stdout
+    row = await job_row(pg_pool, seeded.queued_job)
+    assert (row["state"], row["outcome"], row["cancel_content"]) == (
+        "settled",
+        "cancelled",
+        "not needed",
+    )
+
+    running = await cli(database_url, "jobs", "cancel", seeded.running_job, "--json")
+    assert json.loads(running.stdout) == {
+        "job_id": seeded.running_job,
+        "state": "running",
+        "outcome": None,
+    }
+    assert (await job_row(pg_pool, seeded.running_job))["cancel_requested_at"] is not None
+
+    settled = await cli(database_url, "jobs", "cancel", "job-1")
+    assert settled.returncode == 1
+    assert "already settled completed" in settled.stdout
+
+
+async def test_show_tells_one_mails_story_inertly(database_url: str, pg_pool: Pool) -> None:
+    """Show KEY prints the job, the replies and their attempts; hostile text stays inert."""
+    seeded = await seed(pg_pool, now=datetime.now(UTC))
+    story = await cli(database_url, "show", seeded.delivered_key)
+    assert story.returncode == 0, story.stderr
+    assert "job: job-1" in story.stdout
+    assert seeded.held_key in story.stdout
+    assert "delivered" in story.stdout
+    assert f"attempts of {seeded.delivered_key}" in story.stdout
+    assert "HTTP 503 retry after 2s" in story.stdout
+
+    hostile = await cli(database_url, "show", HOSTILE_JOB)
+    assert hostile.returncode == 0, hostile.stderr
+    assert_inert(hostile.stdout)
+    assert "\\x1b[2J\\u202eevil" in hostile.stdout
+
+    as_json = json.loads((await cli(database_url, "show", HOSTILE_JOB, "--json")).stdout)
+    assert as_json["replies"][0]["last_error"] == HOSTILE_ERROR
+    assert [job["job_id"] for job in as_json["jobs"]] == [HOSTILE_JOB]
+
+    nothing = await cli(database_url, "show", "no-such-key")
+    assert nothing.returncode == 1
+    assert "nothing found for no-such-key" in nothing.stdout
