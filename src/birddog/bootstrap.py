@@ -13,25 +13,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import shutil
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import structlog
+from aiohttp import web
 
 from birddog.clock import SystemClock
 from birddog.core.delivery import OutboxRow
-from birddog.core.errors import StoreUnavailable
+from birddog.core.errors import InvalidSetting, StoreUnavailable
 from birddog.core.jobs import Job
 from birddog.daemon import DrainDaemon
 from birddog.http.alerts import AlertPoster
 from birddog.http.transport import HttpTransport
 from birddog.mailroom import MailRoom
-from birddog.metrics import Metrics, TimedTransport
+from birddog.metrics import Metrics, TimedTransport, start_server
 from birddog.ports import Clock, Listener
 from birddog.postgres import migrate
 from birddog.postgres.admin import PostgresAdmin
 from birddog.postgres.daemons import PostgresDaemons
-from birddog.postgres.embedded import EmbeddedPostgres
+from birddog.postgres.embedded import EmbeddedPostgres, bundled_psql
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import (
@@ -41,6 +45,7 @@ from birddog.postgres.pool import (
     describe_database,
     failure_reason,
 )
+from birddog.postgres.psql import psql_invocation
 from birddog.postgres.reports import PostgresReports
 from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
@@ -131,11 +136,65 @@ async def database(
     if settings.database_url:
         return settings.database_url, None
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    server = EmbeddedPostgres(settings.data_dir / "postgres")
+    server = _embedded_server(settings)
     dsn = await asyncio.to_thread(server.start)
     if announce is not None and server.started_here:
         announce(f"embedded PostgreSQL is running; look inside with: psql '{dsn}'")
     return dsn, server
+
+
+def _embedded_server(settings: Settings) -> EmbeddedPostgres:
+    return EmbeddedPostgres(settings.data_dir / "postgres")
+
+
+def running_database(settings: Settings) -> tuple[str, str]:
+    """The DSN in use and where it points, without starting anything (``birddog uri``).
+
+    Args:
+        settings: ``DATABASE_URL``, or the data directory of the embedded server.
+
+    Returns:
+        The DSN, and a description for people (the embedded server's directory, or the
+        database, host and user of ``DATABASE_URL``).
+
+    Raises:
+        StoreUnavailable: no ``DATABASE_URL`` and the embedded server is not running.
+    """
+    if settings.database_url:
+        return settings.database_url, describe_database(settings.database_url)
+    where = f"embedded PostgreSQL in {_shown_path(settings.data_dir)}"
+    server = _embedded_server(settings)
+    if server.pid is None:
+        raise StoreUnavailable(f"the {where} is not running; start it with `birddog run`")
+    return server.dsn(), where
+
+
+def psql_session(settings: Settings, args: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """How to open ``psql`` on the configured database (``birddog psql``).
+
+    Uses ``psql`` from ``PATH``, else the one shipped with the embedded server. Without
+    ``DATABASE_URL`` the embedded server is started for the session when no daemon runs
+    it (and stopped when this process exits, unless another process still uses it).
+
+    Args:
+        settings: which database.
+        args: more ``psql`` arguments.
+
+    Returns:
+        The argument vector and environment to run.
+
+    Raises:
+        StoreUnavailable: no ``psql`` is installed and the embedded server is not.
+    """
+    if settings.database_url:
+        dsn = settings.database_url
+    else:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        dsn = _embedded_server(settings).start()
+    executable = shutil.which("psql") or str(bundled_psql())
+    if not Path(executable).exists():
+        raise StoreUnavailable("no psql found: install the PostgreSQL client (psql)")
+    return psql_invocation(dsn, list(args), executable=executable)
 
 
 class Stopped(Exception):
@@ -354,19 +413,23 @@ async def run_daemon(
         settings: the settings.
         once: drain until nothing is due, then return.
         migrate_first: upgrade the schema first.
-        announce: told the embedded server's DSN.
+        announce: told the ready line once the daemon is up (see :func:`ready_line`).
+
+    Raises:
+        InvalidSetting: the metrics port is taken (the message names the setting).
+        DatabaseRefused: the database turned the connection away for good.
     """
     stop = stop_on_signals()
     try:
-        async with open_stack(
-            settings, migrate_first=migrate_first, announce=announce, wait_until=stop
-        ) as stack:
-            await _drain_until_stopped(stack, stop, once=once)
+        async with open_stack(settings, migrate_first=migrate_first, wait_until=stop) as stack:
+            await _drain_until_stopped(stack, stop, once=once, announce=announce)
     except Stopped:
         log.info("daemon_stopped_before_start")
 
 
-async def _drain_until_stopped(stack: Stack, stop: asyncio.Event, *, once: bool) -> None:
+async def _drain_until_stopped(
+    stack: Stack, stop: asyncio.Event, *, once: bool, announce: Announce | None
+) -> None:
     settings = stack.settings
     alerts = (
         AlertPoster(settings.alert_url, settings.alert_secret, clock=stack.clock)
@@ -379,7 +442,16 @@ async def _drain_until_stopped(stack: Stack, stop: asyncio.Event, *, once: bool)
             daemon = build_daemon(
                 stack, listener=listener, registry=registry, alerts=alerts, stop=stop
             )
-            await daemon.run(once=once)
+            metrics = None
+            if not once and settings.metrics_port:
+                metrics = await start_metrics(settings, stack.metrics, lambda: daemon.healthy)
+            try:
+                if announce is not None and not once:
+                    announce(ready_line(stack, metrics_url=metrics[1] if metrics else None))
+                await daemon.run(once=once)
+            finally:
+                if metrics is not None:
+                    await metrics[0].cleanup()
     finally:
         if alerts is not None:
             await alerts.close()
@@ -388,6 +460,78 @@ async def _drain_until_stopped(stack: Stack, stop: asyncio.Event, *, once: bool)
                 await registry.gone()
             except Exception as exc:
                 log.warning("daemon_row_left", error=type(exc).__name__)
+
+
+async def start_metrics(
+    settings: Settings, metrics: Metrics, healthy: Callable[[], bool]
+) -> tuple[web.AppRunner, str]:
+    """Serve ``/metrics`` and ``/healthz`` where the settings say.
+
+    Args:
+        settings: ``metrics_host`` and ``metrics_port``.
+        metrics: what to expose.
+        healthy: whether the daemon is healthy, for ``/healthz``.
+
+    Returns:
+        The running server (``cleanup()`` stops it) and the ``/metrics`` URL.
+
+    Raises:
+        InvalidSetting: the address is taken or cannot be bound; the message names
+            ``BIRDDOG_METRICS_PORT`` (or ``BIRDDOG_METRICS_HOST``).
+    """
+    host, port = settings.metrics_host, settings.metrics_port
+    try:
+        runner = await start_server(metrics, host=host, port=port, healthy=healthy)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise InvalidSetting(
+                f"the metrics port {host}:{port} is already in use (another daemon?); "
+                "set BIRDDOG_METRICS_PORT to a free port for each daemon on this host, "
+                "or to 0 to turn metrics off",
+                field="BIRDDOG_METRICS_PORT",
+            ) from exc
+        raise InvalidSetting(
+            f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; "
+            "check BIRDDOG_METRICS_HOST and BIRDDOG_METRICS_PORT",
+            field="BIRDDOG_METRICS_HOST",
+        ) from exc
+    return runner, f"http://{host}:{port}/metrics"
+
+
+def where_data_lives(stack: Stack) -> str:
+    """Which database the stack uses, for people: the embedded server's directory or the DSN's.
+
+    Args:
+        stack: the open adapters.
+
+    Returns:
+        E.g. ``embedded PostgreSQL in ./.birddog`` or ``database "mail" on db:5432 as "bird"``.
+    """
+    if stack.embedded is None:
+        return describe_database(stack.dsn)
+    return f"embedded PostgreSQL in {_shown_path(stack.settings.data_dir)}"
+
+
+def ready_line(stack: Stack, *, metrics_url: str | None) -> str:
+    """The one line a daemon prints when it is up: metrics, data, how to look inside.
+
+    Args:
+        stack: the open adapters.
+        metrics_url: where ``/metrics`` is served, None when metrics are off.
+
+    Returns:
+        One line for the terminal.
+    """
+    metrics = f"metrics at {metrics_url}" if metrics_url else "metrics off"
+    return f"birddog is ready: {metrics}; {where_data_lives(stack)}; look inside: birddog psql"
+
+
+def _shown_path(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it (``./.birddog``)."""
+    try:
+        return f"./{path.resolve().relative_to(Path.cwd().resolve())}"
+    except ValueError:
+        return str(path)
 
 
 # ---- the job worker ------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 The loop waits on the first of three things: a ``NOTIFY birddog_wake`` (a hint, so it
 always re-queries), the earliest due time in the outbox, and a backstop timer. Side
-tasks (heartbeat and backlog gauges, the job reaper, the metrics server) run in one
-``TaskGroup``: if one dies, the daemon stops loudly.
+tasks (heartbeat and backlog gauges, the job reaper) run in one ``TaskGroup``: if one
+dies, the daemon stops loudly. The metrics server is started beside it by
+:mod:`birddog.bootstrap`, reading :attr:`DrainDaemon.healthy`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 import structlog
 
 from birddog.mailroom import DrainReport, MailRoom
-from birddog.metrics import Metrics, start_server
+from birddog.metrics import Metrics
 from birddog.ports import Clock, Listener
 from birddog.runtime import Backoff, database_errors, sleep_unless_stopped
 from birddog.settings import Settings
@@ -37,7 +38,7 @@ class DrainDaemon:
         room: the mail room over the Postgres outbox and the HTTP transport.
         listener: reports wakes (``LISTEN birddog_wake`` on a dedicated connection).
         clock: the current time (due times are compared with it).
-        settings: backstop, grace period, metrics port.
+        settings: backstop, grace period, window sizes.
         metrics: where outcomes are counted.
         on_dead: called for every dead letter (log, alert); must not raise.
         side_tasks: coroutine factories run beside the loop (heartbeat, reaper, ...).
@@ -76,14 +77,6 @@ class DrainDaemon:
         Args:
             once: drain until no reply is due, then return (cron and tests).
         """
-        runner = None
-        if not once and self.settings.metrics_port:
-            runner = await start_server(
-                self.metrics,
-                host=self.settings.metrics_host,
-                port=self.settings.metrics_port,
-                healthy=lambda: self.healthy,
-            )
         log.info("daemon_started", daemon=self.daemon_id, once=once)
         try:
             if once:
@@ -97,8 +90,6 @@ class DrainDaemon:
                         side.cancel()
         finally:
             await self._finish_alerts()
-            if runner is not None:
-                await runner.cleanup()
             log.info("daemon_stopped", daemon=self.daemon_id, drains=self.drains)
 
     async def _side(self, factory: Callable[[], Awaitable[None]]) -> None:

@@ -2,8 +2,8 @@
 
 Permanent refusals (a role or database that does not exist, a malformed URL) exit 2 at
 once, even for the daemon; an unreachable server is a one-line error for a command and a
-logged, retried wait for the daemon. Only the process that started the embedded server
-announces it.
+logged, retried wait for the daemon. Commands never announce the embedded server; the
+daemon's ready line says where it is.
 """
 
 from __future__ import annotations
@@ -120,20 +120,17 @@ def data_dir() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-async def test_only_the_process_that_started_the_embedded_server_announces_it(
+async def test_only_the_daemon_says_where_the_embedded_server_is(
     data_dir: Path, daemons: Callable[..., Daemon]
 ) -> None:
-    """The daemon that starts the embedded server says so; a command using it says nothing."""
+    """The daemon's ready line names the embedded server's directory; a command says nothing."""
     daemon = daemons(DATABASE_URL="", BIRDDOG_DATA_DIR=str(data_dir))
 
-    async def announced() -> bool:
-        return "embedded PostgreSQL is running" in daemon.log()
+    async def ready() -> bool:
+        return "birddog is ready: " in daemon.log()
 
-    async def started() -> bool:
-        return '"daemon_started"' in daemon.log()
-
-    await wait_until(announced, timeout_s=60, what="the embedded server's announcement")
-    await wait_until(started, timeout_s=60, what="the daemon's loop")
+    await wait_until(ready, timeout_s=60, what="the daemon's ready line")
+    assert f"; embedded PostgreSQL in {data_dir}; " in daemon.log()
     done = await cli("", "status", timeout_s=60, BIRDDOG_DATA_DIR=str(data_dir))
     assert done.returncode == 0, done.stderr
     assert "embedded PostgreSQL" not in done.stderr + done.stdout

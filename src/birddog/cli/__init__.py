@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from birddog.core.errors import BirdDogError, DatabaseRefused
+from birddog.core.errors import BirdDogError, DatabaseRefused, InvalidSetting
 from birddog.display import dump_json, render_table
 from birddog.logs import configure
 from birddog.settings import Settings
@@ -53,12 +53,12 @@ def announce(text: str) -> None:
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion, turning BirdDog's errors into one line on stderr.
 
-    A :class:`DatabaseRefused` exits 2 (fix the configuration); any other
-    :class:`BirdDogError` exits 1.
+    A :class:`DatabaseRefused` or :class:`InvalidSetting` exits 2 (fix the
+    configuration); any other :class:`BirdDogError` exits 1.
     """
     try:
         return asyncio.run(coro)
-    except DatabaseRefused as exc:
+    except (DatabaseRefused, InvalidSetting) as exc:
         raise ConfigurationError(str(exc)) from exc
     except BirdDogError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -106,8 +106,16 @@ def main(ctx: click.Context, database_url: str | None, log_format: str | None) -
     ctx.obj = settings
 
 
-# Each module adds its commands to ``main``; a new group of commands is one more name here.
-from birddog.cli import daemon, demo, jobs, mail, ops, prune, routes, worker  # noqa: E402, F401
+# Each module adds its commands to ``main``: a new group of commands is one more line here.
+from birddog.cli import daemon as daemon  # noqa: E402
+from birddog.cli import database as database  # noqa: E402
+from birddog.cli import demo as demo  # noqa: E402
+from birddog.cli import jobs as jobs  # noqa: E402
+from birddog.cli import mail as mail  # noqa: E402
+from birddog.cli import ops as ops  # noqa: E402
+from birddog.cli import prune as prune  # noqa: E402
+from birddog.cli import routes as routes  # noqa: E402
+from birddog.cli import worker as worker  # noqa: E402
 
 __all__ = [
     "EXIT_ALARM",

