@@ -31,6 +31,7 @@ from birddog.core.errors import (
     RouteNotFound,
     StaleClaim,
     StoreUnavailable,
+    UnreadableRow,
 )
 from birddog.core.fanout import empty_reply_text, replies_for
 from birddog.core.jobs import (
@@ -91,6 +92,7 @@ __all__ = [
     "StaleClaim",
     "StoreUnavailable",
     "Transport",
+    "UnreadableRow",
     "WakeScheduler",
     "agent_job",
     "bounded_diagnostic",

@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 from birddog.core.delivery import DeliveryResult, OutboxRow, Receipt
-from birddog.core.mail import Outcome, Reply
+from birddog.core.jobs import Job
+from birddog.core.lifecycle import ClaimEvent, Finished
+from birddog.core.mail import Reply
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +210,7 @@ class ClaimedJobLike(Protocol):
         ...
 
     @property
-    def job(self) -> Any:
+    def job(self) -> Job:
         """The claimed job."""
         ...
 
@@ -218,7 +220,7 @@ class JobStore(Protocol):
 
     async def claim(
         self, *, queues: Sequence[str] | None = None, lease_s: float = 60.0, worker_id: str = ""
-    ) -> Any:
+    ) -> ClaimedJobLike | None:
         """Claim the next job, or None."""
         ...
 
@@ -226,19 +228,6 @@ class JobStore(Protocol):
         """Extend the lease; True when a cancellation was requested."""
         ...
 
-    async def settle(
-        self,
-        *,
-        job_id: str,
-        claim_token: str,
-        outcome: Outcome,
-        content: str,
-        diagnostic: str | None = None,
-        meta: object = None,
-    ) -> list[str]:
-        """Settle and fan out in one transaction."""
-        ...
-
-    async def interrupt(self, *, job_id: str, claim_token: str, diagnostic: str) -> Any:
-        """Requeue by the recovery policy, or settle interrupted."""
+    async def finish(self, *, job_id: str, claim_token: str, event: ClaimEvent) -> Finished:
+        """Carry out the lifecycle's decision for a result or a stop, fan-out included."""
         ...

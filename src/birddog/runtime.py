@@ -18,23 +18,16 @@ from birddog.core.errors import StoreUnavailable
 
 log = structlog.get_logger("birddog.runtime")
 
-DATABASE_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable, OSError)
-"""Errors that mean "the database is away": the daemon backs off and tries again."""
+DATABASE_ERRORS: tuple[type[BaseException], ...] = (StoreUnavailable,)
+"""Errors that mean "the database is away": the daemon backs off and tries again.
+
+Adapters translate every driver error into :class:`StoreUnavailable`, so the app layer
+never names the driver's types."""
 
 
 def database_errors() -> tuple[type[BaseException], ...]:
     """The errors that mean the database is away for now, not that BirdDog is wrong."""
-    import asyncpg  # noqa: PLC0415 - the app layer may know the driver
-
-    return (
-        *DATABASE_ERRORS,
-        asyncpg.PostgresConnectionError,
-        asyncpg.InterfaceError,
-        asyncpg.CannotConnectNowError,
-        asyncpg.AdminShutdownError,
-        asyncpg.ConnectionDoesNotExistError,
-        ConnectionError,
-    )
+    return DATABASE_ERRORS
 
 
 class Backoff:

@@ -1,9 +1,12 @@
 """The executor side: claim agent jobs, run the user's handler, settle and fan out.
 
 A handler is ``async def handle(payload: AgentJobPayload) -> str``; its text is the reply
-content. A raise settles ``failed`` with a bounded diagnostic; a handler cut short (timeout,
-shutdown) is cancelled and its job ``interrupted`` or recovered by its policy; a recorded
-cancellation wins over whatever the handler returns.
+content. A raise settles ``failed`` with a bounded diagnostic; a result that cannot be
+stored (not a string, a NUL, a lone surrogate, above the content limit) settles ``failed``
+at once with a diagnostic that says why, and the handler never runs again for it; a
+handler cut short (timeout, shutdown) is cancelled and its job ``interrupted`` or
+recovered by its policy; a recorded cancellation wins over whatever the handler returns.
+The worker reports what happened as lifecycle events; the job store decides and stores.
 """
 
 from __future__ import annotations
@@ -13,17 +16,29 @@ import contextlib
 import importlib
 import os
 import socket
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import structlog
 
 from birddog.core.diagnostic import bounded_diagnostic
-from birddog.core.errors import BirdDogError, InvalidJobPayload, StaleClaim
+from birddog.core.errors import BirdDogError, InvalidJobPayload, StaleClaim, StoreUnavailable
 from birddog.core.jobs import AgentJobPayload, decode_agent_job
+from birddog.core.lifecycle import (
+    Cause,
+    ClaimEvent,
+    Finished,
+    HandlerTimedOut,
+    Keep,
+    Requeue,
+    Settle,
+    SettleRequested,
+    WorkerStopped,
+)
 from birddog.core.mail import Outcome
 from birddog.ports import ClaimedJobLike, JobStore, Listener
-from birddog.runtime import Backoff, database_errors, sleep_unless_stopped
+from birddog.runtime import Backoff, sleep_unless_stopped
 
 log = structlog.get_logger("birddog.worker")
 
@@ -74,6 +89,9 @@ class Worker:
         shutdown_grace_s: on stop, running handlers get this long before they are cancelled.
         backstop_s: the longest sleep without a notification.
         stop: set to stop the worker.
+
+    Attributes:
+        finished: how the jobs this worker handled ended, by outcome (and ``requeued``).
     """
 
     def __init__(
@@ -101,8 +119,12 @@ class Worker:
         self.backstop_s = backstop_s
         self.stop = stop or asyncio.Event()
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
-        self.settled = 0
-        self._errors = database_errors()
+        self.finished: Counter[str] = Counter()
+
+    @property
+    def settled(self) -> int:
+        """How many jobs this worker settled."""
+        return sum(n for what, n in self.finished.items() if what != REQUEUED)
 
     async def run(self, *, once: bool = False) -> None:
         """Run jobs until stopped; with ``once``, until no job is queued and none runs."""
@@ -118,9 +140,9 @@ class Worker:
                         queues=self.queues, lease_s=self.lease_s, worker_id=self.worker_id
                     )
                     backoff.reset()
-                except self._errors as exc:
+                except StoreUnavailable as exc:
                     slots.release()
-                    log.warning("database_unavailable", error=type(exc).__name__)
+                    log.warning("database_unavailable", error=_cause_name(exc))
                     await sleep_unless_stopped(self.stop, backoff.next())
                     continue
                 if claimed is None:
@@ -138,129 +160,156 @@ class Worker:
         finally:
             if running:
                 await asyncio.wait(running)
-            log.info("worker_stopped", worker=self.worker_id, settled=self.settled)
+            log.info("worker_stopped", worker=self.worker_id, **self.summary())
+
+    def summary(self) -> dict[str, int]:
+        """How the jobs this worker handled ended: ``{"completed": 2, "failed": 1, ...}``."""
+        return dict(sorted(self.finished.items()))
 
     async def _run_job(self, claimed: ClaimedJobLike, slots: asyncio.Semaphore) -> None:
-        job_id = claimed.job.job_id
-        token = claimed.claim_token
-        bound = log.bind(job_id=job_id)
+        """Run one claimed job to its end; never raises, so no task dies unobserved."""
+        bound = log.bind(job_id=claimed.job.job_id)
         try:
             try:
                 payload = decode_agent_job(claimed.job)
             except InvalidJobPayload as exc:
                 bound.warning("job_payload_invalid", field=exc.field)
-                await self._settle(job_id, token, Outcome.FAILED, "", str(exc))
+                await self._finish(claimed, SettleRequested(Outcome.FAILED, "", str(exc)), bound)
                 return
-            await self._execute(job_id, token, payload, bound)
+            await self._execute(claimed, payload, bound)
         except StaleClaim:
             bound.warning("claim_lost")
-        except self._errors as exc:
-            bound.warning("settle_failed_database", error=type(exc).__name__)
+        except StoreUnavailable as exc:
+            # The job stays running; its lease expiry gives it back (or settles it).
+            bound.warning("settle_failed_database", error=_cause_name(exc))
+        except BirdDogError as exc:
+            bound.error("job_finish_failed", error=type(exc).__name__)
+        except Exception as exc:  # one job's bug must not end the worker
+            bound.error("job_crashed", error=type(exc).__name__)
         finally:
             slots.release()
 
-    async def _execute(self, job_id: str, token: str, payload: AgentJobPayload, bound: Any) -> None:
-        async def call() -> str:
+    async def _execute(self, claimed: ClaimedJobLike, payload: AgentJobPayload, bound: Any) -> None:
+        async def call() -> object:
             return await self.handler(payload)
 
+        loop = asyncio.get_running_loop()
         work = asyncio.create_task(call())
+        stopping = asyncio.ensure_future(self.stop.wait())
         cancel_requested = False
-        deadline = asyncio.get_running_loop().time() + self.handler_timeout_s
+        deadline = loop.time() + self.handler_timeout_s
         stop_deadline: float | None = None
-        while not work.done():
-            now = asyncio.get_running_loop().time()
-            if self.stop.is_set() and stop_deadline is None:
-                stop_deadline = now + self.shutdown_grace_s
-            limit = min(deadline, stop_deadline or deadline)
-            if now >= limit:
-                break
-            step = min(self.lease_s / 3, limit - now)
-            stop_wait = asyncio.ensure_future(self.stop.wait())
-            await asyncio.wait(
-                {work, stop_wait} if stop_deadline is None else {work},
-                timeout=step,
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            stop_wait.cancel()
-            if work.done():
-                break
-            try:
-                cancel_requested = await self.jobs.heartbeat(
-                    job_id=job_id, claim_token=token, lease_s=self.lease_s
+        try:
+            while not work.done():
+                now = loop.time()
+                if self.stop.is_set() and stop_deadline is None:
+                    stop_deadline = now + self.shutdown_grace_s
+                limit = deadline if stop_deadline is None else min(deadline, stop_deadline)
+                if now >= limit:
+                    break
+                await asyncio.wait(
+                    {work, stopping} if stop_deadline is None else {work},
+                    timeout=min(self.lease_s / 3, limit - now),
+                    return_when=asyncio.FIRST_COMPLETED,
                 )
-            except StaleClaim:
-                # Another claim holds the job now: this run's result would be refused, so
-                # stop the work rather than let it run on unowned.
-                work.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await work
-                raise
-            except self._errors as exc:
-                bound.warning("heartbeat_failed", error=type(exc).__name__)
-            if cancel_requested:
-                break
+                if work.done():
+                    break
+                try:
+                    cancel_requested = await self.jobs.heartbeat(
+                        job_id=claimed.job.job_id,
+                        claim_token=claimed.claim_token,
+                        lease_s=self.lease_s,
+                    )
+                except StaleClaim:
+                    # Another claim holds the job now: this run's result would be refused,
+                    # so stop the work rather than let it run on unowned.
+                    await _cancel(work)
+                    raise
+                except StoreUnavailable as exc:
+                    bound.warning("heartbeat_failed", error=_cause_name(exc))
+                if cancel_requested:
+                    break
+        finally:
+            await _cancel(stopping)
         if not work.done():
-            work.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await work
+            await _cancel(work)
             if cancel_requested:
                 bound.info("job_cancelled")
-                await self._settle(job_id, token, Outcome.CANCELLED, "", None)
+                # The recorded cancellation wins whatever is reported.
+                await self._finish(claimed, SettleRequested(Outcome.CANCELLED, ""), bound)
                 return
-            why = (
-                "worker shut down before the handler finished"
-                if self.stop.is_set()
-                else f"handler timed out after {self.handler_timeout_s:g} s"
+            stopped: ClaimEvent = (
+                WorkerStopped() if self.stop.is_set() else HandlerTimedOut(self.handler_timeout_s)
             )
-            bound.warning("job_interrupted", why=why)
-            await self.jobs.interrupt(job_id=job_id, claim_token=token, diagnostic=why)
+            bound.warning("job_interrupted", why=type(stopped).__name__)
+            await self._finish(claimed, stopped, bound)
             return
         if work.cancelled():
-            await self.jobs.interrupt(
-                job_id=job_id, claim_token=token, diagnostic="handler was cancelled"
-            )
+            await self._finish(claimed, WorkerStopped("handler was cancelled"), bound)
             return
         error = work.exception()
         if error is not None:
             bound.warning("handler_failed", error=type(error).__name__)
-            await self._settle(
-                job_id,
-                token,
-                Outcome.FAILED,
-                "",
-                bounded_diagnostic(f"{type(error).__name__}: {error}"),
-            )
+            event = SettleRequested(Outcome.FAILED, "", _describe(error))
+            await self._finish(claimed, event, bound)
             return
-        content = work.result()
-        if not isinstance(content, str):
-            await self._settle(
-                job_id,
-                token,
-                Outcome.FAILED,
-                "",
-                f"handler returned {type(content).__name__}, not str",
-            )
-            return
-        await self._settle(job_id, token, Outcome.COMPLETED, content, None)
+        await self._finish(claimed, SettleRequested(Outcome.COMPLETED, work.result()), bound)
 
-    async def _settle(
-        self, job_id: str, token: str, outcome: Outcome, content: str, diagnostic: str | None
-    ) -> None:
-        keys = await self.jobs.settle(
-            job_id=job_id,
-            claim_token=token,
-            outcome=outcome,
-            content=content,
-            diagnostic=diagnostic,
+    async def _finish(self, claimed: ClaimedJobLike, event: ClaimEvent, bound: Any) -> Finished:
+        finished = await self.jobs.finish(
+            job_id=claimed.job.job_id, claim_token=claimed.claim_token, event=event
         )
-        self.settled += 1
-        log.info("job_settled", job_id=job_id, outcome=outcome.value, replies=len(keys))
+        decision = finished.decision
+        if isinstance(decision, Requeue):
+            self.finished[REQUEUED] += 1
+            bound.info("job_requeued")
+        elif isinstance(decision, Settle) and decision.cause is Cause.UNSTORABLE_RESULT:
+            self.finished[decision.outcome.value] += 1
+            bound.warning(
+                "job_result_unstorable",
+                outcome=decision.outcome.value,
+                diagnostic=decision.diagnostic,
+                replies=len(finished.keys),
+            )
+        elif finished.outcome is not None:
+            self.finished[finished.outcome.value] += 1
+            bound.info(
+                "job_settled",
+                outcome=finished.outcome.value,
+                replies=len(finished.keys),
+                replay=isinstance(decision, Keep),
+            )
+        return finished
 
     async def _wait_for_work(self) -> None:
         wake = asyncio.ensure_future(self.listener.wait(self.backstop_s))
         stopped = asyncio.ensure_future(self.stop.wait())
-        _done, pending = await asyncio.wait({wake, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, *self._errors):
-                await task
+        await asyncio.wait({wake, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        await _cancel(wake)
+        await _cancel(stopped)
+
+
+REQUEUED = "requeued"
+"""The key of :attr:`Worker.finished` that counts jobs given back to their queue."""
+
+
+async def _cancel(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` and wait for it, keeping whatever it raised from asyncio's warnings."""
+    if not task.done():
+        task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+
+
+def _describe(error: BaseException) -> str:
+    """``Class: message`` of a handler's error, bounded; a broken ``__str__`` is no crash."""
+    try:
+        text = f"{type(error).__name__}: {error}"
+    except Exception:  # a hostile __str__ must not end the worker
+        text = type(error).__name__
+    return bounded_diagnostic(text)
+
+
+def _cause_name(exc: BaseException) -> str:
+    cause = exc.__cause__
+    return type(cause if cause is not None else exc).__name__

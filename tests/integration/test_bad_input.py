@@ -45,9 +45,11 @@ from birddog import (
     Reply,
     ReplyFacts,
     agent_job,
+    bounded_diagnostic,
     decode_agent_job,
 )
 from birddog.clock import SystemClock
+from birddog.core.lifecycle import result_problem
 from birddog.core.model import Model
 from birddog.http import signing
 from birddog.http.inbox import (
@@ -638,8 +640,10 @@ async def test_keys_with_sql_metacharacters_travel_as_data(pg_pool: Pool) -> Non
 
 @DB_PROPERTY
 @given(content=st.one_of(ANY_TEXT, st.just(TEN_MB), st.just("x" * (DEFAULT_MAX_CONTENT_BYTES + 1))))
-async def test_settle_stores_any_content_exactly_or_nothing(pg_pool: Pool, content: str) -> None:
-    """Settlement content is delivered verbatim, or refused naming content with nothing written."""
+async def test_settle_stores_any_content_exactly_or_settles_failed(
+    pg_pool: Pool, content: str
+) -> None:
+    """Settlement content is delivered verbatim, or the job settles failed saying why."""
     job_id = f"job-{uuid.uuid4().hex}"
     address = AgentAddress(agent_id="alice", session_id=job_id)
     mail = Mail(
@@ -651,25 +655,24 @@ async def test_settle_stores_any_content_exactly_or_nothing(pg_pool: Pool, conte
     jobs = PostgresJobs(pg_pool)
     claimed = await jobs.claim(queues=[job_id])
     assert claimed is not None
-    settled = await attempt_async(
-        lambda: jobs.settle(
-            job_id=job_id,
-            claim_token=claimed.claim_token,
-            outcome=Outcome.COMPLETED,
-            content=content,
-        )
+    await jobs.settle(
+        job_id=job_id, claim_token=claimed.claim_token, outcome=Outcome.COMPLETED, content=content
     )
-    row = await pg_pool.fetchrow("SELECT state FROM birddog.jobs WHERE job_id = $1", job_id)
+    row = await pg_pool.fetchrow(
+        "SELECT state, outcome, diagnostic FROM birddog.jobs WHERE job_id = $1", job_id
+    )
     stored = await pg_pool.fetch(
         "SELECT reply->>'content' AS content FROM birddog.outbox WHERE in_reply_to = $1", job_id
     )
-    if isinstance(settled, InvalidInput):
-        assert settled.field == "content"
-        assert (row["state"], stored) == ("running", [])
+    problem = result_problem(content, limit_bytes=DEFAULT_MAX_CONTENT_BYTES)
+    if problem is not None:
+        assert (row["state"], row["outcome"]) == ("settled", "failed")
+        assert row["diagnostic"] == bounded_diagnostic(problem)
+        expected = "The delegated work ended failed without reply text."
     else:
-        assert row["state"] == "settled"
+        assert (row["state"], row["outcome"]) == ("settled", "completed")
         expected = content or "The delegated work ended completed without reply text."
-        assert [r["content"] for r in stored] == [expected]
+    assert [r["content"] for r in stored] == [expected]
 
 
 class NoWake:

@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 import pytest
+import structlog
 
 from birddog import (
     InvalidInput,
@@ -17,6 +18,7 @@ from birddog import (
     Outcome,
     StaleClaim,
     StoreUnavailable,
+    UnreadableRow,
 )
 from birddog.postgres.jobs import (
     LEASE_EXPIRED_DIAGNOSTIC,
@@ -24,7 +26,7 @@ from birddog.postgres.jobs import (
 )
 from birddog.postgres.pool import Pool, create_pool
 from birddog.testing import FrozenClock
-from tests.support import T0, claim, enqueue, job_row, make_job, outbox_rows, wake_at
+from tests.support import ALICE, CAROL, T0, claim, enqueue, job_row, make_job, outbox_rows, wake_at
 
 # ---- claim ---------------------------------------------------------------------------
 
@@ -454,3 +456,110 @@ async def test_a_closed_pool_is_store_unavailable(database_url: str, clock: Froz
     assert isinstance(caught.value.__cause__, asyncpg.InterfaceError)
     with pytest.raises(StoreUnavailable):
         await store.recover_expired()
+
+
+# ---- bad stored data and refused rows ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "field"),
+    [
+        ("payload", "[1, 2]", "payload"),
+        ("recovery", '{"maxRecoveries": -1}', "recovery.maxRecoveries"),
+        ("recovery", '{"maxRecoveries": 1, "extra": true}', "recovery.extra"),
+    ],
+    ids=["payload-not-an-object", "negative-budget", "unknown-field"],
+)
+async def test_a_claimed_job_that_cannot_be_read_settles_failed_naming_the_field(
+    jobs: PostgresJobs, pg_pool: Pool, column: str, value: str, field: str
+) -> None:
+    """A row SQL filled with a bad value settles failed at claim, and the claim moves on."""
+    await enqueue(pg_pool, make_job("bad", priority=1), make_job("good"))
+    await pg_pool.execute(
+        f"UPDATE birddog.jobs SET {column} = $1::text::jsonb WHERE job_id = 'bad'",  # noqa: S608 - test-chosen column
+        value,
+    )
+    claimed = await claim(jobs)
+    assert claimed.job.job_id == "good"
+    stored = await job_row(pg_pool, "bad")
+    assert (stored["state"], stored["outcome"]) == ("settled", "failed")
+    assert field in stored["diagnostic"]
+    assert stored["diagnostic"].startswith("the stored job 'bad' cannot be read")
+    with pytest.raises(UnreadableRow) as caught:
+        await jobs.get("bad")
+    assert caught.value.field == field
+
+
+async def test_an_unreadable_recovery_policy_still_owes_its_replies(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """A bad recovery policy does not keep the sender from hearing that the job failed."""
+    await enqueue(pg_pool, make_job())
+    await pg_pool.execute("UPDATE birddog.jobs SET recovery = '\"lots\"'::jsonb")
+    assert await jobs.claim() is None
+    replies = [row["reply"]["reply"] for row in await outbox_rows(pg_pool)]
+    assert [reply["outcome"] for reply in replies] == ["failed", "failed"]
+    assert "recovery" in replies[0]["diagnostic"]
+
+
+async def test_an_oversized_recorded_cancellation_still_settles_when_the_lease_expires(
+    pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """Cancellation content recorded under a larger limit is cut, not fatal, for the reaper."""
+    generous = PostgresJobs(pg_pool, clock=clock, max_content_bytes=10_000)
+    strict = PostgresJobs(pg_pool, clock=clock, max_content_bytes=100)
+    await enqueue(pg_pool, make_job())
+    await claim(generous, lease_s=10)
+    assert await generous.cancel(job_id="job-1", content="stop " * 1000) is None
+    clock.advance(11)
+    assert await strict.recover_expired() == [("job-1", "cancelled")]
+    stored = await job_row(pg_pool, "job-1")
+    assert (stored["state"], stored["outcome"]) == ("settled", "cancelled")
+    assert len(stored["result_content"].encode()) <= 100
+    assert "[cut by BirdDog" in stored["result_content"]
+    assert "so it was cut" in stored["diagnostic"]
+    contents = {row["reply"]["content"] for row in await outbox_rows(pg_pool)}
+    assert contents == {stored["result_content"]}
+
+
+async def test_a_job_the_database_refuses_to_settle_never_blocks_the_reaper(
+    jobs: PostgresJobs, pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """The reaper skips a job whose fan-out is refused, logs it, and recovers the others."""
+    await enqueue(
+        pg_pool,
+        make_job("a-poison", reply_to=(CAROL,)),
+        *(make_job(f"job-{i}", reply_to=(ALICE,)) for i in range(4)),
+    )
+    for _ in range(5):
+        await claim(jobs, lease_s=10)
+    await pg_pool.execute(
+        "ALTER TABLE birddog.outbox ADD CONSTRAINT test_refuses_carol "
+        "CHECK (recipient_agent_id <> 'carol')"
+    )
+    clock.advance(11)
+    with structlog.testing.capture_logs() as log_events:
+        handled = await jobs.recover_expired(limit=2)
+    assert sorted(handled) == [(f"job-{i}", "outcome_unknown") for i in range(4)]
+    assert (await job_row(pg_pool, "a-poison"))["state"] == "running"
+    failed = [event for event in log_events if event["event"] == "job_reap_failed"]
+    assert [(e["job_id"], e["error"]) for e in failed] == [("'a-poison'", "CheckViolationError")]
+    await pg_pool.execute("ALTER TABLE birddog.outbox DROP CONSTRAINT test_refuses_carol")
+    assert await jobs.recover_expired() == [("a-poison", "outcome_unknown")]
+
+
+async def test_a_refused_statement_is_store_unavailable_with_the_driver_error_as_cause(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """A statement the server refuses leaves as StoreUnavailable, never a driver type."""
+    await enqueue(pg_pool, make_job())
+    claimed = await claim(jobs)
+    await pg_pool.execute(
+        "ALTER TABLE birddog.outbox ADD CONSTRAINT test_refuses_all CHECK (false) NOT VALID"
+    )
+    with pytest.raises(StoreUnavailable) as caught:
+        await jobs.settle(
+            job_id="job-1", claim_token=claimed.claim_token, outcome="completed", content="x"
+        )
+    assert isinstance(caught.value.__cause__, asyncpg.CheckViolationError)
+    assert "SQLSTATE 23514" in str(caught.value)

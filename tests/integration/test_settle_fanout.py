@@ -16,6 +16,7 @@ from birddog import (
     MailRoom,
     Outcome,
     StaleClaim,
+    StoreUnavailable,
     has_pending_delivery,
 )
 from birddog.postgres.jobs import PostgresJobs
@@ -202,10 +203,11 @@ async def test_a_database_error_in_the_fan_out_leaves_neither_settlement_nor_rep
         "ALTER TABLE birddog.outbox ADD CONSTRAINT test_refuses_carol "
         "CHECK (recipient_agent_id <> 'carol')"
     )
-    with pytest.raises(asyncpg.CheckViolationError):
+    with pytest.raises(StoreUnavailable) as caught:
         await jobs.settle(
             job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content="lost?"
         )
+    assert isinstance(caught.value.__cause__, asyncpg.CheckViolationError)
     await assert_still_running(jobs, pg_pool, token)
     await pg_pool.execute("ALTER TABLE birddog.outbox DROP CONSTRAINT test_refuses_carol")
     keys = await jobs.settle(
@@ -228,10 +230,12 @@ async def test_a_database_error_arming_the_wake_leaves_neither(
         FOR EACH ROW EXECUTE FUNCTION test_refuse_wake();
         """
     )
-    with pytest.raises(asyncpg.RaiseError, match="refuses to arm the wake"):
+    with pytest.raises(StoreUnavailable) as caught:
         await jobs.settle(
             job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content="lost?"
         )
+    assert isinstance(caught.value.__cause__, asyncpg.RaiseError)
+    assert "refuses to arm the wake" not in str(caught.value)  # driver text may quote values
     await assert_still_running(jobs, pg_pool, token)
 
 
@@ -244,38 +248,71 @@ async def test_a_cancellation_fan_out_failure_leaves_the_job_queued(
         "ALTER TABLE birddog.outbox ADD CONSTRAINT test_refuses_carol "
         "CHECK (recipient_agent_id <> 'carol')"
     )
-    with pytest.raises(asyncpg.CheckViolationError):
+    with pytest.raises(StoreUnavailable) as caught:
         await jobs.cancel(job_id="job-1", content="stop")
+    assert isinstance(caught.value.__cause__, asyncpg.CheckViolationError)
     stored = await job_row(pg_pool, "job-1")
     assert (stored["state"], stored["cancel_requested_at"]) == ("queued", None)
     assert await outbox_rows(pg_pool) == []
 
 
 @pytest.mark.parametrize(
-    ("content", "error", "field"),
+    ("content", "why"),
     [
-        ("nul \x00 inside", InvalidInput, "content"),
-        ("lone \ud800 surrogate", InvalidInput, "content"),
-        ("é" * 600, ContentTooLarge, "content"),
+        ("nul \x00 inside", "handler returned text with a NUL character at index 4"),
+        ("lone \ud800 surrogate", "handler returned text with a lone surrogate (\\ud800)"),
+        ("é" * 600, "handler returned 1.2 KiB; the limit is 1000 bytes"),
+        (42, "handler returned int, not a string"),
+    ],
+    ids=["nul", "surrogate", "too-large", "not-a-string"],
+)
+async def test_an_unstorable_result_settles_failed_saying_why(
+    pg_pool: Pool, clock: FrozenClock, content: object, why: str
+) -> None:
+    """NUL, a lone surrogate, oversized or non-string content settles failed, replies owed."""
+    jobs = PostgresJobs(pg_pool, clock=clock, max_content_bytes=1000)
+    token = await running_job(jobs, pg_pool)
+    keys = await jobs.settle(
+        job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content=content
+    )
+    stored = await job_row(pg_pool, "job-1")
+    assert (stored["state"], stored["outcome"], stored["result_content"]) == (
+        "settled",
+        "failed",
+        "",
+    )
+    assert stored["diagnostic"].startswith(why)
+    assert len(keys) == 2
+    replies = [row["reply"] for row in await outbox_rows(pg_pool)]
+    assert {reply["reply"]["outcome"] for reply in replies} == {"failed"}
+    assert all(reply["reply"]["diagnostic"].startswith(why) for reply in replies)
+    again = await jobs.settle(
+        job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content=content
+    )
+    assert again == []
+
+
+@pytest.mark.parametrize(
+    ("content", "error"),
+    [
+        ("nul \x00 inside", InvalidInput),
+        ("lone \ud800", InvalidInput),
+        ("é" * 600, ContentTooLarge),
     ],
     ids=["nul", "surrogate", "too-large"],
 )
-async def test_bad_content_fails_before_anything_is_written(
-    pg_pool: Pool, clock: FrozenClock, content: str, error: type[Exception], field: str
+async def test_bad_cancellation_content_is_refused_before_anything_is_written(
+    pg_pool: Pool, clock: FrozenClock, content: str, error: type[Exception]
 ) -> None:
-    """NUL, a lone surrogate or oversized content is refused; the job stays running."""
+    """An operator's cancellation content that cannot be stored is refused, naming the field."""
     jobs = PostgresJobs(pg_pool, clock=clock, max_content_bytes=1000)
     token = await running_job(jobs, pg_pool)
     with pytest.raises(error) as caught:
-        await jobs.settle(
-            job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content=content
-        )
-    assert isinstance(caught.value, InvalidInput)
-    assert caught.value.field == field
-    await assert_still_running(jobs, pg_pool, token)
-    with pytest.raises(error):
         await jobs.cancel(job_id="job-1", content=content)
+    assert isinstance(caught.value, InvalidInput)
+    assert caught.value.field == "content"
     assert (await job_row(pg_pool, "job-1"))["cancel_requested_at"] is None
+    await assert_still_running(jobs, pg_pool, token)
 
 
 async def test_an_unknown_outcome_is_refused_before_anything_is_written(

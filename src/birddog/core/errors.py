@@ -14,6 +14,7 @@ Every error BirdDog raises on purpose derives from one root::
     ├── RouteNotFound: no route for that agent id
     ├── StoreUnavailable: the database could not be reached or failed mid-operation
     ├── DatabaseRefused: the database turned BirdDog away for good (login, name, URL)
+    ├── UnreadableRow: a stored row that is not what BirdDog wrote (SQL, another version)
     └── InboxRefused: the recipient's inbox refused a delivered reply
         ├── InvalidSignature: missing headers or no matching Standard Webhooks signature
         ├── StaleTimestamp: a signed timestamp outside the tolerance (a replay or skew)
@@ -126,6 +127,18 @@ class DatabaseRefused(BirdDogError):
     A failed login, a role or database that does not exist, a missing CONNECT privilege,
     or a URL that cannot be parsed: the configuration must change.
     """
+
+
+class UnreadableRow(BirdDogError):
+    """A stored row cannot be read as what BirdDog wrote there.
+
+    Attributes:
+        field: the first offending column or field, dotted, with JSON names.
+    """
+
+    def __init__(self, message: str | None = None, *, field: str = "") -> None:
+        self.field = field
+        super().__init__(message)
 
 
 class InvalidSecret(InvalidInput):

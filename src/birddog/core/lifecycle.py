@@ -153,6 +153,9 @@ JobEvent = (
 )
 """Everything that can happen to a job."""
 
+ClaimEvent = SettleRequested | WorkerStopped | HandlerTimedOut
+"""What a worker reports about a job it holds, with its claim token."""
+
 
 # --------------------------------------------------------------------------------------
 # decisions
@@ -228,6 +231,24 @@ class Refuse:
 
 Decision = Settle | Requeue | RecordCancellation | Keep | Refuse
 """What the store does with the job."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """What an event came to for one job, once the store carried the decision out.
+
+    Attributes:
+        job_id: the job.
+        decision: what the lifecycle decided (:class:`Settle`, :class:`Requeue`,
+            :class:`RecordCancellation`, or :class:`Keep` for a replay).
+        outcome: the job's outcome now; None while it is queued or running.
+        keys: the reply keys written (none for a job without mail, or a replay).
+    """
+
+    job_id: str
+    decision: Decision
+    outcome: Outcome | None
+    keys: list[str]
 
 
 # --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import socket
 
 import asyncpg
 
+from birddog.postgres.pool import driver_errors
 from birddog.postgres.sql import queries
 
 EXPIRE_S = 3600.0
@@ -36,12 +37,21 @@ class PostgresDaemons:
 
         A daemon or worker killed without a clean stop leaves its row behind; any live
         process deletes rows not seen for :data:`EXPIRE_S`, so the table never grows.
+
+        Raises:
+            StoreUnavailable: the database failed.
         """
-        await self.pool.execute(
-            queries["daemon_seen"], self.daemon_id, self.kind, self.host, self.pid
-        )
-        await self.pool.execute(queries["daemons_expire"], EXPIRE_S)
+        with driver_errors("daemon seen"):
+            await self.pool.execute(
+                queries["daemon_seen"], self.daemon_id, self.kind, self.host, self.pid
+            )
+            await self.pool.execute(queries["daemons_expire"], EXPIRE_S)
 
     async def gone(self) -> None:
-        """Remove this process's row on a clean stop."""
-        await self.pool.execute(queries["daemon_gone"], self.daemon_id)
+        """Remove this process's row on a clean stop.
+
+        Raises:
+            StoreUnavailable: the database failed.
+        """
+        with driver_errors("daemon gone"):
+            await self.pool.execute(queries["daemon_gone"], self.daemon_id)

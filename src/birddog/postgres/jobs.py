@@ -1,65 +1,81 @@
 """The Postgres job store: Watchdog-shaped jobs in ``birddog.jobs``.
 
-A sender enqueues a job inside its own transaction with :func:`enqueue_accepted_job`; a
-worker claims it with :meth:`PostgresJobs.claim` (``FOR UPDATE SKIP LOCKED``, a claim
-token and a lease), keeps the lease with :meth:`PostgresJobs.heartbeat`, and settles it
-with :meth:`PostgresJobs.settle`, which writes the job's replies into the outbox and arms
+A sender enqueues a job inside its own transaction with :func:`enqueue_accepted_job`
+(re-exported here from :mod:`birddog.postgres.enqueue`); a worker claims it with
+:meth:`PostgresJobs.claim` (``FOR UPDATE SKIP LOCKED``, a claim token and a lease), keeps
+the lease with :meth:`PostgresJobs.heartbeat`, and finishes it with
+:meth:`PostgresJobs.finish` (or :meth:`~PostgresJobs.settle` /
+:meth:`~PostgresJobs.interrupt`), which writes the job's replies into the outbox and arms
 one wake in the same transaction: a settlement is never committed without its fan-out,
 nor the fan-out without its settlement.
 
-The life of a job::
+What happens to a job is decided by :func:`birddog.core.lifecycle.decide` (job facts +
+event -> next step); this module only locks rows, reads their facts and carries the
+decision out. The life of a job::
 
     queued ──claim──▶ running ──settle / interrupt (no budget)──▶ settled
       ▲                  │
       └── lease expired / interrupt, while recovery_count < recovery.maxRecoveries
 
-A recorded cancellation wins over whatever the executor reports: a cancelled queued job
-settles ``cancelled`` at once; a running one settles ``cancelled`` when its worker settles
-or stops, or when its lease expires. Every value reaches SQL as a ``$n`` parameter, and
-JSON travels as text, so the statements behave the same on BirdDog's pool and on a
-caller's connection whatever JSON codec it has.
+Every driver error leaves as :class:`~birddog.StoreUnavailable` (the driver's error its
+cause), and a row SQL filled with something BirdDog never wrote as
+:class:`~birddog.UnreadableRow`; a claimed job that cannot be read settles ``failed``.
 """
 
 from __future__ import annotations
 
-import json
+import contextlib
 import math
-import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any, Final, LiteralString, Protocol, TypeAlias
+from datetime import datetime, timedelta
+from typing import Final, LiteralString
 
-import asyncpg
 import structlog
-from asyncpg.pool import PoolConnectionProxy
-from pydantic import JsonValue
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from birddog.clock import SystemClock
 from birddog.core.delivery import new_row
-from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import (
     InvalidInput,
-    InvalidJobPayload,
-    JobConflict,
     JobNotFound,
     StaleClaim,
     StoreUnavailable,
+    UnreadableRow,
 )
 from birddog.core.fanout import replies_for
-from birddog.core.jobs import (
-    DEFAULT_MAX_CONTENT_BYTES,
-    Job,
-    JobState,
-    Recovery,
-    check_content_size,
+from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, Job, JobState, check_content_size
+from birddog.core.lifecycle import (
+    DEFAULT_MAX_QUEUED_S,
+    LEASE_EXPIRED_DIAGNOSTIC,
+    CancelRequested,
+    ClaimEvent,
+    Decision,
+    Finished,
+    JobEvent,
+    Keep,
+    LeaseExpired,
+    Limits,
+    RecordCancellation,
+    Refuse,
+    Requeue,
+    Settle,
+    SettleRequested,
+    WorkerStopped,
+    decide,
 )
 from birddog.core.mail import Outcome, Reply
 from birddog.core.model import check_text
 from birddog.ports import Clock
+from birddog.postgres.enqueue import SenderConnection, enqueue_accepted_job
+from birddog.postgres.job_rows import (
+    Row,
+    facts_from_row,
+    job_from_row,
+    settled_job,
+)
+from birddog.postgres.job_rows import claim_token as claim_token_of
 from birddog.postgres.outbox import insert_rows
-from birddog.postgres.pool import Connection, Pool, store_errors
+from birddog.postgres.pool import Connection, Pool, driver_errors, is_refusal
 from birddog.postgres.sql import queries
 from birddog.postgres.wake import schedule_wake_on
 
@@ -68,28 +84,8 @@ log = structlog.get_logger("birddog.jobs")
 JOBS_CHANNEL: Final = "birddog_jobs"
 """Enqueued and requeued jobs are announced here (payload: the queue), at commit."""
 
-LEASE_EXPIRED_DIAGNOSTIC: Final = "worker lease expired; nobody knows whether the work happened"
-"""The diagnostic of a job settled ``outcome_unknown`` by :meth:`PostgresJobs.recover_expired`."""
-
 RECOVER_BATCH: Final = 100
-"""Expired jobs handled per transaction by :meth:`PostgresJobs.recover_expired`."""
-
-_JOB_FIELDS: Final = ("queue", "lane", "priority", "payload", "recovery")
-"""The fields a replayed enqueue must match, by their JSON names."""
-
-SenderConnection: TypeAlias = (
-    "Connection | PoolConnectionProxy[asyncpg.Record] | AsyncConnection | AsyncSession"
-)
-"""What :func:`enqueue_accepted_job` runs on: an asyncpg connection (pooled or not), or a
-SQLAlchemy ``AsyncConnection`` or ``AsyncSession`` on the asyncpg driver."""
-
-_Conn: TypeAlias = "Connection | PoolConnectionProxy[asyncpg.Record]"
-
-
-class _Row(Protocol):
-    """A result row by column name: an asyncpg ``Record`` or a SQLAlchemy ``RowMapping``."""
-
-    def __getitem__(self, key: str, /) -> Any: ...
+"""Jobs handled per transaction by the reapers (:meth:`PostgresJobs.recover_expired`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,161 +105,15 @@ class ClaimedJob:
     recovery_count: int
 
 
-# --------------------------------------------------------------------------------------
-# enqueue, inside the caller's transaction
-# --------------------------------------------------------------------------------------
-
-
-async def enqueue_accepted_job(
-    conn: SenderConnection, job: Job, *, created_at: datetime | None = None
-) -> bool:
-    """Insert a queued job inside the caller's transaction; roll back and nothing was sent.
-
-    Enqueueing the same ``jobId`` again is a replay: it is accepted (and writes nothing)
-    only when queue, lane, priority, payload and recovery all match the stored job,
-    whatever state that job has reached. A new job is announced with
-    ``NOTIFY birddog_jobs`` (payload: its queue), which Postgres delivers at commit.
-
-    Args:
-        conn: an asyncpg connection (in a transaction or not; without one, the insert and
-            its notification commit together on their own), or a SQLAlchemy
-            ``AsyncConnection``/``AsyncSession`` on the asyncpg driver (its transaction
-            begins if needed and stays open for the caller to commit).
-        job: the job, as :func:`birddog.agent_job` returns it: queued, no outcome.
-        created_at: the job's age for claim order (default: the database's clock).
-
-    Returns:
-        True when the job was inserted, False when it was an identical replay.
-
-    Raises:
-        InvalidInput: the job is not queued, has an outcome, or its payload holds what
-            PostgreSQL JSON cannot store (NUL, lone surrogates, NaN); nothing is written.
-        JobConflict: a job with this id exists with different fields, named in the message.
-        StoreUnavailable: the database could not be reached.
-    """
-    if not isinstance(job, Job):
-        job = Job.model_validate(job)
-    if job.state is not JobState.QUEUED:
-        raise InvalidInput(f"an enqueued job must be queued, not {job.state.value}", field="state")
-    if job.outcome is not None:
-        raise InvalidInput("an enqueued job has no outcome yet", field="outcome")
-    payload = _json_text(job.payload, field="payload")
-    recovery = None if job.recovery is None else job.recovery.model_dump_json()
-    args = (job.job_id, job.queue, job.lane, job.priority, payload, recovery, created_at)
-    rows = await _run_on_sender(conn, queries["jobs_enqueue"], args)
-    if rows:
-        return True
-    stored = await _run_on_sender(conn, queries["jobs_get"], (job.job_id,))
-    if not stored:
-        # The insert met the id, yet this transaction cannot read it: it was deleted
-        # meanwhile, or the caller's snapshot predates its commit. Nothing to compare.
-        raise StoreUnavailable(f"job {job.job_id!r} changed while it was enqueued; try again")
-    differing = _differing_fields(job, _job_from_row(stored[0]))
-    if differing:
-        raise JobConflict(
-            f"job {job.job_id!r} already exists with a different {', '.join(differing)}; "
-            "a replayed enqueue must match the stored job exactly"
-        )
-    return False
-
-
-async def _run_on_sender(
-    conn: SenderConnection, sql: LiteralString, args: Sequence[object]
-) -> list[_Row]:
-    if isinstance(conn, AsyncSession):
-        conn = await conn.connection()
-    if isinstance(conn, AsyncConnection):
-        if conn.dialect.driver != "asyncpg":
-            raise TypeError(
-                "enqueue_accepted_job needs SQLAlchemy's asyncpg driver "
-                f"(postgresql+asyncpg://), not {conn.dialect.driver}"
-            )
-        # exec_driver_sql goes through SQLAlchemy's cursor, which begins the
-        # connection's transaction first; the raw driver connection would not.
-        try:
-            with store_errors("enqueue_accepted_job"):
-                result = await conn.exec_driver_sql(sql, tuple(args))
-                return [row._mapping for row in result]
-        except DBAPIError as exc:
-            if exc.connection_invalidated:
-                raise StoreUnavailable(
-                    f"database unavailable during enqueue_accepted_job: {type(exc).__name__}"
-                ) from exc
-            raise
-    if isinstance(conn, asyncpg.Connection | PoolConnectionProxy):
-        with store_errors("enqueue_accepted_job"):
-            if conn.is_in_transaction():
-                return list(await conn.fetch(sql, *args))
-            async with conn.transaction():
-                return list(await conn.fetch(sql, *args))
-    raise TypeError(
-        "enqueue_accepted_job needs an asyncpg connection or a SQLAlchemy "
-        f"AsyncConnection/AsyncSession, not {type(conn).__name__}"
-    )
-
-
-def _differing_fields(job: Job, stored: Job) -> list[str]:
-    return [name for name in _JOB_FIELDS if getattr(job, name) != getattr(stored, name)]
-
-
-def _json_text(value: JsonValue, *, field: str) -> str:
-    """JSON text PostgreSQL's jsonb accepts, or InvalidInput naming the offending field."""
-    problem = _json_problem(value, field)
-    if problem is not None:
-        where, why = problem
-        raise InvalidInput(f"{where} {why}", field=where)
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def _json_problem(value: object, path: str) -> tuple[str, str] | None:
-    if isinstance(value, str):
-        try:
-            check_text(value)
-        except ValueError as exc:
-            return path, str(exc)
-    elif isinstance(value, float) and not math.isfinite(value):
-        return path, "must be a finite number (JSON has no NaN or Infinity)"
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            problem = _json_problem(key, path) or _json_problem(item, f"{path}.{key}")
-            if problem is not None:
-                return problem
-    elif isinstance(value, list | tuple):
-        for index, item in enumerate(value):
-            problem = _json_problem(item, f"{path}.{index}")
-            if problem is not None:
-                return problem
-    return None
-
-
-# --------------------------------------------------------------------------------------
-# the store workers and operators use
-# --------------------------------------------------------------------------------------
-
-
-class _UtcClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class _Settlement:
-    """One job to settle in a transaction that holds its row lock."""
-
-    row: _Row
-    outcome: Outcome
-    content: str
-    diagnostic: str | None
-
-
 class PostgresJobs:
-    """The job store: claim, heartbeat, settle (with fan-out), cancel, recover.
+    """The job store: claim, heartbeat, finish (with fan-out), cancel, reap.
 
     Args:
         pool: the asyncpg pool (from :func:`birddog.postgres.pool.create_pool`).
         schedule_wake: arm the drain's wake when a settlement writes replies (turn off
             only when something else wakes the drain).
         max_content_bytes: the largest settlement or cancellation content accepted.
+        max_queued_s: a job queued longer is cancelled by :meth:`cancel_queued_too_long`.
         clock: the current time (default: the system clock, UTC); leases, settlement
             times and reply times come from it, so tests can freeze time.
     """
@@ -274,12 +124,20 @@ class PostgresJobs:
         *,
         schedule_wake: bool = True,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+        max_queued_s: float = DEFAULT_MAX_QUEUED_S,
         clock: Clock | None = None,
     ) -> None:
         self.pool = pool
         self.schedule_wake = schedule_wake
-        self.max_content_bytes = max_content_bytes
-        self.clock: Clock = clock or _UtcClock()
+        self.limits = Limits(max_content_bytes=max_content_bytes, max_queued_s=max_queued_s)
+        self.clock: Clock = clock or SystemClock()
+
+    @property
+    def max_content_bytes(self) -> int:
+        """The largest settlement or cancellation content accepted, in UTF-8 bytes."""
+        return self.limits.max_content_bytes
+
+    # ---- claiming --------------------------------------------------------------------
 
     async def claim(
         self,
@@ -320,6 +178,10 @@ class PostgresJobs:
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` queued jobs in one statement, in claim order.
 
+        A claimed job whose row cannot be read as a job (bad data put there by SQL) is
+        settled ``failed`` at once, with a diagnostic naming the field, and the claim
+        goes on to the next job.
+
         Args:
             queues: claim only from these queues; None for every queue.
             lease_s: how long each claim holds without a heartbeat.
@@ -340,20 +202,42 @@ class PostgresJobs:
         if isinstance(queues, str):
             raise InvalidInput("queues must be a list of queue names, not a string", field="queues")
         queue_list = None if queues is None else list(queues)
-        with store_errors("claim"):
-            rows = await self.pool.fetch(
-                queries["jobs_claim"], queue_list, limit, lease_until, worker_id or None
+        while True:
+            with driver_errors("claim"):
+                rows = await self.pool.fetch(
+                    queries["jobs_claim"], queue_list, limit, lease_until, worker_id or None
+                )
+            rows = sorted(
+                rows, key=lambda row: (-row["priority"], row["created_at"], row["job_id"])
             )
-        rows = sorted(rows, key=lambda row: (-row["priority"], row["created_at"], row["job_id"]))
-        return [
-            ClaimedJob(
-                job=_job_from_row(row),
+            claimed: list[ClaimedJob] = []
+            for row in rows:
+                try:
+                    job = job_from_row(row)
+                except UnreadableRow as exc:
+                    await self._fail_unreadable(row, exc)
+                    continue
+                claimed.append(
+                    ClaimedJob(
+                        job=job,
+                        claim_token=str(row["claim_token"]),
+                        lease_expires_at=row["lease_expires_at"],
+                        recovery_count=row["recovery_count"],
+                    )
+                )
+            # Only unreadable jobs this time: the queue may still hold good ones.
+            if claimed or not rows:
+                return claimed
+
+    async def _fail_unreadable(self, row: Row, exc: UnreadableRow) -> None:
+        log.warning("job_unreadable", job_id=repr(row["job_id"]), field=exc.field)
+        # StaleClaim: cancelled and reaped meanwhile, so it is settled either way.
+        with contextlib.suppress(StaleClaim):
+            await self.finish(
+                job_id=row["job_id"],
                 claim_token=str(row["claim_token"]),
-                lease_expires_at=row["lease_expires_at"],
-                recovery_count=row["recovery_count"],
+                event=SettleRequested(Outcome.FAILED, "", str(exc)),
             )
-            for row in rows
-        ]
 
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
         """Extend the lease of a job this claim still holds.
@@ -372,11 +256,11 @@ class PostgresJobs:
             StaleClaim: the job is not running under this claim any more.
             StoreUnavailable: the database could not be reached.
         """
-        token = _token(claim_token)
+        token = claim_token_of(claim_token)
         lease_until = self._lease_until(lease_s)
         if token is None:
             raise StaleClaim(f"claim token {claim_token!r} is not a claim token")
-        with store_errors("heartbeat"):
+        with driver_errors("heartbeat"):
             cancel_requested = await self.pool.fetchval(
                 queries["jobs_heartbeat"], job_id, token, lease_until
             )
@@ -384,20 +268,62 @@ class PostgresJobs:
             raise StaleClaim(f"job {job_id!r} is no longer held by this claim")
         return bool(cancel_requested)
 
+    # ---- finishing under a claim -----------------------------------------------------
+
+    async def finish(self, *, job_id: str, claim_token: str, event: ClaimEvent) -> Finished:
+        """Carry out what the worker reports about a job it holds, in one transaction.
+
+        The lifecycle decides: a result settles with its outcome (``failed``, with a
+        diagnostic that says why, when it cannot be stored); a stop gives the job back
+        to its queue while recovery budget is left, else settles it ``interrupted``; a
+        recorded cancellation wins over both. Replaying a finished event with the same
+        claim writes nothing.
+
+        Args:
+            job_id: the job.
+            claim_token: the token of the claim that ran it.
+            event: the result (:class:`~birddog.core.lifecycle.SettleRequested`) or the
+                stop (:class:`~birddog.core.lifecycle.WorkerStopped`,
+                :class:`~birddog.core.lifecycle.HandlerTimedOut`).
+
+        Returns:
+            What it came to: the decision, the job's outcome, the reply keys written.
+
+        Raises:
+            JobNotFound: no job has this id.
+            StaleClaim: the job is not running under this claim (another claim holds it,
+                it was recovered, or it settled otherwise).
+            StoreUnavailable: the database failed; nothing was committed.
+        """
+        token = claim_token_of(claim_token)
+        now = self.clock.now()
+        with driver_errors("finish"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                row = await self._lock(conn, job_id)
+                decision = decide(
+                    facts_from_row(row, token=token), event, now=now, limits=self.limits
+                )
+                if isinstance(decision, Refuse):
+                    raise StaleClaim(f"job {job_id!r}: {decision.reason}")
+                keys = await self._carry_out(conn, [(row, decision)], now)
+        return Finished(job_id, decision, _outcome_after(row, decision), keys)
+
     async def settle(
         self,
         *,
         job_id: str,
         claim_token: str,
-        outcome: Outcome,
-        content: str,
+        outcome: Outcome | str,
+        content: object,
         diagnostic: str | None = None,
         meta: object = None,
     ) -> list[str]:
         """Settle a running job and write its replies, in one transaction.
 
         A recorded cancellation wins: the job settles ``cancelled`` and its replies carry
-        the cancellation content instead. Replaying the settlement with the same claim
+        the cancellation content instead. Content that cannot be stored (not a string, a
+        NUL, a lone surrogate, above ``max_content_bytes``) settles the job ``failed``
+        with a diagnostic that says why. Replaying the settlement with the same claim
         writes nothing and returns no keys.
 
         Args:
@@ -413,34 +339,16 @@ class PostgresJobs:
             The reply keys written (none for a job without mail, or a replay).
 
         Raises:
-            InvalidInput: the outcome is unknown or the content holds NUL or a lone
-                surrogate; nothing is written and the job stays running.
-            ContentTooLarge: the content is above ``max_content_bytes``; nothing written.
+            InvalidInput: the outcome is not a Watchdog outcome; nothing is written.
             JobNotFound: no job has this id.
             StaleClaim: the job is not running under this claim (another claim holds it,
                 it was recovered, or it settled otherwise).
-            StoreUnavailable: the database could not be reached; nothing was committed.
+            StoreUnavailable: the database failed; nothing was committed.
         """
         del meta  # for the caller's own fan-out wrapper only
-        outcome = _outcome(outcome)
-        self._check_content(content)
-        token = _token(claim_token)
-        now = self.clock.now()
-        with store_errors("settle"):
-            async with self.pool.acquire() as conn, conn.transaction():
-                row = await self._lock(conn, job_id)
-                if row["state"] == JobState.SETTLED:
-                    if token is not None and row["claim_token"] == token:
-                        replayed = Outcome(row["outcome"])
-                        if replayed is outcome or (
-                            replayed is Outcome.CANCELLED and row["cancel_requested_at"]
-                        ):
-                            return []
-                    raise StaleClaim(f"job {job_id!r} is already settled {row['outcome']}")
-                _check_claim(row, token)
-                return await self._settle_locked(
-                    conn, [self._settlement(row, outcome, content, diagnostic)], now
-                )
+        event = SettleRequested(_outcome(outcome), content, diagnostic)
+        finished = await self.finish(job_id=job_id, claim_token=claim_token, event=event)
+        return finished.keys
 
     async def interrupt(self, *, job_id: str, claim_token: str, diagnostic: str) -> Outcome | None:
         """Stop a running job the worker itself gave up on (shutdown, handler timeout).
@@ -461,29 +369,13 @@ class PostgresJobs:
         Raises:
             JobNotFound: no job has this id.
             StaleClaim: the job is not running under this claim.
-            StoreUnavailable: the database could not be reached; nothing was committed.
+            StoreUnavailable: the database failed; nothing was committed.
         """
-        token = _token(claim_token)
-        now = self.clock.now()
-        with store_errors("interrupt"):
-            async with self.pool.acquire() as conn, conn.transaction():
-                row = await self._lock(conn, job_id)
-                if (
-                    row["state"] == JobState.SETTLED
-                    and token is not None
-                    and row["claim_token"] == token
-                    and row["outcome"] in (Outcome.INTERRUPTED, Outcome.CANCELLED)
-                ):
-                    return Outcome(row["outcome"])
-                _check_claim(row, token)
-                if row["cancel_requested_at"] is None and _budget_left(row):
-                    await conn.fetch(
-                        queries["jobs_requeue"], [job_id], [bounded_diagnostic(diagnostic)]
-                    )
-                    return None
-                settlement = self._settlement(row, Outcome.INTERRUPTED, "", diagnostic)
-                await self._settle_locked(conn, [settlement], now)
-                return settlement.outcome
+        event = WorkerStopped(diagnostic)
+        finished = await self.finish(job_id=job_id, claim_token=claim_token, event=event)
+        return finished.outcome
+
+    # ---- operators -------------------------------------------------------------------
 
     async def cancel(self, *, job_id: str, content: str) -> Outcome | None:
         """Record that a job should be cancelled; a queued job settles at once.
@@ -505,21 +397,18 @@ class PostgresJobs:
             InvalidInput: the content holds NUL or a lone surrogate; nothing is written.
             ContentTooLarge: the content is above ``max_content_bytes``.
             JobNotFound: no job has this id.
-            StoreUnavailable: the database could not be reached; nothing was committed.
+            StoreUnavailable: the database failed; nothing was committed.
         """
         self._check_content(content)
         now = self.clock.now()
-        with store_errors("cancel"):
+        with driver_errors("cancel"):
             async with self.pool.acquire() as conn, conn.transaction():
                 row = await self._lock(conn, job_id)
-                if row["state"] == JobState.SETTLED:
-                    return Outcome(row["outcome"])
-                await conn.fetch(queries["jobs_request_cancel"], job_id, now, content)
-                if row["state"] == JobState.RUNNING:
-                    return None
-                settlement = _Settlement(row, Outcome.CANCELLED, content, None)
-                await self._settle_locked(conn, [settlement], now)
-                return Outcome.CANCELLED
+                decision = decide(
+                    facts_from_row(row), CancelRequested(content), now=now, limits=self.limits
+                )
+                await self._carry_out(conn, [(row, decision)], now)
+        return _outcome_after(row, decision)
 
     async def recover_expired(
         self, *, now: datetime | None = None, limit: int = RECOVER_BATCH
@@ -531,33 +420,23 @@ class PostgresJobs:
         (nobody knows whether the work happened) and its replies are written. A job
         whose cancellation was recorded settles ``cancelled`` instead. One transaction per
         batch of ``limit`` jobs, until none is left; jobs another transaction holds (a
-        worker settling right now) are skipped.
+        worker settling right now) are skipped, and so is a job whose settlement the
+        database refuses (logged ``job_reap_failed``), so it never blocks the others.
 
         Args:
             now: the time leases are judged at (default: the store's clock).
             limit: jobs per transaction.
 
         Returns:
-            ``(job_id, what)`` for each job handled, ``what`` being ``requeued``,
-            ``outcome_unknown`` or ``cancelled``.
+            ``(job_id, what)`` for each job handled, ``what`` being ``requeued`` or the
+            outcome it settled with (``outcome_unknown``, ``cancelled``).
 
         Raises:
             InvalidInput: ``limit`` is below 1.
             StoreUnavailable: the database could not be reached; batches already
                 committed stay committed.
         """
-        if limit < 1:
-            raise InvalidInput("limit must be at least 1", field="limit")
-        at = now or self.clock.now()
-        handled: list[tuple[str, str]] = []
-        while True:
-            with store_errors("recover_expired"):
-                async with self.pool.acquire() as conn, conn.transaction():
-                    rows = await conn.fetch(queries["jobs_lock_expired"], at, limit)
-                    batch = await self._recover_locked(conn, rows, at)
-            handled.extend(batch)
-            if len(rows) < limit:
-                return handled
+        return await self._reap(queries["jobs_lock_expired"], LeaseExpired(), now=now, limit=limit)
 
     async def get(self, job_id: str) -> Job:
         """The job with this id.
@@ -570,13 +449,14 @@ class PostgresJobs:
 
         Raises:
             JobNotFound: no job has this id.
+            UnreadableRow: the stored row is not a valid job (written by SQL).
             StoreUnavailable: the database could not be reached.
         """
-        with store_errors("get"):
+        with driver_errors("get"):
             row = await self.pool.fetchrow(queries["jobs_get"], job_id)
         if row is None:
             raise JobNotFound(f"no job has id {job_id!r}")
-        return _job_from_row(row)
+        return job_from_row(row)
 
     async def counts(self) -> dict[str, int]:
         """How many jobs are queued, running and settled.
@@ -587,68 +467,106 @@ class PostgresJobs:
         Raises:
             StoreUnavailable: the database could not be reached.
         """
-        with store_errors("counts"):
+        with driver_errors("counts"):
             rows = await self.pool.fetch(queries["jobs_counts"])
         counts = dict.fromkeys((state.value for state in JobState), 0)
         counts.update({row["state"]: row["jobs"] for row in rows})
         return counts
 
+    # ---- the reapers -----------------------------------------------------------------
+
+    async def _reap(
+        self,
+        lock_query: LiteralString,
+        event: JobEvent,
+        *,
+        now: datetime | None,
+        limit: int,
+    ) -> list[tuple[str, str]]:
+        """Lock the jobs ``lock_query`` finds a batch at a time and carry out ``event``.
+
+        A batch the database refuses is retried a job at a time, and a job refused on its
+        own is skipped for the rest of this pass, so one bad job never blocks the others.
+        """
+        if limit < 1:
+            raise InvalidInput("limit must be at least 1", field="limit")
+        at = now or self.clock.now()
+        handled: list[tuple[str, str]] = []
+        skipped: list[str] = []
+        batch = limit
+        while True:
+            ids: list[str] = []
+            refused: StoreUnavailable | None = None
+            try:
+                with driver_errors("reap"):
+                    async with self.pool.acquire() as conn, conn.transaction():
+                        rows = await conn.fetch(lock_query, at, batch, skipped)
+                        ids = [row["job_id"] for row in rows]
+                        items = [
+                            (row, decide(facts_from_row(row), event, now=at, limits=self.limits))
+                            for row in rows
+                        ]
+                        await self._carry_out(conn, items, at)
+            except StoreUnavailable as exc:
+                if not ids or not is_refusal(exc):
+                    raise
+                refused = exc
+            if refused is not None:
+                if batch > 1:
+                    batch = 1  # find the job the database refuses, one at a time
+                    continue
+                skipped.extend(ids)
+                log.error("job_reap_failed", job_id=repr(ids[0]), error=_cause_name(refused))
+                continue
+            handled.extend(
+                (row["job_id"], _what(decision))
+                for row, decision in items
+                if not isinstance(decision, Keep)
+            )
+            if len(rows) < batch:
+                return handled
+
     # ---- inside a transaction that holds the rows' locks -----------------------------
 
-    async def _lock(self, conn: _Conn, job_id: str) -> _Row:
+    async def _lock(self, conn: Connection, job_id: str) -> Row:
         row = await conn.fetchrow(queries["jobs_lock"], job_id)
         if row is None:
             raise JobNotFound(f"no job has id {job_id!r}")
         return row
 
-    async def _recover_locked(
-        self, conn: _Conn, rows: Sequence[_Row], now: datetime
-    ) -> list[tuple[str, str]]:
-        requeue: list[str] = []
-        settle: list[_Settlement] = []
-        handled: list[tuple[str, str]] = []
-        for row in rows:
-            if row["cancel_requested_at"] is None and _budget_left(row):
-                requeue.append(row["job_id"])
-                handled.append((row["job_id"], "requeued"))
-            else:
-                settlement = self._settlement(
-                    row, Outcome.OUTCOME_UNKNOWN, "", LEASE_EXPIRED_DIAGNOSTIC
-                )
-                settle.append(settlement)
-                handled.append((row["job_id"], settlement.outcome.value))
+    async def _carry_out(
+        self, conn: Connection, items: Sequence[tuple[Row, Decision]], now: datetime
+    ) -> list[str]:
+        """Store the decisions for locked rows: requeues, cancellations, settlements."""
+        requeue = [(row, d) for row, d in items if isinstance(d, Requeue)]
         if requeue:
-            await conn.fetch(queries["jobs_requeue"], requeue, [None] * len(requeue))
-        if settle:
-            await self._settle_locked(conn, settle, now)
-        return handled
-
-    def _settlement(
-        self, row: _Row, outcome: Outcome, content: str, diagnostic: str | None
-    ) -> _Settlement:
-        """What settling this row comes to: a recorded cancellation wins."""
-        if row["cancel_requested_at"] is not None:
-            return _Settlement(row, Outcome.CANCELLED, row["cancel_content"] or "", diagnostic)
-        return _Settlement(row, outcome, content, diagnostic)
+            await conn.fetch(
+                queries["jobs_requeue"],
+                [row["job_id"] for row, _ in requeue],
+                [d.diagnostic for _, d in requeue],
+            )
+        for row, decision in items:
+            if isinstance(decision, RecordCancellation):
+                await conn.fetch(
+                    queries["jobs_request_cancel"], row["job_id"], now, decision.content
+                )
+        settle = [(row, d) for row, d in items if isinstance(d, Settle)]
+        return await self._settle_locked(conn, settle, now) if settle else []
 
     async def _settle_locked(
-        self, conn: _Conn, settlements: Sequence[_Settlement], now: datetime
+        self, conn: Connection, items: Sequence[tuple[Row, Settle]], now: datetime
     ) -> list[str]:
         """Mark the jobs settled, write their replies, arm one wake: all or nothing."""
-        replies: list[Reply] = []
-        diagnostics: list[str | None] = []
-        for item in settlements:
-            diagnostic = None if item.diagnostic is None else bounded_diagnostic(item.diagnostic)
-            diagnostics.append(diagnostic)
-            # Built before the first write, so a reply that cannot exist fails the
-            # settlement while nothing has changed yet.
-            replies.extend(self._replies(item, diagnostic, now))
+        # Built before the first write, so a reply that cannot exist fails the
+        # settlement while nothing has changed yet.
+        replies = [reply for row, settle in items for reply in self._replies(row, settle, now)]
         await conn.fetch(
             queries["jobs_settle"],
-            [item.row["job_id"] for item in settlements],
-            [item.outcome.value for item in settlements],
-            [item.content for item in settlements],
-            diagnostics,
+            [row["job_id"] for row, _ in items],
+            [settle.outcome.value for _, settle in items],
+            [settle.content for _, settle in items],
+            [settle.diagnostic for _, settle in items],
+            [settle.content if settle.records_cancellation else None for _, settle in items],
             now,
         )
         if not replies:
@@ -658,22 +576,23 @@ class PostgresJobs:
             await schedule_wake_on(conn, now)
         return keys
 
-    def _replies(self, item: _Settlement, diagnostic: str | None, now: datetime) -> list[Reply]:
-        settled = _job_from_row(item.row).model_copy(
-            update={"state": JobState.SETTLED, "outcome": item.outcome}
-        )
+    def _replies(self, row: Row, settle: Settle, now: datetime) -> list[Reply]:
         try:
             return replies_for(
-                settled,
-                content=item.content,
-                diagnostic=diagnostic,
+                settled_job(row, settle.outcome),
+                content=settle.content,
+                diagnostic=settle.diagnostic,
                 now=now,
-                max_content_bytes=self.max_content_bytes,
+                max_content_bytes=self.limits.max_content_bytes,
             )
-        except InvalidJobPayload as exc:
+        except (InvalidInput, UnreadableRow) as exc:
             # The store is Watchdog-shaped and never requires a BirdDog payload; a job
             # that is not an agent job has no mail, so it owes no replies.
-            log.warning("job_settled_without_replies", job_id=settled.job_id, field=exc.field)
+            log.warning(
+                "job_settled_without_replies",
+                job_id=repr(row["job_id"]),
+                field=getattr(exc, "field", ""),
+            )
             return []
 
     def _check_content(self, content: str) -> None:
@@ -683,7 +602,7 @@ class PostgresJobs:
             check_text(content)
         except ValueError as exc:
             raise InvalidInput(f"content {exc}", field="content") from None
-        check_content_size(content, limit_bytes=self.max_content_bytes)
+        check_content_size(content, limit_bytes=self.limits.max_content_bytes)
 
     def _lease_until(self, lease_s: float) -> datetime:
         if not lease_s > 0 or not math.isfinite(lease_s):
@@ -692,43 +611,28 @@ class PostgresJobs:
 
 
 # --------------------------------------------------------------------------------------
-# rows
+# helpers
 # --------------------------------------------------------------------------------------
 
 
-def _job_from_row(row: _Row) -> Job:
-    recovery = row["recovery"]
-    return Job(
-        job_id=row["job_id"],
-        queue=row["queue"],
-        lane=row["lane"],
-        priority=row["priority"],
-        state=JobState(row["state"]),
-        payload=json.loads(row["payload"]),
-        recovery=None if recovery is None else Recovery.model_validate_json(recovery),
-        outcome=None if row["outcome"] is None else Outcome(row["outcome"]),
-    )
+def _outcome_after(row: Row, decision: Decision) -> Outcome | None:
+    """The job's outcome once ``decision`` is stored."""
+    if isinstance(decision, Settle):
+        return decision.outcome
+    if isinstance(decision, Keep) and row["outcome"] is not None:
+        return Outcome(row["outcome"])
+    return None
 
 
-def _budget_left(row: _Row) -> bool:
-    recovery = row["recovery"]
-    budget = 0 if recovery is None else Recovery.model_validate_json(recovery).max_recoveries
-    return bool(row["recovery_count"] < budget)
+def _what(decision: Decision) -> str:
+    if isinstance(decision, Settle):
+        return decision.outcome.value
+    return "requeued" if isinstance(decision, Requeue) else type(decision).__name__.lower()
 
 
-def _check_claim(row: _Row, token: uuid.UUID | None) -> None:
-    if row["state"] != JobState.RUNNING or token is None or row["claim_token"] != token:
-        raise StaleClaim(
-            f"job {row['job_id']!r} is not running under this claim (it is {row['state']})"
-        )
-
-
-def _token(claim_token: str) -> uuid.UUID | None:
-    """The claim token as a UUID; None when it cannot be one (so it holds nothing)."""
-    try:
-        return uuid.UUID(str(claim_token))
-    except ValueError:
-        return None
+def _cause_name(exc: BaseException) -> str:
+    cause = exc.__cause__
+    return type(cause if cause is not None else exc).__name__
 
 
 def _outcome(outcome: Outcome | str) -> Outcome:
@@ -745,6 +649,7 @@ __all__ = [
     "JOBS_CHANNEL",
     "LEASE_EXPIRED_DIAGNOSTIC",
     "ClaimedJob",
+    "Finished",
     "PostgresJobs",
     "SenderConnection",
     "enqueue_accepted_job",

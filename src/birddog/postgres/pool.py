@@ -7,6 +7,8 @@ into :class:`birddog.StoreUnavailable`; every other database error passes unchan
 failure apart: :class:`birddog.StoreUnavailable` for what may pass (the server is down or
 starting), :class:`birddog.DatabaseRefused` for what will not (a failed login, a missing
 role or database, a malformed URL). Both name the host and database, never the password.
+``driver_errors()`` turns every driver failure into :class:`birddog.StoreUnavailable`, for
+adapters whose callers catch BirdDog errors only.
 """
 
 from __future__ import annotations
@@ -260,4 +262,48 @@ def store_errors(operation: str) -> Iterator[None]:
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(
             f"database unavailable during {operation}: {failure_reason(exc)}"
+        ) from exc
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """Whether ``exc`` (or the driver error behind it) is a statement the server refused.
+
+    A refusal (a constraint, a trigger, a bad value) concerns the rows of that statement;
+    the connection and the database are fine, so other rows can still be worked on.
+
+    Args:
+        exc: the error caught, a driver error or a :class:`StoreUnavailable` from one.
+
+    Returns:
+        True for a server-side refusal, False for a lost or unreachable database.
+    """
+    cause = exc.__cause__ if isinstance(exc, StoreUnavailable) else exc
+    return isinstance(cause, asyncpg.PostgresError) and not isinstance(cause, _UNAVAILABLE)
+
+
+@contextmanager
+def driver_errors(operation: str) -> Iterator[None]:
+    """Translate every database driver failure into :class:`StoreUnavailable`.
+
+    Beyond :func:`store_errors`, a statement the server refused (a constraint, a
+    serialization failure, a timeout, an aborted transaction) is a failed operation too:
+    the caller backs off or gives up on the operation, and never needs the driver's types.
+
+    Args:
+        operation: what was being done, for the message (never values or content).
+
+    Yields:
+        Nothing; the body runs inside the translation.
+
+    Raises:
+        StoreUnavailable: the body failed in the driver or the server; the message names
+            the driver's error class and SQLSTATE (never its text, which may quote
+            values), and the driver's error is its ``__cause__``.
+    """
+    try:
+        with store_errors(operation):
+            yield
+    except asyncpg.PostgresError as exc:
+        raise StoreUnavailable(
+            f"database failed during {operation}: {type(exc).__name__} (SQLSTATE {exc.sqlstate})"
         ) from exc

@@ -643,7 +643,7 @@ SELECT i.job_id, pg_notify('birddog_jobs', i.queue) AS notified FROM inserted i;
 SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
     j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content
+    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at
 FROM birddog.jobs j
 WHERE j.job_id = $1::text;
 
@@ -653,7 +653,7 @@ WHERE j.job_id = $1::text;
 SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
     j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content
+    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at
 FROM birddog.jobs j
 WHERE j.job_id = $1::text
 FOR UPDATE;
@@ -692,17 +692,27 @@ WHERE j.job_id = $1::text AND j.state = 'running' AND j.claim_token = $2::uuid
 RETURNING j.cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- name: jobs_settle
--- Settle running or queued jobs from parallel arrays at $5; the claim token stays (it proves a replay), the lease goes.
--- params: $1 job_ids text[], $2 outcomes text[], $3 contents text[], $4 diagnostics text[], $5 settled_at timestamptz
+-- Settle running or queued jobs from parallel arrays at $6, recording a first cancellation where $5 has one; the claim token stays (it proves a replay), the lease and slot go.
+-- params: $1 job_ids text[], $2 outcomes text[], $3 contents text[], $4 diagnostics text[], $5 cancel_contents text[] (null: none to record), $6 settled_at timestamptz
 UPDATE birddog.jobs j
 SET state = 'settled',
     outcome = s.outcome,
     result_content = s.content,
     diagnostic = s.diagnostic,
-    settled_at = $5::timestamptz,
+    cancel_requested_at = CASE
+        WHEN s.cancel_content IS NULL THEN j.cancel_requested_at
+        ELSE coalesce(j.cancel_requested_at, $6::timestamptz)
+    END,
+    cancel_content = CASE
+        WHEN s.cancel_content IS NULL OR j.cancel_requested_at IS NOT NULL THEN j.cancel_content
+        ELSE s.cancel_content
+    END,
+    settled_at = $6::timestamptz,
     lease_expires_at = NULL,
+    slot = NULL,
     updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[]) AS s(job_id, outcome, content, diagnostic)
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
+    AS s(job_id, outcome, content, diagnostic, cancel_content)
 WHERE j.job_id = s.job_id AND j.state <> 'settled'
 RETURNING j.job_id;
 
@@ -723,6 +733,7 @@ WITH requeued AS (
         claim_token = NULL,
         lease_expires_at = NULL,
         worker_id = NULL,
+        slot = NULL,
         recovery_count = j.recovery_count + 1,
         diagnostic = coalesce(r.diagnostic, j.diagnostic),
         updated_at = now()
@@ -733,14 +744,15 @@ WITH requeued AS (
 SELECT r.job_id, pg_notify('birddog_jobs', r.queue) AS notified FROM requeued r;
 
 -- name: jobs_lock_expired
--- Lock up to $2 running jobs whose lease ended by $1, oldest lease first, skipping jobs another transaction holds.
--- params: $1 now timestamptz, $2 limit int
+-- Lock up to $2 running jobs whose lease ended by $1, oldest lease first, skipping jobs another transaction holds and jobs $3.
+-- params: $1 now timestamptz, $2 limit int, $3 skip text[] (jobs the database refused this pass)
 SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
     j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content
+    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at
 FROM birddog.jobs j
 WHERE j.state = 'running' AND j.lease_expires_at <= $1::timestamptz
+  AND NOT (j.job_id = ANY($3::text[]))
 ORDER BY j.lease_expires_at, j.job_id
 LIMIT $2::int
 FOR UPDATE SKIP LOCKED;

@@ -1,0 +1,163 @@
+"""The sender side: enqueue an accepted job inside the caller's own transaction.
+
+A sender calls :func:`enqueue_accepted_job` on its own connection (asyncpg, pooled or
+not, or a SQLAlchemy ``AsyncConnection``/``AsyncSession`` on the asyncpg driver), next
+to its own writes: commit and the job exists and is announced; roll back and nothing
+was sent. Every value reaches SQL as a ``$n`` parameter and JSON travels as text, so
+the statement behaves the same whatever JSON codec the caller's connection has.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Final, LiteralString, TypeAlias
+
+import asyncpg
+from asyncpg.pool import PoolConnectionProxy
+from pydantic import JsonValue
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from birddog.core.errors import InvalidInput, JobConflict, StoreUnavailable
+from birddog.core.jobs import Job, JobState
+from birddog.core.model import check_text
+from birddog.postgres.job_rows import Row, job_from_row
+from birddog.postgres.pool import Connection, driver_errors
+from birddog.postgres.sql import queries
+
+_JOB_FIELDS: Final = ("queue", "lane", "priority", "payload", "recovery")
+"""The fields a replayed enqueue must match, by their JSON names."""
+
+SenderConnection: TypeAlias = (
+    "Connection | PoolConnectionProxy[asyncpg.Record] | AsyncConnection | AsyncSession"
+)
+"""What :func:`enqueue_accepted_job` runs on: an asyncpg connection (pooled or not), or a
+SQLAlchemy ``AsyncConnection`` or ``AsyncSession`` on the asyncpg driver."""
+
+
+async def enqueue_accepted_job(
+    conn: SenderConnection, job: Job, *, created_at: datetime | None = None
+) -> bool:
+    """Insert a queued job inside the caller's transaction; roll back and nothing was sent.
+
+    Enqueueing the same ``jobId`` again is a replay: it is accepted (and writes nothing)
+    only when queue, lane, priority, payload and recovery all match the stored job,
+    whatever state that job has reached. A new job is announced with
+    ``NOTIFY birddog_jobs`` (payload: its queue), which Postgres delivers at commit.
+
+    Args:
+        conn: an asyncpg connection (in a transaction or not; without one, the insert and
+            its notification commit together on their own), or a SQLAlchemy
+            ``AsyncConnection``/``AsyncSession`` on the asyncpg driver (its transaction
+            begins if needed and stays open for the caller to commit).
+        job: the job, as :func:`birddog.agent_job` returns it: queued, no outcome.
+        created_at: the job's age for claim order (default: the database's clock).
+
+    Returns:
+        True when the job was inserted, False when it was an identical replay.
+
+    Raises:
+        InvalidInput: the job is not queued, has an outcome, or its payload holds what
+            PostgreSQL JSON cannot store (NUL, lone surrogates, NaN); nothing is written.
+        JobConflict: a job with this id exists with different fields, named in the message.
+        UnreadableRow: the stored job with this id cannot be read (written by SQL).
+        StoreUnavailable: the database could not be reached or refused the statement.
+    """
+    if not isinstance(job, Job):
+        job = Job.model_validate(job)
+    if job.state is not JobState.QUEUED:
+        raise InvalidInput(f"an enqueued job must be queued, not {job.state.value}", field="state")
+    if job.outcome is not None:
+        raise InvalidInput("an enqueued job has no outcome yet", field="outcome")
+    payload = _json_text(job.payload, field="payload")
+    recovery = None if job.recovery is None else job.recovery.model_dump_json()
+    args = (job.job_id, job.queue, job.lane, job.priority, payload, recovery, created_at)
+    rows = await _run_on_sender(conn, queries["jobs_enqueue"], args)
+    if rows:
+        return True
+    stored = await _run_on_sender(conn, queries["jobs_get"], (job.job_id,))
+    if not stored:
+        # The insert met the id, yet this transaction cannot read it: it was deleted
+        # meanwhile, or the caller's snapshot predates its commit. Nothing to compare.
+        raise StoreUnavailable(f"job {job.job_id!r} changed while it was enqueued; try again")
+    differing = _differing_fields(job, job_from_row(stored[0]))
+    if differing:
+        raise JobConflict(
+            f"job {job.job_id!r} already exists with a different {', '.join(differing)}; "
+            "a replayed enqueue must match the stored job exactly"
+        )
+    return False
+
+
+async def _run_on_sender(
+    conn: SenderConnection, sql: LiteralString, args: Sequence[object]
+) -> list[Row]:
+    if isinstance(conn, AsyncSession):
+        conn = await conn.connection()
+    if isinstance(conn, AsyncConnection):
+        if conn.dialect.driver != "asyncpg":
+            raise TypeError(
+                "enqueue_accepted_job needs SQLAlchemy's asyncpg driver "
+                f"(postgresql+asyncpg://), not {conn.dialect.driver}"
+            )
+        # exec_driver_sql goes through SQLAlchemy's cursor, which begins the
+        # connection's transaction first; the raw driver connection would not.
+        try:
+            with driver_errors("enqueue_accepted_job"):
+                result = await conn.exec_driver_sql(sql, tuple(args))
+                return [row._mapping for row in result]
+        except DBAPIError as exc:
+            # SQLAlchemy wraps the driver's error; its cause is asyncpg's own.
+            raise StoreUnavailable(
+                f"database failed during enqueue_accepted_job: {type(exc.orig).__name__}"
+            ) from exc
+    if isinstance(conn, asyncpg.Connection | PoolConnectionProxy):
+        with driver_errors("enqueue_accepted_job"):
+            if conn.is_in_transaction():
+                return list(await conn.fetch(sql, *args))
+            async with conn.transaction():
+                return list(await conn.fetch(sql, *args))
+    raise TypeError(
+        "enqueue_accepted_job needs an asyncpg connection or a SQLAlchemy "
+        f"AsyncConnection/AsyncSession, not {type(conn).__name__}"
+    )
+
+
+def _differing_fields(job: Job, stored: Job) -> list[str]:
+    return [name for name in _JOB_FIELDS if getattr(job, name) != getattr(stored, name)]
+
+
+def _json_text(value: JsonValue, *, field: str) -> str:
+    """JSON text PostgreSQL's jsonb accepts, or InvalidInput naming the offending field."""
+    problem = _json_problem(value, field)
+    if problem is not None:
+        where, why = problem
+        raise InvalidInput(f"{where} {why}", field=where)
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _json_problem(value: object, path: str) -> tuple[str, str] | None:
+    if isinstance(value, str):
+        try:
+            check_text(value)
+        except ValueError as exc:
+            return path, str(exc)
+    elif isinstance(value, float) and not math.isfinite(value):
+        return path, "must be a finite number (JSON has no NaN or Infinity)"
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            problem = _json_problem(key, path) or _json_problem(item, f"{path}.{key}")
+            if problem is not None:
+                return problem
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            problem = _json_problem(item, f"{path}.{index}")
+            if problem is not None:
+                return problem
+    return None
+
+
+__all__ = ["SenderConnection", "enqueue_accepted_job"]
