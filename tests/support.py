@@ -6,6 +6,7 @@ they and the tests build on.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from collections.abc import Sequence
@@ -193,6 +194,42 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+async def deliver_to_mailbox(
+    pool: Pool, reply: Reply, *, at: datetime, notify: bool = True, raw: str | None = None
+) -> None:
+    """Put a reply into birddog.mailbox as a mailbox delivery does (NOTIFY included)."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "INSERT INTO birddog.mailbox (key, agent_id, session_id, in_reply_to, command_id, "
+            "outcome, reply, delivered_at) VALUES ($1, $2, $3, $4, $5, $6, $7::text::jsonb, $8)",
+            reply.key,
+            reply.to.agent_id,
+            reply.to.session_id,
+            reply.in_reply_to,
+            reply.reply.command_id,
+            reply.reply.outcome.value,
+            reply.model_dump_json() if raw is None else raw,
+            at,
+        )
+        if notify:
+            await conn.execute("SELECT pg_notify('birddog_mailbox', $1)", reply.to.agent_id)
+
+
+async def until_listening(pool: Pool, channel: str = "birddog_mailbox") -> None:
+    """Wait (polling, with a deadline) until a session of this database LISTENs on ``channel``."""
+    deadline = asyncio.get_running_loop().time() + 60
+    while asyncio.get_running_loop().time() < deadline:
+        listening = await pool.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = $1"
+            " AND datname = current_database()",
+            f'LISTEN "{channel}"',
+        )
+        if listening:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"nobody started listening on {channel}")
 
 
 # ---- a mail room on fakes ------------------------------------------------------------

@@ -37,6 +37,7 @@ from birddog.postgres.admin import PostgresAdmin
 from birddog.postgres.daemons import PostgresDaemons
 from birddog.postgres.embedded import EmbeddedPostgres, bundled_psql
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
+from birddog.postgres.mailbox import Mailbox
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import (
     Pool,
@@ -78,6 +79,7 @@ class Stack:
         outbox: the Postgres outbox.
         wake: the Postgres wake scheduler.
         routes: the route book.
+        mailbox: the reading side of mailbox routes.
         jobs: the job store.
         reports: the operator's reports (status, check).
         retention: deletes what the retention settings no longer keep.
@@ -95,6 +97,7 @@ class Stack:
     outbox: PostgresOutbox
     wake: PostgresWake
     routes: PostgresRoutes
+    mailbox: Mailbox
     jobs: PostgresJobs
     reports: PostgresReports
     retention: PostgresRetention
@@ -308,6 +311,7 @@ async def open_stack(
             outbox=outbox,
             wake=wake,
             routes=routes,
+            mailbox=Mailbox(pool, clock=clock),
             jobs=jobs,
             reports=PostgresReports(pool),
             retention=PostgresRetention(pool, clock=clock),

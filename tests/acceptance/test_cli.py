@@ -164,7 +164,9 @@ async def test_route_commands_and_replay(
     inbox.secrets["dave"] = Inbox(secret)
     assert (await cli(database_url, "route", "hold", "dave")).returncode == 0
     listed = json.loads((await cli(database_url, "route", "list", "--json")).stdout)
-    assert listed == [{"agentId": "dave", "url": inbox.url_for("dave"), "enabled": False}]
+    assert listed == [
+        {"agentId": "dave", "kind": "http", "url": inbox.url_for("dave"), "enabled": False}
+    ]
     assert "whsec_" not in json.dumps(listed)
     [key] = await fan_out(harness, 1, ["dave"], prefix="held")
     await cli(database_url, "run", "--once")

@@ -75,6 +75,18 @@ def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T
     return run(go())
 
 
+def parse_address(value: str, field: str) -> dict[str, str]:
+    """An ``AGENT_ID:SESSION_ID`` option as address JSON (validated later, by the model).
+
+    Raises:
+        click.BadParameter: there is no colon.
+    """
+    agent, sep, session = value.partition(":")
+    if not sep:
+        raise click.BadParameter(f"{field} must be AGENT_ID:SESSION_ID, got {value!r}")
+    return {"kind": "agent", "agentId": agent, "sessionId": session}
+
+
 def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> None:
     """Print rows as JSON, or as an aligned table of ``columns`` with inert values."""
     click.echo(dump_json(rows) if as_json else render_table(rows, columns))
@@ -112,6 +124,7 @@ from birddog.cli import database as database  # noqa: E402
 from birddog.cli import demo as demo  # noqa: E402
 from birddog.cli import jobs as jobs  # noqa: E402
 from birddog.cli import mail as mail  # noqa: E402
+from birddog.cli import mailbox as mailbox  # noqa: E402
 from birddog.cli import ops as ops  # noqa: E402
 from birddog.cli import prune as prune  # noqa: E402
 from birddog.cli import routes as routes  # noqa: E402
@@ -124,6 +137,7 @@ __all__ = [
     "ConfigurationError",
     "announce",
     "main",
+    "parse_address",
     "print_rows",
     "run",
     "settings_of",

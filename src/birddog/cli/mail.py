@@ -7,14 +7,7 @@ from typing import Any
 
 import click
 
-from birddog.cli import main, settings_of, with_stack
-
-
-def _address(value: str, field: str) -> dict[str, str]:
-    agent, sep, session = value.partition(":")
-    if not sep:
-        raise click.BadParameter(f"{field} must be AGENT_ID:SESSION_ID, got {value!r}")
-    return {"kind": "agent", "agentId": agent, "sessionId": session}
+from birddog.cli import main, parse_address, settings_of, with_stack
 
 
 @main.command()
@@ -53,7 +46,7 @@ def send(
         if content in (None, "-")
         else content
     )
-    target = _address(to, "--to")
+    target = parse_address(to, "--to")
     work_fields: dict[str, Any] = {
         "jobId": job_id,
         "sessionId": target["sessionId"],
@@ -66,8 +59,8 @@ def send(
             {
                 "key": key,
                 "to": target,
-                "from": _address(from_, "--from"),
-                "replyTo": [_address(value, "--reply-to") for value in reply_to],
+                "from": parse_address(from_, "--from"),
+                "replyTo": [parse_address(value, "--reply-to") for value in reply_to],
                 "content": text,
                 "createdAt": epoch_ms(CLOCK.now()),
             }

@@ -17,16 +17,35 @@ def route() -> None:
 
 @route.command("add")
 @click.argument("agent_id")
-@click.argument("url")
+@click.argument("url", required=False)
+@click.option(
+    "--mailbox",
+    is_flag=True,
+    help="No URL: deliver into AGENT_ID's mailbox (read with `birddog inbox`, used by `ask`).",
+)
 @click.option("--secret", default=None, help="whsec_... signing secret; generated when unset.")
 @click.option("--held", is_flag=True, help="Add it held (replies wait until released).")
 @click.pass_context
-def route_add(ctx: click.Context, agent_id: str, url: str, secret: str | None, held: bool) -> None:
-    """Route AGENT_ID's replies to URL; prints the signing secret once."""
+def route_add(
+    ctx: click.Context,
+    agent_id: str,
+    url: str | None,
+    mailbox: bool,
+    secret: str | None,
+    held: bool,
+) -> None:
+    """Route AGENT_ID's replies to URL (prints the signing secret once), or to its --mailbox."""
+    state = "held" if held else "enabled"
+    if mailbox:
+        if url is not None or secret is not None:
+            raise click.UsageError("a --mailbox route takes no URL and no --secret")
+        with_stack(ctx, lambda s: s.routes.add(agent_id, enabled=not held, kind="mailbox"))
+        click.echo(f"route {agent_id} -> mailbox ({state}); read it with: birddog inbox {agent_id}")
+        return
+    if url is None:
+        raise click.UsageError("give the inbox URL, or --mailbox")
     added = with_stack(ctx, lambda s: s.routes.add(agent_id, url, secret=secret, enabled=not held))
-    click.echo(
-        f"route {added.agent_id} -> {shown_url(added.url)} ({'held' if held else 'enabled'})"
-    )
+    click.echo(f"route {added.agent_id} -> {shown_url(added.url)} ({state})")
     click.echo(f"signing secret: {added.secret}")
 
 
@@ -47,12 +66,16 @@ def route_update(ctx: click.Context, agent_id: str, url: str | None, secret: str
 def route_list(ctx: click.Context, as_json: bool) -> None:
     """List routes (secrets, URL passwords and query strings are never shown)."""
     routes = with_stack(ctx, lambda s: s.routes.list())
-    rows = [{"agentId": r.agent_id, "url": shown_url(r.url), "enabled": r.enabled} for r in routes]
+    rows = [
+        {"agentId": r.agent_id, "kind": r.kind, "url": shown_url(r.url), "enabled": r.enabled}
+        for r in routes
+    ]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
     for row in rows:
-        click.echo(f"{row['agentId']}\t{'enabled' if row['enabled'] else 'HELD'}\t{row['url']}")
+        where = row["url"] if row["kind"] == "http" else f"({row['kind']})"
+        click.echo(f"{row['agentId']}\t{'enabled' if row['enabled'] else 'HELD'}\t{where}")
 
 
 @route.command("hold")

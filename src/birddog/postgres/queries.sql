@@ -378,6 +378,52 @@ SELECT
 FROM birddog.routes r
 ORDER BY r.agent_id;
 
+-- ---------------------------------------------------------------------------------------
+-- mailbox: replies delivered into a table, read by the agents they are addressed to
+-- ---------------------------------------------------------------------------------------
+-- Reply JSON travels as text (::text out), so these work on any asyncpg pool, whatever
+-- JSON codec it has.
+
+-- name: mailbox_unread
+-- An agent's (or one session's) unread replies, oldest delivery first, from $3 on, except keys $4.
+-- params: $1 agent_id text, $2 session_id text (null: every session), $3 since timestamptz (null: from the start), $4 except_keys text[], $5 limit int
+SELECT
+    m.key, m.agent_id, m.session_id, m.in_reply_to, m.command_id, m.outcome,
+    m.reply::text AS reply, m.delivered_at, m.read_at
+FROM birddog.mailbox m
+WHERE m.agent_id = $1::text
+  AND ($2::text IS NULL OR m.session_id = $2::text)
+  AND m.read_at IS NULL
+  AND ($3::timestamptz IS NULL OR m.delivered_at >= $3::timestamptz)
+  AND NOT (m.key = ANY($4::text[]))
+ORDER BY m.delivered_at, m.key
+LIMIT $5::int;
+
+-- name: mailbox_answer
+-- The first reply (read or not) that answers mail $1, if it has been delivered.
+-- params: $1 in_reply_to text
+SELECT
+    m.key, m.agent_id, m.session_id, m.in_reply_to, m.command_id, m.outcome,
+    m.reply::text AS reply, m.delivered_at, m.read_at
+FROM birddog.mailbox m
+WHERE m.in_reply_to = $1::text
+ORDER BY m.key
+LIMIT 1;
+
+-- name: mailbox_ack
+-- Mark replies read at $2; returns the keys that were unread.
+-- params: $1 keys text[], $2 read_at timestamptz
+UPDATE birddog.mailbox m
+SET read_at = $2::timestamptz
+WHERE m.key = ANY($1::text[]) AND m.read_at IS NULL
+RETURNING m.key;
+
+-- name: ask_target_known
+-- Whether an agent session can be asked: the agent has a route, or the session was sent work before.
+-- params: $1 agent_id text, $2 session_id text
+SELECT EXISTS (SELECT 1 FROM birddog.routes r WHERE r.agent_id = $1::text)
+    OR EXISTS (SELECT 1 FROM birddog.jobs j WHERE j.queue = $2::text);
+
 -- ===== daemons =====
 
 -- name: daemon_seen
