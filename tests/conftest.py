@@ -79,7 +79,7 @@ def _container_server() -> Iterator[str | None]:
 def _embedded_server() -> Iterator[str]:
     # Short path: the unix socket lives in the data directory (108-byte limit).
     root = Path(tempfile.mkdtemp(prefix="birddog-pg-"))
-    server = EmbeddedPostgres(root / "data")
+    server = EmbeddedPostgres(root)
     try:
         yield server.start()
     finally:

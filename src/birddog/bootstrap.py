@@ -147,7 +147,7 @@ async def database(
 
 
 def _embedded_server(settings: Settings) -> EmbeddedPostgres:
-    return EmbeddedPostgres(settings.data_dir / "postgres")
+    return EmbeddedPostgres(settings.data_dir)
 
 
 def running_database(settings: Settings) -> tuple[str, str]:

@@ -114,7 +114,7 @@ def data_dir() -> Iterator[Path]:
     try:
         yield root
     finally:
-        pid = EmbeddedPostgres(root / "postgres").pid
+        pid = EmbeddedPostgres(root).pid
         if pid is not None:  # the daemon's exit hook stops it; this only guards a crash
             os.kill(pid, signal.SIGTERM)
         shutil.rmtree(root, ignore_errors=True)

@@ -20,7 +20,7 @@ from tests.acceptance.conftest import Daemon, Harness, TestInbox, fan_out, wait_
 def own_server() -> Iterator[EmbeddedPostgres]:
     """A PostgreSQL server of this test's own, so it can be restarted."""
     with tempfile.TemporaryDirectory(prefix="birddog-restart-") as tmp:
-        server = EmbeddedPostgres(Path(tmp) / "pg")
+        server = EmbeddedPostgres(Path(tmp))
         server.start()
         try:
             yield server

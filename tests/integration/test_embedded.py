@@ -1,0 +1,144 @@
+"""The embedded server is private: password, private socket, no permission change outside."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import asyncpg
+import pytest
+
+from birddog.postgres.embedded import (
+    POSTGRES_BIN_PATH,
+    SOCKET_PATH_MAX,
+    EmbeddedPostgres,
+    EmbeddedServerError,
+)
+
+AS_ROOT = os.geteuid() == 0
+needs_root = pytest.mark.skipif(not AS_ROOT, reason="needs root (runuser, another user)")
+
+
+def modes_along(*paths: Path) -> dict[Path, int]:
+    """The mode of every directory from the root down to each path's parent."""
+    return {parent: parent.stat().st_mode for path in paths for parent in path.parents}
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedPostgres]:
+    root = Path(tempfile.mkdtemp(prefix="bd-emb-"))
+    root.chmod(0o755)  # a parent the server user may cross, as /var/lib is
+    data_dir = root / "data"
+    before = modes_along(data_dir, POSTGRES_BIN_PATH)
+    embedded = EmbeddedPostgres(data_dir)
+    embedded.start()
+    embedded.modes_before = before  # type: ignore[attr-defined]
+    try:
+        yield embedded
+    finally:
+        embedded.stop(mode="immediate")
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_nothing_outside_the_data_directory_changes_mode(server: EmbeddedPostgres) -> None:
+    """Starting the server changes no permission above the data directory or on the binaries."""
+    assert modes_along(server.data_dir, POSTGRES_BIN_PATH) == server.modes_before  # type: ignore[attr-defined]
+
+
+def test_the_socket_and_files_are_private(server: EmbeddedPostgres) -> None:
+    """The socket sits in a 0700 directory with mode 0700; the password file is 0600."""
+    socket_path = server.pgdata / ".s.PGSQL.5432"
+    assert stat.S_ISSOCK(socket_path.stat().st_mode)
+    assert stat.S_IMODE(socket_path.stat().st_mode) == 0o700
+    assert stat.S_IMODE(server.pgdata.stat().st_mode) == 0o700
+    assert stat.S_IMODE(server.passfile.stat().st_mode) == 0o600
+    assert stat.S_IMODE(server.data_dir.stat().st_mode) == (0o710 if AS_ROOT else 0o700)
+    assert len(os.fsencode(socket_path)) <= SOCKET_PATH_MAX
+
+
+async def test_the_dsn_works_and_holds_no_password(server: EmbeddedPostgres) -> None:
+    """The DSN names the password file, never the password, and connects."""
+    dsn = server.dsn()
+    password = server.passfile.read_text().strip().rsplit(":", 1)[1]
+    assert password not in dsn
+    assert parse_qs(urlsplit(dsn).query)["passfile"] == [str(server.passfile)]
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert await conn.fetchval("SELECT current_user") == "postgres"
+    finally:
+        await conn.close()
+
+
+async def test_a_connection_without_the_password_is_refused(server: EmbeddedPostgres) -> None:
+    """Even the owner of the socket cannot log in without the password (SCRAM, no trust)."""
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        await asyncpg.connect(
+            host=str(server.pgdata), user="postgres", database="postgres", passfile="/nonexistent"
+        )
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        await asyncpg.connect(
+            host=str(server.pgdata), user="postgres", database="postgres", password="guess"
+        )
+
+
+@needs_root
+def test_another_user_cannot_connect(server: EmbeddedPostgres) -> None:
+    """As nobody, psql can reach neither the socket nor the password file."""
+    psql = str(POSTGRES_BIN_PATH / "psql")
+    for dsn in (server.dsn(), f"postgresql://postgres@/postgres?host={server.pgdata}"):
+        done = subprocess.run(  # noqa: S603 - our own psql, as another user
+            ["runuser", "-u", "nobody", "--", psql, "-X", "-w", dsn, "-c", "SELECT 1"],  # noqa: S607
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode != 0
+        assert "Permission denied" in done.stderr
+
+
+def test_a_data_directory_too_long_for_the_socket_is_refused() -> None:
+    """A data directory whose socket path would pass 107 bytes is refused; nothing is made."""
+    with tempfile.TemporaryDirectory(prefix="bd-") as tmp:
+        long_dir = Path(tmp) / ("d" * 100)
+        with pytest.raises(EmbeddedServerError, match="too long"):
+            EmbeddedPostgres(long_dir).start()
+        assert not long_dir.exists()
+
+
+@needs_root
+def test_as_root_an_unreachable_parent_is_refused_not_widened() -> None:
+    """Under root, a 0700 parent the server user cannot cross is named, and left 0700."""
+    with tempfile.TemporaryDirectory(prefix="bd-") as tmp:
+        closed = Path(tmp) / "home"
+        closed.mkdir(mode=0o700)
+        with pytest.raises(EmbeddedServerError, match="cannot reach") as caught:
+            EmbeddedPostgres(closed / "birddog").start()
+        assert str(Path(tmp).resolve()) in str(caught.value)
+        assert stat.S_IMODE(closed.stat().st_mode) == 0o700
+
+
+async def test_a_trust_data_directory_is_upgraded_to_a_password() -> None:
+    """A data directory an older BirdDog made with trust gets a password on its next start."""
+    root = Path(tempfile.mkdtemp(prefix="bd-old-"))
+    server = EmbeddedPostgres(root)
+    try:
+        server._prepare()
+        server._run("initdb", ["-D", str(server.pgdata), "-U", "postgres", "--auth=trust"])
+        dsn = server.start()
+        assert "trust" not in (server.pgdata / "pg_hba.conf").read_text()
+        conn = await asyncpg.connect(dsn)
+        await conn.close()
+        with pytest.raises(asyncpg.InvalidPasswordError):
+            await asyncpg.connect(
+                host=str(server.pgdata), user="postgres", database="postgres", passfile="/none"
+            )
+    finally:
+        server.stop(mode="immediate")
+        shutil.rmtree(root, ignore_errors=True)
