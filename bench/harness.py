@@ -81,7 +81,7 @@ async def postgres_server(tmp: Path) -> AsyncIterator[Server]:
     from birddog.postgres.embedded import EmbeddedPostgres  # noqa: PLC0415
 
     root = Path(tempfile.mkdtemp(prefix="bdpg-"))  # short: the unix socket lives here
-    embedded = EmbeddedPostgres(root / "data")
+    embedded = EmbeddedPostgres(root)
     dsn = await asyncio.to_thread(embedded.start)
     server = Server(dsn=dsn, embedded=embedded, postmaster_pid=embedded.pid)
     try:
