@@ -3,22 +3,38 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from birddog.cli import main, parse_address, settings_of, with_stack
 
+if TYPE_CHECKING:
+    from birddog.bootstrap import Stack
+
 
 @main.command()
-@click.option("--job-id", required=True, help="The job id (a replay with the same id must match).")
+@click.option("--job-id", required=True, help="The job id; the same mail sent again is a replay.")
 @click.option("--to", "to", required=True, help="Target AGENT_ID:SESSION_ID.")
 @click.option("--from", "from_", required=True, help="Sender AGENT_ID:SESSION_ID.")
 @click.option("--reply-to", "reply_to", multiple=True, help="AGENT_ID:SESSION_ID, repeatable.")
 @click.option("--key", required=True, help="The mail key (stable across retries).")
 @click.option("--command-id", required=True, help="The command fact id.")
-@click.option("--content", default=None, help="The mail content; '-' or unset reads stdin.")
+@click.option(
+    "--content",
+    default=None,
+    help="The mail content; '-' reads stdin, as does leaving it out with stdin piped. "
+    "Empty content needs --content ''.",
+)
 @click.option("--max-recoveries", type=int, default=None, help="Recovery budget of the job.")
+@click.option(
+    "--created-at",
+    "created_at",
+    type=click.IntRange(min=0),
+    default=None,
+    help="The mail's createdAt (ms since the epoch). Unset: now, or the stored mail's when "
+    "this job id was sent before, so an identical send is a replay.",
+)
 @click.pass_context
 def send(
     ctx: click.Context,
@@ -30,22 +46,17 @@ def send(
     command_id: str,
     content: str | None,
     max_recoveries: int | None,
+    created_at: int | None,
 ) -> None:
-    """Enqueue an agent job with mail, as a sender's transaction would."""
+    """Enqueue an agent job with mail; sending the same job again is a replay ("already sent")."""
     from birddog.bootstrap import CLOCK  # noqa: PLC0415 - keeps --help fast
     from birddog.clock import epoch_ms  # noqa: PLC0415
     from birddog.core.errors import InvalidInput  # noqa: PLC0415
-    from birddog.core.jobs import AgentWork, agent_job, check_content_size  # noqa: PLC0415
+    from birddog.core.jobs import AgentWork, Job, agent_job, check_content_size  # noqa: PLC0415
     from birddog.core.mail import Mail  # noqa: PLC0415
 
     settings = settings_of(ctx)
-    # Bytes decoded here, not by the locale's codec: invalid UTF-8 becomes lone surrogates,
-    # which Mail refuses naming ``content``, instead of a UnicodeDecodeError traceback.
-    text = (
-        sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
-        if content in (None, "-")
-        else content
-    )
+    text = _content(content)
     target = parse_address(to, "--to")
     work_fields: dict[str, Any] = {
         "jobId": job_id,
@@ -54,25 +65,68 @@ def send(
     }
     if max_recoveries is not None:
         work_fields["recovery"] = {"maxRecoveries": max_recoveries}
-    try:
-        mail = Mail.model_validate(
-            {
-                "key": key,
-                "to": target,
-                "from": parse_address(from_, "--from"),
-                "replyTo": [parse_address(value, "--reply-to") for value in reply_to],
-                "content": text,
-                "createdAt": epoch_ms(CLOCK.now()),
-            }
-        )
+    mail_fields: dict[str, Any] = {
+        "key": key,
+        "to": target,
+        "from": parse_address(from_, "--from"),
+        "replyTo": [parse_address(value, "--reply-to") for value in reply_to],
+        "content": text,
+    }
+
+    def build(stamp_ms: int) -> Job:
+        mail = Mail.model_validate({**mail_fields, "createdAt": stamp_ms})
         check_content_size(mail.content, limit_bytes=settings.max_content_bytes)
-        job = agent_job(
+        return agent_job(
             AgentWork.model_validate(work_fields),
             mail,
             max_content_bytes=settings.max_content_bytes,
         )
+
+    try:
+        job = build(created_at if created_at is not None else epoch_ms(CLOCK.now()))
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from exc
 
-    [inserted] = with_stack(ctx, lambda stack: stack.enqueue([job]))
-    click.echo(f"{'enqueued' if inserted else 'already enqueued (identical replay)'}: {job_id}")
+    async def enqueue(stack: Stack) -> bool:
+        chosen = job
+        if created_at is None:
+            # A retried send stamps a new time; the stored mail's time makes the retry the
+            # same mail, so an identical send is a replay and any other difference a conflict.
+            stored = await _stored_created_at(stack, job_id)
+            if stored is not None:
+                chosen = build(stored)
+        [inserted] = await stack.enqueue([chosen])
+        return inserted
+
+    if with_stack(ctx, enqueue):
+        click.echo(f"sent: {job_id}")
+    else:
+        click.echo(f"already sent: {job_id} (identical to the stored job; nothing written)")
+
+
+def _content(content: str | None) -> str:
+    """The mail content from ``--content`` or stdin; refuses a terminal and an empty pipe."""
+    if content is not None and content != "-":
+        return content
+    if content is None and sys.stdin.isatty():
+        raise click.UsageError(
+            "no content: give --content TEXT or pipe it on stdin (empty content needs --content '')"
+        )
+    # Bytes decoded here, not by the locale's codec: invalid UTF-8 becomes lone surrogates,
+    # which Mail refuses naming ``content``, instead of a UnicodeDecodeError traceback.
+    text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
+    if not text:
+        raise click.UsageError("stdin was empty: empty content needs --content ''")
+    return text
+
+
+async def _stored_created_at(stack: Stack, job_id: str) -> int | None:
+    """The ``createdAt`` of the mail stored under ``job_id``, if that job is an agent job."""
+    from birddog.core.errors import InvalidJobPayload, JobNotFound  # noqa: PLC0415
+    from birddog.core.jobs import decode_agent_job  # noqa: PLC0415
+
+    try:
+        payload = decode_agent_job(await stack.jobs.get(job_id))
+    except (JobNotFound, InvalidJobPayload):
+        return None
+    return payload.mail.created_at if payload.mail is not None else None

@@ -1,0 +1,90 @@
+"""``birddog send`` is idempotent and never guesses its content."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+
+from tests.acceptance.conftest import BIRDDOG, ROOT, Harness, cli, cli_env
+
+MAIL = ["--job-id", "job-r", "--to", "bob:s-bob", "--from", "alice:s-alice",
+        "--reply-to", "alice:s-alice", "--key", "mail-r", "--command-id", "cmd-r"]  # fmt: skip
+
+
+async def _stored(harness: Harness) -> list[dict[str, object]]:
+    rows = await harness.pool.fetch("SELECT payload::text AS payload FROM birddog.jobs")
+    return [json.loads(row["payload"]) for row in rows]
+
+
+async def test_an_identical_send_is_a_replay_that_says_already_sent(
+    database_url: str, harness: Harness
+) -> None:
+    """Sending the same mail twice writes one job; the retry says 'already sent' and exits 0."""
+    first = await cli(database_url, "send", *MAIL, "--content", "What is due?")
+    assert (first.returncode, first.stdout.strip()) == (0, "sent: job-r"), first.stderr
+    again = await cli(database_url, "send", *MAIL, "--content", "What is due?")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith("already sent: job-r")
+    assert len(await _stored(harness)) == 1
+
+
+async def test_a_different_mail_under_the_same_job_id_is_refused_naming_the_field(
+    database_url: str, harness: Harness
+) -> None:
+    """Another content under a sent job id exits 1 with the conflict; the stored job stays."""
+    assert (await cli(database_url, "send", *MAIL, "--content", "one")).returncode == 0
+    other = await cli(database_url, "send", *MAIL, "--content", "two")
+    assert other.returncode == 1
+    assert "job-r" in other.stderr
+    assert "Traceback" not in other.stderr
+    [payload] = await _stored(harness)
+    assert payload["mail"]["content"] == "one"  # type: ignore[index]
+
+
+async def test_created_at_pins_the_time(database_url: str, harness: Harness) -> None:
+    """--created-at is stored as the mail's createdAt; the same pin replays, another conflicts."""
+    pinned = [*MAIL, "--content", "x", "--created-at", "1767225600000"]
+    assert (await cli(database_url, "send", *pinned)).returncode == 0
+    [payload] = await _stored(harness)
+    assert payload["mail"]["createdAt"] == 1767225600000  # type: ignore[index]
+    assert (await cli(database_url, "send", *pinned)).stdout.startswith("already sent")
+    moved = await cli(database_url, "send", *MAIL, "--content", "x", "--created-at", "1")
+    assert moved.returncode == 1
+    negative = await cli(database_url, "send", *MAIL, "--content", "x", "--created-at", "-5")
+    assert negative.returncode == 2
+
+
+async def test_empty_content_must_be_explicit(database_url: str, harness: Harness) -> None:
+    """An empty stdin is refused with a hint; --content '' sends empty content on purpose."""
+    empty = await asyncio.to_thread(
+        subprocess.run,
+        [BIRDDOG, "send", *MAIL],
+        stdin=subprocess.DEVNULL, env=cli_env(database_url), cwd=ROOT,
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert empty.returncode == 2
+    assert "--content ''" in empty.stderr
+    assert await _stored(harness) == []
+    explicit = await cli(database_url, "send", *MAIL, "--content", "")
+    assert explicit.returncode == 0, explicit.stderr
+    [payload] = await _stored(harness)
+    assert payload["mail"]["content"] == ""  # type: ignore[index]
+
+
+async def test_a_terminal_on_stdin_without_content_is_an_error(database_url: str) -> None:
+    """With a terminal on stdin and no --content, send says what to do instead of waiting."""
+    leader, follower = os.openpty()
+    try:
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [BIRDDOG, "send", *MAIL],
+            stdin=follower, env=cli_env(database_url), cwd=ROOT,
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(follower)
+        os.close(leader)
+    assert done.returncode == 2
+    assert "no content: give --content TEXT or pipe it on stdin" in done.stderr
