@@ -13,7 +13,13 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from aiohttp import web
+
 from birddog import AgentAddress, MailRoom, Outcome
+from birddog.clock import SystemClock
+from birddog.console import Sessions, make_app
+from birddog.http.server import serve
+from birddog.postgres.admin import PostgresAdmin
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
@@ -32,6 +38,9 @@ HOSTILE_ERROR = "\x1b[2J\u202eevil <script>alert('err')</script> & \"quoted\""
 
 CREDENTIAL_URL = "https://user:hunter2@alice.example/inbox?token=sekrit#frag"
 """Alice's inbox URL: its user info and query must never be shown."""
+
+HISTORY = 300
+"""Receipts written for the last hour's chart (besides the one real delivery)."""
 
 ATTEMPTS = [
     {"at": "2026-01-01T00:00:01+00:00", "result": "failed", "status": 500, "ms": 12,
@@ -114,8 +123,8 @@ async def seed(pool: Pool, *, now: datetime) -> Seeded:
     )
     await pool.execute(
         "UPDATE birddog.outbox SET state = 'dead', dead_reason = 'unknown_recipient', "
-        "dead_at = $2, last_error = $3, attempts = 2, attempt_log = $4::text::jsonb "
-        "WHERE key = $1",
+        "dead_at = $2::timestamptz, created_at = $2::timestamptz - interval '7 minutes', last_error = $3, attempts = 2, "
+        "attempt_log = $4::text::jsonb WHERE key = $1",
         seeded.dead_key,
         now - timedelta(minutes=3),
         HOSTILE_ERROR,
@@ -127,12 +136,57 @@ async def seed(pool: Pool, *, now: datetime) -> Seeded:
     await claim(jobs, queues=["s-run"])
     await enqueue(pool, make_job(seeded.queued_job, session="s-wait", reply_to=(ALICE,)))
 
-    # An hour of history: a few receipts and dead letters per minute.
+    # A drain daemon and a worker that beat just now.
+    await pool.execute(
+        "INSERT INTO birddog.daemons (daemon_id, kind, host, pid) VALUES "
+        "('drain:host-a:4242', 'drain', 'host-a', 4242), "
+        "('worker:host-a:4243', 'worker', 'host-a', 4243)"
+    )
+
+    # An hour of history: HISTORY receipts spread unevenly over the last 58 minutes.
     await pool.execute(
         "INSERT INTO birddog.receipts (key, delivered_at, attempts, recipient_agent_id, "
         "recipient_session_id, command_id, outcome) "
-        "SELECT 'outbox:history-' || i || ':reply:0', $1::timestamptz - i * interval '40 s', "
-        "1, 'alice', 's-alice', 'cmd', 'completed' FROM generate_series(1, 80) AS i",
+        "SELECT 'outbox:history-' || i || ':reply:0', "
+        "$1::timestamptz - ((i * i * 7919) % 3480) * interval '1 s', "
+        "1, 'alice', 's-alice', 'cmd', 'completed' FROM generate_series(1, $2::int) AS i",
         now,
+        HISTORY,
     )
     return seeded
+
+
+@dataclass
+class ConsoleServer:
+    """A console served on 127.0.0.1 for a test.
+
+    Attributes:
+        url: its base URL, ``http://127.0.0.1:<port>``.
+        sessions: its start-up token and sessions.
+        runner: stop it with ``await runner.cleanup()``.
+    """
+
+    url: str
+    sessions: Sessions
+    runner: web.AppRunner
+
+    @property
+    def sign_in_url(self) -> str:
+        """The URL ``birddog console`` prints: the base URL with the token."""
+        return f"{self.url}/?token={self.sessions.token}"
+
+
+async def start_console(pool: Pool, *, read_only: bool = False) -> ConsoleServer:
+    """Serve a console over ``pool`` on a free loopback port, on the wall clock."""
+    sessions = Sessions()
+    app = make_app(
+        admin=PostgresAdmin(pool),
+        outbox=PostgresOutbox(pool),
+        routes=PostgresRoutes(pool, cache_s=0),
+        jobs=PostgresJobs(pool),
+        clock=SystemClock(),
+        sessions=sessions,
+        read_only=read_only,
+    )
+    runner, url = await serve(app, shutdown_timeout=0.5)
+    return ConsoleServer(url=url, sessions=sessions, runner=runner)

@@ -5,6 +5,7 @@
   demo take theirs from it.
 - :func:`run_daemon` runs the drain daemon that :func:`build_daemon` wires.
 - :func:`run_worker` runs the job worker that :func:`build_worker` wires.
+- :func:`run_console` serves the operator's console that :func:`build_console` wires.
 - :func:`migrate_schema` upgrades the schema of the configured database.
 - :func:`database` picks ``DATABASE_URL`` or starts the embedded server.
 """
@@ -23,11 +24,13 @@ import structlog
 from aiohttp import web
 
 from birddog.clock import SystemClock
+from birddog.console import Sessions, make_app
 from birddog.core.delivery import OutboxRow
 from birddog.core.errors import InvalidSetting, StoreUnavailable
 from birddog.core.jobs import Job
 from birddog.daemon import DrainDaemon
 from birddog.http.alerts import AlertPoster
+from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
 from birddog.mailroom import MailRoom
 from birddog.metrics import Metrics, TimedTransport, start_server
@@ -608,3 +611,66 @@ async def run_worker(
                     await beat
     except Stopped:
         log.info("worker_stopped_before_start")
+
+
+# ---- the operator's console ----------------------------------------------------------
+
+
+def build_console(stack: Stack, *, sessions: Sessions, read_only: bool) -> web.Application:
+    """Wire the operator's console over ``stack``'s adapters.
+
+    Args:
+        stack: the open adapters.
+        sessions: the start-up token and the sessions it opens.
+        read_only: serve the pages only, no action.
+
+    Returns:
+        The web application, to serve on 127.0.0.1.
+    """
+    return make_app(
+        admin=stack.admin,
+        outbox=stack.outbox,
+        routes=stack.routes,
+        jobs=stack.jobs,
+        clock=stack.clock,
+        sessions=sessions,
+        read_only=read_only,
+    )
+
+
+async def run_console(
+    settings: Settings, *, port: int, read_only: bool = False, announce: Announce
+) -> None:
+    """Serve the console on 127.0.0.1 until SIGTERM/SIGINT; ``announce`` gets its URL.
+
+    The URL carries the token that signs a browser in, so only who can read this
+    process's output can use the console.
+
+    Args:
+        settings: the settings.
+        port: the port on 127.0.0.1 (0 picks a free one).
+        read_only: serve the pages only, no action.
+        announce: told the URL to open (with the token) and the embedded server's DSN.
+
+    Raises:
+        InvalidSetting: the port cannot be listened on (taken, or not allowed).
+    """
+    stop = stop_on_signals()
+    sessions = Sessions()
+    async with open_stack(settings, announce=announce, pool_size=4) as stack:
+        app = build_console(stack, sessions=sessions, read_only=read_only)
+        try:
+            runner, url = await serve(app, port=port, shutdown_timeout=1.0)
+        except OSError as exc:
+            raise InvalidSetting(
+                f"the console cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}; "
+                "choose another port with --port (or BIRDDOG_CONSOLE_PORT)",
+                field="BIRDDOG_CONSOLE_PORT",
+            ) from exc
+        try:
+            mode = " (read-only)" if read_only else ""
+            announce(f"BirdDog console{mode}: {url}/?token={sessions.token}")
+            log.info("console_started", port=runner.addresses[0][1], read_only=read_only)
+            await stop.wait()
+        finally:
+            await runner.cleanup()

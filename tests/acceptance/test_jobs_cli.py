@@ -1,12 +1,19 @@
-"""``birddog jobs list|show|cancel`` and ``birddog show KEY`` as a person and a script use them."""
+"""``birddog jobs``, ``birddog show KEY`` and ``birddog console`` as people and scripts use them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
+import signal
+import subprocess
+import tempfile
 from datetime import UTC, datetime
 
+import aiohttp
+
 from birddog.postgres.pool import Pool
-from tests.acceptance.conftest import cli
+from tests.acceptance.conftest import BIRDDOG, cli, cli_env, wait_until
 from tests.seed import HOSTILE_ERROR, HOSTILE_JOB, seed
 from tests.support import job_row
 
@@ -114,3 +121,42 @@ async def test_show_tells_one_mails_story_inertly(database_url: str, pg_pool: Po
     nothing = await cli(database_url, "show", "no-such-key")
     assert nothing.returncode == 1
     assert "nothing found for no-such-key" in nothing.stdout
+
+
+async def test_console_command_prints_its_url_serves_and_stops(database_url: str) -> None:
+    """The console command prints a URL with its token once, serves it, stops on SIGTERM."""
+    with tempfile.TemporaryFile(mode="w+") as log:
+        proc = await asyncio.create_subprocess_exec(
+            BIRDDOG,
+            "console",
+            "--port",
+            "0",
+            env=cli_env(database_url),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        try:
+            found: list[str] = []
+
+            async def announced() -> bool:
+                log.seek(0)
+                pattern = r"BirdDog console: (http://127\.0\.0\.1:\d+/\?token=\S+)"
+                found[:] = re.findall(pattern, log.read())
+                return bool(found)
+
+            await wait_until(announced, timeout_s=60, what="the console's URL")
+            jar = aiohttp.CookieJar(unsafe=True)
+            async with aiohttp.ClientSession(cookie_jar=jar) as http, http.get(found[0]) as page:
+                assert page.status == 200
+                assert "<h1>Overview</h1>" in await page.text()
+            proc.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(proc.wait(), 30) == 0
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        log.seek(0)
+        output = log.read()
+    token = found[0].rsplit("=", 1)[1]
+    assert output.count(token) == 1
+    assert "Traceback" not in output

@@ -16,7 +16,7 @@ from birddog.postgres.admin import (
     story_mail_keys,
 )
 from birddog.postgres.pool import Pool
-from tests.seed import ATTEMPTS, HOSTILE_AGENT, HOSTILE_ERROR, HOSTILE_JOB, seed
+from tests.seed import ATTEMPTS, HISTORY, HOSTILE_AGENT, HOSTILE_ERROR, HOSTILE_JOB, seed
 from tests.support import enqueue, make_job
 
 
@@ -44,7 +44,7 @@ async def test_overview_counts_states_activity_and_live_processes(
     """The overview counts rows and jobs by state and buckets the last hour's deliveries."""
     await seed(pg_pool, now=now)
     await pg_pool.execute(
-        "INSERT INTO birddog.daemons (daemon_id, kind, host, pid) VALUES ('drain:h:1', 'drain', 'h', 1)"
+        "UPDATE birddog.daemons SET seen_at = now() - interval '1 hour' WHERE kind = 'worker'"
     )
     overview = await PostgresAdmin(pg_pool).overview(now=now)
     assert (overview.outbox["pending"], overview.outbox["dead"], overview.outbox["held"]) == (
@@ -57,10 +57,10 @@ async def test_overview_counts_states_activity_and_live_processes(
     minutes = [minute for minute, _, _ in overview.activity]
     assert minutes == sorted(minutes)
     assert minutes[-1] == now.replace(second=0, microsecond=0)
-    # 80 history receipts 40 s apart reach back 53 minutes; the seed's own delivery is now.
-    assert sum(delivered for _, delivered, _ in overview.activity) == 81
+    # The history reaches back 58 minutes; the seed's own delivery is now.
+    assert sum(delivered for _, delivered, _ in overview.activity) == HISTORY + 1
     assert sum(dead for _, _, dead in overview.activity) == 1
-    assert [d["daemon_id"] for d in overview.daemons] == ["drain:h:1"]
+    assert [d["daemon_id"] for d in overview.daemons] == ["drain:host-a:4242"]
 
 
 async def test_pending_filters_by_recipient_and_status_and_pages(

@@ -119,6 +119,7 @@ def main(ctx: click.Context, database_url: str | None, log_format: str | None) -
 
 
 # Each module adds its commands to ``main``: a new group of commands is one more line here.
+from birddog.cli import console as console  # noqa: E402
 from birddog.cli import daemon as daemon  # noqa: E402
 from birddog.cli import database as database  # noqa: E402
 from birddog.cli import demo as demo  # noqa: E402

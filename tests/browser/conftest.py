@@ -1,0 +1,182 @@
+"""Headless Chromium from the OS packages, driven by Playwright, against a real console.
+
+The tests run when a Chromium executable is found (``BIRDDOG_CHROMIUM``, else
+``chromium``, ``chromium-browser``, ``google-chrome`` on PATH) and Playwright's Python
+package is installed; otherwise each is skipped with the reason, and the end of the run
+says so. Playwright's own browser downloads are never used. Screenshots of every page go
+to a directory under the run's temporary directory, printed at the end.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from birddog.postgres.pool import Pool
+from tests.seed import ConsoleServer, Seeded, seed, start_console
+
+LAUNCH_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+BROWSER_TESTS = "tests/browser/"
+VIEWPORT = {"width": 1280, "height": 600}
+
+
+def find_chromium() -> str | None:
+    """The Chromium to drive: ``BIRDDOG_CHROMIUM``, or the first one on PATH."""
+    if configured := os.environ.get("BIRDDOG_CHROMIUM"):
+        return configured if os.access(configured, os.X_OK) else None
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        if found := shutil.which(name):
+            return found
+    return None
+
+
+CHROMIUM = find_chromium()
+if importlib.util.find_spec("playwright") is None:
+    SKIP_REASON: str | None = "Playwright is not installed (pip install -e '.[test]')"
+elif CHROMIUM is None:
+    SKIP_REASON = "no Chromium found (apt-get install chromium, or set BIRDDOG_CHROMIUM)"
+else:
+    SKIP_REASON = None
+
+_report: dict[str, Any] = {"skipped": 0, "screenshots": None}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Skip the browser tests, with the reason, when there is no browser to drive."""
+    del config
+    if SKIP_REASON is None:
+        return
+    for item in items:
+        if item.nodeid.startswith(BROWSER_TESTS):
+            item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
+            _report["skipped"] += 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say at the end of the run that the browser tests did not run, or where screenshots are."""
+    if _report["skipped"]:
+        terminalreporter.write_line(
+            f"browser tests: {_report['skipped']} skipped: {SKIP_REASON}", yellow=True, bold=True
+        )
+    if _report["screenshots"] is not None:
+        terminalreporter.write_line(f"console screenshots: {_report['screenshots']}")
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where this run's screenshots go (printed at the end of the run)."""
+    where = tmp_path_factory.mktemp("console-screenshots")
+    _report["screenshots"] = where
+    return where
+
+
+@pytest.fixture(scope="session")
+async def browser() -> AsyncIterator[Any]:
+    """One headless Chromium for the whole run."""
+    from playwright.async_api import async_playwright  # noqa: PLC0415 - only when present
+
+    async with async_playwright() as playwright:
+        chromium = await playwright.chromium.launch(
+            executable_path=CHROMIUM, args=LAUNCH_ARGS, headless=True
+        )
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+@pytest.fixture
+async def seeded(pg_pool: Pool) -> Seeded:
+    """The test database, with something in every state."""
+    return await seed(pg_pool, now=datetime.now(UTC))
+
+
+@pytest.fixture
+async def console(pg_pool: Pool, seeded: Seeded) -> AsyncIterator[ConsoleServer]:
+    """A console with actions over the seeded database, on 127.0.0.1."""
+    del seeded
+    server = await start_console(pg_pool)
+    yield server
+    await server.runner.cleanup()
+
+
+@pytest.fixture
+async def read_only_console(pg_pool: Pool, seeded: Seeded) -> AsyncIterator[ConsoleServer]:
+    """A read-only console over the seeded database."""
+    del seeded
+    server = await start_console(pg_pool, read_only=True)
+    yield server
+    await server.runner.cleanup()
+
+
+class PageWatch:
+    """What a page did that it must not: dialogs (a script ran) and console errors (CSP)."""
+
+    def __init__(self) -> None:
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+
+    def attach(self, page: Any) -> None:
+        """Record the page's dialogs (dismissed) and console errors."""
+
+        async def on_dialog(dialog: Any) -> None:
+            self.dialogs.append(dialog.message)
+            await dialog.dismiss()
+
+        page.on("dialog", on_dialog)
+        page.on(
+            "console", lambda msg: self.errors.append(msg.text) if msg.type == "error" else None
+        )
+
+    def expect_refusals(self) -> None:
+        """Forget the errors the browser logs for pages refused on purpose (401, 403)."""
+        assert all("401" in error or "403" in error for error in self.errors), self.errors
+        self.errors.clear()
+
+
+@pytest.fixture
+def watch() -> Iterator[PageWatch]:
+    """Fails the test if any page opened a dialog or logged an error."""
+    watched = PageWatch()
+    yield watched
+    assert watched.dialogs == []
+    assert watched.errors == []
+
+
+async def open_page(
+    browser: Any, server: ConsoleServer, watch: PageWatch, *, signed_in: bool = True
+) -> Any:
+    """A fresh browser context and page; signed in through the printed URL unless told not."""
+    context = await browser.new_context(viewport=VIEWPORT)
+    page = await context.new_page()
+    watch.attach(page)
+    if signed_in:
+        response = await page.goto(server.sign_in_url)
+        assert response is not None
+        assert response.status == 200
+        assert page.url == f"{server.url}/"
+    return page
+
+
+@pytest.fixture
+async def page(browser: Any, console: ConsoleServer, watch: PageWatch) -> AsyncIterator[Any]:
+    """A page signed in to :func:`console` through the URL it printed."""
+    opened = await open_page(browser, console, watch)
+    yield opened
+    await opened.context.close()
