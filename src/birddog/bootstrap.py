@@ -304,7 +304,13 @@ async def open_stack(
         post_timeout_s=None,
         max_content_bytes=settings.max_content_bytes,
     )
-    jobs = PostgresJobs(pool, max_content_bytes=settings.max_content_bytes, clock=clock)
+    jobs = PostgresJobs(
+        pool,
+        max_content_bytes=settings.max_content_bytes,
+        max_queued_s=settings.job_max_queued_s,
+        queue_concurrency=settings.queue_concurrency,
+        clock=clock,
+    )
     try:
         yield Stack(
             settings=settings,
@@ -371,8 +377,7 @@ def build_daemon(
         )
 
     async def reap() -> None:
-        for job_id, what in await stack.jobs.recover_expired():
-            log.warning("job_lease_expired", job_id=job_id, outcome=what)
+        await reap_expired_jobs(stack.jobs)
 
     policy = settings.retention()
 
@@ -578,6 +583,16 @@ def build_worker(
     )
 
 
+async def reap_expired_jobs(jobs: PostgresJobs) -> None:
+    """The lease reaper: give back, or settle, running jobs whose worker is gone.
+
+    Args:
+        jobs: the job store.
+    """
+    for job_id, what in await jobs.recover_expired():
+        log.warning("job_lease_expired", job_id=job_id, outcome=what)
+
+
 async def run_worker(
     settings: Settings,
     handler: Handler,
@@ -604,11 +619,22 @@ async def run_worker(
                 beat = asyncio.create_task(
                     every(HEARTBEAT_S, registry.seen, stop=stop, name="seen")
                 )
+                # A worker-only deployment still recovers jobs whose worker crashed, and
+                # so frees their queues; the query is one index probe when none expired.
+                reaper = asyncio.create_task(
+                    every(
+                        max(1.0, settings.job_lease_s / 2),
+                        lambda: reap_expired_jobs(stack.jobs),
+                        stop=stop,
+                        name="reaper",
+                    )
+                )
                 try:
                     await worker.run(once=once)
                 finally:
                     stop.set()
                     await beat
+                    await reaper
     except Stopped:
         log.info("worker_stopped_before_start")
 

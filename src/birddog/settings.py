@@ -69,6 +69,12 @@ class Settings(BaseSettings):
     worker_concurrency: int = Field(4, ge=1, description="Jobs a worker runs at once.")
     handler_timeout_s: float = Field(900.0, gt=0, description="A handler running longer is cut.")
     job_lease_s: float = Field(60.0, gt=0, description="A worker's job lease; heartbeats renew.")
+    queue_concurrency: int = Field(
+        1, ge=1, le=1000, description="Jobs of one queue (session) running at once, all workers."
+    )
+    job_max_queued_s: float = Field(
+        86400.0, gt=0, description="A job no worker claims for this long is cancelled."
+    )
     check_pending_s: float = Field(
         7200.0, gt=0, description="`check` fails when a reply is pending longer."
     )

@@ -66,13 +66,13 @@ async def cli(
 
 
 class Daemon:
-    """A ``birddog run`` subprocess this test started and will stop by its pid."""
+    """A ``birddog run`` (or ``birddog COMMAND``) subprocess this test started and will stop by its pid."""
 
-    def __init__(self, database_url: str, *args: str, **env: str) -> None:
+    def __init__(self, database_url: str, *args: str, command: str = "run", **env: str) -> None:
         # The log goes to a file, so a test can read it while the daemon runs.
         self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in kill()
         self.proc = subprocess.Popen(  # noqa: S603 - our own console script
-            [BIRDDOG, "run", *args],
+            [BIRDDOG, command, *args],
             env=cli_env(database_url, **env),
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
@@ -108,8 +108,8 @@ def daemons(database_url: str) -> Iterator[Callable[..., Daemon]]:
     """Start daemons on the test database; every one is stopped at the end."""
     started: list[Daemon] = []
 
-    def start(*args: str, **env: str) -> Daemon:
-        daemon = Daemon(database_url, *args, **env)
+    def start(*args: str, command: str = "run", **env: str) -> Daemon:
+        daemon = Daemon(database_url, *args, command=command, **env)
         started.append(daemon)
         return daemon
 

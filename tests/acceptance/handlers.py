@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
+import time
+
 from birddog import AgentJobPayload
 
 
@@ -14,3 +18,13 @@ async def echo(payload: AgentJobPayload) -> str:
 async def boom(payload: AgentJobPayload) -> str:
     """Fail with a credential in the message, which must never reach a reply."""
     raise RuntimeError("upstream said 401 Authorization: Bearer sk-test-123")
+
+
+async def turn(payload: AgentJobPayload) -> str:
+    """Take a moment, and record when this turn began and ended in ``$TURNS_LOG``."""
+    began = time.time()
+    await asyncio.sleep(0.3)  # the turn's work; long enough that overlapping turns would show
+    ended = time.time()
+    with open(os.environ["TURNS_LOG"], "a", encoding="utf-8") as log:  # noqa: ASYNC230
+        log.write(f"{payload.session_id}\t{payload.command_fact_id}\t{began}\t{ended}\n")
+    return "turn taken"

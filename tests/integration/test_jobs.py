@@ -47,6 +47,21 @@ async def test_claim_runs_the_job_under_a_fresh_token_and_lease(
     assert await jobs.claim() is None
 
 
+async def claim_in_turn(jobs: PostgresJobs, count: int, **kwargs: Any) -> list[str]:
+    """Claim and settle ``count`` jobs one after another; return their ids in claim order."""
+    order: list[str] = []
+    for _ in range(count):
+        claimed = await claim(jobs, **kwargs)
+        order.append(claimed.job.job_id)
+        await jobs.settle(
+            job_id=claimed.job.job_id,
+            claim_token=claimed.claim_token,
+            outcome=Outcome.COMPLETED,
+            content="ok",
+        )
+    return order
+
+
 async def test_claim_order_is_priority_then_age(jobs: PostgresJobs, pg_pool: Pool) -> None:
     """Higher priority comes first; among equals, the oldest job."""
     await enqueue(pg_pool, make_job("a-new-low", priority=0), created_at=T0)
@@ -54,8 +69,19 @@ async def test_claim_order_is_priority_then_age(jobs: PostgresJobs, pg_pool: Poo
     await enqueue(pg_pool, make_job("c-new-high", priority=5), created_at=T0)
     await enqueue(pg_pool, make_job("d-old-high", priority=5), created_at=T0 - timedelta(1))
     await enqueue(pg_pool, make_job("e-negative", priority=-3), created_at=T0 - timedelta(9))
-    order = [(await claim(jobs)).job.job_id for _ in range(5)]
+    order = await claim_in_turn(jobs, 5)
     assert order == ["d-old-high", "c-new-high", "b-old-low", "a-new-low", "e-negative"]
+
+
+async def test_claim_order_across_queues_is_priority_then_age(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """Heads of different queues are claimed highest priority first, then oldest."""
+    await enqueue(pg_pool, make_job("a", session="s-1"), created_at=T0)
+    await enqueue(pg_pool, make_job("b", session="s-2"), created_at=T0 - timedelta(1))
+    await enqueue(pg_pool, make_job("c", session="s-3", priority=5), created_at=T0)
+    order = [(await claim(jobs)).job.job_id for _ in range(3)]
+    assert order == ["c", "b", "a"]
 
 
 async def test_claim_order_by_default_age_follows_enqueue_order(
@@ -64,7 +90,78 @@ async def test_claim_order_by_default_age_follows_enqueue_order(
     """Without an explicit age, jobs enqueued in one transaction are claimed in that order."""
     ids = ["z", "m", "a", "q"]
     await enqueue(pg_pool, *(make_job(job_id) for job_id in ids))
-    assert [(await claim(jobs)).job.job_id for _ in ids] == ids
+    assert await claim_in_turn(jobs, len(ids)) == ids
+
+
+async def test_one_turn_at_a_time_per_queue(jobs: PostgresJobs, pg_pool: Pool) -> None:
+    """While a queue's job runs, its next job waits; other queues' jobs are claimed meanwhile."""
+    await enqueue(
+        pg_pool,
+        make_job("bob-1"),
+        make_job("bob-2"),
+        make_job("carol-1", session="s-carol"),
+    )
+    first = await claim(jobs)
+    assert first.job.job_id == "bob-1"
+    assert (await claim(jobs)).job.job_id == "carol-1"
+    assert await jobs.claim() is None
+    stored = await job_row(pg_pool, "bob-1")
+    assert (stored["slot"], stored["started_at"]) == (0, T0)
+    await jobs.settle(
+        job_id="bob-1", claim_token=first.claim_token, outcome=Outcome.COMPLETED, content="ok"
+    )
+    assert (await claim(jobs)).job.job_id == "bob-2"
+
+
+async def test_queue_concurrency_allows_that_many_turns_in_distinct_slots(
+    pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """With a concurrency of 2, two jobs of one queue run at once, in slots 0 and 1."""
+    wide = PostgresJobs(pg_pool, clock=clock, queue_concurrency=2)
+    await enqueue(pg_pool, *(make_job(f"job-{i}") for i in range(4)))
+    claimed = await wide.claim_many(limit=4)
+    assert [c.job.job_id for c in claimed] == ["job-0", "job-1"]
+    slots = await pg_pool.fetch(
+        "SELECT slot FROM birddog.jobs WHERE state = 'running' ORDER BY slot"
+    )
+    assert [row["slot"] for row in slots] == [0, 1]
+    await wide.settle(
+        job_id="job-0", claim_token=claimed[0].claim_token, outcome="completed", content="ok"
+    )
+    [third] = await wide.claim_many(limit=4)
+    assert third.job.job_id == "job-2"
+    assert (await job_row(pg_pool, "job-2"))["slot"] == 0
+
+
+async def test_the_database_refuses_a_second_turn_in_one_slot(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """Whatever a claimer computes, two running jobs of one queue cannot share a slot."""
+    await enqueue(pg_pool, make_job("job-1"), make_job("job-2"))
+    await claim(jobs)
+    with pytest.raises(asyncpg.UniqueViolationError):
+        await pg_pool.execute(
+            "UPDATE birddog.jobs SET state = 'running', slot = 0 WHERE job_id = 'job-2'"
+        )
+
+
+async def test_a_racing_claimer_that_loses_its_slot_claims_again_quietly(
+    jobs: PostgresJobs, pg_pool: Pool, pg_conn: asyncpg.Connection
+) -> None:
+    """A claim whose slot another transaction takes first retries, and never raises."""
+    await enqueue(pg_pool, make_job("job-1"), make_job("other", session="s-other"))
+    async with pg_conn.transaction():
+        # Another claimer has put a job of s-bob in slot 0 and not yet committed.
+        await pg_conn.execute(
+            "INSERT INTO birddog.jobs (job_id, queue, lane, state, payload, slot) "
+            "VALUES ('racer', 's-bob', 'default', 'running', '{}', 0)"
+        )
+        claiming = asyncio.ensure_future(jobs.claim_many(limit=2))
+        done, _ = await asyncio.wait({claiming}, timeout=0.5)
+        assert not done  # waiting on the other transaction's slot
+    claimed = await asyncio.wait_for(claiming, timeout=10)
+    assert [c.job.job_id for c in claimed] == ["other"]
+    assert (await job_row(pg_pool, "job-1"))["state"] == "queued"
 
 
 async def test_claim_takes_only_the_given_queues(jobs: PostgresJobs, pg_pool: Pool) -> None:
@@ -85,7 +182,9 @@ async def test_claim_takes_only_the_given_queues(jobs: PostgresJobs, pg_pool: Po
 
 async def test_claim_many_returns_jobs_in_claim_order(jobs: PostgresJobs, pg_pool: Pool) -> None:
     """claim_many takes up to its limit in one statement, in priority-then-age order."""
-    await enqueue(pg_pool, *(make_job(f"job-{i}", priority=i % 3) for i in range(7)))
+    await enqueue(
+        pg_pool, *(make_job(f"job-{i}", session=f"s-{i}", priority=i % 3) for i in range(7))
+    )
     claimed = await jobs.claim_many(limit=4)
     assert [c.job.priority for c in claimed] == [2, 2, 1, 1]
     assert len({c.claim_token for c in claimed}) == 4
@@ -95,13 +194,17 @@ async def test_claim_many_returns_jobs_in_claim_order(jobs: PostgresJobs, pg_poo
 async def test_claim_skips_a_job_locked_by_another_transaction(
     jobs: PostgresJobs, pg_pool: Pool, pg_conn: asyncpg.Connection
 ) -> None:
-    """A job locked by another connection is skipped at once, not waited for."""
-    await enqueue(pg_pool, make_job("first", priority=1), make_job("second"))
+    """A head locked by another connection is skipped at once, and the job behind it waits."""
+    await enqueue(
+        pg_pool,
+        make_job("first", priority=1),
+        make_job("behind-first"),
+        make_job("second", session="s-other"),
+    )
     async with pg_conn.transaction():
         await pg_conn.execute("SELECT 1 FROM birddog.jobs WHERE job_id = 'first' FOR UPDATE")
-        claimed = await asyncio.wait_for(jobs.claim(), timeout=5)
-        assert claimed is not None
-        assert claimed.job.job_id == "second"
+        claimed = await asyncio.wait_for(jobs.claim_many(limit=3), timeout=5)
+        assert [c.job.job_id for c in claimed] == ["second"]
     assert (await claim(jobs)).job.job_id == "first"
 
 
@@ -134,7 +237,7 @@ async def test_two_concurrent_claimers_never_get_the_same_job(
     pg_pool: Pool, second_pool: Pool, clock: FrozenClock
 ) -> None:
     """Two claimers racing on two connections claim disjoint sets that together hold every job."""
-    await enqueue(pg_pool, *(make_job(f"job-{i:02}") for i in range(20)))
+    await enqueue(pg_pool, *(make_job(f"job-{i:02}", session=f"s-{i % 7}") for i in range(20)))
     one = PostgresJobs(pg_pool, clock=clock)
     two = PostgresJobs(second_pool, clock=clock)
     start = asyncio.Event()
@@ -144,6 +247,13 @@ async def test_two_concurrent_claimers_never_get_the_same_job(
         got: list[str] = []
         while claimed := await store.claim_many(limit=2):
             got.extend(c.job.job_id for c in claimed)
+            for one_claim in claimed:
+                await store.settle(
+                    job_id=one_claim.job.job_id,
+                    claim_token=one_claim.claim_token,
+                    outcome=Outcome.COMPLETED,
+                    content="ok",
+                )
         return got
 
     racing = asyncio.gather(drain(one), drain(two))
@@ -152,7 +262,7 @@ async def test_two_concurrent_claimers_never_get_the_same_job(
     assert not set(got_one) & set(got_two)
     assert len(got_one) + len(got_two) == 20
     assert set(got_one) | set(got_two) == {f"job-{i:02}" for i in range(20)}
-    assert await one.counts() == {"queued": 0, "running": 20, "settled": 0}
+    assert await one.counts() == {"queued": 0, "running": 0, "settled": 20}
 
 
 # ---- heartbeat -------------------------------------------------------------------------
@@ -359,8 +469,10 @@ async def test_recovery_works_in_batches_and_skips_jobs_being_settled(
     jobs: PostgresJobs, pg_pool: Pool, pg_conn: asyncpg.Connection, clock: FrozenClock
 ) -> None:
     """Every expired job is handled across batches, except one another transaction holds."""
-    await enqueue(pg_pool, *(make_job(f"job-{i}", max_recoveries=1) for i in range(5)))
-    await jobs.claim_many(limit=5, lease_s=1)
+    await enqueue(
+        pg_pool, *(make_job(f"job-{i}", session=f"s-{i}", max_recoveries=1) for i in range(5))
+    )
+    assert len(await jobs.claim_many(limit=5, lease_s=1)) == 5
     clock.advance(2)
     async with pg_conn.transaction():
         await pg_conn.execute("SELECT 1 FROM birddog.jobs WHERE job_id = 'job-4' FOR UPDATE")
@@ -529,7 +641,7 @@ async def test_a_job_the_database_refuses_to_settle_never_blocks_the_reaper(
     await enqueue(
         pg_pool,
         make_job("a-poison", reply_to=(CAROL,)),
-        *(make_job(f"job-{i}", reply_to=(ALICE,)) for i in range(4)),
+        *(make_job(f"job-{i}", session=f"s-{i}", reply_to=(ALICE,)) for i in range(4)),
     )
     for _ in range(5):
         await claim(jobs, lease_s=10)

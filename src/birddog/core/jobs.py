@@ -14,6 +14,10 @@ from birddog.core.model import Id, Model
 DEFAULT_LANE = "default"
 """All agent work runs on Watchdog's default lane."""
 
+RESERVED_QUEUE_PREFIX = "birddog:"
+"""Queues (sessions) BirdDog keeps for itself, such as its probe's: a worker claims from
+them only when it names them (``--queue``), never when it takes every queue."""
+
 
 class JobState(StrEnum):
     """Where a job is in its life: queued, then running, then settled."""

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final, LiteralString
 
+import asyncpg
 import structlog
 
 from birddog.clock import SystemClock
@@ -43,7 +44,13 @@ from birddog.core.errors import (
     UnreadableRow,
 )
 from birddog.core.fanout import replies_for
-from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, Job, JobState, check_content_size
+from birddog.core.jobs import (
+    DEFAULT_MAX_CONTENT_BYTES,
+    RESERVED_QUEUE_PREFIX,
+    Job,
+    JobState,
+    check_content_size,
+)
 from birddog.core.lifecycle import (
     DEFAULT_MAX_QUEUED_S,
     LEASE_EXPIRED_DIAGNOSTIC,
@@ -84,6 +91,9 @@ log = structlog.get_logger("birddog.jobs")
 JOBS_CHANNEL: Final = "birddog_jobs"
 """Enqueued and requeued jobs are announced here (payload: the queue), at commit."""
 
+CLAIM_ATTEMPTS: Final = 5
+"""Claims tried in a row when concurrent claimers keep taking the same slot first."""
+
 RECOVER_BATCH: Final = 100
 """Jobs handled per transaction by the reapers (:meth:`PostgresJobs.recover_expired`)."""
 
@@ -114,6 +124,8 @@ class PostgresJobs:
             only when something else wakes the drain).
         max_content_bytes: the largest settlement or cancellation content accepted.
         max_queued_s: a job queued longer is cancelled by :meth:`cancel_queued_too_long`.
+        queue_concurrency: how many jobs of one queue (one session) may run at once,
+            across every worker; the database enforces it with one slot per running job.
         clock: the current time (default: the system clock, UTC); leases, settlement
             times and reply times come from it, so tests can freeze time.
     """
@@ -125,9 +137,13 @@ class PostgresJobs:
         schedule_wake: bool = True,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_queued_s: float = DEFAULT_MAX_QUEUED_S,
+        queue_concurrency: int = 1,
         clock: Clock | None = None,
     ) -> None:
+        if queue_concurrency < 1:
+            raise InvalidInput("queue_concurrency must be at least 1", field="queue_concurrency")
         self.pool = pool
+        self.queue_concurrency = queue_concurrency
         self.schedule_wake = schedule_wake
         self.limits = Limits(max_content_bytes=max_content_bytes, max_queued_s=max_queued_s)
         self.clock: Clock = clock or SystemClock()
@@ -146,10 +162,12 @@ class PostgresJobs:
         lease_s: float = 60.0,
         worker_id: str = "",
     ) -> ClaimedJob | None:
-        """Claim the next queued job: highest priority first, then the oldest.
+        """Claim the next job: the head of a queue with a free slot, highest priority first.
 
         One statement (``FOR UPDATE SKIP LOCKED``): concurrent claimers never get the same
-        job and never wait on each other.
+        job and never wait on each other. Only the head of each queue (priority, then
+        enqueue order, then job id) is taken, and only while fewer than
+        ``queue_concurrency`` jobs of that queue run, whichever worker runs them.
 
         Args:
             queues: claim only from these queues (session ids); None for every queue.
@@ -178,12 +196,18 @@ class PostgresJobs:
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` queued jobs in one statement, in claim order.
 
+        Each claimed job takes a free slot of its queue; the database refuses a second
+        job in one slot (a unique index over running jobs), so two claimers racing for
+        one queue cannot both win: the loser claims again and finds the queue busy. A
+        queue whose name starts with :data:`~birddog.core.jobs.RESERVED_QUEUE_PREFIX` is
+        claimed from only when ``queues`` names it.
+
         A claimed job whose row cannot be read as a job (bad data put there by SQL) is
         settled ``failed`` at once, with a diagnostic naming the field, and the claim
         goes on to the next job.
 
         Args:
-            queues: claim only from these queues; None for every queue.
+            queues: claim only from these queues; None for every queue but the reserved.
             lease_s: how long each claim holds without a heartbeat.
             worker_id: who claims, recorded on the jobs.
             limit: the most jobs to claim.
@@ -203,10 +227,7 @@ class PostgresJobs:
             raise InvalidInput("queues must be a list of queue names, not a string", field="queues")
         queue_list = None if queues is None else list(queues)
         while True:
-            with driver_errors("claim"):
-                rows = await self.pool.fetch(
-                    queries["jobs_claim"], queue_list, limit, lease_until, worker_id or None
-                )
+            rows = await self._claim_rows(queue_list, limit, lease_until, worker_id or None)
             rows = sorted(
                 rows, key=lambda row: (-row["priority"], row["created_at"], row["job_id"])
             )
@@ -228,6 +249,35 @@ class PostgresJobs:
             # Only unreadable jobs this time: the queue may still hold good ones.
             if claimed or not rows:
                 return claimed
+
+    async def _claim_rows(
+        self, queues: list[str] | None, limit: int, lease_until: datetime, worker_id: str | None
+    ) -> list[Row]:
+        for _ in range(CLAIM_ATTEMPTS):
+            try:
+                with driver_errors("claim"):
+                    return await self._fetch_claim(queues, limit, lease_until, worker_id)
+            except StoreUnavailable as exc:
+                # Another claimer took the same slot first: claim again, from a new snapshot.
+                if not isinstance(exc.__cause__, asyncpg.UniqueViolationError):
+                    raise
+        return []  # a queue this contended is busy; the next claim tries again
+
+    async def _fetch_claim(
+        self, queues: list[str] | None, limit: int, lease_until: datetime, worker_id: str | None
+    ) -> list[Row]:
+        return list(
+            await self.pool.fetch(
+                queries["jobs_claim"],
+                queues,
+                limit,
+                lease_until,
+                worker_id,
+                self.queue_concurrency,
+                self.clock.now(),
+                RESERVED_QUEUE_PREFIX,
+            )
+        )
 
     async def _fail_unreadable(self, row: Row, exc: UnreadableRow) -> None:
         log.warning("job_unreadable", job_id=repr(row["job_id"]), field=exc.field)

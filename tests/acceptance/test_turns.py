@@ -1,0 +1,74 @@
+"""One turn at a time per session, across worker processes, enforced by the database."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
+from pathlib import Path
+
+from birddog.postgres.pool import Pool
+from tests.acceptance.conftest import Daemon, wait_until
+from tests.support import enqueue, make_job
+
+
+def turns_of(log: Path, session: str) -> list[tuple[str, float, float]]:
+    """The turns the handler recorded for ``session``: (command id, began, ended), by start."""
+    rows = [line.split("\t") for line in log.read_text().splitlines()]
+    return sorted(
+        (
+            (command, float(began), float(ended))
+            for sid, command, began, ended in rows
+            if sid == session
+        ),
+        key=lambda turn: turn[1],
+    )
+
+
+async def test_three_jobs_of_one_session_across_two_workers_never_overlap(
+    database_url: str, pg_pool: Pool, daemons: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    """Two worker processes run one session's jobs one at a time, in priority then enqueue order."""
+    log = tmp_path / "turns.log"
+    log.touch()
+    now = datetime.now(UTC)
+    await enqueue(pg_pool, make_job("job-a", with_mail=False), created_at=now - timedelta(3))
+    await enqueue(pg_pool, make_job("job-b", with_mail=False), created_at=now - timedelta(2))
+    await enqueue(pg_pool, make_job("job-c", with_mail=False, priority=5), created_at=now)
+    await enqueue(
+        pg_pool, *(make_job(f"x-{i}", session=f"s-x{i}", with_mail=False) for i in range(3))
+    )
+    workers = [
+        daemons(
+            "--handler",
+            "tests.acceptance.handlers:turn",
+            command="worker",
+            TURNS_LOG=str(log),
+            BIRDDOG_WORKER_CONCURRENCY="4",
+        )
+        for _ in range(2)
+    ]
+
+    async def all_settled() -> bool:
+        left: int = await pg_pool.fetchval(
+            "SELECT count(*) FROM birddog.jobs WHERE state <> 'settled'"
+        )
+        return left == 0
+
+    await wait_until(all_settled, timeout_s=60, what="every job settled")
+    for worker in workers:
+        code, text = worker.terminate()
+        assert code == 0, text[-2000:]
+        assert "Traceback" not in text
+
+    turns = turns_of(log, "s-bob")
+    assert [command for command, _, _ in turns] == ["cmd-job-c", "cmd-job-a", "cmd-job-b"]
+    for (_, _, ended), (_, began, _) in pairwise(turns):
+        assert ended <= began
+    stored = await pg_pool.fetch(
+        "SELECT started_at, settled_at FROM birddog.jobs WHERE queue = 's-bob' ORDER BY started_at"
+    )
+    for earlier, later in pairwise(stored):
+        assert earlier["settled_at"] <= later["started_at"]
+    assert len(turns_of(log, "s-x0")) == 1
+    assert sum(len(turns_of(log, f"s-x{i}")) for i in range(3)) == 3
