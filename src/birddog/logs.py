@@ -46,9 +46,10 @@ def configure(*, log_format: str = "auto", level: str = "info") -> None:
         log_format: ``json``, ``console``, or ``auto`` (console on a terminal, else JSON).
         level: the lowest level written.
     """
-    use_console = log_format == "console" or (log_format == "auto" and sys.stderr.isatty())
     renderer: Any = (
-        structlog.dev.ConsoleRenderer() if use_console else structlog.processors.JSONRenderer()
+        structlog.processors.JSONRenderer()
+        if renders_json(log_format)
+        else structlog.dev.ConsoleRenderer()
     )
     structlog.configure(
         processors=[
@@ -65,6 +66,18 @@ def configure(*, log_format: str = "auto", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+
+
+def renders_json(log_format: str) -> bool:
+    """Whether logs are JSON lines: ``json``, or ``auto`` when stderr is not a terminal.
+
+    Args:
+        log_format: ``json``, ``console`` or ``auto``.
+
+    Returns:
+        True when every line on stderr must be a JSON object.
+    """
+    return log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
 
 
 def redact_dsn(dsn: str) -> str:

@@ -131,6 +131,7 @@ async def test_only_the_daemon_says_where_the_embedded_server_is(
 
     await wait_until(ready, timeout_s=60, what="the daemon's ready line")
     assert f"; embedded PostgreSQL in {data_dir}; " in daemon.log()
+    assert all(json.loads(line)["event"] for line in daemon.log().splitlines())
     done = await cli("", "status", timeout_s=60, BIRDDOG_DATA_DIR=str(data_dir))
     assert done.returncode == 0, done.stderr
     assert "embedded PostgreSQL" not in done.stderr + done.stdout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import aiohttp
@@ -11,7 +12,9 @@ from tests.support import free_port
 
 
 def _ready_lines(log: str) -> list[str]:
-    return [line for line in log.splitlines() if line.startswith("birddog is ready: ")]
+    """The ready lines in a JSON log: ``notice`` events whose text starts so."""
+    notices = [json.loads(line) for line in log.splitlines() if '"notice"' in line]
+    return [n["text"] for n in notices if n["text"].startswith("birddog is ready: ")]
 
 
 async def _healthy(port: int) -> bool:

@@ -90,11 +90,12 @@ async def test_agent_ids_are_validated_like_addresses(pg_pool: Pool, agent_id: s
 async def test_a_bad_secret_is_refused_without_echoing_it(pg_pool: Pool) -> None:
     """A secret that is not whsec_<base64> is refused, and the message does not repeat it."""
     routes = PostgresRoutes(pg_pool)
-    for secret in ("whsec_!!!not-base64!!!", "whsec_"):
+    for secret in ("whsec_!!!not-base64!!!", "whsec_", "hunter2"):
         with pytest.raises(InvalidSecret) as refused:
             await routes.add("alice", "https://example.com/inbox", secret=secret)
         assert refused.value.field == "secret"
         assert "!!!not-base64!!!" not in str(refused.value)
+        assert "hunter2" not in str(refused.value)
     assert await routes.list() == []
 
 

@@ -16,10 +16,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+import structlog
 
 from birddog.core.errors import BirdDogError, DatabaseRefused, InvalidSetting
 from birddog.display import dump_json, render_table
-from birddog.logs import configure
+from birddog.logs import configure, renders_json
 from birddog.settings import Settings
 
 if TYPE_CHECKING:
@@ -48,6 +49,22 @@ def settings_of(ctx: click.Context) -> Settings:
 def announce(text: str) -> None:
     """Tell the person at the terminal one line, on stderr (stdout is for results)."""
     click.echo(text, err=True)
+
+
+def announcer(ctx: click.Context) -> Callable[[str], None]:
+    """Where a long-running command's notices go (the ready line, the embedded server).
+
+    On a terminal they are plain lines; where logs are JSON lines they are a ``notice``
+    event with the line as ``text``, so every line on stderr stays one JSON object.
+    """
+    if not renders_json(settings_of(ctx).log_format):
+        return announce
+    log = structlog.get_logger("birddog.cli")
+
+    def notice(text: str) -> None:
+        log.info("notice", text=text)
+
+    return notice
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
@@ -99,9 +116,14 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) ->
 @click.option(
     "--database-url",
     envvar="DATABASE_URL",
-    help="PostgreSQL DSN (env DATABASE_URL). Unset: an embedded server in the data directory.",
+    help="PostgreSQL DSN. Unset: an embedded server in the data directory.",
 )
-@click.option("--log-format", type=click.Choice(["auto", "json", "console"]), default=None)
+@click.option(
+    "--log-format",
+    type=click.Choice(["auto", "json", "console"]),
+    default=None,
+    help="Log renderer; auto: console on a terminal, else JSON.",
+)
 @click.pass_context
 def main(ctx: click.Context, database_url: str | None, log_format: str | None) -> None:
     """BirdDog: a durable, PostgreSQL-backed mail room for AI agents."""
@@ -118,6 +140,30 @@ def main(ctx: click.Context, database_url: str | None, log_format: str | None) -
     ctx.obj = settings
 
 
+def name_environment_twins(command: click.Command, prefix: str = "BIRDDOG") -> None:
+    """Give every option an environment twin named after its flag, shown in ``--help``.
+
+    ``--json`` of ``status`` reads ``BIRDDOG_STATUS_JSON``, ``--held`` of ``route add``
+    reads ``BIRDDOG_ROUTE_ADD_HELD``: the flag's own name, whatever the Python parameter
+    is called. Options that name their variable themselves (``--database-url`` reads
+    ``DATABASE_URL``) keep it.
+
+    Args:
+        command: the command whose options (and subcommands) to name.
+        prefix: the variable prefix of ``command``.
+    """
+    for param in command.params:
+        if not isinstance(param, click.Option) or param.is_eager:
+            continue
+        if param.envvar is None:
+            flag = max(param.opts, key=len).lstrip("-").replace("-", "_").upper()
+            param.envvar = f"{prefix}_{flag}"
+        param.show_envvar = True
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            name_environment_twins(sub, f"{prefix}_{name.replace('-', '_').upper()}")
+
+
 # Each module adds its commands to ``main``: a new group of commands is one more line here.
 from birddog.cli import console as console  # noqa: E402
 from birddog.cli import daemon as daemon  # noqa: E402
@@ -131,13 +177,18 @@ from birddog.cli import prune as prune  # noqa: E402
 from birddog.cli import routes as routes  # noqa: E402
 from birddog.cli import worker as worker  # noqa: E402
 
+# Last, once every command is registered.
+name_environment_twins(main)
+
 __all__ = [
     "EXIT_ALARM",
     "EXIT_CONFIG",
     "EXIT_OK",
     "ConfigurationError",
     "announce",
+    "announcer",
     "main",
+    "name_environment_twins",
     "parse_address",
     "print_rows",
     "run",

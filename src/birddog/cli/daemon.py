@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from birddog.cli import announce, main, run, settings_of
+from birddog.cli import announcer, main, run, settings_of
 from birddog.runtime import quiet_until_started
 
 
@@ -27,4 +27,8 @@ def run_command(ctx: click.Context, once: bool, migrate_first: bool) -> None:
     quiet_until_started()
     from birddog.bootstrap import run_daemon  # noqa: PLC0415
 
-    run(run_daemon(settings_of(ctx), once=once, migrate_first=migrate_first, announce=announce))
+    run(
+        run_daemon(
+            settings_of(ctx), once=once, migrate_first=migrate_first, announce=announcer(ctx)
+        )
+    )

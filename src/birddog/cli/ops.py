@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -10,30 +9,80 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from birddog.cli import EXIT_ALARM, EXIT_OK, main, print_rows, settings_of, with_stack
+from birddog.core.text import inert
 
 if TYPE_CHECKING:
     from birddog.bootstrap import Stack
+
+LIST_LIMIT_MAX = 10_000
+"""The most rows ``pending`` and ``dead`` print at once."""
+
+DAEMONS_SEEN_BEATS = 3
+"""A process counts as running while it beat within this many heartbeats."""
 
 PROBLEMS_SHOWN = 5
 """How many stale or dead replies of each kind ``check`` names."""
 
 
 async def status_report(stack: Stack) -> dict[str, Any]:
-    """Counts by state, oldest pending age, next wake, jobs, and daemons seen."""
+    """What the outbox holds, when it next wakes, the jobs by state, and who is running.
+
+    Returns:
+        ``replies`` (``pending``, ``held``, ``in_flight``, ``dead``,
+        ``oldest_pending_age_s``, ``next_wake_in_s``), ``jobs`` (counts by state) and
+        ``daemons`` (``kind``, ``host``, ``pid``, ``seen_at`` of each process seen lately).
+    """
     from birddog.bootstrap import HEARTBEAT_S  # noqa: PLC0415 - keeps --help fast
 
     counts = await stack.outbox.counts()
     now = stack.clock.now()
     oldest = counts.get("oldest_pending_at")
     due = await stack.room.next_wake_at()
-    daemons = await stack.reports.daemons_seen(within_s=3 * HEARTBEAT_S)
+    daemons = await stack.reports.daemons_seen(within_s=DAEMONS_SEEN_BEATS * HEARTBEAT_S)
     return {
-        **{k: v for k, v in counts.items() if k not in {"oldest_pending_at", "next_due_at"}},
-        "oldest_pending_age_s": round((now - oldest).total_seconds(), 1) if oldest else None,
-        "next_wake_in_s": round(max(0.0, (due - now).total_seconds()), 1) if due else None,
+        "replies": {
+            **{k: v for k, v in counts.items() if k not in {"oldest_pending_at", "next_due_at"}},
+            "oldest_pending_age_s": round((now - oldest).total_seconds(), 1) if oldest else None,
+            "next_wake_in_s": round(max(0.0, (due - now).total_seconds()), 1) if due else None,
+        },
         "jobs": await stack.jobs.counts(),
-        "daemons_seen": [f"{d['kind']} {d['host']}:{d['pid']}" for d in daemons],
+        "daemons": [
+            {key: daemon[key] for key in ("kind", "host", "pid", "seen_at")} for daemon in daemons
+        ],
     }
+
+
+def render_status(report: dict[str, Any]) -> str:
+    """The status report as three short tables: replies, jobs, daemons seen.
+
+    Args:
+        report: from :func:`status_report`.
+
+    Returns:
+        The text to print.
+    """
+    from birddog.bootstrap import HEARTBEAT_S  # noqa: PLC0415 - keeps --help fast
+    from birddog.display import format_age, render_table  # noqa: PLC0415
+
+    replies = dict(report["replies"])
+    for name in ("oldest_pending_age_s", "next_wake_in_s"):
+        seconds = replies[name]
+        replies[name] = None if seconds is None else format_age(seconds)
+    jobs: dict[str, int] = report["jobs"]
+    within = format_age(DAEMONS_SEEN_BEATS * HEARTBEAT_S)
+    return "\n\n".join(
+        [
+            "replies\n"
+            + render_table(
+                [replies],
+                ["pending", "held", "in_flight", "dead", "oldest_pending_age_s", "next_wake_in_s"],
+                headers=["pending", "held", "in flight", "dead", "oldest pending", "next wake in"],
+            ),
+            "jobs\n" + render_table([jobs], list(jobs)),
+            f"daemons and workers seen in the last {within}\n"
+            + render_table(report["daemons"], ["kind", "host", "pid", "seen_at"]),
+        ]
+    )
 
 
 async def check_report(
@@ -57,21 +106,21 @@ async def check_report(
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Counts by state, the oldest pending reply, the next wake, and daemons seen."""
+    """Replies by state, the oldest pending one, the next wake, jobs, and daemons seen."""
+    from birddog.display import dump_json  # noqa: PLC0415 - keeps --help fast
+
     report = with_stack(ctx, status_report)
-    if as_json:
-        click.echo(json.dumps(report, indent=2, default=str))
-        return
-    for name, value in report.items():
-        click.echo(f"{name:>22}: {value}")
+    click.echo(dump_json(report) if as_json else render_status(report))
 
 
 @main.command()
-@click.option("--limit", type=int, default=50)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--limit", type=click.IntRange(1, LIST_LIMIT_MAX), default=50, help="Show at most this many."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.pass_context
 def pending(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Replies still owed: to whom, since when, attempts, last error, next try."""
@@ -84,8 +133,10 @@ def pending(ctx: click.Context, limit: int, as_json: bool) -> None:
 
 
 @main.command()
-@click.option("--limit", type=int, default=50)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--limit", type=click.IntRange(1, LIST_LIMIT_MAX), default=50, help="Show at most this many."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.pass_context
 def dead(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Dead letters: why each died and its last error."""
@@ -106,9 +157,13 @@ def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
     if (key is None) == (agent_id is None):
         raise click.UsageError("give exactly one of KEY or --agent")
     keys = with_stack(ctx, lambda s: s.outbox.replay(key=key, agent_id=agent_id))
+    if not keys:
+        what = f"key {key!r}" if key is not None else f"recipient {agent_id!r}"
+        click.echo(f"Error: no dead letter with {inert(what)}; see `birddog dead`", err=True)
+        sys.exit(EXIT_ALARM)
     click.echo(f"replayed {len(keys)} dead letter(s)")
     for replayed in keys:
-        click.echo(replayed)
+        click.echo(inert(replayed))
 
 
 @main.command()

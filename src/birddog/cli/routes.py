@@ -51,11 +51,13 @@ def route_add(
 
 @route.command("update")
 @click.argument("agent_id")
-@click.option("--url", default=None)
-@click.option("--secret", default=None)
+@click.option("--url", default=None, help="The new inbox URL.")
+@click.option("--secret", default=None, help="The new whsec_... signing secret.")
 @click.pass_context
 def route_update(ctx: click.Context, agent_id: str, url: str | None, secret: str | None) -> None:
     """Change AGENT_ID's inbox URL or signing secret."""
+    if url is None and secret is None:
+        raise click.UsageError("nothing to change: give --url, --secret or both")
     updated = with_stack(ctx, lambda s: s.routes.update(agent_id, url=url, secret=secret))
     click.echo(f"route {updated.agent_id} -> {shown_url(updated.url)}")
 

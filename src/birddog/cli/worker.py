@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from birddog.cli import announce, main, run, settings_of
+from birddog.cli import announcer, main, run, settings_of
 from birddog.core.errors import BirdDogError
 from birddog.runtime import quiet_until_started
 
@@ -33,4 +33,4 @@ def worker(
         function = load_handler(handler)
     except BirdDogError as exc:
         raise click.UsageError(str(exc)) from exc
-    run(run_worker(settings, function, queues=list(queues), once=once, announce=announce))
+    run(run_worker(settings, function, queues=list(queues), once=once, announce=announcer(ctx)))

@@ -53,6 +53,10 @@ def _check_agent_id(agent_id: str) -> str:
 def _check_secret(secret: str) -> str:
     if not isinstance(secret, str):
         raise InvalidSecret(field="secret")
+    if not secret.startswith(SECRET_PREFIX):
+        # Verifiers accept a bare key, but an operator's secret without the prefix is
+        # usually something else pasted by mistake (a password, a token).
+        raise InvalidSecret("signing secret must start with whsec_", field="secret")
     encoded = secret.removeprefix(SECRET_PREFIX)
     try:
         key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
