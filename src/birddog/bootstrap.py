@@ -600,7 +600,7 @@ async def run_worker(
     queues: Sequence[str] | None = None,
     once: bool = False,
     announce: Announce | None = None,
-) -> None:
+) -> dict[str, int]:
     """Run agent jobs with ``handler`` until SIGTERM/SIGINT (or, with ``once``, idle).
 
     Args:
@@ -609,8 +609,12 @@ async def run_worker(
         queues: only these queues (session ids); None or empty for all.
         once: run queued jobs, then return.
         announce: told the embedded server's DSN.
+
+    Returns:
+        How the jobs this worker handled ended, by outcome (and ``requeued``).
     """
     stop = stop_on_signals()
+    summary: dict[str, int] = {}
     try:
         async with open_stack(settings, announce=announce, wait_until=stop) as stack:
             registry = PostgresDaemons(stack.pool, kind="worker")
@@ -632,11 +636,13 @@ async def run_worker(
                 try:
                     await worker.run(once=once)
                 finally:
+                    summary = worker.summary()
                     stop.set()
                     await beat
                     await reaper
     except Stopped:
         log.info("worker_stopped_before_start")
+    return summary
 
 
 # ---- the operator's console ----------------------------------------------------------

@@ -28,3 +28,17 @@ async def turn(payload: AgentJobPayload) -> str:
     with open(os.environ["TURNS_LOG"], "a", encoding="utf-8") as log:  # noqa: ASYNC230
         log.write(f"{payload.session_id}\t{payload.command_fact_id}\t{began}\t{ended}\n")
     return "turn taken"
+
+
+UNSTORABLE: dict[str, object] = {
+    "cmd-nul": "nul \x00 inside",
+    "cmd-surrogate": "lone \ud800",
+    "cmd-huge": "x" * 5000,
+    "cmd-number": 42,
+}
+"""What :func:`unstorable` returns, by the job's command id; anything else is text."""
+
+
+async def unstorable(payload: AgentJobPayload) -> str:
+    """Return a result that cannot be stored, chosen by the command id."""
+    return UNSTORABLE.get(payload.command_fact_id, "fine")  # type: ignore[return-value]

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Awaitable, Callable
 
 import pytest
+import structlog
 from asyncpg import Pool
 
 from birddog import AgentJobPayload, AgentWork, Job, JobState, Outcome, Recovery, agent_job
@@ -228,3 +230,60 @@ def test_load_handler_reports_bad_specs() -> None:
         with pytest.raises(HandlerNotFound):
             load_handler(spec)
     assert load_handler("tests.acceptance.handlers:echo").__name__ == "echo"
+
+
+@pytest.mark.parametrize(
+    ("result", "why"),
+    [
+        ("nul \x00 inside", "handler returned text with a NUL character at index 4"),
+        ("lone \ud800", "handler returned text with a lone surrogate (\\ud800) at index 5"),
+        ("x" * 1500, "handler returned 1.5 KiB; the limit is 1000 bytes"),
+        (42, "handler returned int, not a string"),
+    ],
+    ids=["nul", "surrogate", "too-large", "not-a-string"],
+)
+async def test_an_unstorable_result_settles_failed_after_exactly_one_run(
+    pg_pool: Pool, result: object, why: str
+) -> None:
+    """A result that cannot be stored settles failed at once, saying why; the handler runs once."""
+    store = PostgresJobs(pg_pool, max_content_bytes=1000)
+    runs = 0
+
+    async def handle(payload: AgentJobPayload) -> str:
+        nonlocal runs
+        runs += 1
+        return result  # type: ignore[return-value]
+
+    await enqueue(pg_pool, "j8", recovery=2)
+    worker = make_worker(store, handle)
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, object]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _loop, context: unhandled.append(context))
+    try:
+        with structlog.testing.capture_logs() as events:
+            await worker.run(once=True)
+        gc.collect()  # a task that died unobserved reports itself when collected
+    finally:
+        loop.set_exception_handler(previous)
+    assert runs == 1
+    job_row = await pg_pool.fetchrow(
+        "SELECT state, outcome, diagnostic, recovery_count FROM birddog.jobs WHERE job_id = 'j8'"
+    )
+    assert (job_row["state"], job_row["outcome"], job_row["recovery_count"]) == (
+        "settled",
+        "failed",
+        0,
+    )
+    assert job_row["diagnostic"].startswith(why)
+    reply = await reply_of(pg_pool, "j8")
+    facts = reply["reply"]
+    assert isinstance(facts, dict)
+    assert (facts["outcome"], str(facts["diagnostic"]).startswith(why)) == ("failed", True)
+    unstorable = [e for e in events if e["event"] == "job_result_unstorable"]
+    assert len(unstorable) == 1
+    assert [e["event"] for e in events if e.get("log_level") in ("warning", "error")] == [
+        "job_result_unstorable"
+    ]
+    assert worker.summary() == {"failed": 1}
+    assert unhandled == []

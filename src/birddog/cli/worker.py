@@ -33,4 +33,27 @@ def worker(
         function = load_handler(handler)
     except BirdDogError as exc:
         raise click.UsageError(str(exc)) from exc
-    run(run_worker(settings, function, queues=list(queues), once=once, announce=announcer(ctx)))
+    summary = run(
+        run_worker(settings, function, queues=list(queues), once=once, announce=announcer(ctx))
+    )
+    if once:
+        click.echo(settled_line(summary))
+
+
+def settled_line(summary: dict[str, int]) -> str:
+    """One line saying what a worker run settled: ``settled 3 jobs: 2 completed, 1 failed``.
+
+    Args:
+        summary: counts by outcome (and ``requeued``), as the worker keeps them.
+
+    Returns:
+        The line; ``settled no jobs`` when there was nothing to do.
+    """
+    requeued = summary.get("requeued", 0)
+    settled = {what: n for what, n in summary.items() if what != "requeued" and n}
+    total = sum(settled.values())
+    line = "settled no jobs" if total == 0 else f"settled {total} job{'s' * (total != 1)}: "
+    line += ", ".join(f"{n} {what}" for what, n in sorted(settled.items()))
+    if requeued:
+        line += f"{'; ' if total else ', '}{requeued} given back to the queue"
+    return line

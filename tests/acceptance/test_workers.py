@@ -1,14 +1,15 @@
-"""One turn at a time per session, across worker processes, enforced by the database."""
+"""Worker processes: one turn at a time per session, and results that cannot be stored."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 
 from birddog.postgres.pool import Pool
-from tests.acceptance.conftest import Daemon, wait_until
+from tests.acceptance.conftest import Daemon, cli, wait_until
 from tests.support import enqueue, make_job
 
 
@@ -72,3 +73,36 @@ async def test_three_jobs_of_one_session_across_two_workers_never_overlap(
         assert earlier["settled_at"] <= later["started_at"]
     assert len(turns_of(log, "s-x0")) == 1
     assert sum(len(turns_of(log, f"s-x{i}")) for i in range(3)) == 3
+
+
+async def test_worker_once_settles_unstorable_results_failed_and_says_so(
+    database_url: str, pg_pool: Pool
+) -> None:
+    """`worker --once` settles each unstorable result failed, prints a summary, warns of nothing."""
+    names = ["nul", "surrogate", "huge", "number", "fine"]
+    await enqueue(pg_pool, *(make_job(name, session=f"s-{name}") for name in names))
+    worked = await cli(
+        database_url,
+        "worker",
+        "--handler",
+        "tests.acceptance.handlers:unstorable",
+        "--once",
+        BIRDDOG_MAX_CONTENT_BYTES="1000",
+        PYTHONASYNCIODEBUG="1",
+        PYTHONWARNINGS="default",
+    )
+    assert worked.returncode == 0, worked.stderr
+    assert worked.stdout.strip() == "settled 5 jobs: 1 completed, 4 failed"
+    for noise in ("Traceback", "Task exception", "never retrieved", "never awaited", "destroyed"):
+        assert noise not in worked.stderr
+    events = [json.loads(line)["event"] for line in worked.stderr.splitlines() if line.strip()]
+    assert events.count("job_result_unstorable") == 4
+    outcomes = await pg_pool.fetch("SELECT job_id, outcome FROM birddog.jobs ORDER BY job_id")
+    assert {row["job_id"]: row["outcome"] for row in outcomes} == {
+        "fine": "completed",
+        "huge": "failed",
+        "nul": "failed",
+        "number": "failed",
+        "surrogate": "failed",
+    }
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox") == 10
