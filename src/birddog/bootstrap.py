@@ -53,6 +53,7 @@ from birddog.postgres.psql import psql_invocation
 from birddog.postgres.reports import PostgresReports
 from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
+from birddog.postgres.scratch import create_demo_database, drop_demo_database
 from birddog.postgres.wake import PostgresWake, WakeListener
 from birddog.runtime import Backoff, every, sleep_unless_stopped, stop_on_signals
 from birddog.settings import Settings
@@ -333,6 +334,33 @@ async def open_stack(
     finally:
         await transport.close()
         await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def open_demo_stack(settings: Settings) -> AsyncIterator[Stack]:
+    """A stack over a database of the demo's own, beside the configured one, dropped after.
+
+    Nothing the demo writes (routes, jobs, replies, a dead letter) reaches the user's
+    database, and a daemon draining that database never sees the demo's replies.
+
+    Args:
+        settings: which server (``DATABASE_URL``'s, or the embedded one) and the demo's
+            fast retry settings.
+
+    Yields:
+        The wired stack over the demo's database, migrated.
+
+    Raises:
+        DatabaseRefused: the role may not create databases.
+    """
+    dsn, _server = await database(settings)
+    demo_dsn = await create_demo_database(dsn)
+    try:
+        demo = settings.model_copy(update={"database_url": demo_dsn})
+        async with open_stack(demo, migrate_first=True) as stack:
+            yield stack
+    finally:
+        await drop_demo_database(dsn)
 
 
 # ---- the drain daemon ----------------------------------------------------------------

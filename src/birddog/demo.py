@@ -3,7 +3,9 @@
 Two sample agents (a planner and a researcher) with inboxes on 127.0.0.1, three jobs
 from the planner to the researcher with different reply lists, a researcher inbox that
 fails its first two posts, and a ghost recipient with no route. Everything runs in this
-process on the embedded server (or ``DATABASE_URL``) with a fast retry schedule.
+process with a fast retry schedule, in a database of its own (``birddog_demo``) on the
+embedded server or ``DATABASE_URL``'s server, dropped at the end: the demo never writes
+into the user's database and never races a daemon draining it.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from birddog.bootstrap import Stack, open_stack
+from birddog.bootstrap import Stack, open_demo_stack
 from birddog.clock import epoch_ms
 from birddog.core.delivery import Receipt
 from birddog.core.jobs import AgentJobPayload, AgentWork, agent_job, decode_agent_job
@@ -82,7 +84,7 @@ async def run_demo(settings: Settings, *, echo: Echo) -> None:
             "metrics_port": 0,
         }
     )
-    async with open_stack(fast, migrate_first=True) as stack:
+    async with open_demo_stack(fast) as stack:
         await _demo(stack, echo)
 
 
@@ -179,4 +181,4 @@ async def _summary(stack: Stack, run: str, echo: Echo) -> None:
         if f"demo-{run}-" in str(dead["key"]):
             echo(f"  {dead['key']} -> {dead['recipient_agent_id']}: {dead['dead_reason']}")
     echo("")
-    echo("look inside: SELECT * FROM birddog.receipts; SELECT * FROM birddog.dead_letters;")
+    echo("the demo's own database is dropped now; yours was not touched")

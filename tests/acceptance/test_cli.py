@@ -178,13 +178,26 @@ async def test_route_commands_and_replay(
     assert (await harness.states())[key] == "receipt"
 
 
-async def test_demo_finishes(database_url: str) -> None:
-    """Birddog demo runs end to end in under a minute and shows receipts and a dead letter."""
+async def test_demo_finishes_in_its_own_database_beside_a_running_daemon(
+    database_url: str, harness: Harness, daemons: Callable[..., Daemon]
+) -> None:
+    """The demo shows receipts and a dead letter, leaves the user's database empty, drops its own."""
+    daemon = daemons()
     done = await cli(database_url, "demo", timeout_s=90)
     assert done.returncode == 0, done.stderr
     assert "receipts:" in done.stdout
     assert "unknown_recipient" in done.stdout
     assert "demo finished" in done.stdout
+    for table in ("routes", "jobs", "outbox", "receipts"):
+        count = await harness.pool.fetchval(f"SELECT count(*) FROM birddog.{table}")  # noqa: S608 - our table names
+        assert count == 0, table
+    demo_left = await harness.pool.fetchval(
+        "SELECT count(*) FROM pg_database WHERE datname = 'birddog_demo'"
+    )
+    assert demo_left == 0
+    code, log = daemon.terminate()
+    assert code == 0
+    assert "reply_dead" not in log
 
 
 async def test_metrics_and_healthz_are_served_on_loopback(

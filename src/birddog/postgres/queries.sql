@@ -857,6 +857,16 @@ FOR UPDATE SKIP LOCKED;
 -- params: none
 SELECT j.state, count(*)::int AS jobs FROM birddog.jobs j GROUP BY j.state;
 
+-- name: demo_database_drop
+-- Drop the demo's own database (left by an earlier demo, or at the end of this one).
+-- params: none
+DROP DATABASE IF EXISTS birddog_demo WITH (FORCE);
+
+-- name: demo_database_create
+-- Create the demo's own database on the same server, so the demo never writes into the user's.
+-- params: none
+CREATE DATABASE birddog_demo;
+
 -- name: probe_discard
 -- Remove a failed probe's own canary reply (never a user's row: keys start with "outbox:probe:").
 -- params: $1 key text
