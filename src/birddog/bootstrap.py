@@ -280,7 +280,7 @@ async def open_stack(
     clock = CLOCK
     metrics = Metrics()
     egress = settings.egress_policy()
-    routes = PostgresRoutes(pool, clock=clock, egress=egress)
+    routes = PostgresRoutes(pool, clock=clock, egress=egress, box=settings.secret_box())
     transport = HttpTransport(
         routes,
         egress=egress,
@@ -397,6 +397,8 @@ def build_daemon(
 
     async def heartbeat() -> None:
         await registry.seen()
+        if forgotten := await stack.routes.forget_previous_secrets():
+            log.info("previous_secrets_forgotten", routes=forgotten)
         counts = await stack.outbox.counts()
         stack.metrics.observe_backlog(
             pending=int(counts.get("pending", 0)),
@@ -472,7 +474,7 @@ async def _drain_until_stopped(
 ) -> None:
     settings = stack.settings
     alerts = (
-        AlertPoster(settings.alert_url, settings.alert_secret, clock=stack.clock)
+        AlertPoster(settings.alert_url, settings.alert_signing_secret(), clock=stack.clock)
         if settings.alert_url
         else None
     )

@@ -16,6 +16,8 @@ SENSITIVE_KEYS = frozenset(
         "body",
         "secret",
         "alert_secret",
+        "secret_key",
+        "secret_key_previous",
         "token",
         "password",
         "authorization",

@@ -10,7 +10,14 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import platformdirs
-from pydantic import AliasChoices, Field, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from birddog.core.duration import parse_duration
@@ -19,6 +26,7 @@ from birddog.core.errors import InvalidInput
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.core.retention import RetentionPolicy
 from birddog.core.schedule import RetrySchedule
+from birddog.sealing import ALERT_CONTEXT, SecretBox
 
 
 class Settings(BaseSettings):
@@ -61,7 +69,15 @@ class Settings(BaseSettings):
     egress_deny: str = Field("", description="CIDRs posts may never reach (a,b,...).")
     http_proxy: str | None = Field(None, description="Every post goes through this proxy.")
     alert_url: str | None = Field(None, description="Signed dead-letter alerts go here.")
-    alert_secret: str | None = Field(None, description="Signing secret for alerts (whsec_).")
+    alert_secret: str | None = Field(
+        None, description="Signing secret for alerts (whsec_, or sealed: secrets seal)."
+    )
+    secret_key: SecretStr | None = Field(
+        None, description="Seals stored signing secrets (AES-GCM); unset: stored as given."
+    )
+    secret_key_previous: SecretStr | None = Field(
+        None, description="Older keys (a,b,...) that still open what they sealed."
+    )
     metrics_port: int = Field(9464, ge=0, le=65535, description="/metrics and /healthz; 0: off.")
     metrics_host: str = Field("127.0.0.1", description="Address the metrics server binds.")
     log_format: Literal["auto", "json", "console"] = Field("auto", description="Log renderer.")
@@ -136,6 +152,7 @@ class Settings(BaseSettings):
     def _egress_parses(self) -> Settings:
         try:
             self.egress_policy()
+            self.secret_box()
         except InvalidInput as exc:
             # Name the setting and the rule, never the value.
             raise ValueError(f"{exc.field}: {exc}") from None
@@ -144,6 +161,23 @@ class Settings(BaseSettings):
             if proxy.scheme not in ("http", "https") or not proxy.hostname:
                 raise ValueError("BIRDDOG_HTTP_PROXY: must be an http or https URL with a host")
         return self
+
+    def secret_box(self) -> SecretBox:
+        """What seals and opens stored secrets (``BIRDDOG_SECRET_KEY``, ``_PREVIOUS``)."""
+        return SecretBox.from_settings(
+            self.secret_key.get_secret_value() if self.secret_key else None,
+            self.secret_key_previous.get_secret_value() if self.secret_key_previous else None,
+        )
+
+    def alert_signing_secret(self) -> str | None:
+        """``BIRDDOG_ALERT_SECRET`` in plain form (it may be given sealed).
+
+        Raises:
+            SecretUnreadable: it is sealed with a key BirdDog was not given.
+        """
+        if self.alert_secret is None:
+            return None
+        return self.secret_box().open(self.alert_secret, context=ALERT_CONTEXT)
 
     def egress_policy(self) -> EgressPolicy:
         """The egress policy ``BIRDDOG_EGRESS``, ``_ALLOW`` and ``_DENY`` describe."""

@@ -40,3 +40,27 @@ async def test_route_listings_redact_the_query(database_url: str) -> None:
         assert "http://127.0.0.1:9/hook?[redacted]" in shown
         assert "visible-value" not in shown
         assert "abc123" not in shown
+
+
+async def test_rotate_prints_a_new_secret_and_rekey_seals_every_secret(database_url: str) -> None:
+    """Route rotate prints the new secret once; secrets rekey seals them; nothing else shows one."""
+    added = await cli(database_url, "route", "add", "rot", "http://127.0.0.1:9/hook")
+    old = added.stdout.split("signing secret: ")[1].strip()
+    rotated = await cli(database_url, "route", "rotate", "rot", "--overlap", "2h")
+    assert rotated.returncode == 0, rotated.stderr
+    new = rotated.stdout.split("new signing secret: ")[1].split()[0]
+    assert new.startswith("whsec_")
+    assert new != old
+    assert "both signatures until" in rotated.stdout
+
+    key = (await cli(database_url, "secrets", "keygen")).stdout.strip()
+    rekeyed = await cli(database_url, "secrets", "rekey", BIRDDOG_SECRET_KEY=key)
+    assert rekeyed.returncode == 0, rekeyed.stderr
+    assert "2 secret(s) of 1 route(s) rewritten; all sealed with key" in rekeyed.stdout
+    keyless = await cli(database_url, "route", "rotate", "rot", "--overlap", "0")
+    assert keyless.returncode != 0
+    assert "BIRDDOG_SECRET_KEY" in keyless.stderr
+    assert "Traceback" not in keyless.stderr
+    for done in (rekeyed, keyless, await cli(database_url, "route", "list", "--json")):
+        assert old not in done.stdout + done.stderr
+        assert new not in done.stdout + done.stderr

@@ -175,6 +175,7 @@ from birddog.cli import mailbox as mailbox  # noqa: E402
 from birddog.cli import ops as ops  # noqa: E402
 from birddog.cli import prune as prune  # noqa: E402
 from birddog.cli import routes as routes  # noqa: E402
+from birddog.cli import secrets as secrets  # noqa: E402
 from birddog.cli import worker as worker  # noqa: E402
 
 # Last, once every command is registered.

@@ -7,7 +7,9 @@ import json
 import click
 
 from birddog.cli import main, with_stack
+from birddog.core.duration import parse_duration
 from birddog.core.egress import shown_url
+from birddog.core.errors import InvalidInput
 
 
 @main.group()
@@ -60,6 +62,38 @@ def route_update(ctx: click.Context, agent_id: str, url: str | None, secret: str
         raise click.UsageError("nothing to change: give --url, --secret or both")
     updated = with_stack(ctx, lambda s: s.routes.update(agent_id, url=url, secret=secret))
     click.echo(f"route {updated.agent_id} -> {shown_url(updated.url)}")
+
+
+def _overlap(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
+    try:
+        return parse_duration(value, field="--overlap")
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@route.command("rotate")
+@click.argument("agent_id")
+@click.option(
+    "--overlap",
+    "overlap_s",
+    default="24h",
+    show_default=True,
+    callback=_overlap,
+    help="How long the old secret keeps signing beside the new one (e.g. 24h, 0).",
+)
+@click.pass_context
+def route_rotate(ctx: click.Context, agent_id: str, overlap_s: float) -> None:
+    """Give AGENT_ID a new signing secret (printed once); the old one signs until --overlap ends."""
+    rotated = with_stack(ctx, lambda s: s.routes.rotate(agent_id, overlap_s=overlap_s))
+    until = rotated.previous_secret_until
+    click.echo(f"route {rotated.agent_id}: new signing secret: {rotated.secret}")
+    if overlap_s > 0 and until is not None:
+        click.echo(
+            f"posts carry both signatures until {until.isoformat(timespec='seconds')}; "
+            "give the recipient the new secret before then (its inbox may accept both)"
+        )
+    else:
+        click.echo("the old secret no longer signs")
 
 
 @route.command("list")

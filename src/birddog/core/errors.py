@@ -15,6 +15,7 @@ Every error BirdDog raises on purpose derives from one root::
     ├── StoreUnavailable: the database could not be reached or failed mid-operation
     ├── DatabaseRefused: the database turned BirdDog away for good (login, name, URL)
     ├── UnreadableRow: a stored row that is not what BirdDog wrote (SQL, another version)
+    ├── SecretUnreadable: a sealed secret that no configured BIRDDOG_SECRET_KEY opens
     └── InboxRefused: the recipient's inbox refused a delivered reply
         ├── InvalidSignature: missing headers or no matching Standard Webhooks signature
         ├── StaleTimestamp: a signed timestamp outside the tolerance (a replay or skew)
@@ -139,6 +140,14 @@ class UnreadableRow(BirdDogError):
     def __init__(self, message: str | None = None, *, field: str = "") -> None:
         self.field = field
         super().__init__(message)
+
+
+class SecretUnreadable(BirdDogError):
+    """A stored secret is sealed with a key BirdDog was not given, or does not open.
+
+    Set ``BIRDDOG_SECRET_KEY`` (or ``BIRDDOG_SECRET_KEY_PREVIOUS``) to the key that sealed
+    it. The message names the key id, never a key or a secret.
+    """
 
 
 class InvalidSecret(InvalidInput):

@@ -13,6 +13,7 @@ import binascii
 import hashlib
 import hmac
 import secrets
+from collections.abc import Sequence
 
 from birddog.core.errors import InvalidSecret
 
@@ -84,11 +85,15 @@ def sign(secret: str, *, msg_id: str, timestamp: int, body: bytes) -> str:
     return f"{VERSION},{base64.b64encode(digest).decode()}"
 
 
-def headers(secret: str, *, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+def headers(
+    secret: str | Sequence[str], *, msg_id: str, timestamp: int, body: bytes
+) -> dict[str, str]:
     """The three Standard Webhooks headers for one message.
 
     Args:
-        secret: the signing secret, ``whsec_<base64>``.
+        secret: the signing secret, ``whsec_<base64>``; several during a rotation's
+            overlap, each adding one ``v1,`` signature (space-separated, as Standard
+            Webhooks allows), so a recipient holding either secret accepts the post.
         msg_id: the ``webhook-id``; stable across retries of the same message.
         timestamp: the send time, in Unix seconds.
         body: the exact bytes sent as the request body.
@@ -99,11 +104,11 @@ def headers(secret: str, *, msg_id: str, timestamp: int, body: bytes) -> dict[st
     Raises:
         InvalidSecret: the secret cannot be decoded.
     """
-    return {
-        ID_HEADER: msg_id,
-        TIMESTAMP_HEADER: str(timestamp),
-        SIGNATURE_HEADER: sign(secret, msg_id=msg_id, timestamp=timestamp, body=body),
-    }
+    secrets_ = [secret] if isinstance(secret, str) else secret
+    signatures = " ".join(
+        sign(item, msg_id=msg_id, timestamp=timestamp, body=body) for item in secrets_
+    )
+    return {ID_HEADER: msg_id, TIMESTAMP_HEADER: str(timestamp), SIGNATURE_HEADER: signatures}
 
 
 def verify(keys: list[bytes], *, msg_id: str, timestamp: int, body: bytes, signatures: str) -> bool:

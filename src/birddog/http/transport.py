@@ -24,7 +24,7 @@ from birddog.clock import SystemClock
 from birddog.core.delivery import DeadReason, Deferred, DeliveryResult, Failed, Rejected
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.egress import EgressPolicy, redact_urls_in
-from birddog.core.errors import InvalidSecret
+from birddog.core.errors import InvalidSecret, SecretUnreadable
 from birddog.core.mail import Reply
 from birddog.http import signing
 from birddog.http.answers import MIN_DEFERRAL_S, classify
@@ -127,7 +127,11 @@ class HttpTransport(SessionOwner):
             redacted reason.
         """
         agent_id = reply.to.agent_id
-        route = await self.routes.route(agent_id)
+        try:
+            route = await self.routes.route(agent_id)
+        except SecretUnreadable as exc:
+            # BIRDDOG_SECRET_KEY is missing or wrong: the operator can fix it, so a strike.
+            return Failed(bounded_diagnostic(f"route secret for agent {agent_id}: {exc}"))
         if route is None:
             return Rejected(
                 bounded_diagnostic(f"no route for agent {agent_id}"),
@@ -144,9 +148,13 @@ class HttpTransport(SessionOwner):
         if route.secret is None:
             return Failed(bounded_diagnostic(f"route for agent {agent_id} has no secret"))
         body = reply.model_dump_json().encode()
+        now = self._now()
         try:
             signed = signing.headers(
-                route.secret, msg_id=reply.key, timestamp=int(self._now().timestamp()), body=body
+                route.signing_secrets(now),
+                msg_id=reply.key,
+                timestamp=int(now.timestamp()),
+                body=body,
             )
         except InvalidSecret:
             # An operator can fix the route, so this is a strike rather than a death.

@@ -331,6 +331,26 @@ RETURNING
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
     r.previous_secret, r.previous_secret_until;
 
+-- name: routes_rotate
+-- A new current secret; the old one keeps signing, beside it, until $3.
+-- params: $1 agent_id text, $2 secret text, $3 previous_until timestamptz
+UPDATE birddog.routes r
+SET previous_secret = r.secret,
+    previous_secret_until = $3::timestamptz,
+    secret = $2::text,
+    updated_at = now()
+WHERE r.agent_id = $1::text AND r.kind = 'http'
+RETURNING
+    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
+    r.previous_secret, r.previous_secret_until;
+
+-- name: routes_forget_previous_secrets
+-- Drop every rotated-out secret whose overlap ended by $1.
+-- params: $1 now timestamptz
+UPDATE birddog.routes r
+SET previous_secret = NULL, previous_secret_until = NULL, updated_at = now()
+WHERE r.previous_secret_until <= $1::timestamptz;
+
 -- name: routes_lock
 -- The route of one agent, locked until the transaction ends.
 -- params: $1 agent_id text
@@ -370,13 +390,29 @@ WHERE o.recipient_agent_id = $1::text
 DELETE FROM birddog.routes r WHERE r.agent_id = $1::text RETURNING r.agent_id;
 
 -- name: routes_list
--- Every route, by agent id.
+-- Every route, by agent id, without its secrets.
 -- params: none
 SELECT
-    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until
+    r.agent_id, r.url, r.enabled, r.kind, r.batch_size, r.held_at, r.previous_secret_until
 FROM birddog.routes r
 ORDER BY r.agent_id;
+
+-- name: routes_secrets_lock
+-- Every stored secret, locked until the transaction ends (re-sealing them).
+-- params: none
+SELECT r.agent_id, r.secret, r.previous_secret
+FROM birddog.routes r
+WHERE r.secret IS NOT NULL OR r.previous_secret IS NOT NULL
+ORDER BY r.agent_id
+FOR UPDATE;
+
+-- name: routes_reseal
+-- Store re-sealed secrets, one element of each array per route.
+-- params: $1 agent_ids text[], $2 secrets text[], $3 previous_secrets text[]
+UPDATE birddog.routes r
+SET secret = u.secret, previous_secret = u.previous_secret, updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::text[]) AS u(agent_id, secret, previous_secret)
+WHERE r.agent_id = u.agent_id;
 
 -- ---------------------------------------------------------------------------------------
 -- mailbox: replies delivered into a table, read by the agents they are addressed to

@@ -2,31 +2,46 @@
 
 A route whose ``enabled`` is false holds its agent: the outbox leaves that agent's rows
 pending, untouched, until the route is released, and their age stands still meanwhile
-(on release each row has the age it had when the hold began). Secrets are stored as given
-(the recipient needs the same secret to verify) and never logged; ``Route.__repr__``
-hides them.
+(on release each row has the age it had when the hold began). Secrets are never logged
+(``Route.__repr__`` hides them) and are stored sealed when ``BIRDDOG_SECRET_KEY`` is set
+(:mod:`birddog.sealing`), as given otherwise; every read opens them, so the rest of
+BirdDog only sees plain secrets. A rotation (:meth:`PostgresRoutes.rotate`) keeps the old
+secret signing beside the new one for an overlap, then it is forgotten.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import secrets
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
 
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
 
 from birddog.clock import SystemClock
 from birddog.core.egress import URL_MAX_LENGTH, EgressPolicy, check_route_url
-from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound
+from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound, SecretUnreadable
 from birddog.core.model import Id
 from birddog.ports import Clock, Route, RouteKind
 from birddog.postgres.pool import Pool, store_errors
 from birddog.postgres.sql import queries
 from birddog.postgres.wake import schedule_wake_on
+from birddog.sealing import SecretBox, route_context
 
-__all__ = ["BATCH_MAX", "SECRET_PREFIX", "URL_MAX_LENGTH", "PostgresRoutes", "new_secret"]
+__all__ = [
+    "BATCH_MAX",
+    "SECRET_PREFIX",
+    "URL_MAX_LENGTH",
+    "PostgresRoutes",
+    "ResealReport",
+    "new_secret",
+]
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
 """Standard Webhooks secrets start with this."""
@@ -77,18 +92,17 @@ def _check_batch_size(batch_size: int) -> int:
     return batch_size
 
 
-def _route(record: asyncpg.Record) -> Route:
-    return Route(
-        agent_id=record["agent_id"],
-        url=record["url"],
-        secret=record["secret"],
-        enabled=record["enabled"],
-        kind=record["kind"],
-        batch_size=record["batch_size"],
-        held_at=record["held_at"],
-        previous_secret=record["previous_secret"],
-        previous_secret_until=record["previous_secret_until"],
-    )
+@dataclass(frozen=True, slots=True)
+class ResealReport:
+    """What :meth:`PostgresRoutes.reseal` did.
+
+    Attributes:
+        routes: routes holding at least one stored secret.
+        resealed: secrets written again in the configured form.
+    """
+
+    routes: int
+    resealed: int
 
 
 class PostgresRoutes:
@@ -107,6 +121,8 @@ class PostgresRoutes:
             :class:`birddog.clock.SystemClock`).
         egress: the policy a route's URL must pass when it is added or updated (default:
             the internal-mode policy).
+        box: seals secrets before they are stored and opens them when read (default:
+            no key: secrets stored as given).
     """
 
     def __init__(
@@ -116,17 +132,20 @@ class PostgresRoutes:
         cache_s: float = 1.0,
         clock: Clock | None = None,
         egress: EgressPolicy | None = None,
+        box: SecretBox | None = None,
     ) -> None:
         self.pool = pool
         self.cache_s = cache_s
         self.clock: Clock = clock or SystemClock()
         self.egress = egress if egress is not None else EgressPolicy()
+        self.box = box if box is not None else SecretBox()
         self._cache: dict[str, tuple[float, Route]] = {}
 
     async def route(self, agent_id: str) -> Route | None:
         """The route for ``agent_id``, or None when the agent is unknown.
 
         Raises:
+            SecretUnreadable: its stored secret opens with none of the configured keys.
             StoreUnavailable: the database is unreachable.
         """
         cached = self._cache.get(agent_id)
@@ -138,7 +157,7 @@ class PostgresRoutes:
         if record is None:
             self._cache.pop(agent_id, None)
             return None
-        found = _route(record)
+        found = self._route(record)
         if self.cache_s > 0:
             self._cache[agent_id] = (now + self.cache_s, found)
         return found
@@ -177,11 +196,13 @@ class PostgresRoutes:
         agent_id = _check_agent_id(agent_id)
         self._cache.pop(agent_id, None)
         batch_size = _check_batch_size(batch_size)
+        stored: str | None = None
         if kind == "http":
             if url is None:
                 raise InvalidInput("an http route needs a URL", field="url")
             url = check_route_url(url, self.egress)
             secret = _check_secret(secret) if secret is not None else new_secret()
+            stored = self.box.seal(secret, context=route_context(agent_id))
         elif kind == "mailbox":
             if url is not None or secret is not None:
                 raise InvalidInput("a mailbox route has no URL and no secret", field="url")
@@ -192,7 +213,7 @@ class PostgresRoutes:
                 queries["routes_add"],
                 agent_id,
                 url,
-                secret,
+                stored,
                 bool(enabled),
                 kind,
                 batch_size,
@@ -202,7 +223,7 @@ class PostgresRoutes:
             raise InvalidInput(
                 f"agent {agent_id!r} already has a route; update it instead", field="agentId"
             )
-        return _route(record)
+        return self._route(record)
 
     async def update(
         self,
@@ -227,22 +248,25 @@ class PostgresRoutes:
             InvalidInput: a bad URL (see :meth:`add`) or batch size.
             InvalidSecret: the secret is not ``whsec_<base64>``.
             RouteNotFound: no route for ``agent_id``.
+            SecretUnreadable: a stored secret opens with none of the configured keys
+                (nothing is changed).
             StoreUnavailable: the database is unreachable.
         """
         if url is not None:
             url = check_route_url(url, self.egress)
+        stored = None
         if secret is not None:
-            secret = _check_secret(secret)
+            stored = self.box.seal(_check_secret(secret), context=route_context(agent_id))
         if batch_size is not None:
             batch_size = _check_batch_size(batch_size)
         self._cache.pop(agent_id, None)
-        with store_errors("route update"):
-            record = await self.pool.fetchrow(
-                queries["routes_update"], agent_id, url, secret, batch_size
+        async with self._readable_route(agent_id, "route update") as conn:
+            record = await conn.fetchrow(
+                queries["routes_update"], agent_id, url, stored, batch_size
             )
-        if record is None:
+        if record is None:  # the row is locked above, so it cannot vanish in between
             raise RouteNotFound(f"no route for agent {agent_id!r}")
-        return _route(record)
+        return self._route(record)
 
     async def hold(self, agent_id: str) -> Route:
         """Hold an agent: its replies stay pending, untouched and unaged, until released.
@@ -260,7 +284,7 @@ class PostgresRoutes:
             )
         if record is None:
             raise RouteNotFound(f"no route for agent {agent_id!r}")
-        return _route(record)
+        return self._route(record, must_open=False)
 
     async def release(self, agent_id: str) -> Route:
         """Release a held agent and wake a drain, so its waiting replies go out now.
@@ -288,7 +312,7 @@ class PostgresRoutes:
                     await schedule_wake_on(conn, now)
         if record is None:
             raise RouteNotFound(f"no route for agent {agent_id!r}")
-        return _route(record)
+        return self._route(record, must_open=False)
 
     async def remove(self, agent_id: str) -> None:
         """Forget an agent's route; its later replies die as ``unknown_recipient``.
@@ -304,11 +328,171 @@ class PostgresRoutes:
             raise RouteNotFound(f"no route for agent {agent_id!r}")
 
     async def list(self) -> list[Route]:
-        """Every route, by agent id (secrets included: print them with care).
+        """Every route, by agent id, without its secrets (``secret`` is None).
 
         Raises:
             StoreUnavailable: the database is unreachable.
         """
         with store_errors("route list"):
             records = await self.pool.fetch(queries["routes_list"])
-        return [_route(record) for record in records]
+        return [
+            Route(
+                agent_id=record["agent_id"],
+                url=record["url"],
+                secret=None,
+                enabled=record["enabled"],
+                kind=record["kind"],
+                batch_size=record["batch_size"],
+                held_at=record["held_at"],
+                previous_secret_until=record["previous_secret_until"],
+            )
+            for record in records
+        ]
+
+    async def rotate(self, agent_id: str, *, overlap_s: float) -> Route:
+        """Give an agent a new signing secret; the old one keeps signing for ``overlap_s``.
+
+        During the overlap every post carries two ``v1`` signatures, one per secret, so
+        the recipient can switch at any moment in it; afterwards only the new secret
+        signs and the old one is forgotten (:meth:`forget_previous_secrets`). A rotation
+        during another's overlap replaces the older previous secret.
+
+        Args:
+            agent_id: the recipient agent id (an ``http`` route).
+            overlap_s: how long the old secret keeps signing (0: not at all).
+
+        Returns:
+            The route, with the new plain secret in ``secret`` (show it to the recipient
+            once).
+
+        Raises:
+            InvalidInput: a negative overlap.
+            RouteNotFound: no http route for ``agent_id``.
+            SecretUnreadable: its stored secret opens with none of the configured keys
+                (nothing is changed).
+            StoreUnavailable: the database is unreachable.
+        """
+        if not overlap_s >= 0:
+            raise InvalidInput("the overlap must not be negative", field="overlap")
+        secret = new_secret()
+        until = self.clock.now() + timedelta(seconds=overlap_s)
+        self._cache.pop(agent_id, None)
+        sealed = self.box.seal(secret, context=route_context(agent_id))
+        async with self._readable_route(agent_id, "route rotate") as conn:
+            record = await conn.fetchrow(queries["routes_rotate"], agent_id, sealed, until)
+        if record is None:
+            raise RouteNotFound(f"no http route for agent {agent_id!r}")
+        return self._route(record)
+
+    @contextlib.asynccontextmanager
+    async def _readable_route(self, agent_id: str, what: str) -> AsyncIterator[Any]:
+        """A transaction holding the agent's route locked, once its secrets are known to open.
+
+        An edit whose result could not be read back (a key missing) is refused before it
+        writes anything, rather than half done.
+
+        Raises:
+            RouteNotFound: no route for ``agent_id``.
+            SecretUnreadable: a stored secret opens with none of the configured keys.
+            StoreUnavailable: the database is unreachable.
+        """
+        with store_errors(what):
+            async with self.pool.acquire() as conn, conn.transaction():
+                current = await conn.fetchrow(queries["routes_lock"], agent_id)
+                if current is None:
+                    raise RouteNotFound(f"no route for agent {agent_id!r}")
+                self._route(current)
+                yield conn
+
+    async def forget_previous_secrets(self) -> int:
+        """Drop every rotated-out secret whose overlap has ended; the daemon calls this.
+
+        Returns:
+            How many routes forgot a previous secret.
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        with store_errors("route secret cleanup"):
+            status = await self.pool.execute(
+                queries["routes_forget_previous_secrets"], self.clock.now()
+            )
+        self._cache.clear()
+        return int(status.split()[-1])
+
+    async def reseal(self) -> ResealReport:
+        """Store every secret in the form the configured key asks for (``secrets rekey``).
+
+        Each secret is opened with any configured key and sealed under the current one
+        (or stored plain when no key is set), all in one transaction; a secret already in
+        that form is left as it is.
+
+        Returns:
+            How many routes hold secrets and how many secrets were written again.
+
+        Raises:
+            SecretUnreadable: a stored secret opens with none of the configured keys
+                (nothing is written).
+            StoreUnavailable: the database is unreachable.
+        """
+        resealed = 0
+        with store_errors("secrets rekey"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                records = await conn.fetch(queries["routes_secrets_lock"])
+                changed: tuple[list[str], list[str | None], list[str | None]] = ([], [], [])
+                for record in records:
+                    agent_id = record["agent_id"]
+                    values = [
+                        self._reseal(agent_id, record[k]) for k in ("secret", "previous_secret")
+                    ]
+                    written = sum(
+                        new != old
+                        for new, old in zip(
+                            values, (record["secret"], record["previous_secret"]), strict=True
+                        )
+                    )
+                    if written:
+                        resealed += written
+                        changed[0].append(agent_id)
+                        changed[1].append(values[0])
+                        changed[2].append(values[1])
+                if changed[0]:
+                    await conn.execute(queries["routes_reseal"], *changed)
+        self._cache.clear()
+        return ResealReport(routes=len(records), resealed=resealed)
+
+    def _reseal(self, agent_id: str, stored: str | None) -> str | None:
+        if stored is None or self.box.is_current(stored):
+            return stored
+        context = route_context(agent_id)
+        return self.box.seal(self.box.open(stored, context=context), context=context)
+
+    def _route(self, record: asyncpg.Record, *, must_open: bool = True) -> Route:
+        """A route from its row, its secrets opened.
+
+        Args:
+            record: the row.
+            must_open: False where no secret is needed (a hold): secrets that do not
+                open are left out (None) instead of failing.
+
+        Raises:
+            SecretUnreadable: a stored secret opens with none of the configured keys.
+        """
+        context = route_context(record["agent_id"])
+        secret, previous = record["secret"], record["previous_secret"]
+        if not must_open:
+            try:
+                self._route(record)
+            except SecretUnreadable:
+                secret = previous = None
+        return Route(
+            agent_id=record["agent_id"],
+            url=record["url"],
+            secret=None if secret is None else self.box.open(secret, context=context),
+            enabled=record["enabled"],
+            kind=record["kind"],
+            batch_size=record["batch_size"],
+            held_at=record["held_at"],
+            previous_secret=None if previous is None else self.box.open(previous, context=context),
+            previous_secret_until=record["previous_secret_until"],
+        )
