@@ -408,6 +408,8 @@ def build_daemon(
 
     async def reap() -> None:
         await reap_expired_jobs(stack.jobs)
+        for job_id, _ in await stack.jobs.cancel_queued_too_long():
+            log.warning("job_queued_too_long", job_id=job_id, outcome="cancelled")
 
     policy = settings.retention()
 

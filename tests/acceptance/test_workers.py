@@ -1,4 +1,4 @@
-"""Worker processes: one turn at a time per session, and results that cannot be stored."""
+"""Jobs as the processes run them: one turn per session, unstorable results, the bounce."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from birddog.postgres.pool import Pool
-from tests.acceptance.conftest import Daemon, cli, wait_until
+from tests.acceptance.conftest import Daemon, Harness, TestInbox, cli, wait_until
 from tests.support import enqueue, make_job
 
 
@@ -106,3 +106,29 @@ async def test_worker_once_settles_unstorable_results_failed_and_says_so(
         "surrogate": "failed",
     }
     assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox") == 10
+
+
+async def test_a_job_nobody_claims_is_cancelled_by_the_daemon_and_the_sender_hears(
+    daemons: Callable[..., Daemon], harness: Harness, inbox: TestInbox, pg_pool: Pool
+) -> None:
+    """The daemon's reaper cancels a job queued past its age; the reply reaches the recipient."""
+    await harness.add_agent("alice")
+    await harness.add_agent("carol")
+    await enqueue(
+        pg_pool,
+        make_job("lonely", session="s-nobody-serves"),
+        created_at=datetime.now(UTC) - timedelta(minutes=2),
+    )
+    daemon = daemons(BIRDDOG_JOB_MAX_QUEUED_S="60", BIRDDOG_JOB_LEASE_S="2")
+
+    async def both_replied() -> bool:
+        return len(inbox.replies) == 2
+
+    await wait_until(both_replied, timeout_s=60, what="both replies of the cancelled job")
+    code, text = daemon.terminate()
+    assert code == 0, text[-2000:]
+    text_of_bounce = "BirdDog cancelled this job: no worker claimed it within 1 min"
+    assert {(r.content, r.reply.outcome.value) for r in inbox.replies} == {
+        (text_of_bounce, "cancelled")
+    }
+    assert '"job_queued_too_long"' in text

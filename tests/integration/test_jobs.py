@@ -675,3 +675,32 @@ async def test_a_refused_statement_is_store_unavailable_with_the_driver_error_as
         )
     assert isinstance(caught.value.__cause__, asyncpg.CheckViolationError)
     assert "SQLSTATE 23514" in str(caught.value)
+
+
+# ---- nothing queued forever -------------------------------------------------------------
+
+
+async def test_a_job_queued_past_its_maximum_age_is_cancelled_and_its_sender_hears(
+    pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """The reaper cancels a job nobody claimed within a day; its replies say so."""
+    jobs = PostgresJobs(pg_pool, clock=clock, max_queued_s=86_400)
+    await enqueue(pg_pool, make_job("stale", session="s-nobody"), created_at=T0 - timedelta(1))
+    await enqueue(pg_pool, make_job("young", session="s-nobody-2"), created_at=T0)
+    await enqueue(pg_pool, make_job("busy"), created_at=T0 - timedelta(2))
+    await claim(jobs, queues=["s-bob"])
+    assert await jobs.cancel_queued_too_long() == [("stale", "cancelled")]
+    text = "BirdDog cancelled this job: no worker claimed it within 24 h"
+    stored = await job_row(pg_pool, "stale")
+    assert (stored["state"], stored["outcome"], stored["result_content"]) == (
+        "settled",
+        "cancelled",
+        text,
+    )
+    assert (stored["cancel_requested_at"], stored["cancel_content"]) == (T0, text)
+    replies = [row["reply"] for row in await outbox_rows(pg_pool)]
+    assert [(r["content"], r["reply"]["outcome"]) for r in replies] == [(text, "cancelled")] * 2
+    assert await wake_at(pg_pool) == T0
+    assert (await job_row(pg_pool, "young"))["state"] == "queued"
+    assert (await job_row(pg_pool, "busy"))["state"] == "running"
+    assert await jobs.cancel_queued_too_long() == []

@@ -62,6 +62,7 @@ from birddog.core.lifecycle import (
     Keep,
     LeaseExpired,
     Limits,
+    QueuedTooLong,
     RecordCancellation,
     Refuse,
     Requeue,
@@ -486,7 +487,42 @@ class PostgresJobs:
             StoreUnavailable: the database could not be reached; batches already
                 committed stay committed.
         """
-        return await self._reap(queries["jobs_lock_expired"], LeaseExpired(), now=now, limit=limit)
+        at = now or self.clock.now()
+        return await self._reap(
+            queries["jobs_lock_expired"], LeaseExpired(), since=at, now=at, limit=limit
+        )
+
+    async def cancel_queued_too_long(
+        self, *, now: datetime | None = None, limit: int = RECOVER_BATCH
+    ) -> list[tuple[str, str]]:
+        """Cancel jobs no worker claimed within the maximum queued age (the bus's bounce).
+
+        Each settles ``cancelled`` with a result that says so ("BirdDog cancelled this
+        job: no worker claimed it within 24 h") and its replies fan out in the same
+        transaction, so the sender hears back instead of waiting on silence. Batches,
+        locks and refused jobs as :meth:`recover_expired`.
+
+        Args:
+            now: the time ages are judged at (default: the store's clock).
+            limit: jobs per transaction.
+
+        Returns:
+            ``(job_id, "cancelled")`` for each job cancelled.
+
+        Raises:
+            InvalidInput: ``limit`` is below 1.
+            StoreUnavailable: the database could not be reached; batches already
+                committed stay committed.
+        """
+        at = now or self.clock.now()
+        enqueued_by = at - timedelta(seconds=self.limits.max_queued_s)
+        return await self._reap(
+            queries["jobs_lock_queued_too_long"],
+            QueuedTooLong(),
+            since=enqueued_by,
+            now=at,
+            limit=limit,
+        )
 
     async def get(self, job_id: str) -> Job:
         """The job with this id.
@@ -530,17 +566,18 @@ class PostgresJobs:
         lock_query: LiteralString,
         event: JobEvent,
         *,
-        now: datetime | None,
+        since: datetime,
+        now: datetime,
         limit: int,
     ) -> list[tuple[str, str]]:
-        """Lock the jobs ``lock_query`` finds a batch at a time and carry out ``event``.
+        """Carry out ``event`` at ``now`` for the jobs ``lock_query`` locks from ``since``.
 
-        A batch the database refuses is retried a job at a time, and a job refused on its
-        own is skipped for the rest of this pass, so one bad job never blocks the others.
+        The jobs are locked and handled a batch at a time. A batch the database refuses is
+        retried a job at a time, and a job refused on its own is skipped for the rest of
+        this pass, so one bad job never blocks the others.
         """
         if limit < 1:
             raise InvalidInput("limit must be at least 1", field="limit")
-        at = now or self.clock.now()
         handled: list[tuple[str, str]] = []
         skipped: list[str] = []
         batch = limit
@@ -550,13 +587,13 @@ class PostgresJobs:
             try:
                 with driver_errors("reap"):
                     async with self.pool.acquire() as conn, conn.transaction():
-                        rows = await conn.fetch(lock_query, at, batch, skipped)
+                        rows = await conn.fetch(lock_query, since, batch, skipped)
                         ids = [row["job_id"] for row in rows]
                         items = [
-                            (row, decide(facts_from_row(row), event, now=at, limits=self.limits))
+                            (row, decide(facts_from_row(row), event, now=now, limits=self.limits))
                             for row in rows
                         ]
-                        await self._carry_out(conn, items, at)
+                        await self._carry_out(conn, items, now)
             except StoreUnavailable as exc:
                 if not ids or not is_refusal(exc):
                     raise

@@ -888,6 +888,20 @@ ORDER BY j.lease_expires_at, j.job_id
 LIMIT $2::int
 FOR UPDATE SKIP LOCKED;
 
+-- name: jobs_lock_queued_too_long
+-- Lock up to $2 queued jobs enqueued by $1 (the maximum queued age ago), oldest first, skipping jobs another transaction holds and jobs $3.
+-- params: $1 enqueued_by timestamptz, $2 limit int, $3 skip text[] (jobs the database refused this pass)
+SELECT
+    j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
+    j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
+    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at
+FROM birddog.jobs j
+WHERE j.state = 'queued' AND j.created_at <= $1::timestamptz
+  AND NOT (j.job_id = ANY($3::text[]))
+ORDER BY j.created_at, j.job_id
+LIMIT $2::int
+FOR UPDATE SKIP LOCKED;
+
 -- name: jobs_counts
 -- How many jobs are in each state.
 -- params: none
