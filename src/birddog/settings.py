@@ -29,6 +29,30 @@ from birddog.core.schedule import RetrySchedule
 from birddog.sealing import ALERT_CONTEXT, SecretBox
 
 
+def data_dir_for(package_dir: Path) -> Path:
+    """Where the embedded server's data lives for BirdDog installed at ``package_dir``.
+
+    Run from a checkout (an editable install: the package sits in ``src/birddog`` of a
+    repository), the data stays with that checkout in ``.birddog`` (ignored by git), so
+    two clones never share a database. Installed from a wheel, it goes to the user's XDG
+    data directory (``~/.local/share/birddog``).
+
+    Args:
+        package_dir: the directory of the ``birddog`` package.
+
+    Returns:
+        The data directory.
+    """
+    checkout = package_dir.parents[1]
+    if (
+        package_dir.parent.name == "src"
+        and (checkout / "pyproject.toml").is_file()
+        and (checkout / ".git").exists()
+    ):
+        return checkout / ".birddog"
+    return Path(platformdirs.user_data_dir("birddog"))
+
+
 class Settings(BaseSettings):
     """BirdDog's settings; each field reads ``BIRDDOG_<NAME>`` (``DATABASE_URL`` as is)."""
 
@@ -40,8 +64,8 @@ class Settings(BaseSettings):
         description="PostgreSQL DSN; unset: an embedded server in data_dir.",
     )
     data_dir: Path = Field(
-        default_factory=lambda: Path(platformdirs.user_data_dir("birddog")),
-        description="Where the embedded PostgreSQL keeps its data.",
+        default_factory=lambda: data_dir_for(Path(__file__).resolve().parent),
+        description="Where the embedded PostgreSQL keeps its data: ./.birddog in a checkout.",
     )
     page_size: int = Field(64, ge=1, le=1000, description="Replies per drain page.")
     max_attempts: int = Field(20, ge=1, description="Attempts before a reply dies.")
