@@ -18,6 +18,7 @@ from birddog.core.errors import BirdDogError
 from birddog.core.mail import AgentAddress, Mail, Reply, ReplyFacts, reply_key
 from birddog.http import HttpTransport, StaticRoutes, generate_secret
 from birddog.http.inbox import (
+    DEFAULT_MAX_BODY_BYTES,
     Inbox,
     InboxRefused,
     InvalidSignature,
@@ -451,13 +452,65 @@ async def test_concurrent_copies_are_handled_once(transport: HttpTransport, host
     assert host.handled == [make_reply()]
 
 
-async def test_handler_takes_a_maximal_reply_on_a_default_app(
-    transport: HttpTransport, host: Host
-) -> None:
-    """A reply with 1 MiB of content passes, though aiohttp's default client_max_size is 1 MiB."""
+async def test_handler_reads_at_most_1_mib_by_default(transport: HttpTransport, host: Host) -> None:
+    """With the default bound a body above 1 MiB gets 413 and is never handled."""
+    assert DEFAULT_MAX_BODY_BYTES == 1024 * 1024
+    big = make_reply(content="x" * DEFAULT_MAX_BODY_BYTES)
+    result = await transport.post(big)
+    assert isinstance(result, Failed)
+    assert result.reason.startswith("HTTP 413")
+    assert host.handled == []
+
+
+async def test_a_raised_bound_takes_a_maximal_reply(secret: str) -> None:
+    """A host that raises max_body_bytes takes a reply of 1 MiB of escaped content."""
+    handled: list[Reply] = []
+
+    async def on_reply(reply: Reply) -> None:
+        handled.append(reply)
+
+    app = web.Application()
+    handler = aiohttp_handler(Inbox(secret), on_reply, max_body_bytes=8 * 1024 * 1024)
+    app.router.add_post("/birddog", handler)
+    runner, url = await serve(app, shutdown_timeout=1.0)
+    routes = StaticRoutes()
+    routes.add(CALLER.agent_id, f"{url}/birddog", secret=secret)
     big = make_reply(content="\u0001" * 1_048_576)  # escapes to six bytes a character
-    assert await transport.post(big) == Accepted()
-    assert host.handled == [big]
+    try:
+        async with HttpTransport(routes, timeout_s=30.0) as http:
+            assert await http.post(big) == Accepted()
+    finally:
+        await runner.cleanup()
+    assert handled == [big]
+
+
+@pytest.mark.parametrize("stale", [True, False])
+async def test_headers_and_timestamp_are_checked_before_the_body_is_read(
+    host: Host, stale: bool
+) -> None:
+    """A stale or unsigned request announcing a body is refused 401 without reading a byte."""
+    stamp = int(datetime.now(UTC).timestamp()) - (3600 if stale else 0)
+    headers = (
+        f"webhook-id: k\r\nwebhook-timestamp: {stamp}\r\nwebhook-signature: v1,AAAA\r\n"
+        if stale
+        else ""
+    )
+    path_and_host = host.url.removeprefix("http://")
+    where, _, path = path_and_host.partition("/")
+    address, _, port = where.partition(":")
+    reader, writer = await asyncio.open_connection(address, int(port))
+    try:
+        writer.write(
+            f"POST /{path} HTTP/1.1\r\nHost: {where}\r\n{headers}"
+            f"Content-Type: application/json\r\nContent-Length: {512 * 1024}\r\n\r\n".encode()
+        )
+        await writer.drain()
+        # No body is sent: a handler that waited for it would never answer.
+        status = await asyncio.wait_for(reader.readline(), timeout=5.0)
+    finally:
+        writer.close()
+    assert status.startswith(b"HTTP/1.1 401")
+    assert host.handled == []
 
 
 async def test_handler_refuses_a_body_above_its_bound(secret: str) -> None:

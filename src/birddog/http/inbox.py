@@ -123,8 +123,9 @@ class Inbox:
     def receive(self, headers: Mapping[str, str], body: bytes) -> Received:
         """Verify one delivery and parse its reply.
 
-        The signature is checked first (constant-time, any ``v1`` signature of the
-        space-separated list), then the timestamp tolerance, then the body.
+        The headers and the timestamp tolerance are checked first (:meth:`check_headers`,
+        which needs no body), then the signature (constant-time, any ``v1`` signature of
+        the space-separated list), then the body.
 
         Args:
             headers: the request headers; names are matched case-insensitively.
@@ -136,10 +137,42 @@ class Inbox:
         Raises:
             InvalidSignature: a Standard Webhooks header is missing or malformed, or no
                 signature matches the secret (forged, tampered, or another secret).
-            StaleTimestamp: the signature is valid but the timestamp is outside
-                ``tolerance_s`` (a replay, or a skewed clock).
+            StaleTimestamp: the timestamp is outside ``tolerance_s`` (a replay, or a
+                skewed clock).
             MalformedReply: the body is not a BirdDog reply, or its key is not the
                 ``webhook-id``.
+        """
+        msg_id, timestamp, signatures = self.check_headers(headers)
+        if not signing.verify(
+            self._keys, msg_id=msg_id, timestamp=timestamp, body=body, signatures=signatures
+        ):
+            raise InvalidSignature("no webhook-signature matches this inbox's secret")
+        try:
+            # The TypeScript shape (no inReplyTo) and unknown fields are read, not refused.
+            reply = reply_from_wire(pydantic_core.from_json(body))
+        except (InvalidInput, ValueError) as exc:
+            raise MalformedReply(f"body is not a BirdDog reply: {exc}") from exc
+        if reply.key != msg_id:
+            raise MalformedReply("webhook-id is not the reply key")
+        return Received(reply=reply, duplicate=self.seen(msg_id))
+
+    def check_headers(self, headers: Mapping[str, str]) -> tuple[str, int, str]:
+        """Check what can be checked before the body is read: the headers and the time.
+
+        A delivery without the three Standard Webhooks headers, or with a timestamp
+        outside the tolerance, is refused here, so nobody can make a host read (and hold)
+        a large body without at least a fresh timestamp; :meth:`receive` then verifies
+        the signature over the body.
+
+        Args:
+            headers: the request headers; names are matched case-insensitively.
+
+        Returns:
+            The ``webhook-id``, the timestamp in Unix seconds and the signatures.
+
+        Raises:
+            InvalidSignature: a header is missing or malformed.
+            StaleTimestamp: the timestamp is outside ``tolerance_s``.
         """
         msg_id = header(headers, signing.ID_HEADER)
         stamp = header(headers, signing.TIMESTAMP_HEADER)
@@ -155,10 +188,6 @@ class Inbox:
         if not (stamp.isascii() and stamp.isdigit()) or len(stamp) > 12:
             raise InvalidSignature("webhook-timestamp is not Unix seconds")
         timestamp = int(stamp)
-        if not signing.verify(
-            self._keys, msg_id=msg_id, timestamp=timestamp, body=body, signatures=signatures
-        ):
-            raise InvalidSignature("no webhook-signature matches this inbox's secret")
         skew = self._now().timestamp() - timestamp
         if abs(skew) > self.tolerance_s:
             direction = "old" if skew > 0 else "far in the future"
@@ -166,14 +195,7 @@ class Inbox:
                 f"webhook-timestamp is {abs(skew):.0f} s {direction}; "
                 f"tolerance is {self.tolerance_s} s"
             )
-        try:
-            # The TypeScript shape (no inReplyTo) and unknown fields are read, not refused.
-            reply = reply_from_wire(pydantic_core.from_json(body))
-        except (InvalidInput, ValueError) as exc:
-            raise MalformedReply(f"body is not a BirdDog reply: {exc}") from exc
-        if reply.key != msg_id:
-            raise MalformedReply("webhook-id is not the reply key")
-        return Received(reply=reply, duplicate=self.seen(msg_id))
+        return msg_id, timestamp, signatures
 
     def seen(self, webhook_id: str) -> bool:
         """Whether a delivery with this ``webhook-id`` was already taken (remembered).
@@ -239,8 +261,10 @@ ReplyHandler = Callable[[Reply], Awaitable[None]]
 """What the host does with a verified, new reply; it returns once the reply is safe."""
 
 
-DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
-"""The handler reads request bodies up to this: a 1 MiB reply content, JSON-escaped, fits."""
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+"""The handler reads request bodies up to this (1 MiB). A host that takes replies near
+BirdDog's 1 MiB content limit raises it: JSON escaping and the envelope add to the content
+(up to six bytes a character for control characters)."""
 
 
 def aiohttp_handler(
@@ -254,22 +278,24 @@ def aiohttp_handler(
     - ``200 {"accepted": true, "duplicate": true}`` for a reply already taken, without
       calling ``on_reply`` again; a concurrent copy of a reply still being handled waits
       for that first call and answers after it;
-    - ``401`` for a missing or wrong signature or a stale timestamp;
-    - ``413`` for a body above ``max_body_bytes``;
+    - ``401`` for missing signature headers or a stale timestamp, before the body is
+      read, and for a signature that does not match;
+    - ``413`` for a body above ``max_body_bytes`` (at most that much is ever read);
     - ``400`` for a malformed reply, or when ``on_reply`` raises :class:`InboxRefused`
       (for example :class:`ReplyMismatch` from :meth:`Inbox.check_against`);
     - ``500`` when ``on_reply`` raises anything else, so the sender retries later.
 
     Every refusal has ``{"accepted": false, "error": "<reason>"}`` as its body.
 
-    The handler reads the body itself, bounded by ``max_body_bytes``, so the
-    application's ``client_max_size`` (1 MiB by default, less than a maximal reply) does
-    not apply to it.
+    The handler reads the body itself, bounded by ``max_body_bytes`` and only once the
+    headers and the timestamp passed, so the application's ``client_max_size`` does not
+    apply to it.
 
     Args:
         inbox: verifies and deduplicates.
         on_reply: handles one new reply; it should return only once the reply is stored.
-        max_body_bytes: the largest request body read.
+        max_body_bytes: the largest request body read (default 1 MiB; raise it to take
+            replies whose content is close to 1 MiB).
 
     Returns:
         The handler, for ``app.router.add_post(path, handler)``.
@@ -277,6 +303,11 @@ def aiohttp_handler(
     in_flight: dict[str, asyncio.Event] = {}
 
     async def handle(request: web.Request) -> web.Response:
+        try:
+            inbox.check_headers(request.headers)
+        except (InvalidSignature, StaleTimestamp) as exc:
+            log.warning("inbox_refused", reason=type(exc).__name__)
+            return _refusal(401, exc)
         body = await _read_bounded(request, max_body_bytes)
         if body is None:
             return _refusal(413, f"body larger than {max_body_bytes} bytes")
