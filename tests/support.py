@@ -12,6 +12,7 @@ import socket
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from birddog import (
@@ -230,6 +231,15 @@ async def until_listening(pool: Pool, channel: str = "birddog_mailbox") -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"nobody started listening on {channel}")
+
+
+def process_running(pid: int) -> bool:
+    """Whether a process runs (Linux /proc); an exited zombie awaiting its reaper does not."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] not in {"Z", "X"}
 
 
 # ---- a mail room on fakes ------------------------------------------------------------

@@ -108,6 +108,9 @@ class Settings(BaseSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
     worker_concurrency: int = Field(4, ge=1, description="Jobs a worker runs at once.")
     handler_timeout_s: float = Field(900.0, gt=0, description="A handler running longer is cut.")
+    kill_grace_s: float = Field(
+        5.0, ge=0, description="A --command's process group: SIGTERM, then SIGKILL after this."
+    )
     job_lease_s: float = Field(60.0, gt=0, description="A worker's job lease; heartbeats renew.")
     queue_concurrency: int = Field(
         1, ge=1, le=1000, description="Jobs of one queue (session) running at once, all workers."

@@ -18,13 +18,14 @@ import os
 import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from contextvars import ContextVar
 from typing import Any
 
 import structlog
 
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import BirdDogError, InvalidJobPayload, StaleClaim, StoreUnavailable
-from birddog.core.jobs import AgentJobPayload, decode_agent_job
+from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
 from birddog.core.lifecycle import (
     Cause,
     ClaimEvent,
@@ -44,6 +45,17 @@ log = structlog.get_logger("birddog.worker")
 
 Handler = Callable[[AgentJobPayload], Awaitable[str]]
 """What a worker runs for each agent job: the payload in, the reply content out."""
+
+_CURRENT_JOB: ContextVar[Job] = ContextVar("birddog_current_job")
+
+
+def current_job() -> Job | None:
+    """The job the calling handler runs for; None outside a worker's handler.
+
+    A handler gets the payload; this gives it (or what it calls, such as
+    :func:`birddog.spawn.command_handler`) the job itself, for its id.
+    """
+    return _CURRENT_JOB.get(None)
 
 
 class HandlerNotFound(BirdDogError):
@@ -191,6 +203,7 @@ class Worker:
 
     async def _execute(self, claimed: ClaimedJobLike, payload: AgentJobPayload, bound: Any) -> None:
         async def call() -> object:
+            _CURRENT_JOB.set(claimed.job)  # the task's own context: no reset needed
             return await self.handler(payload)
 
         loop = asyncio.get_running_loop()

@@ -12,25 +12,53 @@ from birddog.runtime import quiet_until_started
 
 
 @main.command()
-@click.option("--handler", required=True, help="package.module:function, an async handler.")
+@click.option("--handler", default=None, help="package.module:function, an async handler.")
+@click.option(
+    "--command",
+    default=None,
+    help="Or a program, one process per job: mail content on stdin, ids in BIRDDOG_* "
+    "variables, stdout the reply; e.g. 'tr a-z A-Z'.",
+)
 @click.option("--queue", "queues", multiple=True, help="Only these queues (session ids).")
 @click.option("--concurrency", type=int, default=None, help="Jobs run at once.")
 @click.option("--once", is_flag=True, help="Run queued jobs, then exit.")
 @click.pass_context
 def worker(
-    ctx: click.Context, handler: str, queues: tuple[str, ...], concurrency: int | None, once: bool
+    ctx: click.Context,
+    handler: str | None,
+    command: str | None,
+    queues: tuple[str, ...],
+    concurrency: int | None,
+    once: bool,
 ) -> None:
-    """Run agent jobs with HANDLER, settling and fanning out each one."""
+    """Run agent jobs with --handler or --command, settling and fanning out each one.
+
+    A --command runs once per job in its own process group; on the handler timeout, a
+    recorded cancellation or the worker stopping, the whole group is ended (SIGTERM,
+    then SIGKILL after BIRDDOG_KILL_GRACE_S). A non-zero exit fails the job with the
+    tail of its stderr as the diagnostic.
+    """
     quiet_until_started()
     from birddog.bootstrap import run_worker  # noqa: PLC0415 - keeps --help fast
+    from birddog.spawn import command_handler  # noqa: PLC0415
     from birddog.worker import load_handler  # noqa: PLC0415
 
+    if (handler is None) == (command is None):
+        raise click.UsageError("give exactly one of --handler or --command")
     settings = settings_of(ctx)
     if concurrency is not None:
         settings = settings.model_copy(update={"worker_concurrency": concurrency})
     sys.path.insert(0, ".")
     try:
-        function = load_handler(handler)
+        function = (
+            load_handler(handler)
+            if handler is not None
+            else command_handler(
+                command or "",
+                grace_s=settings.kill_grace_s,
+                max_output_bytes=settings.max_content_bytes,
+            )
+        )
     except BirdDogError as exc:
         raise click.UsageError(str(exc)) from exc
     summary = run(

@@ -1,0 +1,78 @@
+"""``birddog worker --command`` as a user runs it: a real worker process, real commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.acceptance.conftest import Harness, cli
+from tests.support import process_running
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+
+
+async def send(database_url: str, job_id: str, content: str) -> None:
+    sent = await cli(
+        database_url, "send", "--job-id", job_id, "--to", "upper:s-upper",
+        "--from", "asker:s-ask", "--reply-to", "asker:s-ask", "--key", f"mail-{job_id}",
+        "--command-id", f"cmd-{job_id}", "--content", content,
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+
+
+async def test_a_command_worker_answers_with_stdout(database_url: str, harness: Harness) -> None:
+    """Worker --command 'tr a-z A-Z' --once settles the job completed with the command's output."""
+    await send(database_url, "j-1", "hello")
+    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    reply = await harness.pool.fetchval(
+        "SELECT reply FROM birddog.outbox WHERE key = 'outbox:mail-j-1:reply:0'"
+    )
+    assert (reply["content"], reply["reply"]["outcome"]) == ("HELLO", "completed")
+
+
+async def test_after_the_handler_timeout_no_process_of_the_group_lives(
+    database_url: str, harness: Harness, tmp_path: Path
+) -> None:
+    """A grandchild ignoring SIGTERM dies with its group at the handler timeout; job interrupted."""
+    pids = tmp_path / "pids"
+    await send(database_url, "j-2", "take your time")
+    command = (
+        f'sh -c \'trap "" TERM; (trap "" TERM; sleep 600) & echo "$$ $!" > {pids}; sleep 600\''
+    )
+    worked = await cli(
+        database_url, "worker", "--command", command, "--once",
+        BIRDDOG_HANDLER_TIMEOUT_S="1", BIRDDOG_KILL_GRACE_S="0.5",
+    )  # fmt: skip
+    assert worked.returncode == 0, worked.stderr
+    spawned = [int(pid) for pid in pids.read_text().split()]
+    assert len(spawned) == 2
+    assert not any(process_running(pid) for pid in spawned)
+    job = await harness.pool.fetchrow(
+        "SELECT state, outcome, diagnostic FROM birddog.jobs WHERE job_id = 'j-2'"
+    )
+    assert (job["state"], job["outcome"]) == ("settled", "interrupted")
+    assert "timed out" in job["diagnostic"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--command", "no-such-agent-program --x"], "'no-such-agent-program': not found on PATH"),
+        (["--command", "cat", "--handler", "tests.acceptance.handlers:echo"], "exactly one"),
+        ([], "exactly one"),
+    ],
+)
+async def test_a_worker_that_cannot_run_says_so_in_one_line(
+    database_url: str, harness: Harness, args: list[str], message: str
+) -> None:
+    """A missing program or a wrong flag combination is a one-line error; nothing is claimed."""
+    await send(database_url, "j-3", "hello")
+    refused = await cli(database_url, "worker", *args, "--once")
+    assert refused.returncode == 2
+    [error] = [line for line in refused.stderr.splitlines() if line.startswith("Error:")]
+    assert message in error
+    assert "Traceback" not in refused.stderr
+    state = await harness.pool.fetchval("SELECT state FROM birddog.jobs WHERE job_id = 'j-3'")
+    assert state == "queued"
