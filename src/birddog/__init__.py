@@ -6,6 +6,7 @@ outbox and delivered with bounded retries. A reply succeeds, fails loudly (a dea
 with an alert), or sits visibly pending; it never vanishes.
 """
 
+from birddog.asking import ask
 from birddog.core.delivery import (
     Accepted,
     DeadReason,
@@ -20,6 +21,8 @@ from birddog.core.delivery import (
 )
 from birddog.core.diagnostic import DIAGNOSTIC_MAX_LENGTH, bounded_diagnostic
 from birddog.core.errors import (
+    AskFailed,
+    AskTimedOut,
     BirdDogError,
     ContentTooLarge,
     DatabaseRefused,
@@ -28,9 +31,11 @@ from birddog.core.errors import (
     InvalidSetting,
     JobConflict,
     JobNotFound,
+    NotAMailbox,
     RouteNotFound,
     StaleClaim,
     StoreUnavailable,
+    UnknownAgent,
     UnreadableRow,
 )
 from birddog.core.fanout import empty_reply_text, replies_for
@@ -57,6 +62,8 @@ __all__ = [
     "AgentAddress",
     "AgentJobPayload",
     "AgentWork",
+    "AskFailed",
+    "AskTimedOut",
     "BirdDogError",
     "Clock",
     "ContentTooLarge",
@@ -75,6 +82,7 @@ __all__ = [
     "JobState",
     "Mail",
     "MailRoom",
+    "NotAMailbox",
     "Outbox",
     "OutboxRow",
     "Outcome",
@@ -92,9 +100,11 @@ __all__ = [
     "StaleClaim",
     "StoreUnavailable",
     "Transport",
+    "UnknownAgent",
     "UnreadableRow",
     "WakeScheduler",
     "agent_job",
+    "ask",
     "bounded_diagnostic",
     "decide",
     "decode_agent_job",

@@ -56,7 +56,7 @@ def send(
     from birddog.core.mail import Mail  # noqa: PLC0415
 
     settings = settings_of(ctx)
-    text = _content(content)
+    text = read_content(content)
     target = parse_address(to, "--to")
     work_fields: dict[str, Any] = {
         "jobId": job_id,
@@ -104,19 +104,33 @@ def send(
         click.echo(f"already sent: {job_id} (identical to the stored job; nothing written)")
 
 
-def _content(content: str | None) -> str:
-    """The mail content from ``--content`` or stdin; refuses a terminal and an empty pipe."""
+def read_content(
+    content: str | None, *, how: str = "--content TEXT", empty: str = "--content ''"
+) -> str:
+    """The mail content as given, or from stdin; refuses a terminal and an empty pipe.
+
+    Args:
+        content: the value given on the command line; None or ``-`` reads stdin.
+        how: how content is given on the command line, for the messages.
+        empty: how empty content is given on the command line, for the messages.
+
+    Returns:
+        The content; empty only when given explicitly as ``''``.
+
+    Raises:
+        click.UsageError: nothing given and stdin is a terminal, or stdin was empty.
+    """
     if content is not None and content != "-":
         return content
     if content is None and sys.stdin.isatty():
         raise click.UsageError(
-            "no content: give --content TEXT or pipe it on stdin (empty content needs --content '')"
+            f"no content: give {how} or pipe it on stdin (empty content needs {empty})"
         )
     # Bytes decoded here, not by the locale's codec: invalid UTF-8 becomes lone surrogates,
     # which Mail refuses naming ``content``, instead of a UnicodeDecodeError traceback.
     text = sys.stdin.buffer.read().decode("utf-8", "surrogateescape")
     if not text:
-        raise click.UsageError("stdin was empty: empty content needs --content ''")
+        raise click.UsageError(f"stdin was empty: empty content needs {empty}")
     return text
 
 

@@ -7,11 +7,15 @@ Every error BirdDog raises on purpose derives from one root::
     │   ├── InvalidJobPayload: a job payload that is not a BirdDog agent job
     │   ├── ContentTooLarge: mail or reply content above the configured limit
     │   ├── InvalidSecret: a signing secret that is not ``whsec_<base64>``
-    │   └── InvalidSetting: a setting that cannot work as given (named, never echoed)
+    │   ├── InvalidSetting: a setting that cannot work as given (named, never echoed)
+    │   ├── UnknownAgent: an ask to an agent session BirdDog has never heard of
+    │   └── NotAMailbox: an asker whose replies go to an inbox URL, not a mailbox
     ├── JobConflict: a replayed job id whose fields differ from the stored job
     ├── JobNotFound: no job with that id
     ├── StaleClaim: a claim token that no longer holds the job
     ├── RouteNotFound: no route for that agent id
+    ├── AskFailed: an asked question whose work ended otherwise than ``completed``
+    ├── AskTimedOut: no reply to an ask in time (it is still owed to the mailbox)
     ├── StoreUnavailable: the database could not be reached or failed mid-operation
     ├── DatabaseRefused: the database turned BirdDog away for good (login, name, URL)
     ├── UnreadableRow: a stored row that is not what BirdDog wrote (SQL, another version)
@@ -102,6 +106,14 @@ class InvalidSetting(InvalidInput):
     """
 
 
+class UnknownAgent(InvalidInput):
+    """Nobody can be known to serve this agent session: ask an agent with a route."""
+
+
+class NotAMailbox(InvalidInput):
+    """The asker's replies are posted to an inbox URL; ask waits on mailboxes only."""
+
+
 class JobConflict(BirdDogError):
     """A job with this id exists with different fields; a replay must match exactly."""
 
@@ -116,6 +128,42 @@ class StaleClaim(BirdDogError):
 
 class RouteNotFound(BirdDogError):
     """No route is configured for this agent id."""
+
+
+class AskFailed(BirdDogError):
+    """The asked work did not complete.
+
+    Attributes:
+        key: the mail key of the ask.
+        outcome: how the work ended (``failed``, ``interrupted``, ``cancelled``,
+            ``outcome_unknown``), or why the reply could not be read.
+        diagnostic: why, when the outcome carries a diagnostic.
+        content: the reply's content (a cancellation's result, or the text that says the
+            work ended without reply text).
+    """
+
+    def __init__(
+        self, message: str, *, key: str, outcome: str, diagnostic: str | None, content: str
+    ) -> None:
+        self.key = key
+        self.outcome = outcome
+        self.diagnostic = diagnostic
+        self.content = content
+        super().__init__(message)
+
+
+class AskTimedOut(BirdDogError):
+    """No reply to the ask arrived in time; it is still owed and will land in the mailbox.
+
+    Attributes:
+        key: the mail key of the ask.
+        asker: ``AGENT:SESSION`` of the mailbox the reply will land in.
+    """
+
+    def __init__(self, message: str, *, key: str, asker: str) -> None:
+        self.key = key
+        self.asker = asker
+        super().__init__(message)
 
 
 class StoreUnavailable(BirdDogError):

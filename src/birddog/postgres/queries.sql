@@ -454,11 +454,29 @@ SET read_at = $2::timestamptz
 WHERE m.key = ANY($1::text[]) AND m.read_at IS NULL
 RETURNING m.key;
 
+-- ---------------------------------------------------------------------------------------
+-- ask: a mail whose reply the asker waits for in its mailbox
+-- ---------------------------------------------------------------------------------------
+
+-- name: ask_lock_key
+-- Serialise asks with the same mail key until the transaction ends, so a repeat is a replay.
+-- params: $1 key text
+SELECT pg_advisory_xact_lock(hashtextextended('birddog.ask:' || $1::text, 0));
+
 -- name: ask_target_known
 -- Whether an agent session can be asked: the agent has a route, or the session was sent work before.
 -- params: $1 agent_id text, $2 session_id text
 SELECT EXISTS (SELECT 1 FROM birddog.routes r WHERE r.agent_id = $1::text)
     OR EXISTS (SELECT 1 FROM birddog.jobs j WHERE j.queue = $2::text);
+
+-- name: ask_job_by_mail_key
+-- The job that carries the mail with key $1, its payload as text (jobs_mail_key_idx).
+-- params: $1 key text
+SELECT j.job_id, j.payload::text AS payload
+FROM birddog.jobs j
+WHERE (j.payload #>> '{mail,key}') = $1::text
+ORDER BY j.created_at, j.job_id
+LIMIT 1;
 
 -- ===== daemons =====
 

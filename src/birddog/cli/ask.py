@@ -1,0 +1,191 @@
+"""``birddog ask``: a durable question from the shell, answered through the asker's mailbox."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from birddog.cli import announce, main, settings_of, with_stack
+from birddog.cli.mail import read_content
+from birddog.cli.mailbox import shown
+from birddog.core.text import inert
+
+if TYPE_CHECKING:
+    from birddog.asking import Asked
+    from birddog.bootstrap import Stack
+
+EXIT_ANSWERED = 0
+"""The work completed; its content is on stdout."""
+
+EXIT_NOT_COMPLETED = 1
+"""The work ended another way (failed, interrupted, cancelled, outcome_unknown)."""
+
+EXIT_NO_REPLY_YET = 2
+"""No reply in time: it is still owed and will land in the asker's mailbox."""
+
+EXIT_NOT_ASKED = 3
+"""Nothing was asked: bad input, a refusal, or no database."""
+
+
+class _NotAsked(click.ClickException):
+    exit_code = EXIT_NOT_ASKED
+
+
+class _NotAskedUsage(click.UsageError):
+    exit_code = EXIT_NOT_ASKED
+
+
+def _not_asked(exc: click.ClickException) -> click.ClickException:
+    """The same error, exiting 3."""
+    if isinstance(exc, click.UsageError):
+        return _NotAskedUsage(exc.format_message(), ctx=exc.ctx)
+    return _NotAsked(exc.format_message())
+
+
+class AskCommand(click.Command):
+    """A command whose refusals exit 3, keeping 2 for "no reply in time".
+
+    Click's usage errors exit 2 and BirdDog's other errors 1, which here mean a reply
+    still owed and a reply that did not complete; a script must never mistake a question
+    that was not even asked for either.
+    """
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        """Parse the arguments; a usage error exits 3."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.ClickException as exc:
+            raise _not_asked(exc) from exc
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; an error before the question was sent exits 3."""
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            raise _not_asked(exc) from exc
+
+
+@main.command(cls=AskCommand)
+@click.option("--to", "to", required=True, metavar="AGENT:SESSION", help="Who is asked.")
+@click.option(
+    "--from",
+    "from_",
+    required=True,
+    metavar="AGENT:SESSION",
+    help="Who asks; its replies go to its mailbox (added when it has no route).",
+)
+@click.option(
+    "--key",
+    default=None,
+    help="The mail key; the same key again is the same question (a replay). Unset: a new one.",
+)
+@click.option(
+    "--timeout",
+    "timeout_s",
+    type=click.FloatRange(min=0),
+    default=240.0,
+    show_default=True,
+    help="Seconds to wait for the reply.",
+)
+@click.argument("question", required=False)
+@click.pass_context
+def ask(
+    ctx: click.Context,
+    to: str,
+    from_: str,
+    key: str | None,
+    timeout_s: float,
+    question: str | None,
+) -> None:
+    """Ask AGENT:SESSION a QUESTION (or stdin) and print the answer.
+
+    The question is sent as a job whose reply goes to the asker's mailbox; a drain daemon
+    must be running to deliver it. The target must be an agent BirdDog knows: one with a
+    route, or whose session was sent work before.
+
+    \b
+    Exit status:
+      0  the work completed; the answer is on stdout
+      1  it ended failed, interrupted, cancelled or outcome_unknown (stderr says why)
+      2  no reply in time: it is still owed and will land in the asker's mailbox
+         (birddog inbox AGENT:SESSION); ask again with the same --key to wait again
+      3  nothing was asked: bad input, an unknown agent, an asker with an inbox URL
+    """  # noqa: D301 - "\b" is click's mark for a paragraph it must not rewrap
+    content = read_content(question, how="the question as an argument", empty="''")
+    settings = settings_of(ctx)
+
+    async def go(stack: Stack) -> int:
+        from birddog.asking import send_ask  # noqa: PLC0415 - keeps --help fast
+
+        asked = await send_ask(
+            stack.pool,
+            to=to,
+            from_=from_,
+            content=content,
+            key=key,
+            clock=stack.clock,
+            max_content_bytes=settings.max_content_bytes,
+        )
+        _tell_sent(asked, key_given=key is not None)
+        return await _wait(stack, asked, timeout_s)
+
+    sys.exit(with_stack(ctx, go))
+
+
+def _tell_sent(asked: Asked, *, key_given: bool) -> None:
+    if asked.mailbox_added:
+        announce(
+            f"{asked.asker.agent_id} had no route: its replies now go to its mailbox "
+            f"(birddog inbox {asked.asker_text})"
+        )
+    if asked.replay:
+        announce(f"key {asked.key} was asked before: waiting for its reply")
+    elif not key_given:
+        announce(f"asked as key {asked.key} (--key {asked.key} asks the same again)")
+
+
+async def _wait(stack: Stack, asked: Asked, timeout_s: float) -> int:
+    """Wait for the answer and report it; every way this ends has its exit status."""
+    from birddog.asking import wait_for_answer  # noqa: PLC0415
+    from birddog.core.errors import AskFailed, AskTimedOut, StoreUnavailable  # noqa: PLC0415
+    from birddog.runtime import stop_on_signals  # noqa: PLC0415
+
+    owed = (
+        f"the reply to {asked.key} is still owed and will land in the mailbox of "
+        f"{asked.asker_text} (birddog inbox {asked.asker_text})"
+    )
+    stop = stop_on_signals()
+    waiting = asyncio.ensure_future(wait_for_answer(stack.mailbox, asked, timeout_s=timeout_s))
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    stopping.cancel()
+    if not waiting.done():
+        waiting.cancel()
+        await asyncio.gather(waiting, return_exceptions=True)
+        announce(f"stopped waiting: {owed}")
+        return EXIT_NO_REPLY_YET
+    try:
+        answer = waiting.result()
+    except AskFailed as exc:
+        announce(inert(str(exc)))
+        if exc.diagnostic is None and exc.content:
+            announce(shown(exc.content))
+        return EXIT_NOT_COMPLETED
+    except AskTimedOut as exc:
+        announce(inert(str(exc)))
+        return EXIT_NO_REPLY_YET
+    except StoreUnavailable as exc:
+        announce(f"{exc}; {owed}")
+        return EXIT_NO_REPLY_YET
+    text = shown(answer) if sys.stdout.isatty() else answer
+    click.echo(text, nl=not text.endswith("\n"))
+    return EXIT_ANSWERED

@@ -1,0 +1,123 @@
+"""Asking, the pure part: the mail an ask sends, its job, and when a repeat is a replay.
+
+An ask is a mail from the asker's session to the target's, whose ``replyTo`` is the
+asker itself, run as an agent job. Its key identifies the question: asking again with the
+same key is the same mail (a replay, one job), never a second question.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+from birddog.core.errors import InvalidInput
+from birddog.core.jobs import AgentWork, Job, agent_job
+from birddog.core.mail import AgentAddress, Mail
+from birddog.core.model import ID_MAX_LENGTH
+
+ASK_JOB_PREFIX = "ask:"
+"""An ask's job id is this and its mail key (hashed when the key is too long for an id)."""
+
+COMPARED = ("to", "from", "replyTo", "content")
+"""The fields of a stored mail an ask must match to be its replay."""
+
+
+def parse_address(value: str | AgentAddress, field: str) -> AgentAddress:
+    """An ``AGENT_ID:SESSION_ID`` text (or an address) as an address.
+
+    Args:
+        value: the address, or its text form.
+        field: the field to name in errors (``to``, ``from``).
+
+    Returns:
+        The address.
+
+    Raises:
+        InvalidInput: no colon, or an id that is not 1 to 256 printable characters.
+    """
+    if isinstance(value, AgentAddress):
+        return value
+    agent_id, sep, session_id = value.partition(":")
+    if not sep:
+        raise InvalidInput(f"{field} must be AGENT_ID:SESSION_ID, got {value!r}", field=field)
+    try:
+        return AgentAddress(agent_id=agent_id, session_id=session_id)
+    except InvalidInput as exc:
+        raise InvalidInput(f"invalid {field}: {exc}", field=f"{field}.{exc.field}") from None
+
+
+def new_ask_key(now: datetime, token: str) -> str:
+    """A fresh mail key for an ask: the time and a random token, readable in a listing.
+
+    Args:
+        now: the current time.
+        token: a few random characters (the caller's random source).
+
+    Returns:
+        ``ask-<UTC time>-<token>``, e.g. ``ask-20261130T140501Z-9f3a61c2``.
+    """
+    return f"ask-{now.astimezone(UTC):%Y%m%dT%H%M%SZ}-{token}"
+
+
+def ask_job_id(key: str) -> str:
+    """The job id of the ask with mail key ``key`` (stable, so a repeat finds it).
+
+    Args:
+        key: the mail key.
+
+    Returns:
+        ``ask:<key>``, or ``ask:sha256:<hex>`` when that would be longer than an id may be.
+    """
+    job_id = ASK_JOB_PREFIX + key
+    if len(job_id) <= ID_MAX_LENGTH:
+        return job_id
+    return f"{ASK_JOB_PREFIX}sha256:{hashlib.sha256(key.encode('utf-8')).hexdigest()}"
+
+
+def ask_job(
+    *,
+    to: AgentAddress,
+    asker: AgentAddress,
+    content: str,
+    key: str,
+    created_at_ms: int,
+    max_content_bytes: int,
+) -> Job:
+    """The job an ask enqueues: mail from the asker to ``to``, replies to the asker.
+
+    Args:
+        to: the agent session asked.
+        asker: the agent session asking; the reply goes to its mailbox.
+        content: the question.
+        key: the mail key.
+        created_at_ms: the mail's ``createdAt``.
+        max_content_bytes: the largest content allowed.
+
+    Returns:
+        The queued job (its command fact id is its job id).
+
+    Raises:
+        InvalidInput: a bad key or content, naming the field.
+        ContentTooLarge: the content is above ``max_content_bytes``.
+    """
+    mail = Mail(
+        key=key, to=to, from_=asker, reply_to=[asker], content=content, created_at=created_at_ms
+    )
+    job_id = ask_job_id(key)
+    work = AgentWork(job_id=job_id, session_id=to.session_id, command_fact_id=job_id)
+    return agent_job(work, mail, max_content_bytes=max_content_bytes)
+
+
+def replay_conflicts(stored: Mail, mail: Mail) -> list[str]:
+    """The fields in which a stored mail with the same key differs from an ask.
+
+    Args:
+        stored: the mail already sent under the key.
+        mail: the mail this ask would send.
+
+    Returns:
+        JSON names of the differing fields among :data:`COMPARED`; empty for a replay.
+    """
+    old = stored.model_dump(mode="json")
+    new = mail.model_dump(mode="json")
+    return [name for name in COMPARED if old[name] != new[name]]

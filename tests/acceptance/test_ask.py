@@ -1,0 +1,198 @@
+"""``birddog ask`` from the shell: answered, failed, timed out, replayed, refused.
+
+The asked agent is a ``birddog worker --command`` process, the question and the answer go
+through PostgreSQL, and the asker is a ``birddog ask`` process whose exit status a script
+can trust: 0 answered, 1 not completed, 2 no reply yet (still owed), 3 nothing asked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+
+from birddog import Reply
+from birddog.postgres.pool import Pool
+from birddog.postgres.routes import PostgresRoutes
+from tests.acceptance.conftest import BIRDDOG, ROOT, cli, cli_env
+from tests.support import at, deliver_to_mailbox
+
+ASKER = "asker:s-ask"
+TARGET = "upper:s-upper"
+
+
+@dataclass
+class Finished:
+    """How a ``birddog ask`` process ended."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def run_ask(
+    database_url: str, *args: str, stdin: bytes | None = None, timeout_s: float = 90
+) -> Finished:
+    """Run ``birddog ask ARGS`` with ``stdin`` (default: none at all) to its end."""
+    proc = await asyncio.create_subprocess_exec(
+        BIRDDOG, "ask", *args,
+        env=cli_env(database_url),
+        cwd=ROOT,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
+    assert proc.returncode is not None
+    return Finished(proc.returncode, out.decode(), err.decode())
+
+
+async def job_count(pool: Pool) -> int:
+    count: int = await pool.fetchval("SELECT count(*) FROM birddog.jobs")
+    return count
+
+
+async def until_a_job_is_queued(pool: Pool) -> None:
+    for _ in range(1200):
+        if await pool.fetchval("SELECT count(*) FROM birddog.jobs WHERE state = 'queued'"):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the ask never enqueued its job")
+
+
+@pytest.fixture
+async def mailbox_delivery(pg_pool: Pool) -> AsyncIterator[None]:
+    """Replies owed to mailbox routes reach the mailbox while the test runs."""
+    stop = asyncio.Event()
+
+    async def deliver() -> None:
+        # Stands in for the drain daemon's mailbox delivery: what it writes, and its NOTIFY.
+        while not stop.is_set():
+            rows = await pg_pool.fetch(
+                "SELECT o.key, o.reply::text AS reply FROM birddog.outbox o "
+                "JOIN birddog.routes r ON r.agent_id = o.recipient_agent_id "
+                "WHERE r.kind = 'mailbox' AND o.state = 'pending'"
+            )
+            for row in rows:
+                await deliver_to_mailbox(pg_pool, Reply.model_validate_json(row["reply"]), at=at(1))
+                await pg_pool.execute("DELETE FROM birddog.outbox WHERE key = $1", row["key"])
+            await asyncio.sleep(0.05)
+
+    task = asyncio.create_task(deliver())
+    yield
+    stop.set()
+    await task
+
+
+@pytest.fixture
+async def upper(pg_pool: Pool) -> None:
+    """The asked agent is known: it has a route (a mailbox, as a command agent needs none)."""
+    await PostgresRoutes(pg_pool).add("upper", kind="mailbox")
+
+
+@pytest.mark.usefixtures("upper", "mailbox_delivery")
+async def test_an_ask_answered_by_a_command_worker(database_url: str, pg_pool: Pool) -> None:
+    """The command's output is printed and the exit status is 0; the question came on stdin."""
+    asking = asyncio.create_task(
+        run_ask(database_url, "--to", TARGET, "--from", ASKER, stdin=b"what is due?")
+    )
+    await until_a_job_is_queued(pg_pool)
+    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    answered = await asking
+    assert answered.returncode == 0, answered.stderr
+    assert answered.stdout == "WHAT IS DUE?\n"
+    assert "asked as key ask-" in answered.stderr
+    assert "its replies now go to its mailbox" in answered.stderr
+    read = await pg_pool.fetchval("SELECT read_at IS NOT NULL FROM birddog.mailbox")
+    assert read is True
+
+
+@pytest.mark.usefixtures("upper", "mailbox_delivery")
+async def test_an_ask_to_a_failing_command_exits_1_with_the_diagnostic(
+    database_url: str, pg_pool: Pool
+) -> None:
+    """A command that exits 3 makes the ask exit 1, the outcome and diagnostic on stderr."""
+    asking = asyncio.create_task(run_ask(database_url, "--to", TARGET, "--from", ASKER, "hi"))
+    await until_a_job_is_queued(pg_pool)
+    command = "sh -c 'echo cannot reach the model >&2; exit 3'"
+    worked = await cli(database_url, "worker", "--command", command, "--once")
+    assert worked.returncode == 0, worked.stderr
+    failed = await asking
+    assert failed.returncode == 1
+    assert failed.stdout == ""
+    assert "ended failed: CommandFailed: exit status 3: cannot reach the model" in failed.stderr
+
+
+@pytest.mark.usefixtures("upper", "mailbox_delivery")
+async def test_an_ask_that_times_out_exits_2_and_the_reply_lands_later(
+    database_url: str, pg_pool: Pool
+) -> None:
+    """No reply in time: exit 2 naming the key; the late reply then shows in birddog inbox."""
+    late = await run_ask(
+        database_url, "--to", TARGET, "--from", ASKER, "--key", "slow-1", "--timeout", "1", "hi"
+    )
+    assert late.returncode == 2
+    assert late.stdout == ""
+    assert "slow-1" in late.stderr
+    assert "still owed" in late.stderr
+    assert "birddog inbox asker:s-ask" in late.stderr
+    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    for _ in range(1200):
+        if await pg_pool.fetchval("SELECT count(*) FROM birddog.mailbox"):
+            break
+        await asyncio.sleep(0.05)
+    listed = await cli(database_url, "inbox", ASKER, "--json")
+    [entry] = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert (entry["inReplyTo"], entry["content"], entry["outcome"]) == ("slow-1", "HI", "completed")
+    # Asking again with the key waits for the same reply, which is there now.
+    again = await run_ask(database_url, "--to", TARGET, "--from", ASKER, "--key", "slow-1", "hi")
+    assert (again.returncode, again.stdout) == (0, "HI\n")
+    assert "was asked before" in again.stderr
+
+
+@pytest.mark.usefixtures("upper")
+async def test_two_asks_with_the_same_key_make_one_job(database_url: str, pg_pool: Pool) -> None:
+    """The second ask with a key is a replay of the first: still one job."""
+    args = ("--to", TARGET, "--from", ASKER, "--key", "same-1", "--timeout", "0.5", "hello")
+    first, second = [await run_ask(database_url, *args) for _ in range(2)]
+    assert (first.returncode, second.returncode) == (2, 2)
+    assert "was asked before" in second.stderr
+    assert await job_count(pg_pool) == 1
+    other = await run_ask(database_url, "--to", TARGET, "--from", ASKER, "--key", "same-1", "bye")
+    assert other.returncode == 3
+    assert "different content" in other.stderr
+    assert await job_count(pg_pool) == 1
+
+
+@pytest.mark.usefixtures("upper")
+@pytest.mark.parametrize(
+    ("args", "stdin", "says"),
+    [
+        (["--to", "nobody:s-x", "--from", ASKER, "hi"], None, "unknown agent session nobody:s-x"),
+        (["--to", TARGET, "--from", "poster:s-p", "hi"], None, "ask waits on mailboxes only"),
+        (["--to", TARGET, "--from", ASKER], b"", "stdin was empty"),
+        (["--to", "no-colon", "--from", ASKER, "hi"], None, "AGENT_ID:SESSION_ID"),
+        (["--to", TARGET, "hi"], None, "Missing option '--from'"),
+        (["--to", TARGET, "--from", ASKER, "--timeout", "-1", "hi"], None, "--timeout"),
+    ],
+)
+async def test_refusals_exit_3_in_one_line_with_nothing_written(
+    database_url: str, pg_pool: Pool, args: list[str], stdin: bytes | None, says: str
+) -> None:
+    """Unknown target, an asker with an inbox URL, empty content, bad input: exit 3, one line."""
+    await pg_pool.execute(
+        "INSERT INTO birddog.routes (agent_id, url, secret, kind) "
+        "VALUES ('poster', 'http://127.0.0.1:9/inbox', 'whsec_c2VjcmV0', 'http')"
+    )
+    refused = await run_ask(database_url, *args, stdin=stdin)
+    assert refused.returncode == 3, refused.stderr
+    [error] = [line for line in refused.stderr.splitlines() if line.startswith("Error:")]
+    assert says in error
+    assert "Traceback" not in refused.stderr
+    assert await job_count(pg_pool) == 0
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.routes") == 2
