@@ -26,7 +26,7 @@ import json
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from birddog.clock import SystemClock, epoch_ms
 from birddog.core.ask import COMPARED, ask_job, new_ask_key, parse_address, replay_conflicts
@@ -148,8 +148,8 @@ async def _enqueue_ask(
     if mail is None:  # ask_job always carries mail
         raise InvalidJobPayload("an ask carries mail", field="mail")
     await conn.execute(queries["ask_lock_key"], mail.key)
-    route = await conn.fetchrow(queries["routes_get"], asker.agent_id)
-    _check_mailbox(route, asker)
+    kind = await conn.fetchval(queries["ask_route_kind"], asker.agent_id)
+    _check_mailbox(kind, asker)
     if not await conn.fetchval(queries["ask_target_known"], target.agent_id, target.session_id):
         raise UnknownAgent(
             f"unknown agent session {target.agent_id}:{target.session_id}: the agent has no "
@@ -171,7 +171,7 @@ async def _enqueue_ask(
             )
         return True, False
     added = False
-    if route is None:
+    if kind is None:
         added = (
             await conn.fetchrow(
                 queries["routes_add"], asker.agent_id, None, None, True, "mailbox", 1, now
@@ -179,14 +179,14 @@ async def _enqueue_ask(
             is not None
         )
         if not added:  # another process added a route for the asker meanwhile
-            _check_mailbox(await conn.fetchrow(queries["routes_get"], asker.agent_id), asker)
+            _check_mailbox(await conn.fetchval(queries["ask_route_kind"], asker.agent_id), asker)
     await enqueue_accepted_job(conn, job)
     return False, added
 
 
-def _check_mailbox(route: Any, asker: AgentAddress) -> None:
+def _check_mailbox(kind: str | None, asker: AgentAddress) -> None:
     """Refuse an asker whose route posts to an inbox URL (ask waits on mailboxes only)."""
-    if route is not None and route["kind"] != "mailbox":
+    if kind is not None and kind != "mailbox":
         raise NotAMailbox(
             f"the asker {asker.agent_id!r} has an inbox URL route; ask waits on mailboxes "
             "only: ask from an agent without a route, or one added with --mailbox",

@@ -463,6 +463,11 @@ RETURNING m.key;
 -- params: $1 key text
 SELECT pg_advisory_xact_lock(hashtextextended('birddog.ask:' || $1::text, 0));
 
+-- name: ask_route_kind
+-- The kind of an agent's route (no row: it has none); never its secret.
+-- params: $1 agent_id text
+SELECT r.kind FROM birddog.routes r WHERE r.agent_id = $1::text;
+
 -- name: ask_target_known
 -- Whether an agent session can be asked: the agent has a route, or the session was sent work before.
 -- params: $1 agent_id text, $2 session_id text
