@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -43,6 +43,18 @@ ALICE = AgentAddress(agent_id="alice", session_id="s-alice")
 BOB = AgentAddress(agent_id="bob", session_id="s-bob")
 CAROL = AgentAddress(agent_id="carol", session_id="s-carol")
 SENDER = AgentAddress(agent_id="boss", session_id="boss-session")
+
+
+# ---- waiting on work in another task ------------------------------------------------
+
+
+async def eventually(condition: Callable[[], bool], what: str, *, within_s: float = 10.0) -> None:
+    """Poll ``condition`` until it holds, failing after ``within_s`` (never a bare sleep)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while not condition():
+        assert loop.time() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.002)
 
 
 # ---- jobs ----------------------------------------------------------------------------

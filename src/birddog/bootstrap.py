@@ -25,7 +25,7 @@ from aiohttp import web
 
 from birddog.clock import SystemClock
 from birddog.console import Sessions, make_app
-from birddog.core.delivery import OutboxRow
+from birddog.core.delivery import OutboxRow, UndecodableRow
 from birddog.core.errors import InvalidSetting, StoreUnavailable
 from birddog.core.jobs import Job
 from birddog.daemon import DrainDaemon
@@ -297,13 +297,11 @@ async def open_stack(
         transport=TimedTransport(transport, metrics.post_seconds),
         wake=wake,
         clock=clock,
-        schedule=settings.schedule(),
-        page_size=settings.page_size,
-        lease_s=settings.lease_s,
         # HttpTransport cancels its own request at post_timeout_s; a second timer per post
         # would only cost time.
         post_timeout_s=None,
         max_content_bytes=settings.max_content_bytes,
+        config=settings.engine_config(),
     )
     jobs = PostgresJobs(
         pool,
@@ -388,11 +386,8 @@ def build_daemon(
     """
     settings = stack.settings
 
-    async def on_dead(key: str, _reason: str) -> None:
-        if alerts is None:
-            return
-        row = await stack.outbox.get(key)
-        if isinstance(row, OutboxRow):
+    async def on_dead(row: OutboxRow | UndecodableRow) -> None:
+        if alerts is not None and isinstance(row, OutboxRow):
             await alerts.alert(row)
 
     async def heartbeat() -> None:

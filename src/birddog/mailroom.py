@@ -2,71 +2,27 @@
 
 from __future__ import annotations
 
-import asyncio
 import random
-from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from birddog.core.delivery import (
-    DeadReason,
-    DeliveryResult,
-    Failed,
-    OutboxRow,
-    Receipt,
-    RowState,
-    as_result,
-    decide,
-    new_row,
-)
-from birddog.core.diagnostic import bounded_diagnostic
+from birddog.core.delivery import new_row
 from birddog.core.fanout import replies_for
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, Job
 from birddog.core.schedule import Random, RetrySchedule
-from birddog.ports import Clock, Outbox, Page, Transport, WakeScheduler
+from birddog.engine import PAGE_SIZE, DeliveryEngine, DrainReport, EngineConfig
+from birddog.ports import Clock, Outbox, Transport, WakeScheduler
 
-PAGE_SIZE = 64
-"""A drain reads at most this many rows."""
-
-
-@dataclass(frozen=True, slots=True)
-class DrainReport:
-    """What one drain did.
-
-    Attributes:
-        claimed: rows claimed and posted.
-        delivered: keys that became receipts.
-        retried: keys rescheduled after a failure.
-        deferred: keys moved by a deferral, without a strike.
-        dead: ``(key, reason)`` of rows that became dead letters.
-        skipped: keys whose outcome was not stored because another claim took the row.
-        more: the page was full; a wake was scheduled for now to continue after it.
-    """
-
-    claimed: int = 0
-    delivered: list[str] = field(default_factory=list)
-    retried: list[str] = field(default_factory=list)
-    deferred: list[str] = field(default_factory=list)
-    dead: list[tuple[str, DeadReason]] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
-    more: bool = False
-    results: dict[str, DeliveryResult] = field(default_factory=dict, repr=False)
-
-    def counts(self) -> Counter[str]:
-        """Counts by outcome, for logs and metrics."""
-        return Counter(
-            delivered=len(self.delivered),
-            retried=len(self.retried),
-            deferred=len(self.deferred),
-            dead=len(self.dead),
-            skipped=len(self.skipped),
-        )
+__all__ = ["PAGE_SIZE", "DrainReport", "MailRoom", "has_pending_delivery"]
 
 
 class MailRoom:
     """Fans out replies into the outbox and delivers them through the transport.
+
+    Delivery is the drain engine's (:mod:`birddog.engine`): :meth:`drain_outbox` runs it
+    for one page, and :meth:`engine` gives the daemon its own continuous one over the same
+    ports and configuration.
 
     Args:
         outbox: where owed replies, receipts and dead letters live.
@@ -80,6 +36,8 @@ class MailRoom:
             None leaves the timeout to a transport that enforces its own (``HttpTransport``).
         max_content_bytes: the largest reply content fan-out accepts.
         rng: the jitter source (default: a private ``random.Random``).
+        config: the engine's whole configuration (``schedule``, ``page_size``, ``lease_s``
+            and ``post_timeout_s``, when given, override its fields).
     """
 
     def __init__(
@@ -90,25 +48,83 @@ class MailRoom:
         wake: WakeScheduler,
         clock: Clock,
         schedule: RetrySchedule | None = None,
-        page_size: int = PAGE_SIZE,
-        lease_s: float = 60.0,
+        page_size: int | None = None,
+        lease_s: float | None = None,
         post_timeout_s: float | None = 30.0,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         rng: Random | None = None,
+        config: EngineConfig | None = None,
     ) -> None:
-        if page_size < 1:
-            raise ValueError("page_size must be at least 1")
+        config = config or EngineConfig()
+        changes: dict[str, Any] = {"post_timeout_s": post_timeout_s}
+        if schedule is not None:
+            changes["schedule"] = schedule
+        if page_size is not None:
+            changes["page_size"] = page_size
+        if lease_s is not None:
+            changes["lease_s"] = lease_s
+        self.config = replace(config, **changes)
         self.outbox = outbox
         self.transport = transport
         self.wake = wake
         self.clock = clock
-        self.schedule = schedule or RetrySchedule()
-        self.page_size = page_size
-        self.lease_s = lease_s
-        self.post_timeout_s = post_timeout_s
         self.max_content_bytes = max_content_bytes
         self.rng = rng or random.Random().random
         self._cursor: str | None = None
+
+    @property
+    def schedule(self) -> RetrySchedule:
+        """The retry schedule and age limit."""
+        return self.config.schedule
+
+    @schedule.setter
+    def schedule(self, value: RetrySchedule) -> None:
+        self.config = replace(self.config, schedule=value)
+
+    @property
+    def page_size(self) -> int:
+        """Rows per drain."""
+        return self.config.page_size
+
+    @page_size.setter
+    def page_size(self, value: int) -> None:
+        self.config = replace(self.config, page_size=value)
+
+    @property
+    def lease_s(self) -> float:
+        """How long a claim holds its rows."""
+        return self.config.lease_s
+
+    @lease_s.setter
+    def lease_s(self, value: float) -> None:
+        self.config = replace(self.config, lease_s=value)
+
+    @property
+    def post_timeout_s(self) -> float | None:
+        """The engine's own timeout per post (None: the transport's)."""
+        return self.config.post_timeout_s
+
+    @post_timeout_s.setter
+    def post_timeout_s(self, value: float | None) -> None:
+        self.config = replace(self.config, post_timeout_s=value)
+
+    def engine(self, **changes: Any) -> DeliveryEngine:
+        """A drain engine over this mail room's ports and configuration.
+
+        Args:
+            **changes: :class:`~birddog.engine.EngineConfig` fields to change for it.
+
+        Returns:
+            A fresh engine (it keeps its own posts in flight and per-recipient limits).
+        """
+        return DeliveryEngine(
+            outbox=self.outbox,
+            transport=self.transport,
+            wake=self.wake,
+            clock=self.clock,
+            config=replace(self.config, **changes) if changes else self.config,
+            rng=self.rng,
+        )
 
     async def fan_out(
         self,
@@ -150,109 +166,20 @@ class MailRoom:
     async def drain_outbox(self) -> DrainReport:
         """Post one page of due replies and store every outcome at once.
 
+        A page is up to ``page_size`` rows in key order, continuing after the last page's
+        last key (from the top once the end is reached).
+
         Returns:
             What the drain did; ``more`` means a wake for now was scheduled to continue.
         """
-        page = await self.outbox.claim_page(
-            after_key=self._cursor,
-            limit=self.page_size,
-            now=self.clock.now(),
-            lease_s=self.lease_s,
-        )
-        if not page.rows and self._cursor is not None:
-            self._cursor = None
-            page = await self.outbox.claim_page(
-                after_key=None, limit=self.page_size, now=self.clock.now(), lease_s=self.lease_s
-            )
-        try:
-            results = await asyncio.gather(*(self.post_one(row) for row in page.rows))
-        except asyncio.CancelledError:
-            # Stopped mid-page: nothing was decided, so give the rows back at once rather
-            # than leave them leased. A post that reached its recipient is posted again
-            # later; delivery is at least once and the reply key is the idempotency key.
-            await asyncio.shield(self._release(page))
-            raise
-        now = self.clock.now()
-        outcomes = [
-            decide(row, result, now=now, schedule=self.schedule, rng=self.rng)
-            for row, result in zip(page.rows, results, strict=True)
-        ]
-        stored = set(await self.outbox.apply(page=page, outcomes=outcomes)) if outcomes else set()
-        report = _report(page.rows, results, outcomes, stored, more=page.more)
-        if page.more:
-            self._cursor = page.last_key
-            await self.wake.schedule_wake(at=now)
-        else:
-            self._cursor = None
-            due = await self.outbox.next_due_at()
-            if due is not None:
-                await self.wake.schedule_wake(at=due)
+        report, self._cursor = await self.engine().drain_page(after_key=self._cursor)
         return report
 
     async def next_wake_at(self) -> datetime | None:
         """The earliest owed delivery, future retries included; None when nothing is owed."""
         return await self.outbox.next_due_at()
 
-    async def _release(self, page: Page) -> None:
-        try:
-            await self.outbox.release_claim(page=page)
-        except Exception:
-            return
-
-    async def post_one(self, row: OutboxRow) -> DeliveryResult:
-        """Post one row's reply; a timeout or a raise is a failure, never a crash."""
-        try:
-            if self.post_timeout_s is None:
-                return as_result(await self.transport.post(row.reply))
-            async with asyncio.timeout(self.post_timeout_s):
-                return as_result(await self.transport.post(row.reply))
-        except TimeoutError:
-            return Failed(f"no answer within {self.post_timeout_s or 0:g} s")
-        except Exception as exc:
-            return Failed(bounded_diagnostic(f"{type(exc).__name__}: {exc}"))
-
 
 async def has_pending_delivery(outbox: Outbox) -> bool:
     """Whether any reply still awaits a delivery attempt; receipts and dead letters do not."""
     return await outbox.has_pending()
-
-
-def _report(
-    rows: Sequence[OutboxRow],
-    results: list[DeliveryResult],
-    outcomes: list[OutboxRow | Receipt],
-    stored: set[str],
-    *,
-    more: bool,
-) -> DrainReport:
-    report = DrainReport(claimed=len(rows), more=more)
-    add_outcomes(report, list(zip(rows, results, strict=True)), outcomes, stored)
-    return report
-
-
-def add_outcomes(
-    report: DrainReport,
-    items: list[tuple[OutboxRow, DeliveryResult]],
-    outcomes: list[OutboxRow | Receipt],
-    stored: set[str],
-) -> None:
-    """Count posted rows into a report by what became of them.
-
-    Args:
-        report: the report to add to.
-        items: each posted row with its delivery result.
-        outcomes: the decided next state of each row, in the same order.
-        stored: the keys whose outcome the outbox stored (the others lost their claim).
-    """
-    for (row, result), outcome in zip(items, outcomes, strict=True):
-        report.results[row.key] = result
-        if row.key not in stored:
-            report.skipped.append(row.key)
-        elif isinstance(outcome, Receipt):
-            report.delivered.append(row.key)
-        elif outcome.state is RowState.DEAD:
-            report.dead.append((row.key, outcome.dead_reason or DeadReason.REJECTED))
-        elif outcome.deferrals > row.deferrals:
-            report.deferred.append(row.key)
-        else:
-            report.retried.append(row.key)

@@ -6,15 +6,42 @@ in-memory fakes; ``birddog.postgres`` and ``birddog.http`` the real adapters.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
-from birddog.core.delivery import DeliveryResult, OutboxRow, Receipt
+from birddog.core.delivery import (
+    Attempt,
+    DeliveryResult,
+    OutboxRow,
+    Receipt,
+    RowOutcome,
+    UndecodableRow,
+)
 from birddog.core.jobs import Job
 from birddog.core.lifecycle import ClaimEvent, Finished
 from birddog.core.mail import Reply
+
+RouteKind = Literal["http", "mailbox"]
+"""How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouteHint:
+    """What the drain engine needs to know of a claimed row's route.
+
+    Attributes:
+        kind: ``http`` (posted) or ``mailbox`` (written to the mailbox table, not posted).
+        batch_size: the most replies one post may carry.
+    """
+
+    kind: RouteKind = "http"
+    batch_size: int = 1
+
+
+HTTP_ROUTE = RouteHint()
+"""The hint for a recipient without a route, or with a plain HTTP route."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,16 +52,30 @@ class Page:
         rows: the claimed rows, in key order.
         claim: the claim token; only this claim can apply outcomes to these rows.
         more: the page was full, so more due rows may follow its last key.
+        undecodable: claimed rows whose stored reply could not be read (buried at once).
+        routes: the route hint of each recipient in the page that has a route.
     """
 
     rows: Sequence[OutboxRow]
     claim: str
     more: bool
+    undecodable: Sequence[UndecodableRow] = ()
+    routes: Mapping[str, RouteHint] = field(default_factory=dict)
+
+    def route(self, agent_id: str) -> RouteHint:
+        """The route hint for a recipient of this page (``http`` when it has none)."""
+        return self.routes.get(agent_id, HTTP_ROUTE)
 
     @property
     def last_key(self) -> str | None:
         """The key to continue after, or None for an empty page."""
-        return self.rows[-1].key if self.rows else None
+        keys = [row.key for row in self.rows[-1:]] + [row.key for row in self.undecodable]
+        return max(keys) if keys else None
+
+    @property
+    def size(self) -> int:
+        """Every row the claim holds, decodable or not."""
+        return len(self.rows) + len(self.undecodable)
 
 
 class Outbox(Protocol):
@@ -73,8 +114,24 @@ class Outbox(Protocol):
         """
         ...
 
-    async def apply(self, *, page: Page, outcomes: Sequence[OutboxRow | Receipt]) -> list[str]:
+    async def apply(
+        self,
+        *,
+        page: Page,
+        outcomes: Sequence[RowOutcome],
+        attempts: Sequence[Attempt | None] = (),
+        mailbox: Collection[str] = (),
+    ) -> list[str]:
         """Store a page's outcomes at once; rows no longer held by the claim are skipped.
+
+        Args:
+            page: the claim the rows were taken under.
+            outcomes: one per row.
+            attempts: the attempt each outcome came from, in the same order, appended to
+                the row's attempt log (kept to the last 20; a receipt copies it). None,
+                or an empty sequence, appends nothing.
+            mailbox: keys of receipts delivered into the mailbox table (written in the
+                same transaction, with ``NOTIFY birddog_mailbox``).
 
         Returns:
             The keys whose outcome was stored.
@@ -97,6 +154,15 @@ class Outbox(Protocol):
         """The earliest time a pending, unheld reply is owed an attempt."""
         ...
 
+    async def next_claimable_at(
+        self, *, now: datetime, skip_agents: Collection[str] = ()
+    ) -> datetime | None:
+        """The earliest due time of a row a claim at ``now`` could take.
+
+        Rows under a live lease, of held recipients and of ``skip_agents`` do not count.
+        """
+        ...
+
 
 class Transport(Protocol):
     """Delivers one reply and reports what the recipient answered."""
@@ -117,8 +183,29 @@ class WakeScheduler(Protocol):
         ...
 
 
-RouteKind = Literal["http", "mailbox"]
-"""How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
+@runtime_checkable
+class WakeBoard(WakeScheduler, Protocol):
+    """The wake scheduler a resident drainer sleeps on.
+
+    A drainer going to sleep records when it will look again on its own; a wake armed
+    earlier than that (``schedule_wake``) must then reach it (a ``NOTIFY``).
+    """
+
+    async def going_to_sleep(self, *, until: datetime, now: datetime) -> datetime:
+        """Record that this drainer looks again by ``until`` (or an earlier armed wake).
+
+        The drainer must look for due rows once more after this returns, before it
+        sleeps: a wake armed while it was deciding is either visible to that look or
+        announced to it.
+
+        Args:
+            until: when the drainer would look again on its own.
+            now: the drainer's clock.
+
+        Returns:
+            When to look again: ``until``, or an armed wake between ``now`` and it.
+        """
+        ...
 
 
 @dataclass(frozen=True, slots=True)

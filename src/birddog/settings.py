@@ -26,6 +26,7 @@ from birddog.core.errors import InvalidInput
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.core.retention import RetentionPolicy
 from birddog.core.schedule import RetrySchedule
+from birddog.engine import EngineConfig
 from birddog.sealing import ALERT_CONTEXT, SecretBox
 
 
@@ -219,4 +220,15 @@ class Settings(BaseSettings):
             jitter=self.jitter,
             max_age_s=self.max_age_s,
             max_deferral_s=self.max_deferral_s,
+        )
+
+    def engine_config(self) -> EngineConfig:
+        """The drain engine's configuration these settings describe (post timeout included)."""
+        return EngineConfig(
+            schedule=self.schedule(),
+            page_size=self.page_size,
+            lease_s=self.lease_s,
+            post_timeout_s=self.post_timeout_s,
+            window_size=self.window_size,
+            per_recipient=self.per_recipient_in_flight,
         )

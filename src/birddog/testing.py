@@ -12,9 +12,18 @@ from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 
-from birddog.core.delivery import DeliveryResult, OutboxRow, Receipt, RowState
+from birddog.core.delivery import (
+    ATTEMPT_LOG_MAX,
+    Attempt,
+    DeliveryResult,
+    OutboxRow,
+    Receipt,
+    RowOutcome,
+    RowState,
+    UndecodableRow,
+)
 from birddog.core.mail import Reply
-from birddog.ports import Page
+from birddog.ports import Page, RouteHint
 
 Answer = bool | DeliveryResult
 AnswerFn = Callable[[Reply], Answer | Awaitable[Answer]]
@@ -27,12 +36,21 @@ class InMemoryOutbox:
         rows: pending and dead rows by key.
         receipts: receipts by key.
         held: agent ids whose rows are held (not claimed) until released.
+        mailboxes: agent ids with a mailbox route (their replies are not posted).
+        mailbox: replies delivered into a mailbox, by key.
+        attempt_logs: each key's attempt log (the last 20, oldest first), kept with its
+            row and, once delivered, its receipt.
+        buried: rows that could not be decoded, buried as dead letters, by key.
     """
 
     def __init__(self) -> None:
         self.rows: dict[str, OutboxRow] = {}
         self.receipts: dict[str, Receipt] = {}
         self.held: set[str] = set()
+        self.mailboxes: set[str] = set()
+        self.mailbox: dict[str, Reply] = {}
+        self.attempt_logs: dict[str, list[Attempt]] = {}
+        self.buried: dict[str, UndecodableRow] = {}
         self._held_at: dict[str, datetime] = {}
         self._leases: dict[str, tuple[str, datetime]] = {}
 
@@ -92,22 +110,43 @@ class InMemoryOutbox:
                 self._leases[key] = (claim, now + timedelta(seconds=lease_s))
                 if len(rows) == limit:
                     break
-        return Page(rows=rows, claim=claim, more=len(rows) == limit)
+        routes = {
+            row.recipient.agent_id: RouteHint(kind="mailbox")
+            for row in rows
+            if row.recipient.agent_id in self.mailboxes
+        }
+        return Page(rows=rows, claim=claim, more=len(rows) == limit, routes=routes)
 
-    async def apply(self, *, page: Page, outcomes: Sequence[OutboxRow | Receipt]) -> list[str]:
+    async def apply(
+        self,
+        *,
+        page: Page,
+        outcomes: Sequence[RowOutcome],
+        attempts: Sequence[Attempt | None] = (),
+        mailbox: Collection[str] = (),
+    ) -> list[str]:
         """Store a page's outcomes; rows no longer held by the page's claim are skipped."""
         stored = []
-        for outcome in outcomes:
-            lease = self._leases.get(outcome.key)
+        for index, outcome in enumerate(outcomes):
+            key = outcome.key
+            lease = self._leases.get(key)
             if lease is None or lease[0] != page.claim:
                 continue
-            del self._leases[outcome.key]
+            del self._leases[key]
+            attempt = attempts[index] if index < len(attempts) else None
+            if attempt is not None:
+                log = [*self.attempt_logs.get(key, []), attempt]
+                self.attempt_logs[key] = log[-ATTEMPT_LOG_MAX:]
             if isinstance(outcome, Receipt):
-                del self.rows[outcome.key]
-                self.receipts[outcome.key] = outcome
+                row = self.rows.pop(key)
+                self.receipts[key] = outcome
+                if key in mailbox:
+                    self.mailbox[key] = row.reply
+            elif isinstance(outcome, UndecodableRow):
+                self.buried[key] = outcome
             else:
-                self.rows[outcome.key] = outcome
-            stored.append(outcome.key)
+                self.rows[key] = outcome
+            stored.append(key)
         return stored
 
     async def release_claim(self, *, page: Page) -> None:
@@ -133,6 +172,23 @@ class InMemoryOutbox:
             if row.state is RowState.PENDING and row.recipient.agent_id not in self.held
         ]
         return min(due, default=None)
+
+    async def next_claimable_at(
+        self, *, now: datetime, skip_agents: Collection[str] = ()
+    ) -> datetime | None:
+        """The earliest due time of a row a claim at ``now`` could take (unleased, unheld)."""
+        times = []
+        for key, row in self.rows.items():
+            agent = row.recipient.agent_id
+            lease = self._leases.get(key)
+            if (
+                row.state is RowState.PENDING
+                and agent not in self.held
+                and agent not in skip_agents
+                and (lease is None or lease[1] <= now)
+            ):
+                times.append(row.due_at)
+        return min(times, default=None)
 
     @property
     def dead_letters(self) -> dict[str, OutboxRow]:
@@ -220,13 +276,22 @@ class ManualWake:
 
     Attributes:
         scheduled: every requested wake time, in order.
+        slept: every time a drainer going to sleep was told to look again, in order.
     """
 
     scheduled: list[datetime] = field(default_factory=list)
 
+    slept: list[datetime] = field(default_factory=list)
+
     async def schedule_wake(self, *, at: datetime) -> None:
         """Record the wake."""
         self.scheduled.append(at)
+
+    async def going_to_sleep(self, *, until: datetime, now: datetime) -> datetime:
+        """Record a drainer going to sleep; it looks again by ``until`` or an armed wake."""
+        armed = [at for at in self.scheduled if now < at < until]
+        self.slept.append(min(armed, default=until))
+        return self.slept[-1]
 
     @property
     def earliest(self) -> datetime | None:

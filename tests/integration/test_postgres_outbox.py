@@ -244,6 +244,8 @@ async def test_insert_waiting_on_a_receipt_swap_does_not_resurrect_the_row(
             [receipt.recipient.session_id],
             [receipt.command_id],
             [receipt.outcome.value],
+            "[null]",  # no attempt to log
+            [False],  # not a mailbox delivery
         )
         assert [r["key"] for r in swapped] == ["k1"]
         replay = asyncio.create_task(outbox.add([make_row("k1")]))

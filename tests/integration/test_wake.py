@@ -92,15 +92,83 @@ async def test_a_later_wake_behind_a_future_one_is_not_announced(
     assert await wake.wake_at() == soon - timedelta(minutes=5)
 
 
-async def test_a_stale_wake_never_silences_a_new_one(pg_pool: Pool, listener: WakeListener) -> None:
-    """An armed wake already in the past (never cleared) does not swallow later announcements."""
+async def test_a_wake_at_or_after_the_armed_one_stays_quiet(
+    pg_pool: Pool, listener: WakeListener
+) -> None:
+    """An armed wake at or before the new one means a drainer looks by then: no notify."""
     wake = PostgresWake(pg_pool)
-    await wake.schedule_wake(at=at(0))  # long past: a drain ran for it, nobody cleared it
+    await wake.schedule_wake(at=at(0))  # the first wake ever: nobody has slept yet
     assert await listener.wait(5) is True
     for _ in range(2):
         await wake.schedule_wake(at=datetime.now(UTC))
-        assert await listener.wait(5) is True
+        assert await listener.wait(QUIET_S) is False
     assert await wake.wake_at() == at(0)
+
+
+async def test_a_drainer_going_to_sleep_is_woken_by_an_earlier_wake_only(
+    pg_pool: Pool, listener: WakeListener
+) -> None:
+    """After a drainer records when it looks again, only a wake before that time notifies."""
+    wake = PostgresWake(pg_pool)
+    now = datetime.now(UTC)
+    await wake.schedule_wake(at=now)
+    assert await listener.wait(5) is True
+    until = now + timedelta(seconds=30)
+    assert await wake.going_to_sleep(until=until, now=now) == until
+    await wake.schedule_wake(at=until + timedelta(seconds=1))
+    assert await listener.wait(QUIET_S) is False
+    await wake.schedule_wake(at=now + timedelta(seconds=2))
+    assert await listener.wait(5) is True
+    assert await wake.wake_at() == now + timedelta(seconds=2)
+    # Going to sleep again keeps an armed wake that comes before its own time.
+    assert await wake.going_to_sleep(until=until, now=now) == now + timedelta(seconds=2)
+
+
+async def test_settlements_racing_a_drainer_going_to_sleep_are_never_missed(
+    pg_pool: Pool, database_url: str
+) -> None:
+    """Each settlement is seen by the drainer's last look before sleeping, or wakes it."""
+    await pg_pool.execute("CREATE TABLE wake_race (n int PRIMARY KEY)")
+    wake = PostgresWake(pg_pool)
+    rounds = 150
+    looked: set[int] = set()
+    progress = asyncio.Event()
+
+    async def look() -> None:
+        looked.update(r["n"] for r in await pg_pool.fetch("SELECT n FROM wake_race"))
+        progress.set()
+
+    async def drainer(listener: WakeListener) -> None:
+        while len(looked) < rounds:
+            await look()  # the work a wake brings
+            now = datetime.now(UTC)
+            await wake.going_to_sleep(until=now + timedelta(hours=1), now=now)
+            await look()  # the last look before sleeping
+            if len(looked) < rounds:
+                # Asleep for an hour: only a notification brings the drainer back in time.
+                assert await listener.wait(10) is True, f"missed {max(looked, default=-1) + 1}"
+
+    async with WakeListener(database_url) as listener:
+        drain = asyncio.create_task(drainer(listener))
+        for n in range(rounds):
+            # One settlement at a time, each begun while the drainer, awake, heads for
+            # sleep, and committed a little after arming its wake (a slow commit): the window in
+            # which a drainer could go to sleep without seeing it.
+            async with pg_pool.acquire() as conn, conn.transaction():
+                await conn.execute("INSERT INTO wake_race (n) VALUES ($1)", n)
+                await schedule_wake_on(conn, datetime.now(UTC))
+                await asyncio.sleep(0.001 * (n % 3))
+            while n not in looked:
+                progress.clear()
+                await asyncio.wait(
+                    {drain, asyncio.ensure_future(progress.wait())},
+                    timeout=15,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if drain.done():
+                    drain.result()
+        await drain
+    assert looked == set(range(rounds))
 
 
 async def test_concurrent_schedules_keep_the_minimum(pg_pool: Pool) -> None:

@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Literal
 
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.mail import AgentAddress, Outcome, Reply
 from birddog.core.schedule import Random, RetrySchedule
+from birddog.core.text import escape_char, first_control
 
 
 class DeadReason(StrEnum):
@@ -24,34 +26,62 @@ class DeadReason(StrEnum):
     UNKNOWN_RECIPIENT = "unknown_recipient"
     REJECTED = "rejected"
     EGRESS_REFUSED = "egress_refused"
+    UNDECODABLE = "undecodable"
+    UNSENDABLE = "unsendable"
 
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    """The recipient acknowledged the reply explicitly."""
+    """The recipient acknowledged the reply explicitly.
+
+    Attributes:
+        status: the HTTP status of the answer (None when nothing was posted: a mailbox).
+    """
+
+    status: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The attempt failed; it costs one attempt (a strike)."""
+    """The attempt failed; it costs one attempt (a strike).
+
+    Attributes:
+        reason: what went wrong, bounded and redacted.
+        status: the HTTP status of the answer, None when there was none (a timeout).
+    """
 
     reason: str
+    status: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Deferred:
-    """The recipient refused for now and named a time to come back; no strike."""
+    """The recipient refused for now and named a time to come back; no strike.
+
+    Attributes:
+        until: when to come back.
+        reason: why, bounded and redacted.
+        status: the HTTP status of the answer (429, 503), None when nothing was posted.
+    """
 
     until: datetime
     reason: str = "deferred"
+    status: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    """The recipient can never take this reply: it dies at once."""
+    """The recipient can never take this reply: it dies at once.
+
+    Attributes:
+        reason: why, bounded and redacted.
+        dead_reason: the dead letter's reason.
+        status: the HTTP status of the answer (410), None when nothing was posted.
+    """
 
     reason: str
     dead_reason: DeadReason = DeadReason.REJECTED
+    status: int | None = None
 
 
 DeliveryResult = Accepted | Failed | Deferred | Rejected
@@ -127,6 +157,124 @@ class Receipt:
     recipient: AgentAddress
     command_id: str
     outcome: Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class UndecodableRow:
+    """A stored row whose reply cannot be read back: it is buried at once as ``undecodable``.
+
+    It stands in for the row in a claim and, unchanged, as its own outcome (a dead letter
+    with the row's counts and the decoding error).
+
+    Attributes:
+        key: the row's key.
+        agent_id: the recipient agent id column (None if even that is unreadable).
+        attempts: the row's attempts so far.
+        deferrals: the row's deferrals so far.
+        due_at: the row's due time, kept.
+        error: why the reply could not be read, bounded.
+    """
+
+    key: str
+    agent_id: str | None
+    attempts: int
+    deferrals: int
+    due_at: datetime
+    error: str
+
+    @property
+    def state(self) -> RowState:
+        """Always dead: it is an outcome only as a dead letter."""
+        return RowState.DEAD
+
+    @property
+    def dead_reason(self) -> DeadReason:
+        """Always ``undecodable``."""
+        return DeadReason.UNDECODABLE
+
+    @property
+    def last_error(self) -> str:
+        """The decoding error."""
+        return self.error
+
+
+RowOutcome = OutboxRow | Receipt | UndecodableRow
+"""What storing one claimed row comes to: its receipt, the row rescheduled or dead."""
+
+ATTEMPT_LOG_MAX = 20
+"""A row keeps the last this many attempts (oldest first); its receipt copies them."""
+
+AttemptResult = Literal["accepted", "failed", "deferred", "rejected"]
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One delivery attempt as the row's attempt log records it.
+
+    Attributes:
+        at: when the attempt began.
+        result: what it came to.
+        status: the HTTP status of the answer, None when there was none.
+        ms: how long it took, in whole milliseconds.
+        error: the reason for anything but an acceptance, bounded and redacted.
+    """
+
+    at: datetime
+    result: AttemptResult
+    status: int | None
+    ms: int
+    error: str | None
+
+
+def attempt_of(result: DeliveryResult, *, at: datetime, seconds: float) -> Attempt:
+    """The attempt log entry for one delivery result.
+
+    Args:
+        result: what the attempt came to.
+        at: when it began.
+        seconds: how long it took.
+
+    Returns:
+        The entry, its error bounded by :func:`bounded_diagnostic`.
+    """
+    ms = max(0, round(seconds * 1000))
+    if isinstance(result, Accepted):
+        return Attempt(at=at, result="accepted", status=result.status, ms=ms, error=None)
+    kind: AttemptResult
+    if isinstance(result, Failed):
+        kind = "failed"
+    elif isinstance(result, Deferred):
+        kind = "deferred"
+    else:
+        kind = "rejected"
+    return Attempt(
+        at=at, result=kind, status=result.status, ms=ms, error=bounded_diagnostic(result.reason)
+    )
+
+
+def unsendable(reply: Reply) -> str | None:
+    """Why a reply cannot travel as a signed HTTP post, or None when it can.
+
+    Its key is the ``webhook-id`` header, so it must hold no control or format character
+    and no surrounding whitespace (a parser would cut or strip it, and the signature,
+    computed over the key, would never verify).
+
+    Args:
+        reply: the reply about to be posted.
+
+    Returns:
+        The reason, or None.
+    """
+    key = reply.key
+    index = first_control(key)
+    if index is not None:
+        return (
+            f"reply key holds {escape_char(key[index])} at index {index}; "
+            "it cannot travel as the webhook-id header"
+        )
+    if key != key.strip():
+        return "reply key has surrounding whitespace; it cannot travel as the webhook-id header"
+    return None
 
 
 def new_row(reply: Reply, *, now: datetime) -> OutboxRow:

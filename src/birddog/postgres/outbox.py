@@ -12,23 +12,40 @@ Row <-> model mapping lives here, not on the models.
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, LiteralString
 
 import asyncpg
 
-from birddog.core.delivery import DeadReason, OutboxRow, Receipt, RowState
+from birddog.core.delivery import (
+    Attempt,
+    DeadReason,
+    OutboxRow,
+    Receipt,
+    RowOutcome,
+    RowState,
+    UndecodableRow,
+)
+from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import InvalidInput
 from birddog.core.mail import AgentAddress, Outcome, Reply
-from birddog.ports import Page
+from birddog.ports import Page, RouteHint
 from birddog.postgres.pool import Connection, Pool, store_errors
 from birddog.postgres.sql import queries
 from birddog.postgres.wake import schedule_wake_on
 
-__all__ = ["PostgresOutbox", "insert_rows", "receipt_from_record", "row_from_record"]
+__all__ = [
+    "PostgresOutbox",
+    "attempt_entry",
+    "decode_claimed",
+    "insert_rows",
+    "receipt_from_record",
+    "row_from_record",
+]
 
 
 async def insert_rows(conn: Connection, rows: Sequence[OutboxRow]) -> list[str]:
@@ -91,17 +108,24 @@ async def insert_rows(conn: Connection, rows: Sequence[OutboxRow]) -> list[str]:
 def row_from_record(record: asyncpg.Record | dict[str, Any]) -> OutboxRow:
     """The outbox row for a database record of ``birddog.outbox``.
 
+    Fields of the stored reply that this version does not know (written by another
+    BirdDog version sharing the bus) are dropped, not refused.
+
     Args:
         record: a record with the columns ``key, reply, state, attempts, deferrals,
             due_at, created_at, last_error, dead_reason``.
 
     Returns:
         The row, with its reply validated.
+
+    Raises:
+        InvalidInput: the stored reply is not a valid reply.
+        ValueError: a column holds a value this version does not know.
     """
     dead_reason = record["dead_reason"]
     return OutboxRow(
         key=record["key"],
-        reply=Reply.model_validate(record["reply"]),
+        reply=Reply.model_validate(record["reply"], extra="ignore"),
         state=RowState(record["state"]),
         attempts=record["attempts"],
         deferrals=record["deferrals"],
@@ -109,6 +133,34 @@ def row_from_record(record: asyncpg.Record | dict[str, Any]) -> OutboxRow:
         created_at=record["created_at"],
         last_error=record["last_error"],
         dead_reason=DeadReason(dead_reason) if dead_reason is not None else None,
+    )
+
+
+def decode_claimed(record: asyncpg.Record) -> OutboxRow | UndecodableRow:
+    """A claimed record as a row, or, when its reply cannot be read, as an undecodable row.
+
+    Args:
+        record: a claimed record (the claim statements' columns).
+
+    Returns:
+        The row; an :class:`~birddog.core.delivery.UndecodableRow` naming the problem when
+        the stored reply is not a valid reply or does not carry the row's key.
+    """
+    try:
+        row = row_from_record(record)
+    except (InvalidInput, ValueError, TypeError, KeyError) as exc:
+        error = f"stored reply cannot be read: {exc}"
+    else:
+        if row.reply.key == row.key:
+            return row
+        error = "stored reply carries another key than its row"
+    return UndecodableRow(
+        key=record["key"],
+        agent_id=record["recipient_agent_id"],
+        attempts=record["attempts"],
+        deferrals=record["deferrals"],
+        due_at=record["due_at"],
+        error=bounded_diagnostic(error),
     )
 
 
@@ -135,16 +187,31 @@ def receipt_from_record(record: asyncpg.Record | dict[str, Any]) -> Receipt:
 
 @dataclass(frozen=True, slots=True)
 class _Outcomes:
-    """A page's outcomes split into receipt columns and row columns, for unnest."""
+    """A page's outcomes split into receipt columns and row columns, for unnest.
+
+    Each side also carries its attempt log entries as one JSON array (one entry, or null,
+    per key), appended to the rows' logs in SQL.
+    """
 
     receipt_columns: list[list[Any]]
+    receipt_attempts: list[dict[str, Any] | None]
     row_columns: list[list[Any]]
+    row_attempts: list[dict[str, Any] | None]
 
     @classmethod
-    def of(cls, outcomes: Sequence[OutboxRow | Receipt]) -> _Outcomes:
-        receipts: list[list[Any]] = [[] for _ in range(7)]
+    def of(
+        cls,
+        outcomes: Sequence[RowOutcome],
+        attempts: Sequence[Attempt | None],
+        mailbox: Collection[str],
+    ) -> _Outcomes:
+        receipts: list[list[Any]] = [[] for _ in range(8)]
         rows: list[list[Any]] = [[] for _ in range(7)]
-        for outcome in outcomes:
+        receipt_attempts: list[dict[str, Any] | None] = []
+        row_attempts: list[dict[str, Any] | None] = []
+        for index, outcome in enumerate(outcomes):
+            attempt = attempts[index] if index < len(attempts) else None
+            entry = attempt_entry(attempt) if attempt is not None else None
             if isinstance(outcome, Receipt):
                 values: tuple[Any, ...] = (
                     outcome.key,
@@ -154,8 +221,10 @@ class _Outcomes:
                     outcome.recipient.session_id,
                     outcome.command_id,
                     outcome.outcome.value,
+                    outcome.key in mailbox,
                 )
                 target = receipts
+                receipt_attempts.append(entry)
             else:
                 values = (
                     outcome.key,
@@ -167,9 +236,34 @@ class _Outcomes:
                     outcome.dead_reason.value if outcome.dead_reason is not None else None,
                 )
                 target = rows
+                row_attempts.append(entry)
             for column, value in zip(target, values, strict=True):
                 column.append(value)
-        return cls(receipt_columns=receipts, row_columns=rows)
+        return cls(
+            receipt_columns=receipts,
+            receipt_attempts=receipt_attempts,
+            row_columns=rows,
+            row_attempts=row_attempts,
+        )
+
+
+def attempt_entry(attempt: Attempt) -> dict[str, Any]:
+    """An attempt as the ``attempt_log`` JSON stores it.
+
+    Args:
+        attempt: the attempt.
+
+    Returns:
+        ``{"at": ISO-8601 UTC, "result", "status", "ms", "error"}``.
+    """
+    at = attempt.at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return {
+        "at": at,
+        "result": attempt.result,
+        "status": attempt.status,
+        "ms": attempt.ms,
+        "error": attempt.error,
+    }
 
 
 def _claim_uuid(claim: str) -> uuid.UUID | None:
@@ -300,19 +394,51 @@ class PostgresOutbox:
                 now + timedelta(seconds=lease_s),
                 list(skip_agents),
             )
-        rows = sorted((row_from_record(record) for record in records), key=lambda r: r.key)
-        return Page(rows=rows, claim=str(claim), more=len(rows) == limit)
+        rows: list[OutboxRow] = []
+        undecodable: list[UndecodableRow] = []
+        routes: dict[str, RouteHint] = {}
+        for record in records:
+            row = decode_claimed(record)
+            if isinstance(row, OutboxRow):
+                rows.append(row)
+            else:
+                undecodable.append(row)
+            kind = record["route_kind"]
+            if kind is not None:
+                routes[record["recipient_agent_id"]] = RouteHint(
+                    kind=kind, batch_size=record["route_batch_size"]
+                )
+        rows.sort(key=lambda r: r.key)
+        return Page(
+            rows=rows,
+            claim=str(claim),
+            more=len(records) == limit,
+            undecodable=undecodable,
+            routes=routes,
+        )
 
-    async def apply(self, *, page: Page, outcomes: Sequence[OutboxRow | Receipt]) -> list[str]:
+    async def apply(
+        self,
+        *,
+        page: Page,
+        outcomes: Sequence[RowOutcome],
+        attempts: Sequence[Attempt | None] = (),
+        mailbox: Collection[str] = (),
+    ) -> list[str]:
         """Store a page's outcomes in one transaction; rows the claim lost are skipped.
 
-        Receipts replace their rows (one delete-returning plus insert statement), other
-        outcomes update their rows and release the claim (one statement), and each new
-        dead letter is announced with ``NOTIFY birddog_dead`` (delivered at commit).
+        Receipts replace their rows (one delete-returning plus insert statement, which
+        also writes mailbox deliveries), other outcomes update their rows and release the
+        claim (one statement); each attempt is appended to its row's attempt log in the
+        same statements (the last 20 kept; a receipt takes the row's log). Each new dead
+        letter is announced with ``NOTIFY birddog_dead`` and each agent with new mailbox
+        replies with ``NOTIFY birddog_mailbox`` (delivered at commit).
 
         Args:
             page: the claimed page.
-            outcomes: one outcome per row that was posted.
+            outcomes: one outcome per row that was decided.
+            attempts: the attempt behind each outcome, in the same order (None: none).
+            mailbox: keys of receipts delivered into the mailbox table.
 
         Returns:
             The keys whose outcome was stored.
@@ -323,18 +449,36 @@ class PostgresOutbox:
         claim = _claim_uuid(page.claim)
         if claim is None or not outcomes:
             return []
-        split = _Outcomes.of(outcomes)
+        split = _Outcomes.of(outcomes, attempts, mailbox)
         stored: set[str] = set()
         with store_errors("outbox apply"):
             async with self.pool.acquire() as conn, conn.transaction():
                 if split.receipt_columns[0]:
+                    # The mailbox flags are the last column, after the attempt entries.
+                    *columns, flags = split.receipt_columns
                     swapped = await conn.fetch(
-                        queries["outbox_swap_receipts"], claim, *split.receipt_columns
+                        queries["outbox_swap_receipts"],
+                        claim,
+                        *columns,
+                        json.dumps(split.receipt_attempts),
+                        flags,
                     )
                     stored.update(record["key"] for record in swapped)
+                    agents = [
+                        outcome.recipient.agent_id
+                        for outcome in outcomes
+                        if isinstance(outcome, Receipt)
+                        and outcome.key in mailbox
+                        and outcome.key in stored
+                    ]
+                    if agents:
+                        await conn.execute(queries["outbox_notify_mailbox"], agents)
                 if split.row_columns[0]:
                     updated = await conn.fetch(
-                        queries["outbox_update_rows"], claim, *split.row_columns
+                        queries["outbox_update_rows"],
+                        claim,
+                        *split.row_columns,
+                        json.dumps(split.row_attempts),
                     )
                     stored.update(record["key"] for record in updated)
                     dead = [r["key"] for r in updated if r["state"] == RowState.DEAD.value]
@@ -393,6 +537,27 @@ class PostgresOutbox:
         """
         with store_errors("outbox next_due_at"):
             due: datetime | None = await self.pool.fetchval(queries["outbox_next_due_at"])
+        return due
+
+    async def next_claimable_at(
+        self, *, now: datetime, skip_agents: Collection[str] = ()
+    ) -> datetime | None:
+        """The earliest due time of a row a claim at ``now`` could take.
+
+        Args:
+            now: the caller's clock (rows under a lease that ends later do not count).
+            skip_agents: recipients whose rows do not count (held ones never do).
+
+        Returns:
+            The time, or None when no row is pending for a released recipient.
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        with store_errors("outbox next_claimable_at"):
+            due: datetime | None = await self.pool.fetchval(
+                queries["outbox_next_claimable_at"], now, list(skip_agents)
+            )
         return due
 
     async def replay(self, *, key: str | None = None, agent_id: str | None = None) -> list[str]:

@@ -47,10 +47,10 @@ WHERE o.key = ANY($1::text[]) AND rc.key = o.key
 RETURNING o.key;
 
 -- name: outbox_claim_page
--- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order, skipping recipients $6.
+-- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order, skipping recipients $6; with each row's route kind and batch size.
 -- params: $1 after_key text ('' for the start), $2 now timestamptz, $3 limit int, $4 claim uuid, $5 lease_until timestamptz, $6 skip_agents text[]
 WITH due AS (
-    SELECT o.key
+    SELECT o.key, o.recipient_agent_id
     FROM birddog.outbox o
     WHERE o.state = 'pending'
       AND o.due_at <= $2::timestamptz
@@ -68,18 +68,20 @@ WITH due AS (
 UPDATE birddog.outbox o
 SET claim_token = $4::uuid, lease_expires_at = $5::timestamptz, updated_at = now()
 FROM due
+LEFT JOIN birddog.routes r ON r.agent_id = due.recipient_agent_id
 WHERE o.key = due.key
 RETURNING
-    o.key, o.reply, o.state, o.attempts, o.deferrals, o.due_at, o.created_at,
-    o.last_error, o.dead_reason;
+    o.key, o.recipient_agent_id, o.reply, o.state, o.attempts, o.deferrals, o.due_at,
+    o.created_at, o.last_error, o.dead_reason, r.kind AS route_kind,
+    r.batch_size AS route_batch_size;
 
 -- name: outbox_claim_due
--- Lease up to $2 of the earliest-due, unheld, unleased pending rows, skipping recipients $5.
+-- Lease up to $2 of the earliest-due, unheld, unleased pending rows, skipping recipients $5; with each row's route kind and batch size.
 -- params: $1 now timestamptz, $2 limit int, $3 claim uuid, $4 lease_until timestamptz, $5 skip_agents text[]
 -- Due order reads the partial due-time index from its start and stops after $2 rows, so
 -- its cost is the page (plus rows in flight), whatever the future backlog.
 WITH due AS (
-    SELECT o.key
+    SELECT o.key, o.recipient_agent_id
     FROM birddog.outbox o
     WHERE o.state = 'pending'
       AND o.due_at <= $1::timestamptz
@@ -96,45 +98,64 @@ WITH due AS (
 UPDATE birddog.outbox o
 SET claim_token = $3::uuid, lease_expires_at = $4::timestamptz, updated_at = now()
 FROM due
+LEFT JOIN birddog.routes r ON r.agent_id = due.recipient_agent_id
 WHERE o.key = due.key
 RETURNING
-    o.key, o.reply, o.state, o.attempts, o.deferrals, o.due_at, o.created_at,
-    o.last_error, o.dead_reason;
+    o.key, o.recipient_agent_id, o.reply, o.state, o.attempts, o.deferrals, o.due_at,
+    o.created_at, o.last_error, o.dead_reason, r.kind AS route_kind,
+    r.batch_size AS route_batch_size;
 
 -- name: outbox_swap_receipts
--- Replace delivered rows still held by claim $1 with their receipts; returns the keys swapped.
--- params: $1 claim uuid, $2 keys text[], $3 delivered_ats timestamptz[], $4 attempts int4[], $5 recipient_agent_ids text[], $6 recipient_session_ids text[], $7 command_ids text[], $8 outcomes text[]
+-- Replace delivered rows still held by claim $1 with their receipts (attempt log: the row's plus entry n of $9); rows flagged $10 are also written to the mailbox table; returns the keys swapped.
+-- params: $1 claim uuid, $2 keys text[], $3 delivered_ats timestamptz[], $4 attempts int4[], $5 recipient_agent_ids text[], $6 recipient_session_ids text[], $7 command_ids text[], $8 outcomes text[], $9 attempt_entries text (a JSON array, one entry or null per key), $10 mailbox boolean[]
 WITH receipt AS (
     SELECT *
     FROM unnest(
         $2::text[], $3::timestamptz[], $4::int4[], $5::text[], $6::text[], $7::text[],
-        $8::text[]
-    ) AS r(
+        $8::text[], $10::boolean[]
+    ) WITH ORDINALITY AS r(
         key, delivered_at, attempts, recipient_agent_id, recipient_session_id, command_id,
-        outcome
+        outcome, mailbox, n
     )
 ), gone AS (
     DELETE FROM birddog.outbox o
     USING receipt r
     WHERE o.key = r.key AND o.claim_token = $1::uuid
-    RETURNING o.key
+    RETURNING o.key, o.in_reply_to, o.reply, o.attempt_log
 ), stored AS (
     INSERT INTO birddog.receipts (
         key, delivered_at, attempts, recipient_agent_id, recipient_session_id, command_id,
-        outcome
+        outcome, attempt_log
     )
     SELECT
         r.key, r.delivered_at, r.attempts, r.recipient_agent_id, r.recipient_session_id,
-        r.command_id, r.outcome
+        r.command_id, r.outcome,
+        -- The row's log and this attempt (an entry that is not an object: none), last 20.
+        jsonb_path_query_array(
+            g.attempt_log
+                || jsonb_path_query_array($9::text::jsonb -> (r.n::int - 1), '$ ? (@.type() == "object")'),
+            '$[last - 19 to last]'
+        )
     FROM receipt r
     JOIN gone g ON g.key = r.key
     ON CONFLICT (key) DO NOTHING
+), delivered AS (
+    INSERT INTO birddog.mailbox (
+        key, agent_id, session_id, in_reply_to, command_id, outcome, reply, delivered_at
+    )
+    SELECT
+        r.key, r.recipient_agent_id, r.recipient_session_id, g.in_reply_to, r.command_id,
+        r.outcome, g.reply, r.delivered_at
+    FROM receipt r
+    JOIN gone g ON g.key = r.key
+    WHERE r.mailbox
+    ON CONFLICT (key) DO NOTHING
 )
-SELECT key FROM gone;
+SELECT g.key FROM gone g;
 
 -- name: outbox_update_rows
--- Store retried, deferred and dead rows still held by claim $1, and release the claim.
--- params: $1 claim uuid, $2 keys text[], $3 states text[], $4 attempts int4[], $5 deferrals int4[], $6 due_ats timestamptz[], $7 last_errors text[], $8 dead_reasons text[]
+-- Store retried, deferred and dead rows still held by claim $1 (appending entry n of $9 to each row's attempt log, the last 20 kept), and release the claim.
+-- params: $1 claim uuid, $2 keys text[], $3 states text[], $4 attempts int4[], $5 deferrals int4[], $6 due_ats timestamptz[], $7 last_errors text[], $8 dead_reasons text[], $9 attempt_entries text (a JSON array, one entry or null per key)
 UPDATE birddog.outbox o
 SET state = u.state,
     attempts = u.attempts,
@@ -143,12 +164,17 @@ SET state = u.state,
     last_error = u.last_error,
     dead_reason = u.dead_reason,
     dead_at = CASE WHEN u.state = 'dead' THEN coalesce(o.dead_at, now()) END,
+    attempt_log = jsonb_path_query_array(
+        o.attempt_log
+            || jsonb_path_query_array($9::text::jsonb -> (u.n::int - 1), '$ ? (@.type() == "object")'),
+        '$[last - 19 to last]'
+    ),
     claim_token = NULL,
     lease_expires_at = NULL,
     updated_at = now()
 FROM unnest(
     $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[], $7::text[], $8::text[]
-) AS u(key, state, attempts, deferrals, due_at, last_error, dead_reason)
+) WITH ORDINALITY AS u(key, state, attempts, deferrals, due_at, last_error, dead_reason, n)
 WHERE o.key = u.key AND o.claim_token = $1::uuid
 RETURNING o.key, o.state;
 
@@ -156,6 +182,11 @@ RETURNING o.key, o.state;
 -- Announce each dead letter on channel birddog_dead; Postgres delivers it at commit.
 -- params: $1 keys text[]
 SELECT pg_notify('birddog_dead', k) FROM unnest($1::text[]) AS k;
+
+-- name: outbox_notify_mailbox
+-- Announce new mailbox replies on channel birddog_mailbox, once per agent id; delivered at commit.
+-- params: $1 agent_ids text[]
+SELECT pg_notify('birddog_mailbox', a) FROM (SELECT DISTINCT unnest($1::text[]) AS a) AS agents;
 
 -- name: outbox_get_row
 -- The pending or dead row under a key.
@@ -189,6 +220,23 @@ SELECT EXISTS (SELECT 1 FROM birddog.outbox o WHERE o.state = 'pending');
 SELECT o.due_at
 FROM birddog.outbox o
 WHERE o.state = 'pending'
+  AND NOT EXISTS (
+      SELECT 1 FROM birddog.routes r
+      WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
+  )
+ORDER BY o.due_at
+LIMIT 1;
+
+-- name: outbox_next_claimable_at
+-- The earliest due time of a row a claim at $1 could take (pending, unleased or lease ended, recipient neither held nor in $2).
+-- params: $1 now timestamptz, $2 skip_agents text[]
+-- Rows under a live lease do not count: their drainer stores them (arming a wake for a
+-- retry), and a drainer that died is found by the next look after the lease ends.
+SELECT o.due_at
+FROM birddog.outbox o
+WHERE o.state = 'pending'
+  AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1::timestamptz)
+  AND NOT (o.recipient_agent_id = ANY($2::text[]))
   AND NOT EXISTS (
       SELECT 1 FROM birddog.routes r
       WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
@@ -255,32 +303,53 @@ LIMIT $1::int;
 -- wake
 -- ---------------------------------------------------------------------------------------
 
+-- name: wake_guard
+-- A settlement about to arm a wake: wait while a drainer records that it goes to sleep.
+-- params: none
+-- The wake protocol (birddog/postgres/wake.py): settlements take the wake lock shared, a
+-- drainer going to sleep takes it exclusive. The lock is 'birddog' in ASCII as a bigint.
+-- This must be its own statement, before wake_schedule, so that wake_schedule's snapshot
+-- is taken after the lock is granted.
+SELECT pg_advisory_xact_lock_shared(27700487749136231);
+
 -- name: wake_schedule
--- Keep the earliest wake time; NOTIFY birddog_wake unless a pending future wake covers it.
+-- Arm a wake for $1: when the armed wake (the time the last drainer to sleep looks again) is later, move it to $1 and NOTIFY birddog_wake.
 -- params: $1 at timestamptz
--- Only a wake that moves earlier takes the row lock, so concurrent settlements do not
--- queue on the singleton row. The notification (delivered at commit) is skipped only
--- when an armed wake still lies in the future and is earlier than $1: whoever sleeps
--- until then is already covered. An armed wake that is already due may have been
--- consumed by a drain that never clears the table, so it never silences a new one.
-WITH armed AS (
-    SELECT w.wake_at FROM birddog.wake w
-), moved AS (
+-- An armed wake at or before $1 means some drainer is awake or looks again by then, so
+-- nothing is written and nobody is notified: a settlement does not serialise on the wake
+-- row, nor on the commit of a notifying transaction. With no row yet (no drainer has
+-- ever slept), the first wake is inserted and announced.
+WITH moved AS (
     UPDATE birddog.wake w
     SET wake_at = $1::timestamptz
-    WHERE w.id AND w.wake_at > $1::timestamptz
+    WHERE w.id AND (w.wake_at IS NULL OR w.wake_at > $1::timestamptz)
     RETURNING w.wake_at
 ), inserted AS (
     INSERT INTO birddog.wake AS w (id, wake_at)
     SELECT true, $1::timestamptz
-    WHERE NOT EXISTS (SELECT 1 FROM armed)
+    WHERE NOT EXISTS (SELECT 1 FROM birddog.wake)
     ON CONFLICT (id) DO UPDATE SET wake_at = least(w.wake_at, excluded.wake_at)
     RETURNING w.wake_at
 )
 SELECT pg_notify('birddog_wake', '')
-WHERE EXISTS (SELECT 1 FROM moved)
-   OR EXISTS (SELECT 1 FROM inserted)
-   OR NOT EXISTS (SELECT 1 FROM armed WHERE armed.wake_at > now());
+WHERE EXISTS (SELECT 1 FROM moved) OR EXISTS (SELECT 1 FROM inserted);
+
+-- name: wake_sleep
+-- A drainer goes to sleep until $1: wait for settlements arming a wake to commit, then record when it looks again (an armed wake between $2 and $1 comes first) and return it.
+-- params: $1 until timestamptz, $2 now timestamptz
+-- Run on its own (autocommit): the exclusive wake lock is held until this commits. The
+-- drainer must then look for due rows once more before sleeping: every settlement that
+-- committed before the lock was granted is visible to that look, and every later one
+-- sees the time written here and notifies when it is earlier.
+INSERT INTO birddog.wake AS w (id, wake_at)
+SELECT true, $1::timestamptz
+FROM (SELECT pg_advisory_xact_lock(27700487749136231)) AS locked
+ON CONFLICT (id) DO UPDATE
+SET wake_at = CASE
+    WHEN w.wake_at > $2::timestamptz AND w.wake_at < excluded.wake_at THEN w.wake_at
+    ELSE excluded.wake_at
+END
+RETURNING w.wake_at;
 
 -- name: wake_get
 -- The armed wake time, if any.

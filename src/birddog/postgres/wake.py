@@ -1,9 +1,24 @@
-"""Wakes in PostgreSQL: the earliest owed drain in a singleton row, announced by NOTIFY.
+"""Wakes in PostgreSQL: a singleton row that says when a drainer looks again, and NOTIFY.
 
-``schedule_wake`` keeps the earliest time in ``birddog.wake`` and sends
-``NOTIFY birddog_wake`` in the same transaction, so Postgres delivers the notification
-only when the rows that caused it are visible. :class:`WakeListener` holds a dedicated
-connection doing ``LISTEN``: a notification is a hint, the drain always re-queries.
+The wake row holds the time the last drainer to go to sleep will look again on its own.
+
+- A **settlement** (any writer that owes a drain, at time ``t``), inside its own
+  transaction, takes the wake lock *shared*, then: if the row says later than ``t``, moves
+  it to ``t`` and sends ``NOTIFY birddog_wake`` (delivered at commit, so never before the
+  rows that caused it are visible); otherwise does nothing, because some drainer is awake
+  or looks again by ``t``. Most settlements therefore neither write the row nor notify,
+  and do not serialise on either.
+- A **drainer going to sleep** until ``T`` takes the wake lock *exclusive* (which waits for
+  the settlements in flight to commit), writes ``T``, commits, and only then looks for due
+  rows once more before it sleeps. A settlement that committed before the lock was
+  granted is visible to that look; a later one sees ``T`` and notifies when it is earlier.
+
+A drainer that dies while awake leaves a wake in the past behind: settlements then stay
+quiet, and the other drainers find the work at their own next look (a due row, a
+notification, or the backstop timer, ``BIRDDOG_BACKSTOP_S``): late, but bounded.
+
+:class:`WakeListener` holds a dedicated connection doing ``LISTEN``: a notification is a
+hint, the drain always re-queries.
 """
 
 from __future__ import annotations
@@ -29,19 +44,22 @@ log = structlog.get_logger("birddog.wake")
 
 
 async def schedule_wake_on(conn: Connection, at: datetime) -> None:
-    """Arm the wake for ``at`` (or keep an earlier one) inside the caller's transaction.
+    """Make sure a drainer looks by ``at``, inside the caller's transaction.
 
-    Only a wake that moves earlier locks the singleton row and notifies, so concurrent
-    settlements do not queue behind each other on it.
+    The settlement side of the wake protocol: takes the wake lock shared (held until the
+    caller's transaction ends, so call this last in it), then moves the wake earlier and
+    notifies only when the last drainer to sleep would look later than ``at``.
 
     Args:
-        conn: an asyncpg connection, normally inside the transaction that wrote the rows.
+        conn: an asyncpg connection, normally inside the transaction that wrote the rows
+            (outside one, the rows must already be committed).
         at: when a drain is owed.
 
     Raises:
         StoreUnavailable: the database is unreachable.
     """
     with store_errors("schedule wake"):
+        await conn.execute(queries["wake_guard"])
         await conn.execute(queries["wake_schedule"], at)
 
 
@@ -56,7 +74,9 @@ class PostgresWake:
         self.pool = pool
 
     async def schedule_wake(self, *, at: datetime) -> None:
-        """Make sure a drain runs at ``at`` or earlier (one transaction, NOTIFY on commit).
+        """Make sure a drain runs at ``at`` or earlier (NOTIFY only when it moves earlier).
+
+        For rows already committed (a drainer's retries, a replay, a release).
 
         Raises:
             StoreUnavailable: the database is unreachable.
@@ -64,6 +84,27 @@ class PostgresWake:
         with store_errors("schedule wake"):
             async with self.pool.acquire() as conn:
                 await schedule_wake_on(conn, at)
+
+    async def going_to_sleep(self, *, until: datetime, now: datetime) -> datetime:
+        """The drainer side of the wake protocol: record when it looks again.
+
+        Waits for settlements in flight to commit (the exclusive wake lock), writes
+        ``until`` (or an armed wake between ``now`` and it), and commits. The caller must
+        then look for due rows once more before it sleeps.
+
+        Args:
+            until: when the drainer would look again on its own.
+            now: the drainer's clock.
+
+        Returns:
+            When to look again.
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        with store_errors("going to sleep"):
+            at: datetime = await self.pool.fetchval(queries["wake_sleep"], until, now)
+        return at
 
     async def wake_at(self) -> datetime | None:
         """The armed wake time, or None when no drain is owed by a wake.
