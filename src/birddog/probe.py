@@ -3,7 +3,9 @@
 The probe is its own sender, worker and recipient: it routes a one-off agent to an inbox
 of its own on 127.0.0.1, enqueues a job with mail, settles it, and waits until a running
 drain daemon (or, with ``drain``, the probe itself) has delivered the signed reply and
-stored its receipt.
+stored its receipt. Its job runs in a session under the reserved prefix
+(``birddog:probe:<nonce>``), which a worker taking every queue never claims, so a running
+worker cannot steal it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from birddog.bootstrap import Stack
 from birddog.clock import epoch_ms
 from birddog.core.delivery import Receipt
 from birddog.core.errors import BirdDogError
-from birddog.core.jobs import AgentWork, agent_job
+from birddog.core.jobs import RESERVED_QUEUE_PREFIX, AgentWork, agent_job
 from birddog.core.mail import AgentAddress, Mail, Outcome, Reply
 from birddog.http.inbox import Inbox
 from birddog.http.server import serve
@@ -55,7 +57,7 @@ async def run_probe(stack: Stack, *, timeout_s: float, drain: bool = False) -> P
     started = time.monotonic()
     nonce = secrets.token_hex(8)
     agent = f"birddog-probe-{nonce}"
-    address = AgentAddress(agent_id=agent, session_id=f"probe-{nonce}")
+    address = AgentAddress(agent_id=agent, session_id=f"{RESERVED_QUEUE_PREFIX}probe:{nonce}")
     inbox = ProbeInbox()
     inbox_url = await inbox.start()
     key = f"probe:{nonce}"

@@ -8,7 +8,10 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 
+from birddog.bootstrap import open_stack
 from birddog.postgres.pool import Pool
+from birddog.probe import run_probe
+from birddog.settings import Settings
 from tests.acceptance.conftest import Daemon, Harness, TestInbox, cli, wait_until
 from tests.support import enqueue, make_job
 
@@ -132,3 +135,29 @@ async def test_a_job_nobody_claims_is_cancelled_by_the_daemon_and_the_sender_hea
         (text_of_bounce, "cancelled")
     }
     assert '"job_queued_too_long"' in text
+
+
+async def test_a_worker_taking_every_queue_never_steals_the_probe(
+    database_url: str, daemons: Callable[..., Daemon], pg_pool: Pool
+) -> None:
+    """With a worker on every queue running, 10 of 10 probes pass and leave no dead letter."""
+    worker = daemons("--handler", "tests.acceptance.handlers:echo", command="worker")
+    daemon = daemons()
+
+    async def both_running() -> bool:
+        kinds = await pg_pool.fetch("SELECT DISTINCT kind FROM birddog.daemons")
+        return {row["kind"] for row in kinds} == {"drain", "worker"}
+
+    # A probe that ran before the worker started would prove nothing.
+    await wait_until(both_running, timeout_s=60, what="the worker and the daemon")
+    async with open_stack(Settings(database_url=database_url), pool_size=4) as stack:
+        results = [await run_probe(stack, timeout_s=30) for _ in range(10)]
+    assert [r.ok for r in results] == [True] * 10, [r.message for r in results]
+    for process in (worker, daemon):
+        code, text = process.terminate()
+        assert code == 0, text[-2000:]
+    jobs = await pg_pool.fetch("SELECT queue, outcome, worker_id FROM birddog.jobs")
+    assert len(jobs) == 10
+    assert all(row["queue"].startswith("birddog:probe:") for row in jobs)
+    assert {(row["outcome"], row["worker_id"]) for row in jobs} == {("completed", None)}
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox WHERE state = 'dead'") == 0

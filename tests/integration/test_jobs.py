@@ -180,6 +180,15 @@ async def test_claim_takes_only_the_given_queues(jobs: PostgresJobs, pg_pool: Po
     assert (await claim(jobs)).job.job_id == "for-x"
 
 
+async def test_reserved_queues_are_claimed_only_when_named(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """A claim of every queue never takes a birddog: queue; naming the queue takes it."""
+    await enqueue(pg_pool, make_job("probe", session="birddog:probe:n1", priority=9))
+    assert await jobs.claim() is None
+    assert (await claim(jobs, queues=["birddog:probe:n1"])).job.job_id == "probe"
+
+
 async def test_claim_many_returns_jobs_in_claim_order(jobs: PostgresJobs, pg_pool: Pool) -> None:
     """claim_many takes up to its limit in one statement, in priority-then-age order."""
     await enqueue(

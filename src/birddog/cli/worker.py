@@ -19,7 +19,13 @@ from birddog.runtime import quiet_until_started
     help="Or a program, one process per job: mail content on stdin, ids in BIRDDOG_* "
     "variables, stdout the reply; e.g. 'tr a-z A-Z'.",
 )
-@click.option("--queue", "queues", multiple=True, help="Only these queues (session ids).")
+@click.option(
+    "--queue",
+    "queues",
+    multiple=True,
+    help="Only these queues (session ids). Without it, every queue except those starting "
+    "with 'birddog:', which BirdDog keeps for itself (its probe).",
+)
 @click.option("--concurrency", type=int, default=None, help="Jobs run at once.")
 @click.option("--once", is_flag=True, help="Run queued jobs, then exit.")
 @click.pass_context
