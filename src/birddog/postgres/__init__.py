@@ -16,7 +16,6 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import make_url
 
-from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox, insert_rows
 from birddog.postgres.pool import create_pool
@@ -35,7 +34,6 @@ __all__ = [
     "MIGRATION_LOCK_ID",
     "SCHEMA",
     "ClaimedJob",
-    "EmbeddedPostgres",
     "PostgresJobs",
     "PostgresOutbox",
     "PostgresRoutes",
