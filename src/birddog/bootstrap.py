@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import errno
 import shutil
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -418,6 +418,8 @@ def build_daemon(
         await registry.seen()
         if forgotten := await stack.routes.forget_previous_secrets():
             log.info("previous_secrets_forgotten", routes=forgotten)
+
+    async def gauges() -> None:
         counts = await stack.outbox.counts()
         stack.metrics.observe_backlog(
             pending=int(counts.get("pending", 0)),
@@ -427,10 +429,21 @@ def build_daemon(
 
     async def reap() -> None:
         await reap_expired_jobs(stack.jobs)
+
+    async def bounce() -> None:
         for job_id, _ in await stack.jobs.cancel_queued_too_long():
             log.warning("job_queued_too_long", job_id=job_id, outcome="cancelled")
 
     policy = settings.retention()
+    reap_every_s = max(1.0, settings.job_lease_s / 2)
+
+    def side(
+        seconds: float, action: Callable[[], Awaitable[None]], name: str
+    ) -> Callable[[], Awaitable[None]]:
+        """A side task: logged, counted in /metrics and retried with backoff when it fails."""
+        return lambda: every(
+            seconds, action, stop=stop, name=name, on_error=stack.metrics.side_task_failed
+        )
 
     async def prune() -> None:
         report = await stack.retention.prune(policy)
@@ -451,13 +464,11 @@ def build_daemon(
         metrics=stack.metrics,
         on_dead=on_dead,
         side_tasks=[
-            lambda: every(HEARTBEAT_S, heartbeat, stop=stop, name="heartbeat"),
-            lambda: every(max(1.0, settings.job_lease_s / 2), reap, stop=stop, name="reaper"),
-            *(
-                []
-                if policy.empty
-                else [lambda: every(settings.prune_every_s, prune, stop=stop, name="prune")]
-            ),
+            side(HEARTBEAT_S, heartbeat, "heartbeat"),
+            side(HEARTBEAT_S, gauges, "gauges"),
+            side(reap_every_s, reap, "reaper"),
+            side(reap_every_s, bounce, "queued_reaper"),
+            *([] if policy.empty else [side(settings.prune_every_s, prune, "prune")]),
         ],
         stop=stop,
     )

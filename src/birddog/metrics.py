@@ -57,6 +57,12 @@ class Metrics:
         )
         self.drains = Counter("birddog_drains", "Drain passes.", registry=r)
         self.up = Gauge("birddog_database_up", "1 while the database answers.", registry=r)
+        self.side_task_errors = Counter(
+            "birddog_side_task_errors",
+            "Failures of a side task (reaper, heartbeat, gauges, alerts); it retries.",
+            ["task"],
+            registry=r,
+        )
 
     def record(self, report: DrainReport) -> None:
         """Count a drain's outcomes."""
@@ -68,6 +74,10 @@ class Metrics:
             self.failed.labels(failure_kind(result)).inc()
         for _key, reason in report.dead:
             self.dead.labels(reason.value).inc()
+
+    def side_task_failed(self, task: str) -> None:
+        """Count one failure of the side task ``task``."""
+        self.side_task_errors.labels(task).inc()
 
     def observe_backlog(self, *, pending: int, oldest: datetime | None, now: datetime) -> None:
         """Set the pending gauges."""

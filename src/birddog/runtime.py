@@ -54,20 +54,52 @@ async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:
 
 
 async def every(
-    seconds: float, action: Callable[[], Awaitable[Any]], *, stop: asyncio.Event, name: str
+    seconds: float,
+    action: Callable[[], Awaitable[Any]],
+    *,
+    stop: asyncio.Event,
+    name: str,
+    on_error: Callable[[str], None] | None = None,
 ) -> None:
-    """Run ``action`` every ``seconds`` until ``stop``; a failing action is logged, not fatal.
+    """Run ``action`` every ``seconds`` until ``stop``; no failure ends the loop.
 
-    Database errors are expected while the database restarts; anything else is a bug and
-    propagates, stopping the daemon loudly.
+    A side task (reaper, heartbeat, gauges) must never take its process down: a failure
+    is logged as ``side_task_failed`` with the task and the error class (a warning while
+    the database is away, an error otherwise), counted through ``on_error``, and retried
+    after a backoff that starts at 0.1 s and doubles up to ``max(seconds, 60)``; the first
+    success goes back to the normal interval.
+
+    Args:
+        seconds: the pause between runs.
+        action: one run of the task.
+        stop: set to end the loop.
+        name: the task's name, for logs and metrics.
+        on_error: told the task's name after each failure (a metrics counter).
     """
-    errors = database_errors()
+    backoff = Backoff(cap_s=max(seconds, SIDE_TASK_BACKOFF_CAP_S))
     while not stop.is_set():
         try:
             await action()
-        except errors as exc:
-            log.warning("side_task_database_error", task=name, error=type(exc).__name__)
+        except Exception as exc:  # a side task's failure is logged and retried, never fatal
+            wait = backoff.next()
+            report = log.warning if isinstance(exc, StoreUnavailable) else log.error
+            report("side_task_failed", task=name, error=_error_class(exc), retry_in_s=wait)
+            if on_error is not None:
+                on_error(name)
+            await sleep_unless_stopped(stop, wait)
+            continue
+        backoff.reset()
         await sleep_unless_stopped(stop, seconds)
+
+
+SIDE_TASK_BACKOFF_CAP_S = 60.0
+"""A side task failing again and again is retried at least this often."""
+
+
+def _error_class(exc: BaseException) -> str:
+    """The error's class, or for a translated driver error the driver's (its cause)."""
+    cause = exc.__cause__ if isinstance(exc, StoreUnavailable) else None
+    return type(exc).__name__ if cause is None else f"{type(exc).__name__}({type(cause).__name__})"
 
 
 def stop_on_signals() -> asyncio.Event:
