@@ -26,11 +26,10 @@ from aiohttp import web
 
 from birddog.clock import SystemClock
 from birddog.console import Sessions, make_app
-from birddog.core.delivery import OutboxRow, UndecodableRow
 from birddog.core.errors import InvalidSetting, StoreUnavailable
 from birddog.core.jobs import Job
 from birddog.daemon import DrainDaemon
-from birddog.http.alerts import AlertPoster
+from birddog.http.alerts import AlertCoalescer, AlertPoster
 from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
 from birddog.mailroom import MailRoom
@@ -393,7 +392,7 @@ def build_daemon(
     *,
     listener: Listener,
     registry: PostgresDaemons,
-    alerts: AlertPoster | None,
+    alerts: AlertCoalescer | None,
     stop: asyncio.Event,
 ) -> DrainDaemon:
     """Wire the drain daemon over ``stack``: alerts for dead letters, heartbeat, reaper.
@@ -402,17 +401,14 @@ def build_daemon(
         stack: the open adapters.
         listener: ``LISTEN birddog_wake`` on its own connection.
         registry: this process's row in ``birddog.daemons`` (the heartbeat renews it).
-        alerts: posts a signed alert per dead letter, when an alert URL is set.
+        alerts: gathers dead letters per recipient into signed alerts, when an alert URL
+            is set.
         stop: set to stop the daemon.
 
     Returns:
         The daemon, ready to ``run``.
     """
     settings = stack.settings
-
-    async def on_dead(row: OutboxRow | UndecodableRow) -> None:
-        if alerts is not None and isinstance(row, OutboxRow):
-            await alerts.alert(row)
 
     async def heartbeat() -> None:
         await registry.seen()
@@ -462,7 +458,7 @@ def build_daemon(
         clock=stack.clock,
         settings=settings,
         metrics=stack.metrics,
-        on_dead=on_dead,
+        on_dead=alerts.dead_letter if alerts is not None else None,
         side_tasks=[
             side(HEARTBEAT_S, heartbeat, "heartbeat"),
             side(HEARTBEAT_S, gauges, "gauges"),
@@ -506,7 +502,11 @@ async def _drain_until_stopped(
 ) -> None:
     settings = stack.settings
     alerts = (
-        AlertPoster(settings.alert_url, settings.alert_signing_secret(), clock=stack.clock)
+        AlertCoalescer(
+            AlertPoster(settings.alert_url, settings.alert_signing_secret(), clock=stack.clock),
+            window_s=settings.alert_coalesce_s,
+            clock=stack.clock,
+        )
         if settings.alert_url
         else None
     )
@@ -528,7 +528,7 @@ async def _drain_until_stopped(
                     await metrics[0].cleanup()
     finally:
         if alerts is not None:
-            await alerts.close()
+            await alerts.close(timeout_s=settings.shutdown_grace_s)
         if not once:
             try:
                 await registry.gone()

@@ -14,8 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable
 
 import structlog
 
@@ -39,8 +38,8 @@ class DrainDaemon:
         clock: the current time (due times are compared with it).
         settings: backstop, grace period.
         metrics: where outcomes are counted.
-        on_dead: called with every dead letter (the row, or the undecodable row) to alert;
-            must not raise.
+        on_dead: told every dead letter (the row, or the undecodable row), to alert; it
+            must return at once and never raise (an :class:`~birddog.http.AlertCoalescer`).
         side_tasks: coroutine factories run beside the loop (heartbeat, reaper, ...).
         stop: set to stop the daemon (SIGTERM/SIGINT set it).
     """
@@ -53,7 +52,7 @@ class DrainDaemon:
         clock: Clock,
         settings: Settings,
         metrics: Metrics,
-        on_dead: Callable[[OutboxRow | UndecodableRow], Coroutine[Any, Any, None]] | None = None,
+        on_dead: Callable[[OutboxRow | UndecodableRow], None] | None = None,
         side_tasks: list[Callable[[], Awaitable[None]]] | None = None,
         stop: asyncio.Event | None = None,
     ) -> None:
@@ -68,7 +67,6 @@ class DrainDaemon:
         self.healthy = True
         self.drains = 0
         self.daemon_id = f"{socket.gethostname()}:{os.getpid()}"
-        self._alerts: set[asyncio.Task[None]] = set()
         self._errors = database_errors()
         self._backoff = Backoff()
 
@@ -90,7 +88,6 @@ class DrainDaemon:
                     for side in sides:
                         side.cancel()
         finally:
-            await self._finish_alerts()
             log.info("daemon_stopped", daemon=self.daemon_id, drains=self.drains)
 
     async def _side(self, factory: Callable[[], Awaitable[None]]) -> None:
@@ -148,10 +145,4 @@ class DrainDaemon:
         for (key, reason), row in zip(report.dead, report.dead_rows, strict=True):
             log.error("reply_dead", key=key, reason=reason.value)
             if self.on_dead is not None:
-                task: asyncio.Task[None] = asyncio.create_task(self.on_dead(row))
-                self._alerts.add(task)
-                task.add_done_callback(self._alerts.discard)
-
-    async def _finish_alerts(self) -> None:
-        if self._alerts:
-            await asyncio.wait(self._alerts, timeout=self.settings.shutdown_grace_s)
+                self.on_dead(row)

@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     alert_secret: str | None = Field(
         None, description="Signing secret for alerts (whsec_, or sealed: secrets seal)."
     )
+    alert_coalesce_s: float = Field(
+        5.0, ge=0, description="Dead letters of one recipient within this go out as one alert."
+    )
     secret_key: SecretStr | None = Field(
         None, description="Seals stored signing secrets (AES-GCM); unset: stored as given."
     )

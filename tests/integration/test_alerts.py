@@ -1,4 +1,4 @@
-"""Dead-letter alerts: a signed POST without the mail content, and failures that never raise."""
+"""Dead-letter alerts: coalesced per recipient, signed, without content, and never raising."""
 
 from __future__ import annotations
 
@@ -14,21 +14,22 @@ import structlog
 from aiohttp import web
 from standardwebhooks import Webhook
 
-from birddog.core.delivery import DeadReason, OutboxRow, RowState
+from birddog.clock import SystemClock
+from birddog.core.delivery import DeadReason, OutboxRow, RowState, UndecodableRow
 from birddog.core.errors import InvalidInput
 from birddog.core.mail import AgentAddress, Reply, ReplyFacts
-from birddog.http import AlertPoster, generate_secret
+from birddog.http import AlertCoalescer, AlertPoster, DeadLetterGroup, generate_secret
 from birddog.http.server import serve
 
 CONTENT = "TOP-SECRET-MAIL-CONTENT"
 DEAD_AT = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 
 
-def dead_row() -> OutboxRow:
+def dead_row(key: str = "outbox:mail-9:reply:1", agent: str = "caller") -> OutboxRow:
     reply = Reply(
-        key="outbox:mail-9:reply:1",
+        key=key,
         in_reply_to="mail-9",
-        to=AgentAddress(agent_id="caller", session_id="session-a"),
+        to=AgentAddress(agent_id=agent, session_id="session-a"),
         from_=AgentAddress(agent_id="worker", session_id="session-b"),
         content=CONTENT,
         created_at=1_767_225_600_000,
@@ -45,6 +46,11 @@ def dead_row() -> OutboxRow:
         last_error="HTTP 500 Internal Server Error: down",
         dead_reason=DeadReason.ATTEMPTS_EXHAUSTED,
     )
+
+
+def one(row: OutboxRow | None = None) -> DeadLetterGroup:
+    """A group of one dead letter (by default :func:`dead_row`) that died at DEAD_AT."""
+    return DeadLetterGroup.of([row or dead_row()], dead_at=DEAD_AT)
 
 
 @dataclass
@@ -73,35 +79,78 @@ async def sink() -> AsyncIterator[AlertSink]:
 
 
 async def test_alert_is_signed_and_carries_no_content(sink: AlertSink) -> None:
-    """The alert is a signed JSON POST with the dead letter's facts and without its content."""
+    """The alert is a signed JSON POST with the dead letters' facts and without content."""
     secret = generate_secret()
+    buried = UndecodableRow(
+        key="outbox:mail-7:reply:0",
+        agent_id="caller",
+        attempts=0,
+        deferrals=0,
+        due_at=DEAD_AT,
+        error="stored reply cannot be read",
+    )
+    group = DeadLetterGroup.of([dead_row(), buried], dead_at=DEAD_AT)
     async with AlertPoster(sink.url, secret) as poster:
-        assert await poster.alert(dead_row(), dead_at=DEAD_AT) is True
+        assert await poster.alert(group) is True
     [(headers, body)] = sink.received
     payload = Webhook(secret).verify(body, headers)
     assert payload == {
-        "type": "birddog.dead_letter",
-        "key": "outbox:mail-9:reply:1",
-        "inReplyTo": "mail-9",
-        "recipient": {"kind": "agent", "agentId": "caller", "sessionId": "session-a"},
-        "deadReason": "attempts_exhausted",
-        "lastError": "HTTP 500 Internal Server Error: down",
-        "attempts": 20,
-        "deadAt": "2026-11-29T12:00:00Z",
+        "type": "birddog.dead_letters",
+        "recipient": {"agentId": "caller"},
+        "count": 2,
+        "keys": ["outbox:mail-9:reply:1", "outbox:mail-7:reply:0"],
+        "deadReasons": {"attempts_exhausted": 1, "undecodable": 1},
+        "lastError": "stored reply cannot be read",
+        "firstDeadAt": "2026-11-29T12:00:00Z",
+        "lastDeadAt": "2026-11-29T12:00:00Z",
     }
     assert CONTENT.encode() not in body
     assert b"content" not in body
-    assert headers["webhook-id"] == "alert:outbox:mail-9:reply:1:1795953600000"
+    assert headers["webhook-id"].startswith("alert:")
+    assert headers["webhook-id"].endswith(":1795953600000")
     assert headers["Content-Type"] == "application/json"
+
+
+async def test_twenty_thousand_dead_letters_make_a_handful_of_posts(sink: AlertSink) -> None:
+    """Dead letters of one recipient within the window go out as one POST: count, 100 keys."""
+    poster = AlertPoster(sink.url, None)
+    alerts = AlertCoalescer(poster, window_s=0.2, clock=SystemClock())
+    for index in range(20_000):
+        alerts.dead_letter(dead_row(f"outbox:m{index:05d}:reply:0", agent=f"agent-{index % 4}"))
+    await alerts.close(timeout_s=10)
+    payloads = [json.loads(body) for _headers, body in sink.received]
+    assert len(payloads) == 4
+    assert sorted(p["recipient"]["agentId"] for p in payloads) == [f"agent-{i}" for i in range(4)]
+    assert [p["count"] for p in payloads] == [5000] * 4
+    assert all(len(p["keys"]) == 100 for p in payloads)
+    assert all(p["deadReasons"] == {"attempts_exhausted": 5000} for p in payloads)
+
+
+async def test_a_recipients_next_window_is_a_new_alert(sink: AlertSink) -> None:
+    """After a window's alert is posted, the next dead letter opens a new window."""
+    alerts = AlertCoalescer(AlertPoster(sink.url, None), window_s=0.05, clock=SystemClock())
+    alerts.dead_letter(dead_row("outbox:a:reply:0"))
+    alerts.dead_letter(dead_row("outbox:b:reply:0"))
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 5
+    while not sink.received:
+        assert loop.time() < deadline, "the first window's alert never came"
+        await asyncio.sleep(0.01)
+    alerts.dead_letter(dead_row("outbox:c:reply:0"))
+    await alerts.close(timeout_s=5)
+    assert [json.loads(body)["keys"] for _headers, body in sink.received] == [
+        ["outbox:a:reply:0", "outbox:b:reply:0"],
+        ["outbox:c:reply:0"],
+    ]
 
 
 async def test_unsigned_alert_without_secret(sink: AlertSink) -> None:
     """Without a secret the alert is posted unsigned, still without content."""
     async with AlertPoster(sink.url, None) as poster:
-        assert await poster.alert(dead_row()) is True
+        assert await poster.alert(one()) is True
     [(headers, body)] = sink.received
     assert "webhook-signature" not in {name.lower() for name in headers}
-    assert json.loads(body)["deadReason"] == "attempts_exhausted"
+    assert json.loads(body)["deadReasons"] == {"attempts_exhausted": 1}
 
 
 async def test_unreachable_alert_url_is_logged_not_raised() -> None:
@@ -112,9 +161,9 @@ async def test_unreachable_alert_url_is_logged_not_raised() -> None:
     secret = generate_secret()
     with structlog.testing.capture_logs() as logs:
         async with AlertPoster(f"http://127.0.0.1:{port}/hook?token=abc123", secret) as poster:
-            assert await poster.alert(dead_row()) is False
+            assert await poster.alert(one()) is False
     [event] = [log for log in logs if log["event"] == "alert_failed"]
-    assert event["key"] == "outbox:mail-9:reply:1"
+    assert (event["agent_id"], event["first_key"]) == ("caller", "outbox:mail-9:reply:1")
     assert event["log_level"] == "error"
     text = repr(logs)
     assert "abc123" not in text
@@ -127,7 +176,7 @@ async def test_alert_answered_with_an_error_is_logged(sink: AlertSink) -> None:
     sink.status = 500
     with structlog.testing.capture_logs() as logs:
         async with AlertPoster(sink.url, None) as poster:
-            assert await poster.alert(dead_row()) is False
+            assert await poster.alert(one()) is False
     [event] = [log for log in logs if log["event"] == "alert_failed"]
     assert event["reason"] == "HTTP 500"
 
@@ -146,7 +195,7 @@ async def test_hanging_alert_url_times_out_without_raising() -> None:
     try:
         with structlog.testing.capture_logs() as logs:
             async with AlertPoster(f"http://127.0.0.1:{port}/", None, timeout_s=0.2) as poster:
-                assert await poster.alert(dead_row()) is False
+                assert await poster.alert(one()) is False
     finally:
         server.close()
         await server.wait_closed()

@@ -49,7 +49,7 @@ from birddog import (
 from birddog.clock import SystemClock
 from birddog.core.delivery import new_row
 from birddog.http import signing
-from birddog.http.alerts import AlertPoster
+from birddog.http.alerts import AlertPoster, DeadLetterGroup
 from birddog.http.inbox import Inbox, aiohttp_handler
 from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
@@ -266,7 +266,7 @@ async def test_a_full_delivery_logs_no_secret_token_or_content(
         "DATABASE_URL": dsn, "BIRDDOG_LOG_FORMAT": "json", "BIRDDOG_LOG_LEVEL": "debug",
         "BIRDDOG_METRICS_PORT": "0", "BIRDDOG_BASE_DELAY_S": "0.05", "BIRDDOG_MAX_DELAY_S": "0.2",
         "BIRDDOG_BACKSTOP_S": "1", "BIRDDOG_MAX_ATTEMPTS": "1000",
-        "BIRDDOG_ALERT_SECRET": known.alert_secret,
+        "BIRDDOG_ALERT_SECRET": known.alert_secret, "BIRDDOG_ALERT_COALESCE_S": "0.2",
         "BIRDDOG_ALERT_URL": f"{recipients.url}/alerts?token={known.alert_url_token}",
         "SECRETS_TEST_BEARER": known.bearer, "SECRETS_TEST_PASSWORD": known.password,
         "SECRETS_TEST_ANSWER": known.answer,
@@ -336,7 +336,7 @@ async def test_a_full_delivery_logs_no_secret_token_or_content(
         [key], msg_id=headers["webhook-id"], timestamp=int(headers["webhook-timestamp"]),
         body=body, signatures=headers["webhook-signature"],
     )  # fmt: skip
-    assert json.loads(body)["deadReason"] == "gone"
+    assert json.loads(body)["deadReasons"] == {"gone": 1}
     assert_clean(body.decode(), known, "the alert")
 
 
@@ -487,7 +487,7 @@ async def _run_in_process(pool: Pool, known: Secrets) -> None:
     async with AlertPoster(
         f"http://127.0.0.1:1/alerts?token={known.alert_url_token}", known.alert_secret
     ) as alerts:
-        assert not await alerts.alert(dead)
+        assert not await alerts.alert(DeadLetterGroup.of([dead], dead_at=datetime.now(UTC)))
 
 
 # ---------------------------------------------------------------------------------------
