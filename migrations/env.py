@@ -48,11 +48,42 @@ def _configure(**kwargs: object) -> None:
     )
 
 
+# Once ``birddog migrate --roles`` gave the schema to birddog_owner, migrations act as that
+# role, so what they create belongs to it too (a login only needs to be a member of it).
+_ACT_AS_OWNER = """
+DO $owner$
+BEGIN
+    IF EXISTS (
+        SELECT 1 FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner
+        WHERE n.nspname = 'birddog' AND r.rolname = 'birddog_owner'
+          AND pg_has_role(current_user, r.oid, 'MEMBER')
+    ) THEN
+        SET LOCAL ROLE birddog_owner;
+    END IF;
+END
+$owner$
+"""
+
+
+_CREATE_SCHEMA = """
+DO $create$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = 'birddog') THEN
+        CREATE SCHEMA birddog;
+    END IF;
+END
+$create$
+"""
+
+
 def _run() -> None:
     with context.begin_transaction():
         # Two daemons starting at once must not both create the schema.
         context.execute(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
-        context.execute(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}")
+        context.execute(_ACT_AS_OWNER)
+        # Only when missing: CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even
+        # when the schema exists, which the owner role does not have.
+        context.execute(_CREATE_SCHEMA)
         context.run_migrations()
 
 

@@ -260,16 +260,19 @@ async def wait_for_database(dsn: str, *, stop: asyncio.Event, cap_s: float = 5.0
     raise Stopped
 
 
-async def migrate_schema(settings: Settings, *, announce: Announce | None = None) -> None:
+async def migrate_schema(
+    settings: Settings, *, announce: Announce | None = None, roles: bool = False
+) -> None:
     """Create or upgrade the schema of the configured database (``birddog migrate``).
 
     Args:
         settings: which database.
         announce: told the embedded server's DSN.
+        roles: also install the least-privilege roles (``--roles``).
     """
     dsn, _server = await database(settings, announce=announce)
     await check_connection(dsn)
-    await migrate(dsn)
+    await migrate(dsn, roles=roles)
 
 
 @contextlib.asynccontextmanager

@@ -9,13 +9,24 @@ from birddog.runtime import quiet_until_started
 
 
 @main.command()
+@click.option(
+    "--roles",
+    is_flag=True,
+    help="Also create the least-privilege roles (birddog_owner, _daemon, _worker, _sender, "
+    "_reader), give the schema to birddog_owner and grant each role what it needs.",
+)
 @click.pass_context
-def migrate(ctx: click.Context) -> None:
+def migrate(ctx: click.Context, roles: bool) -> None:
     """Create or upgrade the birddog schema."""
     from birddog.bootstrap import migrate_schema  # noqa: PLC0415 - keeps --help fast
 
-    run(migrate_schema(settings_of(ctx)))
+    run(migrate_schema(settings_of(ctx), roles=roles))
     click.echo("schema is at head")
+    if roles:
+        click.echo(
+            "roles birddog_owner, birddog_daemon, birddog_worker, birddog_sender and "
+            "birddog_reader are in place; grant each login one of them"
+        )
 
 
 @main.command("run")

@@ -10,21 +10,21 @@ import asyncio
 import threading
 from importlib import resources
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
+import asyncpg
 from alembic import command
 from alembic.config import Config
 from sqlalchemy.engine import make_url
 
+from birddog.core.errors import DatabaseRefused
 from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox, insert_rows
 from birddog.postgres.pool import create_pool
+from birddog.postgres.roles import MIGRATION_LOCK_ID, install_roles, refresh_grants
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.tables import SCHEMA
 from birddog.postgres.wake import PostgresWake, WakeListener, schedule_wake_on
-
-MIGRATION_LOCK_ID: Final = 0x42_69_72_64_44_6F_67
-"""The advisory lock held while migrating, so concurrent starts migrate one at a time."""
 
 # Alembic's ``context`` is process-global, so two upgrades in one process (two threads)
 # would trample each other; across processes the advisory lock serialises them.
@@ -105,18 +105,53 @@ def alembic_config(dsn: str) -> Config:
     return config
 
 
-async def migrate(dsn: str, *, revision: str = "head") -> None:
+async def migrate(dsn: str, *, revision: str = "head", roles: bool = False) -> None:
     """Upgrade the database to ``revision`` (default: the newest schema).
 
     Safe to run from several tasks or processes at once: they take turns (a lock in the
-    process, an advisory lock in the database).
+    process, an advisory lock in the database). At head, the least-privilege roles'
+    grants are applied again when the roles are installed (:mod:`birddog.postgres.roles`).
 
     Args:
         dsn: the database (``postgresql://...``).
         revision: the Alembic revision to upgrade to.
+        roles: also install the roles (``birddog migrate --roles``): create the missing
+            ones, give the schema to ``birddog_owner``, grant each role its privileges.
     """
-    # Alembic's env.py runs its own event loop, so it gets a thread of its own.
-    await asyncio.to_thread(_run_alembic, command.upgrade, alembic_config(dsn), revision)
+    try:
+        # Alembic's env.py runs its own event loop, so it gets a thread of its own.
+        await asyncio.to_thread(_run_alembic, command.upgrade, alembic_config(dsn), revision)
+        if revision != "head" and not roles:
+            return
+        conn = await asyncpg.connect(dsn)
+        try:
+            if roles:
+                await install_roles(conn)
+            else:
+                await refresh_grants(conn)
+        finally:
+            await conn.close()
+    except Exception as exc:
+        denied = _denied(exc)
+        if denied is None:
+            raise
+        raise DatabaseRefused(
+            f"this login may not {'install the roles' if roles else 'migrate'}: {denied}; "
+            "migrate as a member of birddog_owner, and run migrate --roles once as a login "
+            "that may create roles and owns the schema (or a superuser)"
+        ) from None
+
+
+def _denied(exc: BaseException) -> str | None:
+    """The server's own words when ``exc`` is (or wraps) a missing privilege."""
+    seen: BaseException | None = exc
+    for _ in range(6):
+        if seen is None:
+            return None
+        if isinstance(seen, asyncpg.InsufficientPrivilegeError):
+            return str(seen).splitlines()[0]
+        seen = getattr(seen, "orig", None) or seen.__cause__ or seen.__context__
+    return None
 
 
 def _run_alembic(operation: Any, config: Config, revision: str) -> None:

@@ -1070,3 +1070,126 @@ WHERE m.key IN (
     LIMIT $2::int
     FOR UPDATE SKIP LOCKED
 );
+
+-- ---------------------------------------------------------------------------------------
+-- roles: least privilege (birddog migrate --roles). Each process connects as a login
+-- that is a member of one of these group roles, and can do what that process needs only.
+-- ---------------------------------------------------------------------------------------
+
+-- name: roles_create
+-- Create the five group roles (NOLOGIN) that do not exist yet; needs CREATEROLE only then.
+-- params: none
+DO $roles$
+DECLARE
+    wanted text;
+BEGIN
+    FOREACH wanted IN ARRAY ARRAY[
+        'birddog_owner', 'birddog_daemon', 'birddog_worker', 'birddog_sender', 'birddog_reader'
+    ] LOOP
+        IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = wanted) THEN
+            BEGIN
+                EXECUTE format('CREATE ROLE %I NOLOGIN', wanted);
+            EXCEPTION WHEN duplicate_object THEN
+                NULL;
+            END;
+        END IF;
+    END LOOP;
+END
+$roles$;
+
+-- name: roles_installed
+-- Whether birddog_owner owns the birddog schema (roles installed), and whether this login may act as it.
+-- params: none
+SELECT
+    coalesce(bool_or(r.rolname = 'birddog_owner'), false) AS installed,
+    coalesce(bool_or(r.rolname = 'birddog_owner' AND pg_has_role(current_user, r.oid, 'MEMBER')), false) AS member
+FROM pg_namespace n
+JOIN pg_roles r ON r.oid = n.nspowner
+WHERE n.nspname = 'birddog';
+
+-- name: roles_own
+-- Give the schema and everything in it to birddog_owner, so DDL needs that role and nothing else owns a table.
+-- params: none
+DO $own$
+DECLARE
+    item record;
+BEGIN
+    IF (SELECT pg_get_userbyid(nspowner) FROM pg_namespace WHERE nspname = 'birddog') <> 'birddog_owner' THEN
+        ALTER SCHEMA birddog OWNER TO birddog_owner;
+    END IF;
+    FOR item IN
+        SELECT c.relname,
+            CASE c.relkind WHEN 'v' THEN 'VIEW' WHEN 'm' THEN 'MATERIALIZED VIEW'
+                WHEN 'S' THEN 'SEQUENCE' ELSE 'TABLE' END AS kind
+        FROM pg_class c
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = 'birddog'
+          AND c.relkind IN ('r', 'p', 'v', 'm', 'S')
+          AND pg_get_userbyid(c.relowner) <> 'birddog_owner'
+          AND NOT EXISTS (
+              SELECT 1 FROM pg_depend d
+              WHERE d.objid = c.oid AND d.deptype IN ('a', 'i') AND c.relkind = 'S'
+          )
+    LOOP
+        EXECUTE format('ALTER %s birddog.%I OWNER TO birddog_owner', item.kind, item.relname);
+    END LOOP;
+END
+$own$;
+
+-- name: roles_grant
+-- Set each role's privileges to exactly what its processes need (revoke all, then grant).
+-- params: none
+DO $grant$
+BEGIN
+    REVOKE ALL ON ALL TABLES IN SCHEMA birddog
+        FROM birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
+    REVOKE ALL ON SCHEMA birddog FROM PUBLIC;
+    GRANT USAGE ON SCHEMA birddog
+        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
+    GRANT SELECT ON birddog.alembic_version
+        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
+    -- The daemon and the operator's commands (route, replay, prune, probe, secrets rekey,
+    -- jobs cancel, the console): every row, no DDL.
+    GRANT SELECT, INSERT, UPDATE, DELETE ON
+        birddog.outbox, birddog.receipts, birddog.wake, birddog.routes, birddog.jobs,
+        birddog.mailbox, birddog.daemons
+        TO birddog_daemon;
+    GRANT SELECT ON birddog.pending, birddog.dead_letters TO birddog_daemon;
+    -- The worker: claims and settles jobs, writes the replies they owe (dropping any a
+    -- receipt already covers) and the wake; no
+    -- route, no mailbox.
+    GRANT SELECT, UPDATE ON birddog.jobs TO birddog_worker;
+    GRANT SELECT, INSERT, DELETE ON birddog.outbox TO birddog_worker;
+    GRANT SELECT ON birddog.receipts TO birddog_worker;
+    GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.wake, birddog.daemons TO birddog_worker;
+    -- The sender (send, ask, the library's enqueue): enqueues jobs, reads its mailbox,
+    -- knows which agents have a route; never a secret or a URL.
+    GRANT SELECT, INSERT ON birddog.jobs TO birddog_sender;
+    GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
+    GRANT SELECT ON birddog.mailbox TO birddog_sender;
+    GRANT UPDATE (read_at) ON birddog.mailbox TO birddog_sender;
+    -- The reader (status, check, pending, dead): the views and counts; no content, no
+    -- secret, no URL.
+    GRANT SELECT ON birddog.pending, birddog.dead_letters, birddog.daemons TO birddog_reader;
+    GRANT SELECT (
+        key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome, state,
+        attempts, deferrals, due_at, created_at, updated_at, last_error, dead_reason, dead_at,
+        lease_expires_at
+    ) ON birddog.outbox TO birddog_reader;
+    GRANT SELECT (agent_id, kind, enabled, held_at) ON birddog.routes TO birddog_reader;
+    GRANT SELECT (
+        job_id, queue, lane, priority, state, outcome, recovery_count, lease_expires_at,
+        cancel_requested_at, worker_id, created_at, updated_at, settled_at, started_at, slot
+    ) ON birddog.jobs TO birddog_reader;
+END
+$grant$;
+
+-- name: roles_lock
+-- Take the migration lock for the rest of the transaction (grants made concurrently would collide).
+-- params: $1 lock_id int8
+SELECT pg_advisory_xact_lock($1::int8);
+
+-- name: roles_act_as_owner
+-- For the rest of the transaction, act as birddog_owner (so what is granted is granted by the owner).
+-- params: none
+SET LOCAL ROLE birddog_owner;

@@ -1,0 +1,89 @@
+"""Least privilege: one PostgreSQL role per kind of process (``birddog migrate --roles``).
+
+Five group roles (``NOLOGIN``); each process connects as a login that is a member of one:
+
+==================  ====================================================================
+``birddog_owner``   owns the ``birddog`` schema and everything in it: migrations (DDL).
+``birddog_daemon``  ``birddog run`` and the operator's commands (``route``, ``replay``,
+                    ``prune``, ``probe``, ``secrets rekey``, ``jobs cancel``, the
+                    console): every row of every table, no DDL.
+``birddog_worker``  ``birddog worker``: claims and settles jobs, writes the replies they
+                    owe and the wake; nothing at all on ``routes`` or ``mailbox``.
+``birddog_sender``  ``birddog send``/``ask``/``inbox`` and the library's enqueue: inserts
+                    and reads jobs, reads and acknowledges its mailbox, and sees which
+                    agents have a route (``agent_id``, ``kind``, ``enabled`` only).
+``birddog_reader``  ``status``, ``check``, ``pending``, ``dead``: the ``pending`` and
+                    ``dead_letters`` views and row metadata; no content, no URL, no secret.
+==================  ====================================================================
+
+Secrets stay with the daemon: column privileges keep ``routes.secret`` and
+``routes.previous_secret`` (and URLs) from the worker, the sender and the reader.
+
+:func:`install_roles` creates the roles that are missing, gives the schema to
+``birddog_owner`` and sets every role's privileges; it is idempotent. Later migrations
+run as ``birddog_owner`` (``migrations/env.py`` switches to it) and :func:`refresh_grants`
+applies the privileges again, so a new table is covered at once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from birddog.postgres.sql import queries
+
+MIGRATION_LOCK_ID: Final = 0x42_69_72_64_44_6F_67
+"""The advisory lock migrations hold; grants take it too (see ``birddog.postgres``)."""
+
+OWNER: Final = "birddog_owner"
+
+ROLES: Final = {
+    "owner": OWNER,
+    "daemon": "birddog_daemon",
+    "worker": "birddog_worker",
+    "sender": "birddog_sender",
+    "reader": "birddog_reader",
+}
+"""The group roles by the kind of process that uses them."""
+
+__all__ = ["OWNER", "ROLES", "install_roles", "refresh_grants"]
+
+
+async def install_roles(conn: Any) -> None:
+    """Create the roles, give the schema to the owner role and grant each its privileges.
+
+    Run it as a login that may create roles (only while some are missing) and that owns
+    the schema or is a superuser, for example the database's owner; it is idempotent.
+
+    Args:
+        conn: an asyncpg connection to the migrated database.
+
+    Raises:
+        asyncpg.InsufficientPrivilegeError: this login may not create roles or change
+            the schema's owner.
+    """
+    async with conn.transaction():
+        await conn.execute(queries["roles_lock"], MIGRATION_LOCK_ID)
+        await conn.execute(queries["roles_create"])
+        await conn.execute(queries["roles_own"])
+        await conn.execute(queries["roles_act_as_owner"])
+        await conn.execute(queries["roles_grant"])
+
+
+async def refresh_grants(conn: Any) -> bool:
+    """Set the roles' privileges again when they are installed (after a migration).
+
+    Args:
+        conn: an asyncpg connection to the migrated database.
+
+    Returns:
+        Whether the roles are installed (False: nothing to do).
+    """
+    state = await conn.fetchrow(queries["roles_installed"])
+    if not state["installed"]:
+        return False
+    async with conn.transaction():
+        await conn.execute(queries["roles_lock"], MIGRATION_LOCK_ID)
+        if state["member"]:
+            await conn.execute(queries["roles_act_as_owner"])
+        await conn.execute(queries["roles_grant"])
+    return True

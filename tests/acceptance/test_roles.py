@@ -1,0 +1,134 @@
+"""Least privilege: each process runs under its own role, and is refused what it does not need."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from urllib.parse import quote, urlsplit, urlunsplit
+
+import asyncpg
+import pytest
+
+from birddog import Outcome
+from tests.acceptance.conftest import Harness, TestInbox, cli
+
+KINDS = ("owner", "daemon", "worker", "sender", "reader")
+
+
+def as_login(dsn: str, user: str, password: str) -> str:
+    """The same database, logged in as another user with a password."""
+    parts = urlsplit(dsn)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
+
+
+@pytest.fixture
+async def logins(database_url: str) -> AsyncIterator[dict[str, str]]:
+    """``birddog migrate --roles`` as the superuser, then one login per role (DSNs by kind)."""
+    done = await cli(database_url, "migrate", "--roles")
+    assert done.returncode == 0, done.stderr
+    assert "birddog_reader are in place" in done.stdout
+    tag = secrets.token_hex(4)
+    conn = await asyncpg.connect(database_url)
+    made: dict[str, str] = {}
+    try:
+        for kind in KINDS:
+            name, password = f"bdt_{tag}_{kind}", secrets.token_urlsafe(16)
+            # Test-made names and passwords: letters, digits, '_' and '-' only.
+            await conn.execute(
+                f"CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE birddog_{kind}"
+            )
+            made[kind] = as_login(database_url, name, password)
+        yield made
+    finally:
+        for kind in KINDS:
+            await conn.execute(f"DROP ROLE IF EXISTS bdt_{tag}_{kind}")
+        await conn.close()
+
+
+async def refused(dsn: str, statement: str) -> bool:
+    """Whether the database refuses ``statement`` to this login for lack of privilege."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(statement)
+    except asyncpg.InsufficientPrivilegeError:
+        return True
+    finally:
+        await conn.close()
+    return False
+
+
+async def test_each_process_works_under_its_own_role(
+    database_url: str, logins: dict[str, str], harness: Harness, inbox: TestInbox
+) -> None:
+    """Route (daemon), send (sender), worker (worker), run (daemon), status and pending (reader)."""
+
+    async def as_(kind: str, *args: str) -> str:
+        done = await cli(logins[kind], *args)
+        assert done.returncode == 0, f"{kind}: {args}: {done.stderr}"
+        return done.stdout
+
+    added = await as_("daemon", "route", "add", "alice", inbox.url_for("alice"))
+    from birddog.http.inbox import Inbox  # noqa: PLC0415
+
+    inbox.secrets["alice"] = Inbox(added.split("signing secret: ")[1].strip())
+    await as_(
+        "sender", "send", "--job-id", "job-1", "--to", "bob:s-bob", "--from", "alice:s-alice",
+        "--reply-to", "alice:s-alice", "--key", "mail-1", "--command-id", "cmd-1",
+        "--content", "What is due?",
+    )  # fmt: skip
+    await as_("worker", "worker", "--handler", "tests.acceptance.handlers:echo", "--once")
+    await as_("daemon", "run", "--once")
+    [reply] = inbox.replies
+    assert (reply.key, reply.reply.outcome) == ("outbox:mail-1:reply:0", Outcome.COMPLETED)
+    await as_("reader", "status", "--json")
+    await as_("reader", "pending", "--json")
+    await as_("reader", "dead", "--json")
+    await as_("reader", "check")
+    # A later migration runs as a member of birddog_owner, without superuser rights.
+    await as_("owner", "migrate")
+
+
+async def test_what_each_role_is_refused(database_url: str, logins: dict[str, str]) -> None:
+    """Worker and sender never read a secret; the reader no content; only the owner does DDL."""
+    for kind in ("worker", "sender", "reader"):
+        assert await refused(logins[kind], "SELECT secret FROM birddog.routes")
+        assert await refused(logins[kind], "SELECT previous_secret FROM birddog.routes")
+        assert await refused(logins[kind], "SELECT url FROM birddog.routes")
+    assert await refused(logins["worker"], "SELECT agent_id FROM birddog.routes")
+    assert await refused(logins["worker"], "SELECT key FROM birddog.mailbox")
+    assert not await refused(logins["sender"], "SELECT agent_id, kind FROM birddog.routes")
+    assert await refused(logins["sender"], "SELECT key FROM birddog.outbox")
+    assert await refused(logins["sender"], "DELETE FROM birddog.jobs")
+    assert await refused(logins["reader"], "SELECT reply FROM birddog.outbox")
+    assert await refused(logins["reader"], "SELECT payload FROM birddog.jobs")
+    assert await refused(logins["reader"], "SELECT reply FROM birddog.mailbox")
+    assert not await refused(logins["reader"], "SELECT count(*) FROM birddog.pending")
+    assert await refused(logins["reader"], "UPDATE birddog.outbox SET attempts = 0")
+    for kind in ("daemon", "worker", "sender", "reader"):
+        assert await refused(logins[kind], "CREATE TABLE birddog.intruder (x int)")
+        assert await refused(logins[kind], "DROP TABLE birddog.outbox")
+        assert await refused(logins[kind], "UPDATE birddog.alembic_version SET version_num = 'x'")
+    assert not await refused(logins["daemon"], "SELECT secret FROM birddog.routes")
+    assert not await refused(
+        logins["owner"],
+        "SET ROLE birddog_owner; CREATE TABLE birddog.owned (x int); DROP TABLE birddog.owned",
+    )
+
+
+async def test_migrate_roles_is_idempotent_and_the_owner_owns_everything(
+    database_url: str, logins: dict[str, str]
+) -> None:
+    """Running migrate --roles again changes nothing; every object belongs to birddog_owner."""
+    again = await cli(database_url, "migrate", "--roles")
+    assert again.returncode == 0, again.stderr
+    conn = await asyncpg.connect(database_url)
+    try:
+        owners = await conn.fetch(
+            "SELECT c.relname, pg_get_userbyid(c.relowner) AS owner FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'birddog'"
+        )
+    finally:
+        await conn.close()
+    assert owners
+    assert {row["owner"] for row in owners} == {"birddog_owner"}
