@@ -128,6 +128,18 @@ class Settings(BaseSettings):
     check_dead_s: float = Field(
         3600.0, gt=0, description="`check` fails when a dead letter is newer."
     )
+    check_job_queued_s: float = Field(
+        7200.0, gt=0, description="`check` fails when a job is queued longer."
+    )
+    check_lease_overdue_s: float = Field(
+        60.0, ge=0, description="`check` fails when a job runs this long past its lease."
+    )
+    check_hold_s: float = Field(
+        86400.0, gt=0, description="`check` fails when a recipient is held longer."
+    )
+    check_daemon_s: float = Field(
+        120.0, gt=0, description="`check` fails when replies are due and no daemon beat since."
+    )
     retain_receipts_s: float | None = Field(
         None, description="The daemon deletes receipts older than this (30d); unset: kept."
     )

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -85,24 +86,101 @@ def render_status(report: dict[str, Any]) -> str:
     )
 
 
-async def check_report(
-    stack: Stack, *, pending_after: timedelta, dead_within: timedelta
-) -> list[str]:
-    """Problems worth an alert: replies pending too long, dead letters that are new."""
-    stale = await stack.reports.stale_pending(
-        older_than_s=pending_after.total_seconds(), limit=PROBLEMS_SHOWN
-    )
-    dead = await stack.reports.new_dead(within_s=dead_within.total_seconds(), limit=PROBLEMS_SHOWN)
-    return [
-        f"pending too long: {row['key']} to {row['recipient_agent_id']} since "
-        f"{row['created_at']:%Y-%m-%d %H:%M:%S}Z, {row['attempts']} attempts, "
-        f"last error: {row['last_error'] or '-'}"
-        for row in stale
-    ] + [
-        f"new dead letter: {row['key']} to {row['recipient_agent_id']} "
-        f"({row['dead_reason']}) at {row['dead_at']:%Y-%m-%d %H:%M:%S}Z"
-        for row in dead
-    ]
+@dataclass(frozen=True)
+class CheckLimits:
+    """What ``birddog check`` counts as a problem.
+
+    Attributes:
+        pending_s: a reply pending (or deferred) longer.
+        dead_s: a dead letter newer.
+        job_queued_s: a job queued longer (no worker claimed it).
+        lease_overdue_s: a job running this long past its lease (its worker is gone and
+            no reaper handled it).
+        hold_s: a recipient held longer.
+        daemon_s: replies due and no drain daemon beat for this long.
+    """
+
+    pending_s: float
+    dead_s: float
+    job_queued_s: float
+    lease_overdue_s: float
+    hold_s: float
+    daemon_s: float
+
+
+async def check_report(stack: Stack, limits: CheckLimits) -> list[dict[str, Any]]:
+    """Problems worth an alert, one per line, each with the facts behind it.
+
+    Args:
+        stack: the open adapters.
+        limits: the thresholds.
+
+    Returns:
+        One dict per problem: ``check`` (``pending``, ``dead``, ``job_queued``,
+        ``job_overdue``, ``hold``, ``no_daemon``), ``message`` (one inert line) and the
+        row's facts.
+    """
+    reports = stack.reports
+    problems: list[dict[str, Any]] = []
+
+    def problem(check: str, message: str, facts: dict[str, Any]) -> None:
+        problems.append({"check": check, "message": message, **facts})
+
+    for row in await reports.stale_pending(older_than_s=limits.pending_s, limit=PROBLEMS_SHOWN):
+        problem(
+            "pending",
+            f"pending too long: {inert(row['key'])} to {inert(row['recipient_agent_id'])} "
+            f"since {_at(row['created_at'])}, {row['attempts']} attempts, "
+            f"last error: {inert(row['last_error'] or '-')}",
+            row,
+        )
+    for row in await reports.new_dead(within_s=limits.dead_s, limit=PROBLEMS_SHOWN):
+        problem(
+            "dead",
+            f"new dead letter: {inert(row['key'])} to {inert(row['recipient_agent_id'])} "
+            f"({row['dead_reason']}) at {_at(row['dead_at'])}",
+            row,
+        )
+    for row in await reports.stale_queued(older_than_s=limits.job_queued_s, limit=PROBLEMS_SHOWN):
+        problem(
+            "job_queued",
+            f"job queued too long: {inert(row['job_id'])} in queue {inert(row['queue'])} "
+            f"since {_at(row['created_at'])}; is a worker serving this session?",
+            row,
+        )
+    for row in await reports.overdue_running(grace_s=limits.lease_overdue_s, limit=PROBLEMS_SHOWN):
+        problem(
+            "job_overdue",
+            f"job running past its lease: {inert(row['job_id'])} in queue "
+            f"{inert(row['queue'])} on {inert(row['worker_id'] or '-')}, lease ended "
+            f"{_at(row['lease_expires_at'])}; is a daemon or worker running its reaper?",
+            row,
+        )
+    for row in await reports.long_holds(older_than_s=limits.hold_s, limit=PROBLEMS_SHOWN):
+        held_since = "an unknown time" if row["held_at"] is None else _at(row["held_at"])
+        problem(
+            "hold",
+            f"held too long: {inert(row['agent_id'])} since {held_since}, "
+            f"{row['waiting']} replies waiting (birddog route release AGENT)",
+            row,
+        )
+    stalled = await reports.due_without_daemon(within_s=limits.daemon_s)
+    if stalled is not None:
+        from birddog.display import format_age  # noqa: PLC0415 - keeps --help fast
+
+        last = stalled["last_seen_at"]
+        problem(
+            "no_daemon",
+            f"replies due and no daemon seen for {format_age(limits.daemon_s)}: "
+            f"{stalled['due']} due, the oldest since {_at(stalled['oldest_due_at'])}; last "
+            f"daemon beat {'never' if last is None else _at(last)} (is `birddog run` running?)",
+            stalled,
+        )
+    return problems
+
+
+def _at(when: datetime) -> str:
+    return f"{when.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"
 
 
 @main.command()
@@ -167,25 +245,71 @@ def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
 
 
 @main.command()
-@click.option("--pending-s", type=float, default=None, help="Alarm when pending longer.")
-@click.option("--dead-s", type=float, default=None, help="Alarm on a dead letter this new.")
+@click.option(
+    "--pending-s", type=float, default=None, help="Alarm when a reply is pending longer (7200)."
+)
+@click.option("--dead-s", type=float, default=None, help="Alarm on a dead letter this new (3600).")
+@click.option(
+    "--job-queued-s", type=float, default=None, help="Alarm when a job is queued longer (7200)."
+)
+@click.option(
+    "--lease-overdue-s",
+    type=float,
+    default=None,
+    help="Alarm when a job runs this long past its lease (60).",
+)
+@click.option(
+    "--hold-s", type=float, default=None, help="Alarm when a recipient is held longer (86400)."
+)
+@click.option(
+    "--daemon-s",
+    type=float,
+    default=None,
+    help="Alarm when replies are due and no daemon beat for this long (120).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the problems as JSON.")
 @click.pass_context
-def check(ctx: click.Context, pending_s: float | None, dead_s: float | None) -> None:
-    """Exit 1 when a reply is pending too long or a dead letter is new (for alerting)."""
+def check(
+    ctx: click.Context,
+    pending_s: float | None,
+    dead_s: float | None,
+    job_queued_s: float | None,
+    lease_overdue_s: float | None,
+    hold_s: float | None,
+    daemon_s: float | None,
+    as_json: bool,
+) -> None:
+    """Exit 1, one line per problem, when anything is stuck, dead, held or unserved.
+
+    Replies pending too long, new dead letters, jobs no worker claimed, jobs running past
+    their lease, holds that last too long, and replies due while no daemon runs. Wire it
+    to your alerting; --json gives the same facts.
+    """
+    from birddog.display import dump_json  # noqa: PLC0415 - keeps --help fast
+
     settings = settings_of(ctx)
-    problems = with_stack(
-        ctx,
-        lambda s: check_report(
-            s,
-            pending_after=timedelta(seconds=pending_s or settings.check_pending_s),
-            dead_within=timedelta(seconds=dead_s or settings.check_dead_s),
-        ),
+
+    def given(value: float | None, default: float) -> float:
+        return default if value is None else value
+
+    limits = CheckLimits(
+        pending_s=given(pending_s, settings.check_pending_s),
+        dead_s=given(dead_s, settings.check_dead_s),
+        job_queued_s=given(job_queued_s, settings.check_job_queued_s),
+        lease_overdue_s=given(lease_overdue_s, settings.check_lease_overdue_s),
+        hold_s=given(hold_s, settings.check_hold_s),
+        daemon_s=given(daemon_s, settings.check_daemon_s),
     )
-    for problem in problems:
-        click.echo(problem)
+    problems = with_stack(ctx, lambda s: check_report(s, limits))
+    if as_json:
+        click.echo(dump_json({"ok": not problems, "problems": problems}))
+    else:
+        for found in problems:
+            click.echo(found["message"])
+        if not problems:
+            click.echo("ok")
     if problems:
         sys.exit(EXIT_ALARM)
-    click.echo("ok")
 
 
 @main.command()

@@ -597,6 +597,57 @@ WHERE dead_at > now() - make_interval(secs => $1)
 ORDER BY dead_at DESC
 LIMIT $2;
 
+-- name: check_stale_queued
+-- Jobs queued longer than a limit (no worker claimed them), oldest first (for `birddog check`).
+-- params: $1 older_than_s float8, $2 limit int4
+SELECT job_id, queue, priority, created_at
+FROM birddog.jobs
+WHERE state = 'queued' AND created_at < now() - make_interval(secs => $1)
+ORDER BY created_at, job_id
+LIMIT $2;
+
+-- name: check_overdue_running
+-- Running jobs whose lease ended more than a grace ago: their worker is gone and no reaper gave them back (for `birddog check`).
+-- params: $1 grace_s float8, $2 limit int4
+SELECT job_id, queue, worker_id, lease_expires_at
+FROM birddog.jobs
+WHERE state = 'running' AND lease_expires_at < now() - make_interval(secs => $1)
+ORDER BY lease_expires_at, job_id
+LIMIT $2;
+
+-- name: check_long_holds
+-- Recipients held longer than a limit, longest first, with the replies waiting on each (for `birddog check`).
+-- params: $1 older_than_s float8, $2 limit int4
+SELECT
+    r.agent_id,
+    r.held_at,
+    (SELECT count(*) FROM birddog.outbox o
+     WHERE o.recipient_agent_id = r.agent_id AND o.state = 'pending')::int AS waiting
+FROM birddog.routes r
+WHERE NOT r.enabled AND coalesce(r.held_at, r.updated_at) < now() - make_interval(secs => $1)
+ORDER BY coalesce(r.held_at, r.updated_at), r.agent_id
+LIMIT $2;
+
+-- name: check_due_without_daemon
+-- Replies due (up to $2 counted) while no drain daemon beat within $1 seconds, and when one last did; no row when a daemon beat in time or nothing is due (for `birddog check`).
+-- params: $1 within_s float8, $2 count_limit int4
+SELECT
+    count(*)::int AS due,
+    min(d.due_at) AS oldest_due_at,
+    (SELECT max(b.seen_at) FROM birddog.daemons b WHERE b.kind = 'drain') AS last_seen_at
+FROM (
+    SELECT o.due_at
+    FROM birddog.outbox o
+    LEFT JOIN birddog.routes r ON r.agent_id = o.recipient_agent_id
+    WHERE o.state = 'pending' AND o.due_at <= now() AND coalesce(r.enabled, true)
+    LIMIT $2
+) d
+WHERE NOT EXISTS (
+    SELECT 1 FROM birddog.daemons b
+    WHERE b.kind = 'drain' AND b.seen_at > now() - make_interval(secs => $1)
+)
+HAVING count(*) > 0;
+
 -- ===== the operator's console and CLI (postgres/admin.py) =====
 -- Read-only pages: one statement per page, keyset paging (the cursor is the last row's
 -- sort key), never a statement per row. No statement here reads a route's secret.

@@ -10,6 +10,9 @@ from typing import Any
 from birddog.postgres.pool import Pool, store_errors
 from birddog.postgres.sql import queries
 
+DUE_COUNT_LIMIT = 10_000
+"""``birddog check`` counts due replies up to this many (a backlog is not read in full)."""
+
 
 class PostgresReports:
     """Operator reports over an asyncpg pool.
@@ -20,6 +23,12 @@ class PostgresReports:
 
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
+
+    async def _rows(self, name: str, *args: object) -> list[dict[str, Any]]:
+        """The rows of the named query, as dicts; the query's name is the operation."""
+        with store_errors(name):
+            rows = await self.pool.fetch(queries[name], *args)
+        return [dict(row) for row in rows]
 
     async def daemons_seen(self, *, within_s: float) -> list[dict[str, Any]]:
         """Daemons and workers that recorded themselves within ``within_s``, newest first.
@@ -34,9 +43,7 @@ class PostgresReports:
         Raises:
             StoreUnavailable: the database is unreachable.
         """
-        with store_errors("daemons seen"):
-            rows = await self.pool.fetch(queries["daemons_seen"], within_s)
-        return [dict(row) for row in rows]
+        return await self._rows("daemons_seen", within_s)
 
     async def stale_pending(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
         """Pending, unheld replies created more than ``older_than_s`` ago, oldest first.
@@ -52,9 +59,7 @@ class PostgresReports:
         Raises:
             StoreUnavailable: the database is unreachable.
         """
-        with store_errors("check stale pending"):
-            rows = await self.pool.fetch(queries["check_stale_pending"], older_than_s, limit)
-        return [dict(row) for row in rows]
+        return await self._rows("check_stale_pending", older_than_s, limit)
 
     async def new_dead(self, *, within_s: float, limit: int) -> list[dict[str, Any]]:
         """Dead letters that died within ``within_s``, newest first.
@@ -70,6 +75,72 @@ class PostgresReports:
         Raises:
             StoreUnavailable: the database is unreachable.
         """
-        with store_errors("check new dead"):
-            rows = await self.pool.fetch(queries["check_new_dead"], within_s, limit)
-        return [dict(row) for row in rows]
+        return await self._rows("check_new_dead", within_s, limit)
+
+    async def stale_queued(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
+        """Jobs queued more than ``older_than_s`` ago (no worker claimed them), oldest first.
+
+        Args:
+            older_than_s: the age that counts as too long.
+            limit: the most rows to return.
+
+        Returns:
+            One dict per job: ``job_id``, ``queue``, ``priority``, ``created_at``.
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        return await self._rows("check_stale_queued", older_than_s, limit)
+
+    async def overdue_running(self, *, grace_s: float, limit: int) -> list[dict[str, Any]]:
+        """Running jobs whose lease ended more than ``grace_s`` ago, longest overdue first.
+
+        Args:
+            grace_s: how long past its lease a job may run before it counts (the reaper's
+                round).
+            limit: the most rows to return.
+
+        Returns:
+            One dict per job: ``job_id``, ``queue``, ``worker_id``, ``lease_expires_at``.
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        return await self._rows("check_overdue_running", grace_s, limit)
+
+    async def long_holds(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
+        """Recipients held more than ``older_than_s``, longest first.
+
+        Args:
+            older_than_s: the hold that counts as too long.
+            limit: the most rows to return.
+
+        Returns:
+            One dict per route: ``agent_id``, ``held_at``, ``waiting`` (pending replies).
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        return await self._rows("check_long_holds", older_than_s, limit)
+
+    async def due_without_daemon(
+        self, *, within_s: float, count_limit: int = DUE_COUNT_LIMIT
+    ) -> dict[str, Any] | None:
+        """Replies are due and no drain daemon beat within ``within_s``: the drain is dead.
+
+        Args:
+            within_s: how recent a daemon's heartbeat must be.
+            count_limit: due replies are counted up to this many.
+
+        Returns:
+            ``due`` (count, up to ``count_limit``), ``oldest_due_at`` and
+            ``last_seen_at`` (None when no daemon ever beat), or None when all is well.
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        with store_errors("check due without daemon"):
+            row = await self.pool.fetchrow(
+                queries["check_due_without_daemon"], within_s, count_limit
+            )
+        return None if row is None else dict(row)

@@ -1,0 +1,107 @@
+"""``birddog check`` sees the whole system: replies, jobs, leases, holds and the daemon."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from birddog.clock import SystemClock
+from birddog.postgres.jobs import PostgresJobs
+from birddog.postgres.pool import Pool
+from birddog.postgres.routes import PostgresRoutes
+from tests.acceptance.conftest import Harness, cli, fan_out
+from tests.support import claim, enqueue, make_job
+
+RELAXED = {
+    "BIRDDOG_CHECK_JOB_QUEUED_S": "999999",
+    "BIRDDOG_CHECK_LEASE_OVERDUE_S": "999999",
+    "BIRDDOG_CHECK_HOLD_S": "999999",
+    "BIRDDOG_CHECK_DAEMON_S": "999999",
+}
+"""Thresholds no seeded problem reaches."""
+
+
+async def seed_problems(pool: Pool, harness: Harness) -> None:
+    """A job nobody claims, a job whose worker vanished, a long hold, replies with no daemon."""
+    now = datetime.now(UTC)
+    await enqueue(
+        pool, make_job("unserved", session="s-nobody"), created_at=now - timedelta(hours=3)
+    )
+    await enqueue(pool, make_job("orphan", session="s-orphan"))
+    jobs = PostgresJobs(pool, clock=SystemClock())
+    await claim(jobs, queues=["s-orphan"], lease_s=1, worker_id="gone:1")
+    await pool.execute(
+        "UPDATE birddog.jobs SET lease_expires_at = $1 WHERE job_id = 'orphan'",
+        now - timedelta(minutes=5),
+    )
+    routes = PostgresRoutes(pool, cache_s=0)
+    await routes.add("frozen", "http://127.0.0.1:9/inbox")
+    await routes.hold("frozen")
+    await pool.execute(
+        "UPDATE birddog.routes SET held_at = $1 WHERE agent_id = 'frozen'", now - timedelta(days=2)
+    )
+    await fan_out(harness, 2, ["frozen"], prefix="waits")
+    await fan_out(harness, 3, ["nobody-drains"], prefix="due")
+    await pool.execute(
+        "INSERT INTO birddog.daemons (daemon_id, kind, host, pid, seen_at) "
+        "VALUES ('drain:old:1', 'drain', 'old', 1, $1)",
+        now - timedelta(minutes=10),
+    )
+
+
+async def test_check_names_every_kind_of_problem_one_line_each(
+    database_url: str, pg_pool: Pool, harness: Harness
+) -> None:
+    """Queued too long, past its lease, held too long, due with no daemon: four lines, exit 1."""
+    await seed_problems(pg_pool, harness)
+    checked = await cli(database_url, "check")
+    assert checked.returncode == 1, checked.stderr
+    lines = checked.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "job queued too long",
+        "job running past its lease",
+        "held too long",
+        "replies due and no daemon seen for 2m 00s",
+    ]
+    assert "unserved in queue s-nobody" in lines[0]
+    assert "orphan in queue s-orphan on gone:1" in lines[1]
+    assert "frozen since" in lines[2]
+    assert "2 replies waiting" in lines[2]
+    assert "3 due" in lines[3]
+
+    as_json = await cli(database_url, "check", "--json")
+    assert as_json.returncode == 1
+    report = json.loads(as_json.stdout)
+    assert report["ok"] is False
+    assert [p["check"] for p in report["problems"]] == [
+        "job_queued",
+        "job_overdue",
+        "hold",
+        "no_daemon",
+    ]
+    assert report["problems"][0]["job_id"] == "unserved"
+    assert report["problems"][3]["due"] == 3
+
+    relaxed = await cli(database_url, "check", **RELAXED)
+    assert (relaxed.returncode, relaxed.stdout.strip()) == (0, "ok"), relaxed.stdout
+    flags = await cli(
+        database_url, "check", "--job-queued-s", "999999", "--lease-overdue-s", "999999",
+        "--hold-s", "999999", "--daemon-s", "999999", "--json",
+    )  # fmt: skip
+    assert json.loads(flags.stdout) == {"ok": True, "problems": []}
+
+
+async def test_a_daemon_that_beat_lately_silences_the_no_daemon_check(
+    database_url: str, pg_pool: Pool, harness: Harness
+) -> None:
+    """Due replies are not a problem while a drain daemon beat within the threshold."""
+    await fan_out(harness, 1, ["nobody-drains"], prefix="due")
+    alarmed = await cli(database_url, "check")
+    assert alarmed.returncode == 1
+    assert "no daemon seen" in alarmed.stdout
+    await pg_pool.execute(
+        "INSERT INTO birddog.daemons (daemon_id, kind, host, pid) "
+        "VALUES ('drain:here:1', 'drain', 'here', 1)"
+    )
+    quiet = await cli(database_url, "check")
+    assert (quiet.returncode, quiet.stdout.strip()) == (0, "ok")
