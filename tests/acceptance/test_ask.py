@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
-from birddog import Reply
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.acceptance.conftest import BIRDDOG, ROOT, cli, cli_env
-from tests.support import at, deliver_to_mailbox
+from tests.acceptance.conftest import BIRDDOG, ROOT, Daemon, cli, cli_env
 
 ASKER = "asker:s-ask"
 TARGET = "upper:s-upper"
@@ -64,27 +62,9 @@ async def until_a_job_is_queued(pool: Pool) -> None:
 
 
 @pytest.fixture
-async def mailbox_delivery(pg_pool: Pool) -> AsyncIterator[None]:
-    """Replies owed to mailbox routes reach the mailbox while the test runs."""
-    stop = asyncio.Event()
-
-    async def deliver() -> None:
-        # Stands in for the drain daemon's mailbox delivery: what it writes, and its NOTIFY.
-        while not stop.is_set():
-            rows = await pg_pool.fetch(
-                "SELECT o.key, o.reply::text AS reply FROM birddog.outbox o "
-                "JOIN birddog.routes r ON r.agent_id = o.recipient_agent_id "
-                "WHERE r.kind = 'mailbox' AND o.state = 'pending'"
-            )
-            for row in rows:
-                await deliver_to_mailbox(pg_pool, Reply.model_validate_json(row["reply"]), at=at(1))
-                await pg_pool.execute("DELETE FROM birddog.outbox WHERE key = $1", row["key"])
-            await asyncio.sleep(0.05)
-
-    task = asyncio.create_task(deliver())
-    yield
-    stop.set()
-    await task
+def mailbox_delivery(daemons: Callable[..., Daemon]) -> Daemon:
+    """A drain daemon: it delivers replies owed to mailbox routes into the mailbox."""
+    return daemons()
 
 
 @pytest.fixture
@@ -109,6 +89,42 @@ async def test_an_ask_answered_by_a_command_worker(database_url: str, pg_pool: P
     assert "its replies now go to its mailbox" in answered.stderr
     read = await pg_pool.fetchval("SELECT read_at IS NOT NULL FROM birddog.mailbox")
     assert read is True
+
+
+@pytest.mark.usefixtures("upper", "mailbox_delivery")
+async def test_a_mailbox_delivery_is_receipted_and_visible_in_sql(
+    database_url: str, pg_pool: Pool
+) -> None:
+    """The reply the daemon put in the mailbox has its receipt; both are plain rows in SQL."""
+    args = ("--to", TARGET, "--from", ASKER, "--key", "sql-1", "--timeout", "60", "hello")
+    asking = asyncio.create_task(run_ask(database_url, *args))
+    await until_a_job_is_queued(pg_pool)
+    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    assert (await asking).returncode == 0
+    receipt = await pg_pool.fetchrow(
+        "SELECT recipient_agent_id, recipient_session_id, outcome, attempts "
+        "FROM birddog.receipts WHERE key = 'outbox:sql-1:reply:0'"
+    )
+    assert dict(receipt) == {
+        "recipient_agent_id": "asker",
+        "recipient_session_id": "s-ask",
+        "outcome": "completed",
+        "attempts": 1,
+    }
+    row = await pg_pool.fetchrow(
+        "SELECT agent_id, session_id, in_reply_to, outcome, reply->>'content' AS content, "
+        "read_at IS NOT NULL AS read FROM birddog.mailbox WHERE key = 'outbox:sql-1:reply:0'"
+    )
+    assert dict(row) == {
+        "agent_id": "asker",
+        "session_id": "s-ask",
+        "in_reply_to": "sql-1",
+        "outcome": "completed",
+        "content": "HELLO",
+        "read": True,
+    }
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox") == 0
 
 
 @pytest.mark.usefixtures("upper", "mailbox_delivery")
