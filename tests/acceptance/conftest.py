@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -234,6 +235,28 @@ async def fan_out(harness: Harness, count: int, agents: list[str], prefix: str =
         job = settled_job(key=f"{prefix}{i:04d}", reply_to=reply_to)
         keys += await harness.room.fan_out(job=job, content=f"reply {i}")
     return keys
+
+
+@pytest.fixture
+def embedded_dir() -> Iterator[Path]:
+    """A short-pathed BIRDDOG_DATA_DIR for an embedded server a test's processes start.
+
+    Short, since the server's socket lives inside it; reachable by the server's own user
+    when tests run as root. A server still running in it at the end is stopped by its pid.
+    """
+    root = Path(tempfile.mkdtemp(prefix="bd-"))
+    root.chmod(0o711)
+    data = root / "data"
+    try:
+        yield data
+    finally:
+        if data.exists():
+            from birddog.postgres.embedded import EmbeddedPostgres  # noqa: PLC0415 - an extra
+
+            pid = EmbeddedPostgres(data).pid
+            if pid is not None:  # its last user's exit stops it; this only guards a crash
+                os.kill(pid, signal.SIGTERM)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 async def wait_until(

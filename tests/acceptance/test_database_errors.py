@@ -9,17 +9,12 @@ daemon's ready line says where it is.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
-import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from birddog.postgres.embedded import EmbeddedPostgres
 from tests.acceptance.conftest import Daemon, cli, wait_until
 from tests.support import free_port
 
@@ -107,32 +102,19 @@ async def test_the_daemon_waits_for_an_unreachable_server_saying_why(
     assert event["retry_in_s"] > 0
 
 
-@pytest.fixture
-def data_dir() -> Iterator[Path]:
-    """A short-pathed data directory; a server left in it is stopped by its pid."""
-    root = Path(tempfile.mkdtemp(prefix="bd-"))
-    try:
-        yield root
-    finally:
-        pid = EmbeddedPostgres(root).pid
-        if pid is not None:  # the daemon's exit hook stops it; this only guards a crash
-            os.kill(pid, signal.SIGTERM)
-        shutil.rmtree(root, ignore_errors=True)
-
-
 async def test_only_the_daemon_says_where_the_embedded_server_is(
-    data_dir: Path, daemons: Callable[..., Daemon]
+    embedded_dir: Path, daemons: Callable[..., Daemon]
 ) -> None:
     """The daemon's ready line names the embedded server's directory; a command says nothing."""
-    daemon = daemons(DATABASE_URL="", BIRDDOG_DATA_DIR=str(data_dir))
+    daemon = daemons(DATABASE_URL="", BIRDDOG_DATA_DIR=str(embedded_dir))
 
     async def ready() -> bool:
         return "birddog is ready: " in daemon.log()
 
     await wait_until(ready, timeout_s=60, what="the daemon's ready line")
-    assert f"; embedded PostgreSQL in {data_dir}; " in daemon.log()
+    assert f"; embedded PostgreSQL in {embedded_dir}; " in daemon.log()
     assert all(json.loads(line)["event"] for line in daemon.log().splitlines())
-    done = await cli("", "status", timeout_s=60, BIRDDOG_DATA_DIR=str(data_dir))
+    done = await cli("", "status", timeout_s=60, BIRDDOG_DATA_DIR=str(embedded_dir))
     assert done.returncode == 0, done.stderr
     assert "embedded PostgreSQL" not in done.stderr + done.stdout
     assert daemon.terminate()[0] == 0

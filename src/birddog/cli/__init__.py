@@ -171,6 +171,7 @@ from birddog.cli import daemon as daemon  # noqa: E402
 from birddog.cli import database as database  # noqa: E402
 from birddog.cli import demo as demo  # noqa: E402
 from birddog.cli import jobs as jobs  # noqa: E402
+from birddog.cli import listen as listen  # noqa: E402
 from birddog.cli import mail as mail  # noqa: E402
 from birddog.cli import mailbox as mailbox  # noqa: E402
 from birddog.cli import ops as ops  # noqa: E402

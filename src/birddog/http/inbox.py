@@ -11,6 +11,9 @@ secret and calls :meth:`Inbox.receive` on each POST, or mounts :func:`aiohttp_ha
 
     app.router.add_post("/birddog/inbox", aiohttp_handler(inbox, on_reply))
 
+``examples/receive_replies.py`` is a complete, runnable host; ``birddog listen AGENT``
+needs no code at all.
+
 Delivery is at least once, so the same reply can arrive again (same ``webhook-id``, the
 reply key). Deduplication here is in memory and bounded; a host that must never act twice
 also keeps the reply key unique in its own storage.

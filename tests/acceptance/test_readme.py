@@ -1,0 +1,184 @@
+"""The README runs: every shell block, in order, on a fresh embedded server.
+
+The blocks run top to bottom in one ``bash`` (so a variable set in one block is there
+in the next), from the repository's root, after a ``birddog run`` this test starts on
+an embedded server of its own: that is what ``make run`` gives a reader. Conventions
+the README keeps (CONTRIBUTING.md repeats them):
+
+- a command whose comment says ``(keeps running)`` is started in the background and
+  stopped at the end, as a reader runs it in a terminal of its own;
+- ``make run`` and ``make test`` are what this test stands in for, so they are skipped;
+- a block right after ``<!-- not run by the README test: why -->`` is for another host
+  (Docker, systemd) and is skipped;
+- port 8080 is replaced by a free port, so two runs on one machine do not collide.
+
+At the end no command may have failed, nothing may be pending, a receipt must exist,
+and every background process must still be running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.acceptance.conftest import BIRDDOG, ROOT
+from tests.support import free_port
+
+README = ROOT / "README.md"
+SKIP = "<!-- not run by the README test"
+KEEPS_RUNNING = "(keeps running)"
+STOOD_IN_FOR = ("make run", "make test")
+SHELLS = {"sh", "bash", "shell"}
+
+
+@dataclass(frozen=True)
+class Command:
+    """One logical command line of a README block."""
+
+    line: str
+    background: bool
+
+
+def shell_commands(text: str) -> list[Command]:
+    """Every command of every shell block the README test runs, in order."""
+    commands: list[Command] = []
+    lines = text.splitlines()
+    index = 0
+    previous = ""
+    while index < len(lines):
+        fence = re.match(r"^```(\S*)", lines[index])
+        if fence is None:
+            if lines[index].strip():
+                previous = lines[index].strip()
+            index += 1
+            continue
+        body: list[str] = []
+        index += 1
+        while not lines[index].startswith("```"):
+            body.append(lines[index])
+            index += 1
+        index += 1
+        if fence.group(1) in SHELLS and not previous.startswith(SKIP):
+            commands += _commands(body)
+        previous = ""
+    return commands
+
+
+def _commands(body: list[str]) -> list[Command]:
+    joined = "\n".join(body).replace("\\\n", " ")
+    commands = []
+    for raw in joined.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or line.startswith(STOOD_IN_FOR):
+            continue
+        commands.append(Command(line, KEEPS_RUNNING in line))
+    return commands
+
+
+def script(commands: list[Command], *, port: int, pids: Path, logs: Path) -> str:
+    """The bash script that runs the commands: in order, background ones detached."""
+    out = ["set -eo pipefail", "trap 'echo \"README command failed: $BASH_COMMAND\" >&2' ERR"]
+    for number, command in enumerate(commands):
+        line = command.line.replace("8080", str(port))
+        if command.background:
+            code = line.split(" #", 1)[0]
+            out.append(f"{code} > {logs}/background-{number}.log 2>&1 < /dev/null &")
+            out.append(f"echo $! >> {pids}")
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def test_the_readme_has_shell_blocks_and_runs_the_tour() -> None:
+    """The extraction finds the tour: a daemon stand-in, a listener, a send and a worker."""
+    commands = shell_commands(README.read_text(encoding="utf-8"))
+    lines = " ".join(command.line for command in commands)
+    assert any(command.background and " listen " in command.line for command in commands)
+    assert " send " in lines
+    assert " worker " in lines
+    assert "make run" not in lines
+
+
+def _poll(predicate: Callable[[], bool], *, timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` until it holds, failing after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.1)  # polling with a deadline, not synchronisation
+
+
+def test_every_readme_shell_block_runs_on_a_fresh_embedded_server(
+    embedded_dir: Path, tmp_path: Path
+) -> None:
+    """The README's commands all succeed, and the tour's reply ends as a receipt."""
+    assert (ROOT / ".venv" / "bin" / "birddog").exists(), "the README assumes make's .venv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BIRDDOG_")}
+    env.pop("DATABASE_URL", None)
+    env.update(
+        BIRDDOG_DATA_DIR=str(embedded_dir),
+        BIRDDOG_METRICS_PORT="0",
+        BIRDDOG_LOG_FORMAT="json",
+        BIRDDOG_BASE_DELAY_S="0.2",
+        BIRDDOG_MAX_DELAY_S="1",
+    )
+
+    def birddog(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(  # noqa: S603 - our own console script
+            [BIRDDOG, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
+            check=False,
+        )  # fmt: skip
+
+    pids = tmp_path / "pids"
+    pids.touch()
+    daemon_log = tmp_path / "daemon.log"
+    with daemon_log.open("w") as log:
+        daemon = subprocess.Popen(  # noqa: S603 - our own console script
+            [BIRDDOG, "run"], env=env, cwd=ROOT, stdout=log, stderr=log
+        )
+    try:
+        _poll(
+            lambda: "birddog is ready" in daemon_log.read_text() or daemon.poll() is not None,
+            timeout_s=90,
+            what="the daemon (make run's stand-in)",
+        )
+        assert daemon.poll() is None, daemon_log.read_text()[-2000:]
+        text = script(
+            shell_commands(README.read_text(encoding="utf-8")),
+            port=free_port(),
+            pids=pids,
+            logs=tmp_path,
+        )
+        done = subprocess.run(  # noqa: S603 - the README's own commands, as a reader runs them
+            ["bash", "-c", text],  # noqa: S607 - bash from PATH
+            env=env, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
+
+        def delivered() -> bool:
+            shown = birddog("pending", "--json")
+            return shown.returncode == 0 and json.loads(shown.stdout) == []
+
+        _poll(delivered, timeout_s=60, what="nothing pending")
+        receipts = birddog("psql", "-At", "-c", "SELECT count(*) FROM birddog.receipts")
+        assert int(receipts.stdout.strip()) >= 1, receipts.stderr
+        for pid in [int(p) for p in pids.read_text().split()]:
+            os.kill(pid, 0)  # still running: raises if it died
+    finally:
+        for pid in [int(p) for p in pids.read_text().split()]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=30)
+    for log_path in tmp_path.glob("background-*.log"):
+        assert "Traceback" not in log_path.read_text(), log_path.read_text()[-2000:]
