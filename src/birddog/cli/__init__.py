@@ -170,6 +170,7 @@ from birddog.cli import console as console  # noqa: E402
 from birddog.cli import daemon as daemon  # noqa: E402
 from birddog.cli import database as database  # noqa: E402
 from birddog.cli import demo as demo  # noqa: E402
+from birddog.cli import health as health  # noqa: E402
 from birddog.cli import jobs as jobs  # noqa: E402
 from birddog.cli import listen as listen  # noqa: E402
 from birddog.cli import mail as mail  # noqa: E402
