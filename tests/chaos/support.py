@@ -26,7 +26,17 @@ from typing import IO, TypeVar
 import asyncpg
 from aiohttp import web
 
-from birddog import AgentAddress, AgentWork, Job, Mail, Recovery, StoreUnavailable, agent_job
+from birddog import (
+    AgentAddress,
+    AgentWork,
+    Job,
+    Mail,
+    Outcome,
+    Recovery,
+    StoreUnavailable,
+    agent_job,
+    empty_reply_text,
+)
 from birddog.core.mail import reply_key
 from birddog.http.inbox import Inbox, InboxRefused
 from birddog.http.server import serve
@@ -116,6 +126,26 @@ class Kind(StrEnum):
     HELD = "held"  # held at the start, released mid-run, then flaky
 
 
+CROWDED_SESSION = "s-crowded"
+"""The session that gets a fifth of the jobs: its turns must still come one at a time."""
+
+UNSTORABLE_RESULTS: dict[str, object] = {
+    "nul": "nul \x00 inside",
+    "surrogate": "lone \ud800",
+    "huge": "x" * (1_048_576 + 1),
+    "number": 42,
+}
+"""What the handler returns for a job whose command ends ``-unstorable-<kind>``."""
+
+UNSTORABLE_MARK = "-unstorable-"
+
+
+def unstorable_result(command: str) -> object | None:
+    """The unstorable result a job's handler returns, or None for an ordinary job."""
+    _, mark, kind = command.partition(UNSTORABLE_MARK)
+    return UNSTORABLE_RESULTS[kind] if mark else None
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """One job of the run and the replies it owes."""
@@ -124,6 +154,18 @@ class JobSpec:
     command: str
     mail_key: str
     reply_to: tuple[str, ...]
+
+    @property
+    def unstorable(self) -> bool:
+        """Whether its handler returns a result that cannot be stored (it settles failed)."""
+        return unstorable_result(self.command) is not None
+
+    @property
+    def content(self) -> str:
+        """The content its replies carry."""
+        if self.unstorable:
+            return empty_reply_text(Outcome.FAILED)
+        return answer_for(self.command)
 
     def reply_keys(self) -> list[tuple[str, str]]:
         """``(reply key, recipient agent id)`` for each ``replyTo`` entry."""
@@ -181,8 +223,9 @@ def make_plan(seed: int, size: Size) -> Plan:
     flaky = [a for a, k in kinds.items() if k is Kind.FLAKY]
     target = "agent-under-load"
     jobs = []
+    unstorable = list(UNSTORABLE_RESULTS)
     for index in range(size.jobs):
-        session = f"s-{index % 10}"
+        session = CROWDED_SESSION if index % 5 == 3 else f"s-{index % 10}"
         # Some keys carry SQL metacharacters: they must travel as data, never as SQL.
         mail_key = f"mail-{index:05d}" + (
             "'; DROP TABLE birddog.outbox; --" if index % 50 == 7 else ""
@@ -190,6 +233,8 @@ def make_plan(seed: int, size: Size) -> Plan:
         pool = flaky if index == 0 else agents
         reply_to = tuple(rng.sample(pool, size.replies_per_job))
         command = f"cmd-{index:05d}"
+        if index % 25 == 12:
+            command += UNSTORABLE_MARK + unstorable[(index // 25) % len(unstorable)]
         mail = Mail(
             key=mail_key,
             to=AgentAddress(agent_id=target, session_id=session),
@@ -480,8 +525,4 @@ class Recipients:
 
 def expected_contents(plan: Plan) -> dict[str, tuple[str, str]]:
     """Each reply key of the plan -> the recipient and the content it must carry."""
-    return {
-        key: (agent, answer_for(spec.command))
-        for spec in plan.jobs
-        for key, agent in spec.reply_keys()
-    }
+    return {key: (agent, spec.content) for spec in plan.jobs for key, agent in spec.reply_keys()}

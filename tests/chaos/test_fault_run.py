@@ -4,9 +4,12 @@ Real ``birddog run`` and ``birddog worker`` processes, a PostgreSQL server this 
 (so it can crash it with ``pg_ctl restart -m immediate``), and recipients on 127.0.0.1
 that verify every signature and misbehave on a seeded schedule. Jobs keep arriving while
 two daemons are SIGKILLed and restarted, the database crashes, a worker is killed in the
-middle of a job and a held recipient is released. At the end every reply key has exactly
-one receipt or one dead letter whose reason matches its recipient, and duplicates stay
-within what was in flight at the crashes.
+middle of a job and a held recipient is released. A fifth of the jobs crowd into one
+session, and some handlers return results that cannot be stored. At the end every reply
+key has exactly one receipt or one dead letter whose reason matches its recipient,
+duplicates stay within what was in flight at the crashes, no two turns of one session
+overlapped, every unstorable result settled ``failed`` after one run, and no daemon or
+worker exited on its own.
 
 Reduced size by default (it runs in ``make test``); ``make chaos`` sets
 ``BIRDDOG_CHAOS_FULL=1`` for 5,000 replies from 1,000 jobs. ``BIRDDOG_CHAOS_SEED`` replays
@@ -22,6 +25,8 @@ import shutil
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +40,7 @@ from birddog.postgres.jobs import enqueue_accepted_job
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.chaos.support import (
+    CROWDED_SESSION,
     DAEMONS,
     DATABASE_AWAY,
     FULL,
@@ -83,6 +89,7 @@ class Run:
         self.dsn = dsn
         self.logs = logs
         self.marker = logs / "blocking-job-started"
+        self.turns = logs / "turns.tsv"
         self.started: list[Process] = []
         self.daemons = [self._daemon(slot) for slot in range(DAEMONS)]
         self.worker = self._worker()
@@ -108,6 +115,7 @@ class Run:
             ["worker", "--handler", "tests.chaos.handlers:answer"],
             CHAOS_BLOCK_COMMAND=self.plan.blocking.command,
             CHAOS_MARKER=str(self.marker),
+            CHAOS_TURNS=str(self.turns),
         )
 
     def running(self) -> list[Process]:
@@ -324,6 +332,35 @@ async def test_no_reply_vanishes_under_crashes_restarts_and_bad_recipients() -> 
         shutil.rmtree(root, ignore_errors=True)
 
 
+@dataclass
+class Turns:
+    """The turns the handlers recorded: ``(command, began, ended)`` by session and command."""
+
+    by_session: dict[str, list[tuple[str, float, float]]] = field(default_factory=dict)
+    by_command: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
+
+    @property
+    def overlapping(self) -> list[tuple[str, str, str]]:
+        """``(session, command, next command)`` for each turn that began before the last ended."""
+        found = []
+        for session, turns in self.by_session.items():
+            ordered = sorted(turns, key=lambda turn: turn[1])
+            for (first, _, ended), (second, began, _) in pairwise(ordered):
+                if began < ended:
+                    found.append((session, first, second))
+        return found
+
+
+def _turns(path: Path) -> Turns:
+    turns = Turns()
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    for line in text.splitlines():
+        session, command, began, ended = line.split("\t")
+        turns.by_session.setdefault(session, []).append((command, float(began), float(ended)))
+        turns.by_command.setdefault(command, []).append((float(began), float(ended)))
+    return turns
+
+
 async def _check_and_report(
     *, plan: Plan, pool: Pool, recipients: Recipients, run: Run, elapsed_s: float, wall_s: float
 ) -> None:
@@ -341,6 +378,7 @@ async def _check_and_report(
     }
     got |= dict.fromkeys(receipts, "receipt")
     duplicates_bound = PAGE_SIZE * (run.daemon_kills + DAEMONS * run.db_restarts)
+    turns = _turns(run.turns)
     answers = ", ".join(
         f"{answer.value} {count}" for answer, count in recipients.answers.most_common()
     )
@@ -354,7 +392,11 @@ async def _check_and_report(
         f"posts {sum(recipients.posts.values())}: {answers}\n"
         f"  restarts survived: {run.daemon_kills} daemon SIGKILLs, {run.db_restarts} PostgreSQL "
         f"immediate restarts, {run.worker_kills} worker SIGKILL mid-job\n"
-        f"  wall time {wall_s:.1f} s ({elapsed_s:.1f} s from the first job to the last reply)"
+        f"  wall time {wall_s:.1f} s ({elapsed_s:.1f} s from the first job to the last reply)\n"
+        f"  turns {sum(map(len, turns.by_session.values()))}, "
+        f"{len(turns.by_session.get(CROWDED_SESSION, []))} of them in {CROWDED_SESSION}, "
+        f"{len(turns.overlapping)} overlapping; "
+        f"unstorable results {sum(spec.unstorable for spec in plan.jobs)}, settled failed"
     )
 
     assert not set(rows) & receipts, "a key is both a row and a receipt"
@@ -380,10 +422,20 @@ async def _check_and_report(
     jobs = {
         r["job_id"]: r
         for r in await pool.fetch(
-            "SELECT job_id, outcome, recovery_count, worker_id FROM birddog.jobs"
+            "SELECT job_id, outcome, recovery_count, worker_id, diagnostic FROM birddog.jobs"
         )
     }
-    assert Counter(r["outcome"] for r in jobs.values()) == {"completed": len(plan.jobs)}
+    unstorable = [spec for spec in plan.jobs if spec.unstorable]
+    assert Counter(r["outcome"] for r in jobs.values()) == {
+        "completed": len(plan.jobs) - len(unstorable),
+        "failed": len(unstorable),
+    }
+    for spec in unstorable:
+        row = jobs[spec.job.job_id]
+        assert (row["outcome"], row["diagnostic"][:16]) == ("failed", "handler returned")
+        # The handler never runs again for it; only a worker killed mid-job reruns one.
+        assert len(turns.by_command[spec.command]) == row["recovery_count"] + 1, spec.command
+    assert turns.overlapping == [], f"turns of one session overlapped: {turns.overlapping[:3]}"
     blocking = jobs[plan.blocking.job.job_id]
     assert blocking["recovery_count"] == 1, "the killed worker's job was not recovered once"
     assert blocking["worker_id"].endswith(f":{run.worker.pid}"), "not finished by the second worker"
