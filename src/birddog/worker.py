@@ -19,6 +19,7 @@ import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
+from enum import Enum
 from typing import Any
 
 import structlog
@@ -147,6 +148,9 @@ class Worker:
         try:
             while not self.stop.is_set():
                 await slots.acquire()
+                # The lease runs from before the claim was sent: the worker's own deadline
+                # never outlasts the one the database keeps.
+                asked_at = asyncio.get_running_loop().time()
                 try:
                     claimed = await self.jobs.claim(
                         queues=self.queues, lease_s=self.lease_s, worker_id=self.worker_id
@@ -166,7 +170,9 @@ class Worker:
                         continue
                     await self._wait_for_work()
                     continue
-                task = asyncio.create_task(self._run_job(claimed, slots))
+                task = asyncio.create_task(
+                    self._run_job(claimed, slots, lease_until=asked_at + self.lease_s)
+                )
                 running.add(task)
                 task.add_done_callback(running.discard)
         finally:
@@ -178,7 +184,9 @@ class Worker:
         """How the jobs this worker handled ended: ``{"completed": 2, "failed": 1, ...}``."""
         return dict(sorted(self.finished.items()))
 
-    async def _run_job(self, claimed: ClaimedJobLike, slots: asyncio.Semaphore) -> None:
+    async def _run_job(
+        self, claimed: ClaimedJobLike, slots: asyncio.Semaphore, *, lease_until: float
+    ) -> None:
         """Run one claimed job to its end; never raises, so no task dies unobserved."""
         bound = log.bind(job_id=claimed.job.job_id)
         try:
@@ -188,7 +196,7 @@ class Worker:
                 bound.warning("job_payload_invalid", field=exc.field)
                 await self._finish(claimed, SettleRequested(Outcome.FAILED, "", str(exc)), bound)
                 return
-            await self._execute(claimed, payload, bound)
+            await self._execute(claimed, payload, bound, lease_until=lease_until)
         except StaleClaim:
             bound.warning("claim_lost")
         except StoreUnavailable as exc:
@@ -201,59 +209,28 @@ class Worker:
         finally:
             slots.release()
 
-    async def _execute(self, claimed: ClaimedJobLike, payload: AgentJobPayload, bound: Any) -> None:
+    async def _execute(
+        self, claimed: ClaimedJobLike, payload: AgentJobPayload, bound: Any, *, lease_until: float
+    ) -> None:
         async def call() -> object:
             _CURRENT_JOB.set(claimed.job)  # the task's own context: no reset needed
             return await self.handler(payload)
 
-        loop = asyncio.get_running_loop()
         work = asyncio.create_task(call())
-        stopping = asyncio.ensure_future(self.stop.wait())
-        cancel_requested = False
-        deadline = loop.time() + self.handler_timeout_s
-        stop_deadline: float | None = None
-        try:
-            while not work.done():
-                now = loop.time()
-                if self.stop.is_set() and stop_deadline is None:
-                    stop_deadline = now + self.shutdown_grace_s
-                limit = deadline if stop_deadline is None else min(deadline, stop_deadline)
-                if now >= limit:
-                    break
-                await asyncio.wait(
-                    {work, stopping} if stop_deadline is None else {work},
-                    timeout=min(self.lease_s / 3, limit - now),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                if work.done():
-                    break
-                try:
-                    cancel_requested = await self.jobs.heartbeat(
-                        job_id=claimed.job.job_id,
-                        claim_token=claimed.claim_token,
-                        lease_s=self.lease_s,
-                    )
-                except StaleClaim:
-                    # Another claim holds the job now: this run's result would be refused,
-                    # so stop the work rather than let it run on unowned.
-                    await _cancel(work)
-                    raise
-                except StoreUnavailable as exc:
-                    bound.warning("heartbeat_failed", error=_cause_name(exc))
-                if cancel_requested:
-                    break
-        finally:
-            await _cancel(stopping)
-        if not work.done():
-            await _cancel(work)
-            if cancel_requested:
-                bound.info("job_cancelled")
-                # The recorded cancellation wins whatever is reported.
-                await self._finish(claimed, SettleRequested(Outcome.CANCELLED, ""), bound)
-                return
-            stopped: ClaimEvent = (
-                WorkerStopped() if self.stop.is_set() else HandlerTimedOut(self.handler_timeout_s)
-            )
+        why = await self._supervise(work, claimed, bound, lease_until=lease_until)
+        if why is Stopped.LEASE_LOST:
+            # The heartbeats could not renew the lease: the reaper may give the job to
+            # another worker at any moment, so this turn ends here, unreported.
+            bound.warning("lease_lost")
+            return
+        if why is Stopped.CANCEL_REQUESTED:
+            bound.info("job_cancelled")
+            # The recorded cancellation wins whatever is reported.
+            await self._finish(claimed, SettleRequested(Outcome.CANCELLED, ""), bound)
+            return
+        if why is not Stopped.DONE:
+            timed_out = HandlerTimedOut(self.handler_timeout_s)
+            stopped: ClaimEvent = WorkerStopped() if why is Stopped.SHUTDOWN else timed_out
             bound.warning("job_interrupted", why=type(stopped).__name__)
             await self._finish(claimed, stopped, bound)
             return
@@ -267,6 +244,59 @@ class Worker:
             await self._finish(claimed, event, bound)
             return
         await self._finish(claimed, SettleRequested(Outcome.COMPLETED, work.result()), bound)
+
+    async def _supervise(
+        self, work: asyncio.Task[object], claimed: ClaimedJobLike, bound: Any, *, lease_until: float
+    ) -> Stopped:
+        """Heartbeat while the handler runs; say why the wait ended (the work is over then).
+
+        Raises:
+            StaleClaim: another claim holds the job; the handler was stopped.
+        """
+        loop = asyncio.get_running_loop()
+        stopping = asyncio.ensure_future(self.stop.wait())
+        deadline = loop.time() + self.handler_timeout_s
+        stop_deadline: float | None = None
+        why = Stopped.DONE
+        try:
+            while not work.done():
+                now = loop.time()
+                if self.stop.is_set() and stop_deadline is None:
+                    stop_deadline = now + self.shutdown_grace_s
+                limit = deadline if stop_deadline is None else min(deadline, stop_deadline)
+                if now >= lease_until:
+                    why = Stopped.LEASE_LOST
+                elif now >= limit:
+                    why = Stopped.SHUTDOWN if stop_deadline is not None else Stopped.TIMED_OUT
+                if why is not Stopped.DONE:
+                    break
+                await asyncio.wait(
+                    {work, stopping} if stop_deadline is None else {work},
+                    timeout=min(self.lease_s / 3, limit - now, lease_until - now),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                if work.done():
+                    break
+                sent_at = loop.time()
+                try:
+                    cancel_requested = await self.jobs.heartbeat(
+                        job_id=claimed.job.job_id,
+                        claim_token=claimed.claim_token,
+                        lease_s=self.lease_s,
+                    )
+                except StoreUnavailable as exc:
+                    bound.warning("heartbeat_failed", error=_cause_name(exc))
+                    continue
+                lease_until = sent_at + self.lease_s
+                if cancel_requested:
+                    why = Stopped.CANCEL_REQUESTED
+                    break
+        finally:
+            # Another claim holds the job (StaleClaim), or the wait is over: the work
+            # must not run on unowned.
+            await _cancel(stopping)
+            await _cancel(work)
+        return why
 
     async def _finish(self, claimed: ClaimedJobLike, event: ClaimEvent, bound: Any) -> Finished:
         finished = await self.jobs.finish(
@@ -300,6 +330,16 @@ class Worker:
         await asyncio.wait({wake, stopped}, return_when=asyncio.FIRST_COMPLETED)
         await _cancel(wake)
         await _cancel(stopped)
+
+
+class Stopped(Enum):
+    """Why the worker stopped waiting for a handler."""
+
+    DONE = "done"
+    CANCEL_REQUESTED = "cancel_requested"
+    SHUTDOWN = "shutdown"
+    TIMED_OUT = "timed_out"
+    LEASE_LOST = "lease_lost"
 
 
 REQUEUED = "requeued"

@@ -10,7 +10,16 @@ import pytest
 import structlog
 from asyncpg import Pool
 
-from birddog import AgentJobPayload, AgentWork, Job, JobState, Outcome, Recovery, agent_job
+from birddog import (
+    AgentJobPayload,
+    AgentWork,
+    Job,
+    JobState,
+    Outcome,
+    Recovery,
+    StoreUnavailable,
+    agent_job,
+)
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.worker import HandlerNotFound, Worker, load_handler
@@ -287,3 +296,47 @@ async def test_an_unstorable_result_settles_failed_after_exactly_one_run(
     ]
     assert worker.summary() == {"failed": 1}
     assert unhandled == []
+
+
+class UnreachableHeartbeats:
+    """The real job store, except that every heartbeat finds the database away."""
+
+    def __init__(self, store: PostgresJobs) -> None:
+        self.store = store
+        self.claim = store.claim
+        self.finish = store.finish
+
+    async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
+        """Fail as a lost connection would."""
+        raise StoreUnavailable("database unavailable during heartbeat: ConnectionResetError")
+
+
+async def test_a_worker_that_cannot_renew_its_lease_stops_the_handler_and_leaves_the_job(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """Past its lease without a renewal, the turn ends unreported: the reaper owns the job."""
+    cancelled = asyncio.Event()
+
+    async def handle(payload: AgentJobPayload) -> str:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    await enqueue(pg_pool, "j9", recovery=1)
+    worker = Worker(
+        jobs=UnreachableHeartbeats(store),  # type: ignore[arg-type]
+        handler=handle,
+        listener=NoWake(),
+        lease_s=0.3,
+        handler_timeout_s=30,
+    )
+    with structlog.testing.capture_logs() as events:
+        await asyncio.wait_for(worker.run(once=True), 10)
+    assert cancelled.is_set()
+    assert "lease_lost" in [e["event"] for e in events]
+    row = await pg_pool.fetchrow("SELECT state, outcome FROM birddog.jobs WHERE job_id = 'j9'")
+    assert (row["state"], row["outcome"]) == ("running", None)
+    assert worker.summary() == {}
