@@ -157,10 +157,9 @@ async def check_report(stack: Stack, limits: CheckLimits) -> list[dict[str, Any]
             row,
         )
     for row in await reports.long_holds(older_than_s=limits.hold_s, limit=PROBLEMS_SHOWN):
-        held_since = "an unknown time" if row["held_at"] is None else _at(row["held_at"])
         problem(
             "hold",
-            f"held too long: {inert(row['agent_id'])} since {held_since}, "
+            f"held too long: {inert(row['agent_id'])} since {_at(row['held_at'])}, "
             f"{row['waiting']} replies waiting (birddog route release AGENT)",
             row,
         )

@@ -624,8 +624,8 @@ SELECT
     (SELECT count(*) FROM birddog.outbox o
      WHERE o.recipient_agent_id = r.agent_id AND o.state = 'pending')::int AS waiting
 FROM birddog.routes r
-WHERE NOT r.enabled AND coalesce(r.held_at, r.updated_at) < now() - make_interval(secs => $1)
-ORDER BY coalesce(r.held_at, r.updated_at), r.agent_id
+WHERE NOT r.enabled AND r.held_at < now() - make_interval(secs => $1)
+ORDER BY r.held_at, r.agent_id
 LIMIT $2;
 
 -- name: check_due_without_daemon
