@@ -76,6 +76,20 @@ def make_worker(
     )
 
 
+def until_cancelled(cancelled: asyncio.Event) -> Callable[[AgentJobPayload], Awaitable[str]]:
+    """A handler that runs until it is cancelled, and then sets ``cancelled``."""
+
+    async def handle(payload: AgentJobPayload) -> str:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    return handle
+
+
 async def reply_of(pool: Pool, job_id: str) -> dict[str, object]:
     row = await pool.fetchrow(
         "SELECT reply FROM birddog.outbox WHERE key = $1", f"outbox:{job_id}:reply:0"
@@ -123,14 +137,7 @@ async def test_a_handler_past_its_timeout_is_cancelled_and_interrupted(
 ) -> None:
     """A handler that runs too long is cancelled; without budget the job is interrupted."""
     cancelled = asyncio.Event()
-
-    async def handle(payload: AgentJobPayload) -> str:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return "never"
+    handle = until_cancelled(cancelled)
 
     await enqueue(pg_pool, "j3")
     await make_worker(store, handle, handler_timeout_s=0.2).run(once=True)
@@ -316,14 +323,7 @@ async def test_a_worker_that_cannot_renew_its_lease_stops_the_handler_and_leaves
 ) -> None:
     """Past its lease without a renewal, the turn ends unreported: the reaper owns the job."""
     cancelled = asyncio.Event()
-
-    async def handle(payload: AgentJobPayload) -> str:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return "never"
+    handle = until_cancelled(cancelled)
 
     await enqueue(pg_pool, "j9", recovery=1)
     worker = Worker(
