@@ -509,6 +509,7 @@ async def _drain_until_stopped(
             AlertPoster(settings.alert_url, settings.alert_signing_secret(), clock=stack.clock),
             window_s=settings.alert_coalesce_s,
             clock=stack.clock,
+            on_failure=stack.metrics.side_task_failed,
         )
         if settings.alert_url
         else None

@@ -212,3 +212,36 @@ def test_alert_url_and_secret_are_checked_up_front() -> None:
         AlertPoster("https://example.test/", "whsec_???")
     poster = AlertPoster("https://hooks.example.test/services/T0/B0/tokenvalue", None)
     assert "tokenvalue" not in repr(poster)
+
+
+async def test_a_failed_alert_post_is_counted_and_tried_again(sink: AlertSink) -> None:
+    """An alert URL answering 500 gets the same alert again a second later; one failure counted."""
+    failures: list[str] = []
+    sink.status = 500
+    alerts = AlertCoalescer(
+        AlertPoster(sink.url, None),
+        window_s=0.01,
+        clock=SystemClock(),
+        on_failure=failures.append,
+    )
+    loop = asyncio.get_running_loop()
+
+    async def until_received(count: int) -> None:
+        deadline = loop.time() + 10
+        while len(sink.received) < count:
+            assert loop.time() < deadline, f"alert {count} never came"
+            await asyncio.sleep(0.02)
+
+    with structlog.testing.capture_logs() as logs:
+        alerts.dead_letter(dead_row())
+        await until_received(1)
+        sink.status = 200
+        await until_received(2)
+        await alerts.close(timeout_s=5)
+    assert failures == ["alerts"]
+    bodies = [json.loads(body) for _headers, body in sink.received]
+    assert bodies[0] == bodies[1]
+    assert [log["event"] for log in logs if log["event"].startswith("alert_")] == [
+        "alert_failed",
+        "alert_sent",
+    ]

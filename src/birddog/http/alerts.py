@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -232,6 +233,10 @@ class AlertPoster(SessionOwner):
         return self.clock.now()
 
 
+ALERT_RETRY_CAP_S = 60.0
+"""The longest wait before a failed alert post is tried again."""
+
+
 class AlertCoalescer:
     """Gathers dead letters per recipient for ``window_s``, then posts each group once.
 
@@ -240,18 +245,32 @@ class AlertCoalescer:
     ``window_s`` later with everything that died meanwhile. :meth:`close` posts what is
     still open at once (shutdown) and closes the poster.
 
+    A post that fails (``alert_failed`` in the log) is counted through ``on_failure`` and
+    tried again after 1 s, 2 s, 4 s, ... (at most ``retries`` times, each wait at most
+    :data:`ALERT_RETRY_CAP_S`); :meth:`close` stops the retries at its deadline.
+
     Args:
         poster: posts each group.
         window_s: how long a recipient's group gathers dead letters.
         clock: the time of death (default: :class:`birddog.clock.SystemClock`).
+        retries: how many times a failed post is tried again.
+        on_failure: told ``"alerts"`` after each failed post (a metrics counter).
     """
 
     def __init__(
-        self, poster: AlertPoster, *, window_s: float = 5.0, clock: Clock | None = None
+        self,
+        poster: AlertPoster,
+        *,
+        window_s: float = 5.0,
+        clock: Clock | None = None,
+        retries: int = 5,
+        on_failure: Callable[[str], None] | None = None,
     ) -> None:
         self.poster = poster
         self.window_s = window_s
         self.clock: Clock = clock or SystemClock()
+        self.retries = retries
+        self.on_failure = on_failure
         self._open: dict[str, DeadLetterGroup] = {}
         self._timers: set[asyncio.Task[None]] = set()
         self._posting: set[asyncio.Task[bool]] = set()
@@ -277,9 +296,19 @@ class AlertCoalescer:
         group = self._open.pop(agent, None)
         if group is None:
             return
-        posting = asyncio.create_task(self.poster.alert(group))
+        posting = asyncio.create_task(self._deliver(group))
         self._posting.add(posting)
         posting.add_done_callback(self._posting.discard)
+
+    async def _deliver(self, group: DeadLetterGroup) -> bool:
+        for attempt in range(self.retries + 1):
+            if await self.poster.alert(group):
+                return True
+            if self.on_failure is not None:
+                self.on_failure("alerts")
+            if attempt < self.retries:
+                await asyncio.sleep(min(ALERT_RETRY_CAP_S, 2.0**attempt))
+        return False
 
     async def close(self, *, timeout_s: float | None = None) -> None:
         """Post every open group now, wait for the posts (up to ``timeout_s``), close."""
