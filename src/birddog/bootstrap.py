@@ -33,7 +33,7 @@ from birddog.http.alerts import AlertCoalescer, AlertPoster
 from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
 from birddog.mailroom import MailRoom
-from birddog.metrics import Metrics, TimedTransport, start_server
+from birddog.metrics import Metrics, Registry, TimedTransport, WorkerMetrics, start_server
 from birddog.ports import Clock, Listener
 from birddog.postgres import migrate
 from birddog.postgres.admin import PostgresAdmin
@@ -65,6 +65,9 @@ log = structlog.get_logger("birddog.bootstrap")
 
 HEARTBEAT_S = 10.0
 """How often daemons and workers record themselves as alive (``birddog status``)."""
+
+QUEUE_GAUGES_S = 5.0
+"""How often a worker refreshes its queue gauges (one query over the queued jobs)."""
 
 CLOCK: Clock = SystemClock()
 """The wall clock every adapter and command of this process reads."""
@@ -541,37 +544,56 @@ async def _drain_until_stopped(
 
 
 async def start_metrics(
-    settings: Settings, metrics: Metrics, healthy: Callable[[], bool]
+    settings: Settings,
+    metrics: Registry,
+    healthy: Callable[[], bool],
+    *,
+    worker: bool = False,
 ) -> tuple[web.AppRunner, str]:
     """Serve ``/metrics`` and ``/healthz`` where the settings say.
 
     Args:
-        settings: ``metrics_host`` and ``metrics_port``.
+        settings: ``metrics_host`` and ``metrics_port`` (a worker's: ``worker_metrics_*``).
         metrics: what to expose.
-        healthy: whether the daemon is healthy, for ``/healthz``.
+        healthy: whether the process is healthy, for ``/healthz``.
+        worker: serve a worker's metrics, on the worker's host and port.
 
     Returns:
         The running server (``cleanup()`` stops it) and the ``/metrics`` URL.
 
     Raises:
         InvalidSetting: the address is taken or cannot be bound; the message names
-            ``BIRDDOG_METRICS_PORT`` (or ``BIRDDOG_METRICS_HOST``).
+            ``BIRDDOG_METRICS_PORT`` (or ``BIRDDOG_METRICS_HOST``; for a worker,
+            ``BIRDDOG_WORKER_METRICS_PORT`` or ``BIRDDOG_WORKER_METRICS_HOST``).
     """
-    host, port = settings.metrics_host, settings.metrics_port
+    if worker:
+        host, port, prefix, who = (
+            settings.worker_metrics_host,
+            settings.worker_metrics_port,
+            "BIRDDOG_WORKER_METRICS",
+            "worker",
+        )
+    else:
+        host, port, prefix, who = (
+            settings.metrics_host,
+            settings.metrics_port,
+            "BIRDDOG_METRICS",
+            "daemon",
+        )
     try:
         runner = await start_server(metrics, host=host, port=port, healthy=healthy)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise InvalidSetting(
-                f"the metrics port {host}:{port} is already in use (another daemon?); "
-                "set BIRDDOG_METRICS_PORT to a free port for each daemon on this host, "
+                f"the metrics port {host}:{port} is already in use (another {who}?); "
+                f"set {prefix}_PORT to a free port for each {who} on this host, "
                 "or to 0 to turn metrics off",
-                field="BIRDDOG_METRICS_PORT",
+                field=f"{prefix}_PORT",
             ) from exc
         raise InvalidSetting(
             f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; "
-            "check BIRDDOG_METRICS_HOST and BIRDDOG_METRICS_PORT",
-            field="BIRDDOG_METRICS_HOST",
+            f"check {prefix}_HOST and {prefix}_PORT",
+            field=f"{prefix}_HOST",
         ) from exc
     return runner, f"http://{host}:{port}/metrics"
 
@@ -622,6 +644,7 @@ def build_worker(
     listener: Listener,
     queues: Sequence[str] | None,
     stop: asyncio.Event,
+    metrics: WorkerMetrics | None = None,
 ) -> Worker:
     """Wire a job worker over ``stack``'s job store.
 
@@ -631,6 +654,7 @@ def build_worker(
         listener: ``LISTEN birddog_jobs`` on its own connection.
         queues: only these queues (session ids); None or empty for all.
         stop: set to stop the worker.
+        metrics: the worker's metrics (default: a registry of its own).
 
     Returns:
         The worker, ready to ``run``.
@@ -646,7 +670,35 @@ def build_worker(
         lease_s=settings.job_lease_s,
         shutdown_grace_s=settings.shutdown_grace_s,
         stop=stop,
+        metrics=metrics,
     )
+
+
+async def observe_queues(
+    jobs: PostgresJobs, metrics: WorkerMetrics, *, queues: Sequence[str] | None, clock: Clock
+) -> None:
+    """Refresh a worker's queue gauges: jobs waiting in the queues it serves, oldest's age.
+
+    One query; a failure marks the database down (``/healthz`` answers 503) and is raised
+    for the side task to log and retry.
+
+    Args:
+        jobs: the job store.
+        metrics: the worker's metrics.
+        queues: the queues the worker serves; None or empty for every queue but the
+            reserved ones.
+        clock: the time the age is measured at.
+
+    Raises:
+        StoreUnavailable: the database could not be reached.
+    """
+    try:
+        queued, oldest = await jobs.queued_backlog(queues=queues or None)
+    except StoreUnavailable:
+        metrics.database(up=False)
+        raise
+    metrics.database(up=True)
+    metrics.observe_queue(queued=queued, oldest=oldest, now=clock.now())
 
 
 async def reap_expired_jobs(jobs: PostgresJobs) -> None:
@@ -678,34 +730,62 @@ async def run_worker(
 
     Returns:
         How the jobs this worker handled ended, by outcome (and ``requeued``).
+
+    Raises:
+        InvalidSetting: the worker's metrics port is taken (the message names the setting).
     """
     stop = stop_on_signals()
     summary: dict[str, int] = {}
+    metrics = WorkerMetrics()
     try:
         async with open_stack(settings, announce=announce, wait_until=stop) as stack:
             registry = PostgresDaemons(stack.pool, kind="worker")
             async with WakeListener(stack.dsn, channel="birddog_jobs") as listener:
-                worker = build_worker(stack, handler, listener=listener, queues=queues, stop=stop)
-                beat = asyncio.create_task(
-                    every(HEARTBEAT_S, registry.seen, stop=stop, name="seen")
+                worker = build_worker(
+                    stack, handler, listener=listener, queues=queues, stop=stop, metrics=metrics
                 )
-                # A worker-only deployment still recovers jobs whose worker crashed, and
-                # so frees their queues; the query is one index probe when none expired.
-                reaper = asyncio.create_task(
-                    every(
+                server = None
+                if not once and settings.worker_metrics_port:
+                    server = await start_metrics(
+                        settings, metrics, lambda: metrics.healthy, worker=True
+                    )
+                    log.info("worker_metrics_serving", url=server[1])
+
+                def side(
+                    seconds: float, action: Callable[[], Awaitable[None]], name: str
+                ) -> asyncio.Task[None]:
+                    return asyncio.create_task(
+                        every(
+                            seconds, action, stop=stop, name=name, on_error=metrics.side_task_failed
+                        )
+                    )
+
+                sides = [
+                    side(HEARTBEAT_S, registry.seen, "seen"),
+                    # A worker-only deployment still recovers jobs whose worker crashed,
+                    # and so frees their queues; one index probe when none expired.
+                    side(
                         max(1.0, settings.job_lease_s / 2),
                         lambda: reap_expired_jobs(stack.jobs),
-                        stop=stop,
-                        name="reaper",
-                    )
-                )
+                        "reaper",
+                    ),
+                    side(
+                        QUEUE_GAUGES_S,
+                        lambda: observe_queues(
+                            stack.jobs, metrics, queues=queues, clock=stack.clock
+                        ),
+                        "gauges",
+                    ),
+                ]
                 try:
                     await worker.run(once=once)
                 finally:
                     summary = worker.summary()
                     stop.set()
-                    await beat
-                    await reaper
+                    for task in sides:
+                        await task
+                    if server is not None:
+                        await server[0].cleanup()
     except Stopped:
         log.info("worker_stopped_before_start")
     return summary

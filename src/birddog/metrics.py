@@ -1,4 +1,4 @@
-"""Prometheus metrics and the /metrics and /healthz server."""
+"""Prometheus metrics (the daemon's and the worker's) and the /metrics and /healthz server."""
 
 from __future__ import annotations
 
@@ -23,15 +23,40 @@ from birddog.mailroom import DrainReport
 from birddog.ports import Transport
 
 
-class Metrics:
-    """The daemon's metrics, in a registry of their own.
+class Registry:
+    """What every process's metrics share: a registry of their own, database up, side tasks.
 
     Attributes:
         registry: the Prometheus registry to expose.
+        up: 1 while the database answers.
+        side_task_errors: failures of each side task (it retries).
     """
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        r = self.registry
+        self.up = Gauge("birddog_database_up", "1 while the database answers.", registry=r)
+        self.side_task_errors = Counter(
+            "birddog_side_task_errors",
+            "Failures of a side task (reaper, heartbeat, gauges, alerts); it retries.",
+            ["task"],
+            registry=r,
+        )
+
+    def side_task_failed(self, task: str) -> None:
+        """Count one failure of the side task ``task``."""
+        self.side_task_errors.labels(task).inc()
+
+    def exposition(self) -> bytes:
+        """The metrics in the Prometheus text format."""
+        return generate_latest(self.registry)
+
+
+class Metrics(Registry):
+    """The daemon's metrics, in a registry of their own."""
+
+    def __init__(self) -> None:
+        super().__init__()
         r = self.registry
         self.delivered = Counter("birddog_delivered", "Replies delivered.", registry=r)
         self.failed = Counter("birddog_failed", "Failed delivery attempts.", ["reason"], registry=r)
@@ -56,13 +81,6 @@ class Metrics:
             registry=r,
         )
         self.drains = Counter("birddog_drains", "Drain passes.", registry=r)
-        self.up = Gauge("birddog_database_up", "1 while the database answers.", registry=r)
-        self.side_task_errors = Counter(
-            "birddog_side_task_errors",
-            "Failures of a side task (reaper, heartbeat, gauges, alerts); it retries.",
-            ["task"],
-            registry=r,
-        )
 
     def record(self, report: DrainReport) -> None:
         """Count a drain's outcomes."""
@@ -75,18 +93,61 @@ class Metrics:
         for _key, reason in report.dead:
             self.dead.labels(reason.value).inc()
 
-    def side_task_failed(self, task: str) -> None:
-        """Count one failure of the side task ``task``."""
-        self.side_task_errors.labels(task).inc()
-
     def observe_backlog(self, *, pending: int, oldest: datetime | None, now: datetime) -> None:
         """Set the pending gauges."""
         self.pending.set(pending)
-        self.oldest_pending_age.set((now - oldest).total_seconds() if oldest else 0.0)
+        self.oldest_pending_age.set(_age_s(oldest, now))
 
-    def exposition(self) -> bytes:
-        """The metrics in the Prometheus text format."""
-        return generate_latest(self.registry)
+
+class WorkerMetrics(Registry):
+    """A job worker's metrics, in a registry of their own (served on its own port).
+
+    Attributes:
+        healthy: False from a failed database call until the next one that succeeds.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        r = self.registry
+        self.claimed = Counter("birddog_jobs_claimed", "Jobs this worker claimed.", registry=r)
+        self.settled = Counter(
+            "birddog_jobs_settled", "Jobs this worker settled, by outcome.", ["outcome"], registry=r
+        )
+        self.requeued = Counter(
+            "birddog_jobs_requeued",
+            "Jobs this worker gave back to their queue (recovery budget left).",
+            registry=r,
+        )
+        self.handler_seconds = Histogram(
+            "birddog_handler_seconds",
+            "Time one handler (or --command process) ran for one job.",
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900),
+            registry=r,
+        )
+        self.queued = Gauge(
+            "birddog_jobs_queued", "Jobs queued in the queues this worker serves.", registry=r
+        )
+        self.oldest_queued_age = Gauge(
+            "birddog_oldest_queued_job_age_seconds",
+            "Age of the oldest job queued in the queues this worker serves.",
+            registry=r,
+        )
+        self.healthy = True
+
+    def database(self, *, up: bool) -> None:
+        """Record whether the database answered the last call (``/healthz``, the gauge)."""
+        self.healthy = up
+        self.up.set(1 if up else 0)
+
+    def observe_queue(self, *, queued: int, oldest: datetime | None, now: datetime) -> None:
+        """Set the queue gauges."""
+        self.queued.set(queued)
+        self.oldest_queued_age.set(_age_s(oldest, now))
+
+
+def _age_s(oldest: datetime | None, now: datetime) -> float:
+    """Seconds since ``oldest`` (0 when there is none, or it lies ahead of ``now``)."""
+    return max(0.0, (now - oldest).total_seconds()) if oldest else 0.0
 
 
 def failure_kind(result: DeliveryResult | None) -> str:
@@ -126,7 +187,7 @@ class TimedTransport:
 
 
 async def start_server(
-    metrics: Metrics, *, host: str, port: int, healthy: Callable[[], bool]
+    metrics: Registry, *, host: str, port: int, healthy: Callable[[], bool]
 ) -> web.AppRunner:
     """Serve ``/metrics`` and ``/healthz`` on ``host:port``.
 
@@ -134,7 +195,7 @@ async def start_server(
         metrics: what to expose.
         host: the address to bind (127.0.0.1 by default in the settings).
         port: the port.
-        healthy: returns whether the daemon is healthy (database reachable, loop alive).
+        healthy: returns whether the process is healthy (database reachable, loop alive).
 
     Returns:
         The running aiohttp runner; call ``cleanup()`` to stop it.

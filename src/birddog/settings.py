@@ -108,6 +108,12 @@ class Settings(BaseSettings):
     )
     metrics_port: int = Field(9464, ge=0, le=65535, description="/metrics and /healthz; 0: off.")
     metrics_host: str = Field("127.0.0.1", description="Address the metrics server binds.")
+    worker_metrics_port: int = Field(
+        9466, ge=0, le=65535, description="A worker's /metrics and /healthz; 0: off."
+    )
+    worker_metrics_host: str = Field(
+        "127.0.0.1", description="Address a worker's metrics server binds."
+    )
     log_format: Literal["auto", "json", "console"] = Field("auto", description="Log renderer.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
     worker_concurrency: int = Field(4, ge=1, description="Jobs a worker runs at once.")

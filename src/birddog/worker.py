@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import os
 import socket
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from contextvars import ContextVar
@@ -39,6 +40,7 @@ from birddog.core.lifecycle import (
     WorkerStopped,
 )
 from birddog.core.mail import Outcome
+from birddog.metrics import WorkerMetrics
 from birddog.ports import ClaimedJobLike, JobStore, Listener
 from birddog.runtime import Backoff, sleep_unless_stopped
 
@@ -102,6 +104,8 @@ class Worker:
         shutdown_grace_s: on stop, running handlers get this long before they are cancelled.
         backstop_s: the longest sleep without a notification.
         stop: set to stop the worker.
+        metrics: where claims, settlements, handler times and the database's state are
+            counted (default: a registry of its own, served by nobody).
 
     Attributes:
         finished: how the jobs this worker handled ended, by outcome (and ``requeued``).
@@ -120,6 +124,7 @@ class Worker:
         shutdown_grace_s: float = 10.0,
         backstop_s: float = 5.0,
         stop: asyncio.Event | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         self.jobs = jobs
         self.handler = handler
@@ -133,6 +138,7 @@ class Worker:
         self.stop = stop or asyncio.Event()
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self.finished: Counter[str] = Counter()
+        self.metrics = metrics if metrics is not None else WorkerMetrics()
 
     @property
     def settled(self) -> int:
@@ -156,8 +162,10 @@ class Worker:
                         queues=self.queues, lease_s=self.lease_s, worker_id=self.worker_id
                     )
                     backoff.reset()
+                    self.metrics.database(up=True)
                 except StoreUnavailable as exc:
                     slots.release()
+                    self.metrics.database(up=False)
                     log.warning("database_unavailable", error=_cause_name(exc))
                     await sleep_unless_stopped(self.stop, backoff.next())
                     continue
@@ -170,6 +178,7 @@ class Worker:
                         continue
                     await self._wait_for_work()
                     continue
+                self.metrics.claimed.inc()
                 task = asyncio.create_task(
                     self._run_job(claimed, slots, lease_until=asked_at + self.lease_s)
                 )
@@ -201,6 +210,7 @@ class Worker:
             bound.warning("claim_lost")
         except StoreUnavailable as exc:
             # The job stays running; its lease expiry gives it back (or settles it).
+            self.metrics.database(up=False)
             bound.warning("settle_failed_database", error=_cause_name(exc))
         except BirdDogError as exc:
             bound.error("job_finish_failed", error=type(exc).__name__)
@@ -209,14 +219,19 @@ class Worker:
         finally:
             slots.release()
 
+    async def _call(self, job: Job, payload: AgentJobPayload) -> object:
+        """Run the handler in a task of its own for ``job``, timing it."""
+        _CURRENT_JOB.set(job)  # the task's own context: no reset needed
+        began = time.perf_counter()
+        try:
+            return await self.handler(payload)
+        finally:
+            self.metrics.handler_seconds.observe(time.perf_counter() - began)
+
     async def _execute(
         self, claimed: ClaimedJobLike, payload: AgentJobPayload, bound: Any, *, lease_until: float
     ) -> None:
-        async def call() -> object:
-            _CURRENT_JOB.set(claimed.job)  # the task's own context: no reset needed
-            return await self.handler(payload)
-
-        work = asyncio.create_task(call())
+        work = asyncio.create_task(self._call(claimed.job, payload))
         why = await self._supervise(work, claimed, bound, lease_until=lease_until)
         if why is Stopped.LEASE_LOST:
             # The heartbeats could not renew the lease: the reaper may give the job to
@@ -304,10 +319,10 @@ class Worker:
         )
         decision = finished.decision
         if isinstance(decision, Requeue):
-            self.finished[REQUEUED] += 1
+            self._count(REQUEUED)
             bound.info("job_requeued")
         elif isinstance(decision, Settle) and decision.cause is Cause.UNSTORABLE_RESULT:
-            self.finished[decision.outcome.value] += 1
+            self._count(decision.outcome.value)
             bound.warning(
                 "job_result_unstorable",
                 outcome=decision.outcome.value,
@@ -315,7 +330,7 @@ class Worker:
                 replies=len(finished.keys),
             )
         elif finished.outcome is not None:
-            self.finished[finished.outcome.value] += 1
+            self._count(finished.outcome.value)
             bound.info(
                 "job_settled",
                 outcome=finished.outcome.value,
@@ -323,6 +338,14 @@ class Worker:
                 replay=isinstance(decision, Keep),
             )
         return finished
+
+    def _count(self, what: str) -> None:
+        """Count a job this worker finished: an outcome, or ``requeued``."""
+        self.finished[what] += 1
+        if what == REQUEUED:
+            self.metrics.requeued.inc()
+        else:
+            self.metrics.settled.labels(what).inc()
 
     async def _wait_for_work(self) -> None:
         wake = asyncio.ensure_future(self.listener.wait(self.backstop_s))

@@ -34,11 +34,12 @@ BIRDDOG = str(Path(sys.executable).parent / "birddog")
 
 
 def cli_env(database_url: str, **extra: str) -> dict[str, str]:
-    """The environment for a CLI subprocess: the test database, no metrics port, JSON logs."""
+    """The environment for a CLI subprocess: the test database, no metrics ports, JSON logs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BIRDDOG_")}
     env.update(
         DATABASE_URL=database_url,
         BIRDDOG_METRICS_PORT="0",
+        BIRDDOG_WORKER_METRICS_PORT="0",
         BIRDDOG_LOG_FORMAT="json",
         BIRDDOG_BASE_DELAY_S="0.05",
         BIRDDOG_MAX_DELAY_S="0.2",

@@ -18,6 +18,7 @@ import yaml
 from click.testing import CliRunner
 
 from birddog.cli import main
+from birddog.settings import Settings
 from tests.acceptance.conftest import ROOT, Daemon, cli, wait_until
 from tests.support import free_port
 
@@ -81,6 +82,10 @@ def test_the_compose_services_are_wired_as_documented() -> None:
     assert callable(getattr(importlib.import_module(module), function))
     assert "HEALTHCHECK" in DOCKERFILE
     assert re.search(r"^ENV .*BIRDDOG_METRICS_HOST=0\.0\.0\.0", DOCKERFILE, re.M)
+    assert re.search(r"^ENV .*BIRDDOG_WORKER_METRICS_HOST=0\.0\.0\.0", DOCKERFILE, re.M)
+    # The worker's health check asks its own /healthz, so its port is the default one.
+    port = Settings.model_fields["worker_metrics_port"].default
+    assert services["worker"]["ports"] == [f"127.0.0.1:{port}:{port}"]
 
 
 async def test_health_answers_for_a_running_daemon_and_fails_without_one(

@@ -126,6 +126,7 @@ def test_every_readme_shell_block_runs_on_a_fresh_embedded_server(
     env.update(
         BIRDDOG_DATA_DIR=str(embedded_dir),
         BIRDDOG_METRICS_PORT="0",
+        BIRDDOG_WORKER_METRICS_PORT="0",
         BIRDDOG_LOG_FORMAT="json",
         BIRDDOG_BASE_DELAY_S="0.2",
         BIRDDOG_MAX_DELAY_S="1",

@@ -20,40 +20,48 @@ HEALTH_TIMEOUT_S = 3.0
 @click.option(
     "--worker",
     is_flag=True,
-    help="Check the worker on this host (its heartbeat in the database) instead of the daemon.",
+    help="Check the worker on this host instead of the daemon: its /healthz on "
+    "BIRDDOG_WORKER_METRICS_PORT, or with that port 0 its heartbeat in the database.",
 )
 @click.option(
     "--url",
     default=None,
-    help="The daemon's /healthz URL; unset: BIRDDOG_METRICS_PORT on this host.",
+    help="The /healthz URL to ask; unset: BIRDDOG_METRICS_PORT (or "
+    "BIRDDOG_WORKER_METRICS_PORT) on this host.",
 )
 @click.pass_context
 def health(ctx: click.Context, worker: bool, url: str | None) -> None:
     """Exit 0 when the daemon (or --worker) on this host is healthy, else 1 with the reason."""
-    healthy, why = _worker_health(ctx) if worker else _daemon_health(ctx, url)
+    settings = settings_of(ctx)
+    if worker and url is None and not settings.worker_metrics_port:
+        healthy, why = _worker_heartbeat(ctx)
+    elif worker:
+        healthy, why = _healthz("worker", url, settings.worker_metrics_port)
+    else:
+        healthy, why = _healthz("daemon", url, settings.metrics_port)
     click.echo(why, err=not healthy)
     if not healthy:
         sys.exit(EXIT_ALARM)
 
 
-def _daemon_health(ctx: click.Context, url: str | None) -> tuple[bool, str]:
-    settings = settings_of(ctx)
+def _healthz(who: str, url: str | None, port: int) -> tuple[bool, str]:
+    """Ask a daemon's or worker's ``/healthz`` (``url``, or ``port`` on this host)."""
     if url is None:
-        if not settings.metrics_port:
+        if not port:
             return False, "metrics are off (BIRDDOG_METRICS_PORT=0): no /healthz to ask"
-        # The daemon listens on BIRDDOG_METRICS_HOST; 0.0.0.0 and loopback both answer here.
-        url = f"http://127.0.0.1:{settings.metrics_port}/healthz"
+        # It listens on its metrics host; 0.0.0.0 and loopback both answer here.
+        url = f"http://127.0.0.1:{port}/healthz"
     try:
         with urllib.request.urlopen(url, timeout=HEALTH_TIMEOUT_S) as answer:  # noqa: S310 - http(s) only, operator's
             ok = json.loads(answer.read()).get("ok") is True
     except urllib.error.HTTPError as exc:
-        return False, f"daemon unhealthy: {url} answered {exc.code} (database away?)"
+        return False, f"{who} unhealthy: {url} answered {exc.code} (database away?)"
     except (OSError, ValueError) as exc:
-        return False, f"no daemon answers at {url}: {getattr(exc, 'reason', exc)}"
-    return (True, "daemon healthy") if ok else (False, f"daemon unhealthy: {url} says not ok")
+        return False, f"no {who} answers at {url}: {getattr(exc, 'reason', exc)}"
+    return (True, f"{who} healthy") if ok else (False, f"{who} unhealthy: {url} says not ok")
 
 
-def _worker_health(ctx: click.Context) -> tuple[bool, str]:
+def _worker_heartbeat(ctx: click.Context) -> tuple[bool, str]:
     from birddog.bootstrap import HEARTBEAT_S  # noqa: PLC0415 - keeps --help fast
     from birddog.cli.ops import DAEMONS_SEEN_BEATS  # noqa: PLC0415
 

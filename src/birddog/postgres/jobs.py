@@ -559,6 +559,28 @@ class PostgresJobs:
         counts.update({row["state"]: row["jobs"] for row in rows})
         return counts
 
+    async def queued_backlog(
+        self, *, queues: Sequence[str] | None = None
+    ) -> tuple[int, datetime | None]:
+        """How many jobs wait in ``queues``, and when the oldest of them was enqueued.
+
+        Args:
+            queues: the queues a worker serves; None for every queue but the reserved.
+
+        Returns:
+            The number of queued jobs and the oldest one's enqueue time (None: none).
+
+        Raises:
+            StoreUnavailable: the database could not be reached.
+        """
+        with driver_errors("queued_backlog"):
+            row = await self.pool.fetchrow(
+                queries["jobs_queued_backlog"],
+                None if queues is None else list(queues),
+                RESERVED_QUEUE_PREFIX,
+            )
+        return (0, None) if row is None else (row["queued"], row["oldest"])
+
     # ---- the reapers -----------------------------------------------------------------
 
     async def _reap(

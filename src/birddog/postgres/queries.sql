@@ -1050,6 +1050,17 @@ FOR UPDATE SKIP LOCKED;
 -- params: none
 SELECT j.state, count(*)::int AS jobs FROM birddog.jobs j GROUP BY j.state;
 
+-- name: jobs_queued_backlog
+-- How many jobs are queued in the queues a worker serves, and when the oldest was enqueued.
+-- params: $1 queues text[] (null: every queue not starting with $2), $2 reserved queue prefix text
+SELECT count(*)::int AS queued, min(j.created_at) AS oldest
+FROM birddog.jobs j
+WHERE j.state = 'queued'
+  AND CASE
+      WHEN $1::text[] IS NULL THEN NOT starts_with(j.queue, $2::text)
+      ELSE j.queue = ANY($1::text[])
+  END;
+
 -- name: demo_database_drop
 -- Drop the demo's own database (left by an earlier demo, or at the end of this one).
 -- params: none
