@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import secrets
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from birddog.clock import SystemClock, epoch_ms
@@ -131,14 +130,14 @@ async def send_ask(
     )
     with driver_errors("ask"):
         async with pool.acquire() as conn, conn.transaction():
-            replay, added = await _enqueue_ask(conn, job, target=target, asker=asker, now=now)
+            replay, added = await _enqueue_ask(conn, job, target=target, asker=asker)
     return Asked(
         key=key, job_id=job.job_id, to=target, asker=asker, replay=replay, mailbox_added=added
     )
 
 
 async def _enqueue_ask(
-    conn: Connection, job: Job, *, target: AgentAddress, asker: AgentAddress, now: datetime
+    conn: Connection, job: Job, *, target: AgentAddress, asker: AgentAddress
 ) -> tuple[bool, bool]:
     """Check, then write, inside the caller's transaction; returns (replay, mailbox_added)."""
     from birddog.postgres.enqueue import enqueue_accepted_job  # noqa: PLC0415
@@ -172,12 +171,7 @@ async def _enqueue_ask(
         return True, False
     added = False
     if kind is None:
-        added = (
-            await conn.fetchrow(
-                queries["routes_add"], asker.agent_id, None, None, True, "mailbox", 1, now
-            )
-            is not None
-        )
+        added = await conn.fetchval(queries["ask_add_mailbox_route"], asker.agent_id) is not None
         if not added:  # another process added a route for the asker meanwhile
             _check_mailbox(await conn.fetchval(queries["ask_route_kind"], asker.agent_id), asker)
     await enqueue_accepted_job(conn, job)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -14,7 +15,9 @@ from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
+import asyncpg
 import pytest
 from aiohttp import web
 
@@ -270,3 +273,40 @@ async def wait_until(
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+# ---- least privilege: one login per role ----------------------------------------------
+
+KINDS = ("owner", "daemon", "worker", "sender", "reader")
+"""The kinds of process, one role each (``birddog migrate --roles``)."""
+
+
+def as_login(dsn: str, user: str, password: str) -> str:
+    """The same database, logged in as another user with a password."""
+    parts = urlsplit(dsn)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
+
+
+@pytest.fixture
+async def logins(database_url: str) -> AsyncIterator[dict[str, str]]:
+    """``birddog migrate --roles`` as the superuser, then one login per role (DSNs by kind)."""
+    done = await cli(database_url, "migrate", "--roles")
+    assert done.returncode == 0, done.stderr
+    assert "birddog_reader are in place" in done.stdout
+    tag = secrets.token_hex(4)
+    conn = await asyncpg.connect(database_url)
+    made: dict[str, str] = {}
+    try:
+        for kind in KINDS:
+            name, password = f"bdt_{tag}_{kind}", secrets.token_urlsafe(16)
+            # Test-made names and passwords: letters, digits, '_' and '-' only.
+            await conn.execute(
+                f"CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE birddog_{kind}"
+            )
+            made[kind] = as_login(database_url, name, password)
+        yield made
+    finally:
+        for kind in KINDS:
+            await conn.execute(f"DROP ROLE IF EXISTS bdt_{tag}_{kind}")
+        await conn.close()

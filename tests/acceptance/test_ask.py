@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import asyncpg
 import pytest
 
 from birddog.postgres.pool import Pool
@@ -212,3 +213,30 @@ async def test_refusals_exit_3_in_one_line_with_nothing_written(
     assert "Traceback" not in refused.stderr
     assert await job_count(pg_pool) == 0
     assert await pg_pool.fetchval("SELECT count(*) FROM birddog.routes") == 2
+
+
+@pytest.mark.usefixtures("upper", "mailbox_delivery")
+async def test_an_ask_runs_under_the_sender_role(
+    database_url: str, pg_pool: Pool, logins: dict[str, str]
+) -> None:
+    """As birddog_sender, ask gives the asker a mailbox and gets its answer; no URL route."""
+    asking = asyncio.create_task(
+        run_ask(logins["sender"], "--to", TARGET, "--from", ASKER, "--timeout", "60", "hello")
+    )
+    await until_a_job_is_queued(pg_pool)
+    worked = await cli(logins["worker"], "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    answered = await asking
+    assert (answered.returncode, answered.stdout) == (0, "HELLO\n"), answered.stderr
+    assert await pg_pool.fetchval("SELECT kind FROM birddog.routes WHERE agent_id = 'asker'") == (
+        "mailbox"
+    )
+    conn = await asyncpg.connect(logins["sender"])
+    try:
+        with pytest.raises(asyncpg.InsufficientPrivilegeError):
+            await conn.execute(
+                "INSERT INTO birddog.routes (agent_id, kind, url, secret) "
+                "VALUES ('thief', 'http', 'http://127.0.0.1:9/', 'whsec_c2VjcmV0')"
+            )
+    finally:
+        await conn.close()

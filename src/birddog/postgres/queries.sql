@@ -537,6 +537,15 @@ SELECT pg_advisory_xact_lock(hashtextextended('birddog.ask:' || $1::text, 0));
 -- params: $1 agent_id text
 SELECT r.kind FROM birddog.routes r WHERE r.agent_id = $1::text;
 
+-- name: ask_add_mailbox_route
+-- Give an agent without a route a mailbox route (enabled); nothing when it has one.
+-- params: $1 agent_id text
+-- Only the columns the sender role may insert: no URL, no secret.
+INSERT INTO birddog.routes AS r (agent_id, kind, enabled)
+VALUES ($1::text, 'mailbox', true)
+ON CONFLICT (agent_id) DO NOTHING
+RETURNING r.agent_id;
+
 -- name: ask_target_known
 -- Whether an agent session can be asked: the agent has a route, or the session was sent work before.
 -- params: $1 agent_id text, $2 session_id text
@@ -1228,6 +1237,9 @@ BEGIN
     -- knows which agents have a route; never a secret or a URL.
     GRANT SELECT, INSERT ON birddog.jobs TO birddog_sender;
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
+    -- ask gives an asker without a route a mailbox: with no URL or secret to insert, the
+    -- routes check admits no other kind.
+    GRANT INSERT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
     GRANT SELECT ON birddog.mailbox TO birddog_sender;
     GRANT UPDATE (read_at) ON birddog.mailbox TO birddog_sender;
     -- The reader (status, check, pending, dead): the views and counts; no content, no
@@ -1238,7 +1250,7 @@ BEGIN
         attempts, deferrals, due_at, created_at, updated_at, last_error, dead_reason, dead_at,
         lease_expires_at
     ) ON birddog.outbox TO birddog_reader;
-    GRANT SELECT (agent_id, kind, enabled, held_at) ON birddog.routes TO birddog_reader;
+    GRANT SELECT (agent_id, kind, enabled, held_at, updated_at) ON birddog.routes TO birddog_reader;
     GRANT SELECT (
         job_id, queue, lane, priority, state, outcome, recovery_count, lease_expires_at,
         cancel_requested_at, worker_id, created_at, updated_at, settled_at, started_at, slot

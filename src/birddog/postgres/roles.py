@@ -11,7 +11,8 @@ Five group roles (``NOLOGIN``); each process connects as a login that is a membe
                     owe and the wake; nothing at all on ``routes`` or ``mailbox``.
 ``birddog_sender``  ``birddog send``/``ask``/``inbox`` and the library's enqueue: inserts
                     and reads jobs, reads and acknowledges its mailbox, and sees which
-                    agents have a route (``agent_id``, ``kind``, ``enabled`` only).
+                    agents have a route (``agent_id``, ``kind``, ``enabled`` only); may
+                    add a mailbox route (no URL, no secret) for an asker without one.
 ``birddog_reader``  ``status``, ``check``, ``pending``, ``dead``: the ``pending`` and
                     ``dead_letters`` views and row metadata; no content, no URL, no secret.
 ==================  ====================================================================
