@@ -98,13 +98,15 @@ def script(commands: list[Command], *, port: int, pids: Path, logs: Path) -> str
 
 
 def test_the_readme_has_shell_blocks_and_runs_the_tour() -> None:
-    """The extraction finds the tour: a daemon stand-in, a listener, a send and a worker."""
+    """The extraction finds the tour: a listener, a send, a worker, a command agent and an ask."""
     commands = shell_commands(README.read_text(encoding="utf-8"))
     lines = " ".join(command.line for command in commands)
     assert any(command.background and " listen " in command.line for command in commands)
     assert " send " in lines
     assert " worker " in lines
     assert "make run" not in lines
+    assert any(command.background and " worker --command " in command.line for command in commands)
+    assert " ask --to " in lines
 
 
 def _poll(predicate: Callable[[], bool], *, timeout_s: float, what: str) -> None:
@@ -164,6 +166,7 @@ def test_every_readme_shell_block_runs_on_a_fresh_embedded_server(
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
+        assert "WHAT IS DUE?" in done.stdout  # the tour's ask, answered by worker --command
 
         def delivered() -> bool:
             shown = birddog("pending", "--json")
