@@ -39,9 +39,9 @@ AGENTS = 50
 TARGET = 0.8
 
 
-async def seed(conn: asyncpg.Connection, *, count: int, prefix: str) -> None:
-    """Seed ``count`` due rows for the recipients and refresh the planner's statistics."""
-    await seed_outbox(conn, count=count, agents=AGENTS, prefix=prefix)
+async def seed(conn: asyncpg.Connection, *, count: int, prefix: str, agents: int = AGENTS) -> None:
+    """Seed ``count`` due rows for ``agents`` recipients and refresh the planner's statistics."""
+    await seed_outbox(conn, count=count, agents=agents, prefix=prefix)
     await conn.execute("ANALYZE birddog.outbox")
 
 
@@ -65,8 +65,9 @@ async def product_round(
     prefix: str,
     profile_name: str | None = None,
     deadline_s: float = 240.0,
+    agents: int = AGENTS,
 ) -> dict[str, Any]:
-    """Seed ``count`` due rows, wake the idle daemon, wait for every receipt."""
+    """Seed ``count`` due rows for ``agents``, wake the idle daemon, wait for every receipt."""
     assert daemon.sampler is not None
     await clear_outbox(conn)
     await ctx.inbox.reset()
@@ -75,7 +76,7 @@ async def product_round(
         if profile_name and ctx.profile
         else None
     )
-    await seed(conn, count=count, prefix=prefix)
+    await seed(conn, count=count, prefix=prefix, agents=agents)
     cpu = daemon.sampler.cpu_s()
     inbox_cpu = ctx.inbox.cpu_s()
     pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()

@@ -585,6 +585,57 @@ async def seed_outbox(
     )
 
 
+async def others_rate(
+    conn: asyncpg.Connection,
+    daemon: DaemonProcess,
+    *,
+    excluded: Sequence[str],
+    started: float,
+    window_s: float,
+) -> dict[str, Any]:
+    """How fast the recipients not in ``excluded`` got their receipts, within a window.
+
+    Polls (with a deadline) until every row of theirs that was pending is a receipt or
+    ``window_s`` passes; the rate runs from ``started`` (wall time of the wake) to their
+    last receipt, or to the window's end when they were not all done.
+
+    Returns:
+        ``rows``, ``delivered``, ``all_done``, ``elapsed_s`` and ``per_s``.
+    """
+    others = "NOT (recipient_agent_id = ANY($1::text[]))"
+    # One statement, one snapshot: a row swapped for its receipt meanwhile counts once.
+    total = await conn.fetchval(
+        f"SELECT (SELECT count(*) FROM birddog.outbox WHERE {others}) "  # noqa: S608 - constant
+        f"+ (SELECT count(*) FROM birddog.receipts WHERE {others})",
+        list(excluded),
+    )
+    deadline = time.monotonic() + window_s
+    delivered = 0
+    while time.monotonic() < deadline:
+        daemon.check_alive()
+        delivered = await conn.fetchval(
+            f"SELECT count(*) FROM birddog.receipts WHERE {others}",  # noqa: S608 - constant
+            list(excluded),
+        )
+        if delivered >= total:
+            break
+        await asyncio.sleep(0.1)  # a poll with a deadline
+    ended = time.time()
+    last = await conn.fetchval(
+        f"SELECT max(delivered_at) FROM birddog.receipts WHERE {others}",  # noqa: S608
+        list(excluded),
+    )
+    done = delivered >= total and last is not None
+    elapsed = (last.timestamp() if done else ended) - started
+    return {
+        "rows": total,
+        "delivered": delivered,
+        "all_done": done,
+        "elapsed_s": round(elapsed, 3),
+        "per_s": delivered / elapsed if elapsed > 0 else float("nan"),
+    }
+
+
 async def clear_outbox(conn: asyncpg.Connection) -> None:
     """Empty the outbox, receipts and wake (between rounds)."""
     await conn.execute("TRUNCATE birddog.outbox, birddog.receipts, birddog.wake")

@@ -10,8 +10,6 @@ Target: with slow recipients, the fast 90% drain at most 10% slower (ratio >= 0.
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import asyncpg
@@ -26,6 +24,7 @@ from bench.harness import (
     agent_names,
     clear_outbox,
     fresh_database,
+    others_rate,
     ratio,
 )
 
@@ -48,42 +47,19 @@ async def fast_rate(
     await clear_outbox(conn)
     await ctx.inbox.reset()
     await drain.seed(conn, count=count, prefix=prefix)
-    fast_total = await conn.fetchval(
-        "SELECT count(*) FROM birddog.outbox WHERE NOT (recipient_agent_id = ANY($1::text[]))",
-        SLOW,
-    )
     pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
     started = await drain.wake(conn)
-    deadline = time.monotonic() + window_s
-    fast = 0
-    while time.monotonic() < deadline:
-        daemon.check_alive()
-        fast = await conn.fetchval(
-            "SELECT count(*) FROM birddog.receipts "
-            "WHERE NOT (recipient_agent_id = ANY($1::text[]))",
-            SLOW,
-        )
-        if fast >= fast_total:
-            break
-        await asyncio.sleep(0.2)  # a poll with a deadline
-    ended = time.time()
-    last = await conn.fetchval(
-        "SELECT max(delivered_at) FROM birddog.receipts "
-        "WHERE NOT (recipient_agent_id = ANY($1::text[]))",
-        SLOW,
-    )
+    fast = await others_rate(conn, daemon, excluded=SLOW, started=started, window_s=window_s)
     slow_done = await conn.fetchval(
         "SELECT count(*) FROM birddog.receipts WHERE recipient_agent_id = ANY($1::text[])", SLOW
     )
-    finished = fast >= fast_total
-    elapsed = (last.timestamp() if finished and last else ended) - started
     return {
-        "fast_rows": fast_total,
-        "fast_delivered": fast,
+        "fast_rows": fast["rows"],
+        "fast_delivered": fast["delivered"],
         "slow_delivered": slow_done,
-        "all_fast_done": finished,
-        "elapsed_s": round(elapsed, 3),
-        "fast_per_s": fast / elapsed if elapsed > 0 else float("nan"),
+        "all_fast_done": fast["all_done"],
+        "elapsed_s": fast["elapsed_s"],
+        "fast_per_s": fast["per_s"],
         "postgres_cpu_s": round(pg_cpu.stop(), 2),
     }
 

@@ -56,10 +56,22 @@ from birddog.core.delivery import (
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.flow import FlowControl, Signal
 from birddog.core.schedule import Random, RetrySchedule
-from birddog.ports import Clock, Listener, Outbox, Page, Transport, WakeBoard, WakeScheduler
+from birddog.ports import (
+    Clock,
+    Listener,
+    Outbox,
+    Page,
+    Settled,
+    Transport,
+    WakeBoard,
+    WakeScheduler,
+)
 
 PAGE_SIZE = 64
 """A drain reads at most this many rows."""
+
+NEWEST_SHARE = 8
+"""A continuous claim takes 1/8 of its rows latest-due first, the rest earliest-due first."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +245,7 @@ class DeliveryEngine:
         self._ready: dict[str, deque[tuple[_Claim, OutboxRow]]] = {}
         self._flying: Counter[str] = Counter()
         self._posts: dict[asyncio.Task[DeliveryResult], _Post] = {}
-        self._finished: list[asyncio.Task[DeliveryResult]] = []
+        self._cancelled: list[_Post] = []
         self._done: list[_Done] = []
         self._stale: list[tuple[_Claim, OutboxRow]] = []
         self._progress = asyncio.Event()
@@ -251,7 +263,7 @@ class DeliveryEngine:
     @property
     def in_flight(self) -> int:
         """Posts started and not yet finished."""
-        return len(self._posts) - len(self._finished)
+        return len(self._posts)
 
     @property
     def full(self) -> bool:
@@ -281,7 +293,6 @@ class DeliveryEngine:
         try:
             while self._posts:
                 await asyncio.wait(set(self._posts))
-                self._reap()
         except asyncio.CancelledError:
             # Stopped mid-page: nothing was decided, so give the rows back at once rather
             # than leave them leased. A post that reached its recipient is posted again
@@ -331,12 +342,11 @@ class DeliveryEngine:
                 on the wake board: a drainer that leaves must not promise to look again).
         """
         while not stop.is_set():
-            on_report(await self.collect())
-            more = await self.fill(force=once)
-            if self._finished or self._done or self._stale:
+            more = await self._step(on_report, force=once)
+            if self._done or self._stale or self._room_again():
                 continue
             if more:
-                if self.full:
+                if self._saturated():
                     await self._wait(stop, None, timeout_s=backstop_s)
                 continue
             if once:
@@ -354,13 +364,33 @@ class DeliveryEngine:
                 # The wake protocol's last look: a wake armed while this drainer was
                 # deciding to sleep is visible to this claim, or was announced to it.
                 await self.fill(force=True)
-                if self._finished or self._done or self._stale:
+                if self._done or self._stale:
                     continue
             timeout_s = (self._sleep_until - self.clock.now()).total_seconds()
             if await self._wait(stop, listener, timeout_s=timeout_s):
                 self._woken = True
                 self._dry = None
                 self._sleep_until = None
+
+    async def _step(self, on_report: Callable[[DrainReport], None], *, force: bool) -> bool:
+        """Store what is known while claiming into the room left: the two overlap.
+
+        Storing is a commit (the slow part of a round trip); claiming meanwhile, on
+        another connection, keeps posts flowing instead of waiting for it.
+
+        Returns:
+            Whether more rows may be due right now (the last claim came back full).
+        """
+        storing = asyncio.ensure_future(self.collect())
+        try:
+            more = await self.fill(force=force)
+            while more and not self._saturated():
+                more = await self.fill()
+        finally:
+            # Always wait for the store, even when the claim failed: it owns its rows.
+            report = await storing
+        on_report(report)
+        return more
 
     async def _go_to_sleep(self, now: datetime, backstop_s: float) -> datetime:
         until = now + timedelta(seconds=backstop_s)
@@ -372,41 +402,65 @@ class DeliveryEngine:
         return until
 
     async def fill(self, *, force: bool = False) -> bool:
-        """Claim the earliest-due rows into the room left, and start what may start.
+        """Claim the earliest-due rows into the room left (one claim), and start them.
 
         Recipients that hold all they may are left out of the claim. After a claim came
         back short, the engine does not claim again (unless ``force``) until a wake, or
-        until a recipient that was left out can take more.
+        until a recipient that was left out can take more. One claim per call, so that
+        the caller stores finished outcomes between claims.
 
         Args:
             force: claim even when the last claim found nothing more.
 
         Returns:
-            True when the last claim came back full: more rows may be due right now.
+            True when the claim came back full (or none was worth making with the window
+            this full): more rows may be due right now.
         """
-        while not self.full:
-            now = self.clock.now()
-            skip = self._skip(now)
-            if not force and self._dry is not None and self._dry <= skip:
-                return False
-            limit = min(self.config.page_size, self.config.window_size - self._held)
-            page = await self.outbox.claim_due(
-                limit=limit, now=now, lease_s=self.config.lease_s, skip_agents=skip
-            )
-            self._held += page.size
-            if self._woken and page.rows:
-                self._woken = False
-                if self.on_wake_latency is not None:
-                    late = (now - min(row.due_at for row in page.rows)).total_seconds()
-                    self.on_wake_latency(max(0.0, late))
-            self._admit(page, whole=False)
-            if not page.more:
-                # Whatever is left due belongs to recipients that hold all they may.
-                self._dry = self._skip(now)
-                return False
+        if self.full:
+            return True
+        now = self.clock.now()
+        skip = self._skip(now)
+        if not force and self._dry is not None and self._dry <= skip:
+            return False
+        if not force and self._saturated():
+            return True
+        limit = min(self.config.page_size, self.config.window_size - self._held)
+        page = await self.outbox.claim_due(
+            limit=limit,
+            now=now,
+            lease_s=self.config.lease_s,
+            skip_agents=skip,
+            # A few of the latest-due rows first: a fresh reply overtakes a backlog.
+            newest=max(1, limit // NEWEST_SHARE) if limit > 1 else 0,
+        )
+        self._held += page.size
+        if self._woken and page.rows:
+            self._woken = False
+            if self.on_wake_latency is not None:
+                late = (now - min(row.due_at for row in page.rows)).total_seconds()
+                self.on_wake_latency(max(0.0, late))
+        self._admit(page, whole=False)
+        if page.more:
             self._dry = None
-            force = False
-        return True
+            return True
+        # Whatever is left due belongs to recipients that hold all they may.
+        self._dry = self._skip(now)
+        return False
+
+    def _room_again(self) -> bool:
+        """A recipient left out of the last (short) claim can take more now."""
+        return self._dry is not None and not self._dry <= self._skip(self.clock.now())
+
+    def _saturated(self) -> bool:
+        """No claim is worth making now: the window is full, or nearly, with enough ready.
+
+        Less than a page of the window free while at least as many rows wait ready: the
+        engine claims a page at a time rather than a row at a time.
+        """
+        free = self.config.window_size - self._held
+        if free <= 0:
+            return True
+        return free < self.config.page_size and sum(map(len, self._ready.values())) >= free
 
     def _skip(self, now: datetime) -> frozenset[str]:
         holding = Counter(self._flying)
@@ -459,19 +513,25 @@ class DeliveryEngine:
                 self._stale.append(ready.pop())
 
     def _pump(self, now: datetime) -> None:
-        """Start ready rows while their recipients have room: right after a post ends."""
-        expired = time.monotonic() - self.config.ready_max_s
+        """Start ready rows of every recipient that has room (after a claim)."""
         for agent in list(self._ready):
-            ready = self._ready[agent]
-            limit = self.flow.limit(agent, now=now)
-            while ready and self._flying[agent] < limit:
-                claim, row = ready.popleft()
-                if claim.taken_at < expired:
-                    self._stale.append((claim, row))
-                else:
-                    self._start(claim, row)
-            if not ready:
-                del self._ready[agent]
+            self._pump_agent(agent, now)
+
+    def _pump_agent(self, agent: str, now: datetime) -> None:
+        """Start ``agent``'s ready rows while it has room: the moment one of its posts ends."""
+        ready = self._ready.get(agent)
+        if ready is None:
+            return
+        limit = self.flow.limit(agent, now=now)
+        expired = time.monotonic() - self.config.ready_max_s
+        while ready and self._flying[agent] < limit:
+            claim, row = ready.popleft()
+            if claim.taken_at < expired:
+                self._stale.append((claim, row))
+            else:
+                self._start(claim, row)
+        if not ready:
+            del self._ready[agent]
 
     def _start(self, claim: _Claim, row: OutboxRow) -> None:
         task = asyncio.ensure_future(self._post(row))
@@ -493,32 +553,30 @@ class DeliveryEngine:
             return Failed(bounded_diagnostic(f"{type(exc).__name__}: {exc}"))
 
     def _on_done(self, task: asyncio.Task[DeliveryResult]) -> None:
-        post = self._posts.get(task)
-        if post is not None:
-            post.ended = time.perf_counter()
-        self._finished.append(task)
-        self._progress.set()
+        """A post ended: note its outcome, teach flow control, start the recipient's next.
 
-    def _reap(self) -> None:
-        """Move finished posts to the outcomes to store, teach flow control, start more."""
-        if not self._finished:
+        Runs as the task's done callback, so a recipient's next post starts at once, even
+        while the engine waits on the database.
+        """
+        post = self._posts.pop(task, None)
+        if post is None:
             return
-        finished, self._finished = self._finished, []
+        seconds = time.perf_counter() - post.started
+        agent = post.row.recipient.agent_id
+        self._flying[agent] -= 1
+        if self._flying[agent] <= 0:
+            del self._flying[agent]
+        if task.cancelled():
+            # Only the engine cancels a post (closing): its row goes back untouched.
+            self._cancelled.append(post)
+            return
+        result = _task_result(task)
         now = self.clock.now()
-        for task in finished:
-            post = self._posts.pop(task, None)
-            if post is None:
-                continue
-            agent = post.row.recipient.agent_id
-            self._flying[agent] -= 1
-            if self._flying[agent] <= 0:
-                del self._flying[agent]
-            result = _task_result(task)
-            seconds = post.ended - post.started
-            self.flow.answered(agent, _signal(result), seconds=seconds, now=now)
-            attempt = attempt_of(result, at=post.at, seconds=seconds)
-            self._done.append(_Done(post.claim, post.row, result, attempt))
-        self._pump(now)
+        self.flow.answered(agent, _signal(result), seconds=seconds, now=now)
+        attempt = attempt_of(result, at=post.at, seconds=seconds)
+        self._done.append(_Done(post.claim, post.row, result, attempt))
+        self._pump_agent(agent, now)
+        self._progress.set()
 
     # ------------------------------------------------------------------ storing
 
@@ -539,19 +597,17 @@ class DeliveryEngine:
         Returns:
             What was stored.
         """
-        self._reap()
         report = DrainReport()
         if self._done:
-            now = self.clock.now()
-            by_claim: dict[_Claim, list[_Done]] = {}
-            for done in self._done:
-                by_claim.setdefault(done.claim, []).append(done)
-            for claim, items in by_claim.items():
-                stored, retry_at = await self._store(claim.page, items, now)
-                self._done = [done for done in self._done if done.claim is not claim]
-                self._held -= len(items)
-                report = report.add(stored)
-                wake_at = _earliest(wake_at, retry_at)
+            pending, self._done = self._done, []
+            try:
+                report, retry_at = await self._store(pending, self.clock.now())
+            except BaseException:
+                # Not stored (the database is away): keep them for the next call.
+                self._done = pending + self._done
+                raise
+            self._held -= len(pending)
+            wake_at = _earliest(wake_at, retry_at)
         if self._stale:
             stale, self._stale = self._stale, []
             self._dry = None
@@ -563,29 +619,23 @@ class DeliveryEngine:
         return report
 
     async def _store(
-        self, page: Page, items: list[_Done], now: datetime
+        self, items: list[_Done], now: datetime
     ) -> tuple[DrainReport, datetime | None]:
-        """Decide and store one claim's known outcomes; the earliest retry it wrote."""
-        outcomes: list[RowOutcome] = []
+        """Decide and store known outcomes (one transaction); the earliest retry written."""
+        settled: list[Settled] = []
         for done in items:
             row = done.row
-            if isinstance(row, UndecodableRow) or done.result is None:
-                outcomes.append(row)
-            else:
-                outcomes.append(
-                    decide(row, done.result, now=now, schedule=self.config.schedule, rng=self.rng)
-                )
-        stored = set(
-            await self.outbox.apply(
-                page=page,
-                outcomes=outcomes,
-                attempts=[done.attempt for done in items],
-                mailbox=[done.row.key for done in items if done.mailbox],
+            outcome: RowOutcome = (
+                row
+                if isinstance(row, UndecodableRow) or done.result is None
+                else decide(row, done.result, now=now, schedule=self.config.schedule, rng=self.rng)
             )
-        )
+            settled.append(Settled(done.claim.page.claim, outcome, done.attempt, done.mailbox))
+        stored = set(await self.outbox.store(settled))
         report = DrainReport(claimed=len(items))
         retry_at: datetime | None = None
-        for done, outcome in zip(items, outcomes, strict=True):
+        for done, item in zip(items, settled, strict=True):
+            outcome = item.outcome
             key = outcome.key
             if done.result is not None:
                 report.results[key] = done.result
@@ -624,7 +674,7 @@ class DeliveryEngine:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         woken = False
-        if not self._finished:
+        if not self._done:
             self._progress.clear()
             waiters: list[asyncio.Future[Any]] = [
                 asyncio.ensure_future(stop.wait()),
@@ -644,19 +694,18 @@ class DeliveryEngine:
                             await waiter
             if wake is not None and wake.done() and not wake.cancelled():
                 woken = wake.exception() is not None or bool(wake.result())
-            if not self._finished:
+            if not self._done:
                 return woken or loop.time() >= deadline
         linger_until = loop.time() + self.config.linger_s
-        finished = 0
-        while True:
-            finished += len(self._finished)
-            self._reap()
-            left = linger_until - loop.time()
-            if finished >= self.config.page_size or not self._posts or left <= 0:
-                return woken
+        while (
+            len(self._done) < self.config.page_size
+            and self._posts
+            and (left := linger_until - loop.time()) > 0
+        ):
             self._progress.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._progress.wait(), left)
+        return woken
 
     # ------------------------------------------------------------------ giving back
 
@@ -673,16 +722,15 @@ class DeliveryEngine:
         self._ready.clear()
         if self._posts and grace_s > 0:
             await asyncio.wait(set(self._posts), timeout=grace_s)
-        self._reap()
         give_back += [item for ready in self._ready.values() for item in ready]
         self._ready.clear()
-        for task, post in list(self._posts.items()):
+        for task in list(self._posts):
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-            give_back.append((post.claim, post.row))
+        give_back += [(post.claim, post.row) for post in self._cancelled]
+        self._cancelled.clear()
         self._posts.clear()
-        self._finished.clear()
         self._flying.clear()
         report = DrainReport()
         with contextlib.suppress(Exception):
@@ -699,15 +747,9 @@ class DeliveryEngine:
         """
         if not items:
             return
-        by_claim: dict[_Claim, list[OutboxRow]] = {}
-        for claim, row in items:
-            by_claim.setdefault(claim, []).append(row)
         self._held -= len(items)
-        for claim, rows in by_claim.items():
-            with contextlib.suppress(Exception):
-                await self.outbox.release_claim(
-                    page=Page(rows=rows, claim=claim.page.claim, more=False)
-                )
+        with contextlib.suppress(Exception):
+            await self.outbox.release_rows([(claim.page.claim, row.key) for claim, row in items])
         if wake:
             with contextlib.suppress(Exception):
                 await self.wake.schedule_wake(at=min(row.due_at for _, row in items))

@@ -78,6 +78,53 @@ class Page:
         return len(self.rows) + len(self.undecodable)
 
 
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """One claimed row's outcome, ready to be stored.
+
+    Attributes:
+        claim: the claim token the row was taken under (only that claim may store it).
+        outcome: its receipt, or the row rescheduled or dead.
+        attempt: the attempt it came from, appended to the row's attempt log (the last
+            20 kept; a receipt copies the log); None appends nothing.
+        mailbox: a receipt delivered into the mailbox table (written with it, with
+            ``NOTIFY birddog_mailbox``).
+    """
+
+    claim: str
+    outcome: RowOutcome
+    attempt: Attempt | None = None
+    mailbox: bool = False
+
+
+def settled(
+    page: Page,
+    outcomes: Sequence[RowOutcome],
+    attempts: Sequence[Attempt | None] = (),
+    mailbox: Collection[str] = (),
+) -> list[Settled]:
+    """One claim's outcomes as :class:`Settled` items (what ``Outbox.apply`` stores).
+
+    Args:
+        page: the claim.
+        outcomes: one per row.
+        attempts: the attempt behind each outcome, in the same order (missing: none).
+        mailbox: keys of receipts delivered into the mailbox table.
+
+    Returns:
+        The items, in the order of ``outcomes``.
+    """
+    return [
+        Settled(
+            claim=page.claim,
+            outcome=outcome,
+            attempt=attempts[index] if index < len(attempts) else None,
+            mailbox=outcome.key in mailbox,
+        )
+        for index, outcome in enumerate(outcomes)
+    ]
+
+
 class Outbox(Protocol):
     """Durable storage for owed replies, their receipts and dead letters.
 
@@ -105,12 +152,30 @@ class Outbox(Protocol):
         ...
 
     async def claim_due(
-        self, *, limit: int, now: datetime, lease_s: float, skip_agents: Collection[str] = ()
+        self,
+        *,
+        limit: int,
+        now: datetime,
+        lease_s: float,
+        skip_agents: Collection[str] = (),
+        newest: int = 0,
     ) -> Page:
         """Claim up to ``limit`` of the earliest-due (then lowest-key) claimable rows.
 
-        The claim the delivery window uses: no cursor, oldest owed first, and a cost that
-        does not grow with rows due later.
+        The claim the drain engine uses: no cursor, oldest owed first, and a cost that
+        does not grow with rows due later. With ``newest``, up to that many of the
+        latest-due claimable rows are taken first (fresh replies overtake a backlog).
+        """
+        ...
+
+    async def store(self, items: Sequence[Settled]) -> list[str]:
+        """Store outcomes of rows from any number of claims, all at once.
+
+        Rows no longer held by their claim (another drainer took them after the lease
+        ended) are skipped.
+
+        Returns:
+            The keys whose outcome was stored, in the order given.
         """
         ...
 
@@ -122,19 +187,25 @@ class Outbox(Protocol):
         attempts: Sequence[Attempt | None] = (),
         mailbox: Collection[str] = (),
     ) -> list[str]:
-        """Store a page's outcomes at once; rows no longer held by the claim are skipped.
+        """Store one claim's outcomes at once (:meth:`store` for a single page).
 
         Args:
             page: the claim the rows were taken under.
             outcomes: one per row.
-            attempts: the attempt each outcome came from, in the same order, appended to
-                the row's attempt log (kept to the last 20; a receipt copies it). None,
-                or an empty sequence, appends nothing.
-            mailbox: keys of receipts delivered into the mailbox table (written in the
-                same transaction, with ``NOTIFY birddog_mailbox``).
+            attempts: the attempt behind each outcome, in the same order (None: none).
+            mailbox: keys of receipts delivered into the mailbox table.
 
         Returns:
             The keys whose outcome was stored.
+        """
+        ...
+
+    async def release_rows(self, items: Sequence[tuple[str, str]]) -> None:
+        """Give rows back untouched, so another drain may take them at once.
+
+        Args:
+            items: ``(claim, key)`` of each row; a row no longer held by that claim is
+                left alone.
         """
         ...
 

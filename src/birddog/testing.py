@@ -23,7 +23,7 @@ from birddog.core.delivery import (
     UndecodableRow,
 )
 from birddog.core.mail import Reply
-from birddog.ports import Page, RouteHint
+from birddog.ports import Page, RouteHint, Settled, settled
 
 Answer = bool | DeliveryResult
 AnswerFn = Callable[[Reply], Answer | Awaitable[Answer]]
@@ -75,47 +75,93 @@ class InMemoryOutbox:
     ) -> Page:
         """Claim up to ``limit`` due, unheld, unleased pending rows after ``after_key``."""
         keys = [k for k in sorted(self.rows) if after_key is None or k > after_key]
-        return self._claim(keys, limit=limit, now=now, lease_s=lease_s, skip_agents=skip_agents)
+        claim = uuid.uuid4().hex
+        rows = self._claim(keys, claim, limit=limit, now=now, lease_s=lease_s, skip=skip_agents)
+        return self._page(rows, claim, limit)
 
     async def claim_due(
-        self, *, limit: int, now: datetime, lease_s: float, skip_agents: Collection[str] = ()
-    ) -> Page:
-        """Claim up to ``limit`` of the earliest-due (then lowest-key) claimable rows."""
-        keys = sorted(self.rows, key=lambda k: (self.rows[k].due_at, k))
-        page = self._claim(keys, limit=limit, now=now, lease_s=lease_s, skip_agents=skip_agents)
-        return Page(rows=sorted(page.rows, key=lambda r: r.key), claim=page.claim, more=page.more)
-
-    def _claim(
         self,
-        keys: list[str],
         *,
         limit: int,
         now: datetime,
         lease_s: float,
-        skip_agents: Collection[str],
+        skip_agents: Collection[str] = (),
+        newest: int = 0,
     ) -> Page:
+        """Claim up to ``limit`` of the earliest-due (then lowest-key) claimable rows.
+
+        With ``newest``, up to that many of the latest-due claimable rows come first.
+        """
+        keys = sorted(self.rows, key=lambda k: (self.rows[k].due_at, k))
         claim = uuid.uuid4().hex
-        rows = []
+        fresh = min(max(newest, 0), limit)
+        rows = self._claim(
+            keys[::-1], claim, limit=fresh, now=now, lease_s=lease_s, skip=skip_agents
+        )
+        rows += self._claim(
+            keys, claim, limit=limit - len(rows), now=now, lease_s=lease_s, skip=skip_agents
+        )
+        return self._page(sorted(rows, key=lambda r: r.key), claim, limit)
+
+    def _claim(
+        self,
+        keys: list[str],
+        claim: str,
+        *,
+        limit: int,
+        now: datetime,
+        lease_s: float,
+        skip: Collection[str],
+    ) -> list[OutboxRow]:
+        rows: list[OutboxRow] = []
         for key in keys:
+            if len(rows) >= limit:
+                break
             row = self.rows[key]
             lease = self._leases.get(key)
             if (
                 row.state is RowState.PENDING
                 and row.due_at <= now
                 and row.recipient.agent_id not in self.held
-                and row.recipient.agent_id not in skip_agents
+                and row.recipient.agent_id not in skip
                 and (lease is None or lease[1] <= now)
             ):
                 rows.append(row)
                 self._leases[key] = (claim, now + timedelta(seconds=lease_s))
-                if len(rows) == limit:
-                    break
+        return rows
+
+    def _page(self, rows: list[OutboxRow], claim: str, limit: int) -> Page:
         routes = {
             row.recipient.agent_id: RouteHint(kind="mailbox")
             for row in rows
             if row.recipient.agent_id in self.mailboxes
         }
         return Page(rows=rows, claim=claim, more=len(rows) == limit, routes=routes)
+
+    async def store(self, items: Sequence[Settled]) -> list[str]:
+        """Store outcomes of rows from any number of claims; rows a claim lost are skipped."""
+        stored = []
+        for item in items:
+            key = item.outcome.key
+            lease = self._leases.get(key)
+            if lease is None or lease[0] != item.claim:
+                continue
+            del self._leases[key]
+            if item.attempt is not None:
+                log = [*self.attempt_logs.get(key, []), item.attempt]
+                self.attempt_logs[key] = log[-ATTEMPT_LOG_MAX:]
+            outcome = item.outcome
+            if isinstance(outcome, Receipt):
+                row = self.rows.pop(key)
+                self.receipts[key] = outcome
+                if item.mailbox:
+                    self.mailbox[key] = row.reply
+            elif isinstance(outcome, UndecodableRow):
+                self.buried[key] = outcome
+            else:
+                self.rows[key] = outcome
+            stored.append(key)
+        return stored
 
     async def apply(
         self,
@@ -125,36 +171,19 @@ class InMemoryOutbox:
         attempts: Sequence[Attempt | None] = (),
         mailbox: Collection[str] = (),
     ) -> list[str]:
-        """Store a page's outcomes; rows no longer held by the page's claim are skipped."""
-        stored = []
-        for index, outcome in enumerate(outcomes):
-            key = outcome.key
+        """Store one claim's outcomes; rows no longer held by the claim are skipped."""
+        return await self.store(settled(page, outcomes, attempts, mailbox))
+
+    async def release_rows(self, items: Sequence[tuple[str, str]]) -> None:
+        """Give rows back untouched: the lease of each row still held by its claim ends."""
+        for claim, key in items:
             lease = self._leases.get(key)
-            if lease is None or lease[0] != page.claim:
-                continue
-            del self._leases[key]
-            attempt = attempts[index] if index < len(attempts) else None
-            if attempt is not None:
-                log = [*self.attempt_logs.get(key, []), attempt]
-                self.attempt_logs[key] = log[-ATTEMPT_LOG_MAX:]
-            if isinstance(outcome, Receipt):
-                row = self.rows.pop(key)
-                self.receipts[key] = outcome
-                if key in mailbox:
-                    self.mailbox[key] = row.reply
-            elif isinstance(outcome, UndecodableRow):
-                self.buried[key] = outcome
-            else:
-                self.rows[key] = outcome
-            stored.append(key)
-        return stored
+            if lease is not None and lease[0] == claim:
+                del self._leases[key]
 
     async def release_claim(self, *, page: Page) -> None:
         """Give a page's rows back untouched: their lease ends now."""
-        for row in page.rows:
-            lease = self._leases.get(row.key)
-            if lease is not None and lease[0] == page.claim:
-                del self._leases[row.key]
+        await self.release_rows([(page.claim, row.key) for row in page.rows])
 
     async def get(self, key: str) -> OutboxRow | Receipt | None:
         """The row or receipt under ``key``, if any."""

@@ -338,3 +338,15 @@ async def test_mailroom_drains_and_swaps_receipts(backend: Backend) -> None:
     assert retried.due_at == at(1)
     assert await room.next_wake_at() == at(1)
     assert wake.scheduled[-1] == at(1)
+
+
+async def test_claim_due_can_take_the_latest_due_first(backend: Backend) -> None:
+    """With newest, the latest-due rows come first, then the earliest-due, none twice."""
+    outbox = backend.outbox
+    await outbox.add([make_row(key, due=index + 1) for index, key in enumerate("abcde")])
+    page = await outbox.claim_due(limit=3, now=at(9), lease_s=LEASE_S, newest=1)
+    assert [row.key for row in page.rows] == ["a", "b", "e"]
+    assert page.more is True
+    rest = await outbox.claim_due(limit=3, now=at(9), lease_s=LEASE_S, newest=2)
+    assert [row.key for row in rest.rows] == ["c", "d"]
+    assert rest.more is False

@@ -172,6 +172,7 @@ async def test_claim_due_reads_only_the_page_whatever_the_backlog(pg_pool: Pool)
             uuid.uuid4(),
             T0 + timedelta(seconds=30),
             [],
+            8,  # the latest-due few, read backwards from now, cost a page too
         )
         await explain.rollback()  # EXPLAIN ANALYZE ran the claim; take it back
     text = json.dumps(plan)
@@ -236,7 +237,7 @@ async def test_insert_waiting_on_a_receipt_swap_does_not_resurrect_the_row(
         await tx.start()
         swapped = await swapper.fetch(
             queries["outbox_swap_receipts"],
-            uuid.UUID(page.claim),
+            [uuid.UUID(page.claim)],
             [receipt.key],
             [receipt.delivered_at],
             [receipt.attempts],

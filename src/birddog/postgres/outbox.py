@@ -33,7 +33,7 @@ from birddog.core.delivery import (
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import InvalidInput
 from birddog.core.mail import AgentAddress, Outcome, Reply
-from birddog.ports import Page, RouteHint
+from birddog.ports import Page, RouteHint, Settled, settled
 from birddog.postgres.pool import Connection, Pool, store_errors
 from birddog.postgres.sql import queries
 from birddog.postgres.wake import schedule_wake_on
@@ -187,7 +187,7 @@ def receipt_from_record(record: asyncpg.Record | dict[str, Any]) -> Receipt:
 
 @dataclass(frozen=True, slots=True)
 class _Outcomes:
-    """A page's outcomes split into receipt columns and row columns, for unnest.
+    """Outcomes split into receipt columns and row columns, for unnest.
 
     Each side also carries its attempt log entries as one JSON array (one entry, or null,
     per key), appended to the rows' logs in SQL.
@@ -199,21 +199,20 @@ class _Outcomes:
     row_attempts: list[dict[str, Any] | None]
 
     @classmethod
-    def of(
-        cls,
-        outcomes: Sequence[RowOutcome],
-        attempts: Sequence[Attempt | None],
-        mailbox: Collection[str],
-    ) -> _Outcomes:
-        receipts: list[list[Any]] = [[] for _ in range(8)]
-        rows: list[list[Any]] = [[] for _ in range(7)]
+    def of(cls, items: Sequence[Settled]) -> _Outcomes:
+        receipts: list[list[Any]] = [[] for _ in range(9)]
+        rows: list[list[Any]] = [[] for _ in range(8)]
         receipt_attempts: list[dict[str, Any] | None] = []
         row_attempts: list[dict[str, Any] | None] = []
-        for index, outcome in enumerate(outcomes):
-            attempt = attempts[index] if index < len(attempts) else None
-            entry = attempt_entry(attempt) if attempt is not None else None
+        for item in items:
+            claim = _claim_uuid(item.claim)
+            if claim is None:
+                continue
+            outcome = item.outcome
+            entry = attempt_entry(item.attempt) if item.attempt is not None else None
             if isinstance(outcome, Receipt):
                 values: tuple[Any, ...] = (
+                    claim,
                     outcome.key,
                     outcome.delivered_at,
                     outcome.attempts,
@@ -221,12 +220,13 @@ class _Outcomes:
                     outcome.recipient.session_id,
                     outcome.command_id,
                     outcome.outcome.value,
-                    outcome.key in mailbox,
+                    item.mailbox,
                 )
                 target = receipts
                 receipt_attempts.append(entry)
             else:
                 values = (
+                    claim,
                     outcome.key,
                     outcome.state.value,
                     outcome.attempts,
@@ -343,7 +343,13 @@ class PostgresOutbox:
         )
 
     async def claim_due(
-        self, *, limit: int, now: datetime, lease_s: float, skip_agents: Collection[str] = ()
+        self,
+        *,
+        limit: int,
+        now: datetime,
+        lease_s: float,
+        skip_agents: Collection[str] = (),
+        newest: int = 0,
     ) -> Page:
         """Claim up to ``limit`` of the earliest-due, unheld, unleased pending rows.
 
@@ -354,6 +360,8 @@ class PostgresOutbox:
             now: the caller's clock.
             lease_s: how long the claim holds the rows.
             skip_agents: recipients whose rows are left alone this time.
+            newest: take up to this many of the latest-due rows first, so that a fresh
+                reply does not wait behind a backlog.
 
         Returns:
             The rows in key order, the claim token, and whether the page was full.
@@ -361,6 +369,7 @@ class PostgresOutbox:
         Raises:
             StoreUnavailable: the database is unreachable.
         """
+        fresh = max(0, min(newest, limit))
         return await self._claim(
             queries["outbox_claim_due"],
             (),
@@ -368,6 +377,7 @@ class PostgresOutbox:
             now=now,
             lease_s=lease_s,
             skip_agents=skip_agents,
+            split=fresh,
         )
 
     async def _claim(
@@ -379,20 +389,26 @@ class PostgresOutbox:
         now: datetime,
         lease_s: float,
         skip_agents: Collection[str],
+        split: int | None = None,
     ) -> Page:
-        # Both claim statements end with: now, limit, claim, lease_until, skip_agents.
+        # Both claim statements take: now, limit, claim, lease_until, skip_agents, in order.
         if limit < 1:
             raise InvalidInput("limit must be at least 1", field="limit")
         claim = uuid.uuid4()
+        # claim_due takes ``split`` of its rows latest-due first: the earliest-due part
+        # is the rest, and the split comes last.
+        first = limit if split is None else limit - split
+        trailing = () if split is None else (split,)
         with store_errors("outbox claim"):
             records = await self.pool.fetch(
                 query,
                 *leading,
                 now,
-                limit,
+                first,
                 claim,
                 now + timedelta(seconds=lease_s),
                 list(skip_agents),
+                *trailing,
             )
         rows: list[OutboxRow] = []
         undecodable: list[UndecodableRow] = []
@@ -417,6 +433,61 @@ class PostgresOutbox:
             routes=routes,
         )
 
+    async def store(self, items: Sequence[Settled]) -> list[str]:
+        """Store outcomes of rows from any number of claims in one transaction.
+
+        Receipts replace their rows (one delete-returning plus insert statement, which
+        also writes mailbox deliveries), other outcomes update their rows and release
+        their claim (one statement); each attempt is appended to its row's attempt log
+        in the same statements (the last 20 kept; a receipt takes the row's log). A row
+        no longer held by its claim is skipped. Each new dead letter is announced with
+        ``NOTIFY birddog_dead`` and each agent with new mailbox replies with
+        ``NOTIFY birddog_mailbox`` (delivered at commit).
+
+        Args:
+            items: the outcomes, each with its claim, attempt and mailbox flag.
+
+        Returns:
+            The keys whose outcome was stored, in the order given.
+
+        Raises:
+            StoreUnavailable: the database is unreachable (nothing was stored).
+        """
+        split = _Outcomes.of(items)
+        stored: set[str] = set()
+        with store_errors("outbox store"):
+            async with self.pool.acquire() as conn, conn.transaction():
+                if split.receipt_columns[0]:
+                    # The mailbox flags are the last column, after the attempt entries.
+                    *columns, flags = split.receipt_columns
+                    swapped = await conn.fetch(
+                        queries["outbox_swap_receipts"],
+                        *columns,
+                        json.dumps(split.receipt_attempts),
+                        flags,
+                    )
+                    stored.update(record["key"] for record in swapped)
+                    agents = [
+                        item.outcome.recipient.agent_id
+                        for item in items
+                        if isinstance(item.outcome, Receipt)
+                        and item.mailbox
+                        and item.outcome.key in stored
+                    ]
+                    if agents:
+                        await conn.execute(queries["outbox_notify_mailbox"], agents)
+                if split.row_columns[0]:
+                    updated = await conn.fetch(
+                        queries["outbox_update_rows"],
+                        *split.row_columns,
+                        json.dumps(split.row_attempts),
+                    )
+                    stored.update(record["key"] for record in updated)
+                    dead = [r["key"] for r in updated if r["state"] == RowState.DEAD.value]
+                    if dead:
+                        await conn.execute(queries["outbox_notify_dead"], dead)
+        return [item.outcome.key for item in items if item.outcome.key in stored]
+
     async def apply(
         self,
         *,
@@ -425,14 +496,7 @@ class PostgresOutbox:
         attempts: Sequence[Attempt | None] = (),
         mailbox: Collection[str] = (),
     ) -> list[str]:
-        """Store a page's outcomes in one transaction; rows the claim lost are skipped.
-
-        Receipts replace their rows (one delete-returning plus insert statement, which
-        also writes mailbox deliveries), other outcomes update their rows and release the
-        claim (one statement); each attempt is appended to its row's attempt log in the
-        same statements (the last 20 kept; a receipt takes the row's log). Each new dead
-        letter is announced with ``NOTIFY birddog_dead`` and each agent with new mailbox
-        replies with ``NOTIFY birddog_mailbox`` (delivered at commit).
+        """Store one claim's outcomes in one transaction (:meth:`store` for one page).
 
         Args:
             page: the claimed page.
@@ -446,45 +510,28 @@ class PostgresOutbox:
         Raises:
             StoreUnavailable: the database is unreachable (nothing was stored).
         """
-        claim = _claim_uuid(page.claim)
-        if claim is None or not outcomes:
-            return []
-        split = _Outcomes.of(outcomes, attempts, mailbox)
-        stored: set[str] = set()
-        with store_errors("outbox apply"):
-            async with self.pool.acquire() as conn, conn.transaction():
-                if split.receipt_columns[0]:
-                    # The mailbox flags are the last column, after the attempt entries.
-                    *columns, flags = split.receipt_columns
-                    swapped = await conn.fetch(
-                        queries["outbox_swap_receipts"],
-                        claim,
-                        *columns,
-                        json.dumps(split.receipt_attempts),
-                        flags,
-                    )
-                    stored.update(record["key"] for record in swapped)
-                    agents = [
-                        outcome.recipient.agent_id
-                        for outcome in outcomes
-                        if isinstance(outcome, Receipt)
-                        and outcome.key in mailbox
-                        and outcome.key in stored
-                    ]
-                    if agents:
-                        await conn.execute(queries["outbox_notify_mailbox"], agents)
-                if split.row_columns[0]:
-                    updated = await conn.fetch(
-                        queries["outbox_update_rows"],
-                        claim,
-                        *split.row_columns,
-                        json.dumps(split.row_attempts),
-                    )
-                    stored.update(record["key"] for record in updated)
-                    dead = [r["key"] for r in updated if r["state"] == RowState.DEAD.value]
-                    if dead:
-                        await conn.execute(queries["outbox_notify_dead"], dead)
-        return [outcome.key for outcome in outcomes if outcome.key in stored]
+        return await self.store(settled(page, outcomes, attempts, mailbox))
+
+    async def release_rows(self, items: Sequence[tuple[str, str]]) -> None:
+        """Give rows back untouched, so another drain may take them at once.
+
+        Args:
+            items: ``(claim, key)`` of each row; a row its claim no longer holds is left.
+
+        Raises:
+            StoreUnavailable: the database is unreachable (the leases then simply end).
+        """
+        claims: list[uuid.UUID] = []
+        keys: list[str] = []
+        for claim, key in items:
+            token = _claim_uuid(claim)
+            if token is not None:
+                claims.append(token)
+                keys.append(key)
+        if not keys:
+            return
+        with store_errors("outbox release"):
+            await self.pool.execute(queries["outbox_release_claim"], claims, keys)
 
     async def release_claim(self, *, page: Page) -> None:
         """Give a page's rows back untouched, so another drain may post them at once.
@@ -498,13 +545,7 @@ class PostgresOutbox:
         Raises:
             StoreUnavailable: the database is unreachable (the lease then simply expires).
         """
-        claim = _claim_uuid(page.claim)
-        if claim is None or not page.rows:
-            return
-        with store_errors("outbox release"):
-            await self.pool.execute(
-                queries["outbox_release_claim"], claim, [row.key for row in page.rows]
-            )
+        await self.release_rows([(page.claim, row.key) for row in page.rows])
 
     async def get(self, key: str) -> OutboxRow | Receipt | None:
         """The row or receipt under ``key``, if any.

@@ -76,11 +76,13 @@ RETURNING
     r.batch_size AS route_batch_size;
 
 -- name: outbox_claim_due
--- Lease up to $2 of the earliest-due, unheld, unleased pending rows, skipping recipients $5; with each row's route kind and batch size.
--- params: $1 now timestamptz, $2 limit int, $3 claim uuid, $4 lease_until timestamptz, $5 skip_agents text[]
+-- Lease up to $6 + $2 claimable rows (due, unheld, unleased, recipients not in $5): the $6 latest-due, then $2 earliest-due; with each row's route kind and batch size.
+-- params: $1 now timestamptz, $2 limit int (the earliest-due part), $3 claim uuid, $4 lease_until timestamptz, $5 skip_agents text[], $6 newest int
 -- Due order reads the partial due-time index from its start and stops after $2 rows, so
--- its cost is the page (plus rows in flight), whatever the future backlog.
-WITH due AS (
+-- its cost is the page (plus rows in flight), whatever the future backlog. The few
+-- latest-due rows (read backwards from $1) let a fresh reply overtake a backlog. Both
+-- limits are plain parameters, so the planner knows them and walks the index.
+WITH newest AS (
     SELECT o.key, o.recipient_agent_id
     FROM birddog.outbox o
     WHERE o.state = 'pending'
@@ -91,9 +93,28 @@ WITH due AS (
           SELECT 1 FROM birddog.routes r
           WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
       )
+    ORDER BY o.due_at DESC
+    LIMIT $6::int
+    FOR UPDATE OF o SKIP LOCKED
+), earliest AS (
+    SELECT o.key, o.recipient_agent_id
+    FROM birddog.outbox o
+    WHERE o.state = 'pending'
+      AND o.due_at <= $1::timestamptz
+      AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1::timestamptz)
+      AND NOT (o.recipient_agent_id = ANY($5::text[]))
+      AND NOT EXISTS (
+          SELECT 1 FROM birddog.routes r
+          WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
+      )
+      AND NOT EXISTS (SELECT 1 FROM newest n WHERE n.key = o.key)
     ORDER BY o.due_at
     LIMIT $2::int
     FOR UPDATE OF o SKIP LOCKED
+), due AS (
+    SELECT * FROM newest
+    UNION ALL
+    SELECT * FROM earliest
 )
 UPDATE birddog.outbox o
 SET claim_token = $3::uuid, lease_expires_at = $4::timestamptz, updated_at = now()
@@ -106,21 +127,21 @@ RETURNING
     r.batch_size AS route_batch_size;
 
 -- name: outbox_swap_receipts
--- Replace delivered rows still held by claim $1 with their receipts (attempt log: the row's plus entry n of $9); rows flagged $10 are also written to the mailbox table; returns the keys swapped.
--- params: $1 claim uuid, $2 keys text[], $3 delivered_ats timestamptz[], $4 attempts int4[], $5 recipient_agent_ids text[], $6 recipient_session_ids text[], $7 command_ids text[], $8 outcomes text[], $9 attempt_entries text (a JSON array, one entry or null per key), $10 mailbox boolean[]
+-- Replace delivered rows still held by their claim ($1, per row) with their receipts (attempt log: the row's plus entry n of $9); rows flagged $10 are also written to the mailbox table; returns the keys swapped.
+-- params: $1 claims uuid[], $2 keys text[], $3 delivered_ats timestamptz[], $4 attempts int4[], $5 recipient_agent_ids text[], $6 recipient_session_ids text[], $7 command_ids text[], $8 outcomes text[], $9 attempt_entries text (a JSON array, one entry or null per key), $10 mailbox boolean[]
 WITH receipt AS (
     SELECT *
     FROM unnest(
-        $2::text[], $3::timestamptz[], $4::int4[], $5::text[], $6::text[], $7::text[],
-        $8::text[], $10::boolean[]
+        $1::uuid[], $2::text[], $3::timestamptz[], $4::int4[], $5::text[], $6::text[],
+        $7::text[], $8::text[], $10::boolean[]
     ) WITH ORDINALITY AS r(
-        key, delivered_at, attempts, recipient_agent_id, recipient_session_id, command_id,
-        outcome, mailbox, n
+        claim, key, delivered_at, attempts, recipient_agent_id, recipient_session_id,
+        command_id, outcome, mailbox, n
     )
 ), gone AS (
     DELETE FROM birddog.outbox o
     USING receipt r
-    WHERE o.key = r.key AND o.claim_token = $1::uuid
+    WHERE o.key = r.key AND o.claim_token = r.claim
     RETURNING o.key, o.in_reply_to, o.reply, o.attempt_log
 ), stored AS (
     INSERT INTO birddog.receipts (
@@ -154,8 +175,8 @@ WITH receipt AS (
 SELECT g.key FROM gone g;
 
 -- name: outbox_update_rows
--- Store retried, deferred and dead rows still held by claim $1 (appending entry n of $9 to each row's attempt log, the last 20 kept), and release the claim.
--- params: $1 claim uuid, $2 keys text[], $3 states text[], $4 attempts int4[], $5 deferrals int4[], $6 due_ats timestamptz[], $7 last_errors text[], $8 dead_reasons text[], $9 attempt_entries text (a JSON array, one entry or null per key)
+-- Store retried, deferred and dead rows still held by their claim ($1, per row), appending entry n of $9 to each row's attempt log (the last 20 kept), and release the claim.
+-- params: $1 claims uuid[], $2 keys text[], $3 states text[], $4 attempts int4[], $5 deferrals int4[], $6 due_ats timestamptz[], $7 last_errors text[], $8 dead_reasons text[], $9 attempt_entries text (a JSON array, one entry or null per key)
 UPDATE birddog.outbox o
 SET state = u.state,
     attempts = u.attempts,
@@ -173,9 +194,12 @@ SET state = u.state,
     lease_expires_at = NULL,
     updated_at = now()
 FROM unnest(
-    $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[], $7::text[], $8::text[]
-) WITH ORDINALITY AS u(key, state, attempts, deferrals, due_at, last_error, dead_reason, n)
-WHERE o.key = u.key AND o.claim_token = $1::uuid
+    $1::uuid[], $2::text[], $3::text[], $4::int4[], $5::int4[], $6::timestamptz[],
+    $7::text[], $8::text[]
+) WITH ORDINALITY AS u(
+    claim, key, state, attempts, deferrals, due_at, last_error, dead_reason, n
+)
+WHERE o.key = u.key AND o.claim_token = u.claim
 RETURNING o.key, o.state;
 
 -- name: outbox_notify_dead
@@ -1086,11 +1110,12 @@ CREATE DATABASE birddog_demo;
 DELETE FROM birddog.outbox WHERE key = $1 AND key LIKE 'outbox:probe:%';
 
 -- name: outbox_release_claim
--- Give back rows still held by claim $1 untouched (a drain cancelled mid-page), due as before.
--- params: $1 claim uuid, $2 keys text[]
-UPDATE birddog.outbox
+-- Give back rows still held by their claim ($1, per row) untouched, due as before.
+-- params: $1 claims uuid[], $2 keys text[]
+UPDATE birddog.outbox o
 SET claim_token = NULL, lease_expires_at = NULL, updated_at = now()
-WHERE claim_token = $1::uuid AND key = ANY($2::text[]);
+FROM unnest($1::uuid[], $2::text[]) AS r(claim, key)
+WHERE o.key = r.key AND o.claim_token = r.claim;
 
 -- ---------------------------------------------------------------------------------------
 -- retention (opt-in: `birddog prune`, BIRDDOG_RETAIN_*)
