@@ -83,6 +83,8 @@ class Stack:
     Attributes:
         settings: the settings they were built from.
         dsn: the database DSN.
+        listen_dsn: the DSN for LISTEN connections (``BIRDDOG_LISTEN_URL``, else ``dsn``):
+            a PgBouncer in transaction mode cannot carry a LISTEN.
         pool: the asyncpg pool they share.
         clock: the wall clock every adapter reads.
         outbox: the Postgres outbox.
@@ -101,6 +103,7 @@ class Stack:
 
     settings: Settings
     dsn: str
+    listen_dsn: str
     pool: Pool
     clock: Clock
     outbox: PostgresOutbox
@@ -305,7 +308,7 @@ async def open_stack(
         await wait_for_database(dsn, stop=wait_until)
     if migrate_first or embedded is not None:
         await migrate(dsn)
-    pool = await create_pool(dsn, max_size=pool_size)
+    pool = await create_pool(dsn, max_size=pool_size, pgbouncer=settings.pgbouncer)
     clock = CLOCK
     metrics = Metrics()
     egress = settings.egress_policy()
@@ -343,6 +346,7 @@ async def open_stack(
         yield Stack(
             settings=settings,
             dsn=dsn,
+            listen_dsn=settings.listen_url or dsn,
             pool=pool,
             clock=clock,
             outbox=outbox,
@@ -519,7 +523,7 @@ async def _drain_until_stopped(
     )
     registry = PostgresDaemons(stack.pool, kind="drain")
     try:
-        async with WakeListener(stack.dsn) as listener:
+        async with WakeListener(stack.listen_dsn) as listener:
             daemon = build_daemon(
                 stack, listener=listener, registry=registry, alerts=alerts, stop=stop
             )
@@ -740,7 +744,7 @@ async def run_worker(
     try:
         async with open_stack(settings, announce=announce, wait_until=stop) as stack:
             registry = PostgresDaemons(stack.pool, kind="worker")
-            async with WakeListener(stack.dsn, channel="birddog_jobs") as listener:
+            async with WakeListener(stack.listen_dsn, channel="birddog_jobs") as listener:
                 worker = build_worker(
                     stack, handler, listener=listener, queues=queues, stop=stop, metrics=metrics
                 )

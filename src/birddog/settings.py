@@ -64,6 +64,14 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("DATABASE_URL", "BIRDDOG_DATABASE_URL"),
         description="PostgreSQL DSN; unset: an embedded server in data_dir.",
     )
+    pgbouncer: bool = Field(
+        False,
+        description="DATABASE_URL is a PgBouncer in transaction mode: no statement cache.",
+    )
+    listen_url: str | None = Field(
+        None,
+        description="A direct (unpooled) DSN for LISTEN when DATABASE_URL is a PgBouncer.",
+    )
     data_dir: Path = Field(
         default_factory=lambda: data_dir_for(Path(__file__).resolve().parent),
         description="Where the embedded PostgreSQL keeps its data: ./.birddog in a checkout.",

@@ -204,6 +204,7 @@ async def create_pool(
     *,
     min_size: int = 1,
     max_size: int = 10,
+    pgbouncer: bool = False,
     **kwargs: Any,
 ) -> Pool:
     """Open an asyncpg pool for the BirdDog adapters.
@@ -214,10 +215,17 @@ async def create_pool(
     ``now`` must use the due-time index when the backlog lies in the future, which a
     generic plan cannot know.
 
+    Through PgBouncer in transaction mode (``pgbouncer``), consecutive statements may run
+    on different server connections, so nothing may be prepared under a name: the
+    statement cache is off (every statement is then unnamed, so planned for its
+    parameters anyway), and no setting is sent at start-up (PgBouncer refuses unknown
+    start-up parameters). Only a LISTEN needs a direct connection.
+
     Args:
         dsn: ``postgresql://...`` (a unix socket is ``?host=/dir``).
         min_size: connections kept open.
         max_size: the most connections at once.
+        pgbouncer: ``dsn`` is a PgBouncer in transaction (or statement) mode.
         **kwargs: passed to :func:`asyncpg.create_pool`.
 
     Returns:
@@ -227,8 +235,10 @@ async def create_pool(
         DatabaseRefused: the database turned the connection away for good.
         StoreUnavailable: the database could not be reached.
     """
-    settings = {"plan_cache_mode": "force_custom_plan"}
+    settings = {} if pgbouncer else {"plan_cache_mode": "force_custom_plan"}
     settings.update(kwargs.pop("server_settings", None) or {})
+    if pgbouncer:
+        kwargs["statement_cache_size"] = 0
     with connect_errors(dsn):
         pool = await asyncpg.create_pool(
             dsn,
