@@ -11,10 +11,22 @@ import pytest
 SOURCE = Path(str(resources.files("birddog")))
 
 DRIVERS = ("asyncpg", "sqlalchemy", "psycopg", "aiohttp")
-"""Libraries only adapters (and the composition root) may import."""
+"""Libraries only adapters may import (aiohttp also the app's own HTTP servers)."""
+
+DATABASE_DRIVERS = ("asyncpg", "sqlalchemy", "psycopg")
+"""Libraries only the database adapters (``birddog.postgres``) may import."""
 
 APP_LOOPS = ("worker.py", "daemon.py", "runtime.py")
 """The resident processes' loops: they catch BirdDog errors only."""
+
+APP_MODULES = sorted(
+    [
+        *(path for path in SOURCE.glob("*.py")),
+        *(SOURCE / "cli").glob("*.py"),
+        *(SOURCE / "console").glob("*.py"),
+    ]
+)
+"""The app layer: the composition root, the commands, the console, the processes."""
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -29,9 +41,9 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def drivers_in(path: Path) -> list[str]:
+def drivers_in(path: Path, drivers: tuple[str, ...] = DRIVERS) -> list[str]:
     """The driver libraries ``path`` imports."""
-    return sorted(name for name in imported_modules(path) if name.split(".")[0] in DRIVERS)
+    return sorted(name for name in imported_modules(path) if name.split(".")[0] in drivers)
 
 
 @pytest.mark.parametrize("name", APP_LOOPS)
@@ -49,3 +61,9 @@ def test_the_core_imports_no_driver_and_no_app_module() -> None:
             m for m in modules if m.startswith("birddog.") and not m.startswith("birddog.core")
         }
         assert outside == set(), path.name
+
+
+@pytest.mark.parametrize("path", APP_MODULES, ids=lambda path: str(path.relative_to(SOURCE)))
+def test_the_app_layer_never_imports_a_database_driver(path: Path) -> None:
+    """Only birddog.postgres knows the database driver; the app sees BirdDog errors."""
+    assert drivers_in(path, DATABASE_DRIVERS) == []
