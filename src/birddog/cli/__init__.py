@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import structlog
+from pydantic import ValidationError
 
-from birddog.core.errors import BirdDogError, DatabaseRefused, InvalidSetting
+from birddog.core.duration import parse_duration
+from birddog.core.errors import BirdDogError, DatabaseRefused, InvalidInput, InvalidSetting
 from birddog.display import dump_json, render_table
 from birddog.logs import configure, renders_json
 from birddog.settings import Settings
@@ -38,6 +40,103 @@ class ConfigurationError(click.ClickException):
     """A one-line error that exits 2: retrying the same command cannot help."""
 
     exit_code = EXIT_CONFIG
+
+
+def duration(value: str | float) -> float:
+    """A command-line duration: ``30d``, ``12h``, ``90m``, ``45s`` or seconds; positive, finite.
+
+    Used as an option's ``type``: ``nan``, ``inf``, ``1e400``, zero and negatives are
+    refused with one line naming the option, before anything runs.
+
+    Raises:
+        ValueError: not such a duration (click reports it as the option's bad value).
+    """
+    if isinstance(value, float):
+        return value
+    try:
+        seconds = parse_duration(str(value), field="it")
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from None
+    if seconds <= 0:
+        raise ValueError("it must be longer than 0 s")
+    return seconds
+
+
+DURATION = duration
+"""The parameter type of every ``--...-s`` option that takes a duration."""
+
+
+class BirdDogGroup(click.Group):
+    """The ``birddog`` group: arguments that are not UTF-8 text are refused up front.
+
+    The shell hands Python bytes it cannot decode as lone surrogates, which no database
+    or terminal takes; one line says which argument it was instead of a traceback later.
+    """
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        """Parse the top-level options; a usage error becomes one line."""
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; a usage error anywhere below becomes one line."""
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Check every argument, then parse as click does."""
+        for position, arg in enumerate(args, start=1):
+            try:
+                arg.encode("utf-8")
+            except UnicodeEncodeError:
+                raise click.UsageError(
+                    f"argument {position} is not valid UTF-8 text", ctx=ctx
+                ) from None
+        return super().parse_args(ctx, args)
+
+
+def _one_line(exc: click.UsageError) -> click.ClickException:
+    """A usage error as one line with a pointer to ``--help``, not a usage block.
+
+    The help click shows when a group is called without a command stays as it is.
+    """
+    # Click 8.2 and later show a group's help through this error; older ones do not raise.
+    shows_help: tuple[type[BaseException], ...] = tuple(
+        kind for kind in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if kind
+    )
+    if isinstance(exc, shows_help) or exc.exit_code != EXIT_CONFIG:
+        return exc  # a command with exit codes of its own (ask's 3) shows its errors itself
+    hint = f" (see: {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+    return ConfigurationError(f"{exc.format_message()}{hint}")
+
+
+def settings_error(exc: ValidationError) -> str:
+    """One line naming each setting that is wrong and why, never repeating a value.
+
+    Args:
+        exc: pydantic's error from reading the settings.
+
+    Returns:
+        E.g. ``invalid setting BIRDDOG_PAGE_SIZE: Input should be a valid integer``.
+    """
+    problems = []
+    for error in exc.errors(include_input=False, include_url=False):
+        location = [str(part) for part in error["loc"]]
+        name = location[0] if location else ""
+        variable = "DATABASE_URL" if name == "database_url" else f"BIRDDOG_{name.upper()}"
+        reason = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{variable}: {reason}" if name else reason)
+    return "invalid setting " + "; ".join(problems)
 
 
 def settings_of(ctx: click.Context) -> Settings:
@@ -71,14 +170,28 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to completion, turning BirdDog's errors into one line on stderr.
 
     A :class:`DatabaseRefused` or :class:`InvalidSetting` exits 2 (fix the
-    configuration); any other :class:`BirdDogError` exits 1.
+    configuration); any other :class:`BirdDogError` exits 1, and so does a statement the
+    database refused (a missing grant, say), with the server's reason instead of a
+    traceback.
     """
+    from asyncpg import PostgresError  # noqa: PLC0415 - keeps --help fast
+
     try:
         return asyncio.run(coro)
     except (DatabaseRefused, InvalidSetting) as exc:
         raise ConfigurationError(str(exc)) from exc
     except BirdDogError as exc:
         raise click.ClickException(str(exc)) from exc
+    except PostgresError as exc:
+        raise click.ClickException(f"the database refused: {_server_reason(exc)}") from exc
+
+
+def _server_reason(exc: Exception) -> str:
+    """The server's message and SQLSTATE, made inert (it may quote stored text)."""
+    from birddog.core.text import inert  # noqa: PLC0415 - keeps --help fast
+
+    state = getattr(exc, "sqlstate", None)
+    return inert(f"{exc} (SQLSTATE {state})" if state else str(exc))
 
 
 def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T:
@@ -110,7 +223,8 @@ def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) ->
 
 
 @click.group(
-    context_settings={"auto_envvar_prefix": "BIRDDOG", "help_option_names": ["-h", "--help"]}
+    cls=BirdDogGroup,
+    context_settings={"auto_envvar_prefix": "BIRDDOG", "help_option_names": ["-h", "--help"]},
 )
 @click.version_option(package_name="birddog")
 @click.option(
@@ -134,8 +248,10 @@ def main(ctx: click.Context, database_url: str | None, log_format: str | None) -
         updates["log_format"] = log_format
     try:
         settings = Settings().model_copy(update=updates)
-    except ValueError as exc:
-        raise click.UsageError(f"invalid settings: {exc}") from exc
+    except ValidationError as exc:
+        raise ConfigurationError(settings_error(exc)) from None
+    except ValueError as exc:  # pydantic-settings' own errors name the field, not the value
+        raise ConfigurationError(f"invalid settings: {exc}") from None
     configure(log_format=settings.log_format, level=settings.log_level)
     ctx.obj = settings
 
@@ -185,17 +301,22 @@ from birddog.cli import worker as worker  # noqa: E402
 name_environment_twins(main)
 
 __all__ = [
+    "DURATION",
     "EXIT_ALARM",
     "EXIT_CONFIG",
     "EXIT_OK",
+    "BirdDogGroup",
     "ConfigurationError",
+    "Duration",
     "announce",
     "announcer",
+    "duration",
     "main",
     "name_environment_twins",
     "parse_address",
     "print_rows",
     "run",
+    "settings_error",
     "settings_of",
     "with_stack",
 ]

@@ -26,7 +26,12 @@ from birddog.runtime import quiet_until_started
     help="Only these queues (session ids). Without it, every queue except those starting "
     "with 'birddog:', which BirdDog keeps for itself (its probe).",
 )
-@click.option("--concurrency", type=int, default=None, help="Jobs run at once.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1000),
+    default=None,
+    help="Jobs run at once (1 to 1000).",
+)
 @click.option("--once", is_flag=True, help="Run queued jobs, then exit.")
 @click.pass_context
 def worker(
