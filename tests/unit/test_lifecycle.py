@@ -260,3 +260,25 @@ def test_only_the_current_claim_finishes_a_running_job(facts: JobFacts, event: J
     decision = decide(facts, event, now=at(1), limits=LIMITS)
     if isinstance(event, SettleRequested | WorkerStopped | HandlerTimedOut):
         assert isinstance(decision, Refuse)
+
+
+@pytest.mark.parametrize("recorded", ["\x00", "stop\x00now", "a\ud800b"])
+def test_a_recorded_cancellation_that_cannot_be_stored_still_settles_storably(
+    recorded: str,
+) -> None:
+    """A cancellation text holding NUL or a lone surrogate settles with U+FFFD in their place."""
+    facts = JobFacts(
+        state=JobState.RUNNING,
+        claim_matches=True,
+        recovery_count=0,
+        max_recoveries=0,
+        cancellation=recorded,
+        outcome=None,
+        created_at=T0,
+        lease_expires_at=at(60),
+    )
+    decision = decide(facts, LeaseExpired(), now=at(120), limits=LIMITS)
+    assert isinstance(decision, Settle)
+    assert decision.outcome is Outcome.CANCELLED
+    assert result_problem(decision.content, limit_bytes=LIMITS.max_content_bytes) is None
+    assert "\ufffd" in decision.content

@@ -24,6 +24,7 @@ The function never raises and never reads a clock: ``now`` and the limits are pa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -369,6 +370,9 @@ def _on_queued_too_long(facts: JobFacts, now: datetime, limits: Limits) -> Decis
 
 
 def _cancelled(content: str, diagnostic: str | None, limits: Limits) -> Settle:
+    # A recorded cancellation was checked when it was recorded; whatever it holds now, the
+    # settlement must still be storable, so NUL and lone surrogates become U+FFFD here.
+    content = _STORABLE.sub("\ufffd", content)
     kept, cut = bounded_content(content, limit_bytes=limits.max_content_bytes)
     if cut:
         note = (
@@ -498,6 +502,10 @@ def format_bytes(size: int) -> str:
 
 def _one_decimal(value: float) -> str:
     return f"{value:.1f}".removesuffix(".0")
+
+
+_STORABLE = re.compile("[\x00\ud800-\udfff]")
+"""What PostgreSQL text or UTF-8 cannot carry: NUL and lone surrogates."""
 
 
 def _size(content: str) -> int:
