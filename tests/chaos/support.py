@@ -44,7 +44,8 @@ from tests.support import answer_for
 
 ROOT = Path(__file__).resolve().parents[2]
 BIRDDOG = str(Path(sys.executable).parent / "birddog")
-PAGE_SIZE = 64
+WINDOW_SIZE = 256
+"""The rows a daemon holds at once (claimed, not yet stored): what one crash can repeat."""
 T = TypeVar("T")
 
 DATABASE_AWAY: tuple[type[BaseException], ...] = (
@@ -113,6 +114,7 @@ FAST_SETTINGS = {
     "BIRDDOG_SHUTDOWN_GRACE_S": "2",
     "BIRDDOG_MAX_DEFERRAL_S": "2",
     "BIRDDOG_JOB_LEASE_S": "2",
+    "BIRDDOG_WINDOW_SIZE": str(WINDOW_SIZE),
 }
 """Retry fast, give up on a post after 1 s, take over a dead daemon's page after 5 s, and
 recover a dead worker's job after 2 s; 50 attempts so 35% failures never exhaust one."""
@@ -122,12 +124,19 @@ class Kind(StrEnum):
     """How a recipient behaves."""
 
     FLAKY = "flaky"  # the seeded mix of failures, hangs, 429s and acceptances
+    FAST = "fast"  # accepts every post at once: a crash finds many accepted, unstored
     GONE = "gone"  # always 410
     UNKNOWN = "unknown"  # no route at all
     HELD = "held"  # held at the start, released mid-run, then flaky
 
 
 CROWDED_SESSION = "s-crowded"
+
+FAST_RECIPIENTS = 4
+"""Recipients that accept at once, so a SIGKILL finds the window full of accepted posts."""
+
+POISON_ROWS = 5
+"""Rows written by SQL with a reply no BirdDog can read: each must die ``undecodable``."""
 """The session that gets a fifth of the jobs: its turns must still come one at a time."""
 
 UNSTORABLE_RESULTS: dict[str, object] = {
@@ -187,6 +196,7 @@ class Plan:
         db_restarts: when PostgreSQL is restarted.
         release_at_s: when the held recipient is released.
         worker_kill_delay_s: how long after the blocking job starts its worker is killed.
+        poison_at_s: when the poison rows are written.
     """
 
     seed: int
@@ -198,6 +208,12 @@ class Plan:
     db_restarts: list[float]
     release_at_s: float
     worker_kill_delay_s: float
+    poison_at_s: float
+
+    @property
+    def poison_keys(self) -> list[str]:
+        """The keys of the poison rows (to a flaky recipient; no job owes them)."""
+        return [f"outbox:poison-{index}:reply:0" for index in range(POISON_ROWS)]
 
     @property
     def blocking(self) -> JobSpec:
@@ -221,6 +237,8 @@ def make_plan(seed: int, size: Size) -> Plan:
     kinds[agents[-1]] = Kind.UNKNOWN
     kinds[agents[-2]] = Kind.GONE
     kinds[agents[-3]] = Kind.HELD
+    for agent in agents[:FAST_RECIPIENTS]:
+        kinds[agent] = Kind.FAST
     flaky = [a for a, k in kinds.items() if k is Kind.FLAKY]
     target = "agent-under-load"
     jobs = []
@@ -276,6 +294,7 @@ def make_plan(seed: int, size: Size) -> Plan:
         db_restarts=db_restarts,
         release_at_s=rng.uniform(0.5, 0.7) * window,
         worker_kill_delay_s=rng.uniform(0.1, 1.0),
+        poison_at_s=rng.uniform(0.2, 0.6) * window,
     )
 
 
@@ -496,7 +515,12 @@ class Recipients:
         if self.kinds[agent] is Kind.GONE:
             self.answers[Answer.GONE] += 1
             return web.json_response({"error": "gone"}, status=410)
-        answer = Answer.DUPLICATE if self.accepted[key] else self.draw(key, self.posts[key])
+        if self.accepted[key]:
+            answer = Answer.DUPLICATE
+        elif self.kinds[agent] is Kind.FAST:
+            answer = Answer.ACCEPTED
+        else:
+            answer = self.draw(key, self.posts[key])
         self.answers[answer] += 1
         return await self._answer(request, key, answer)
 

@@ -5,11 +5,13 @@ Real ``birddog run`` and ``birddog worker`` processes, a PostgreSQL server this 
 that verify every signature and misbehave on a seeded schedule. Jobs keep arriving while
 two daemons are SIGKILLed and restarted, the database crashes, a worker is killed in the
 middle of a job and a held recipient is released. A fifth of the jobs crowd into one
-session, and some handlers return results that cannot be stored. At the end every reply
-key has exactly one receipt or one dead letter whose reason matches its recipient,
-duplicates stay within what was in flight at the crashes, no two turns of one session
-overlapped, every unstorable result settled ``failed`` after one run, and no daemon or
-worker exited on its own.
+session, some handlers return results that cannot be stored, a few recipients accept
+everything at once (so a crash finds the window full of accepted posts), and poison rows
+(a reply no BirdDog can read, written by SQL) land mid-run. At the end every reply key has
+exactly one receipt or one dead letter whose reason matches its recipient, every poison
+row died ``undecodable``, duplicates stay within what was in flight at the crashes (at
+most a window per crash), no two turns of one session overlapped, every unstorable result
+settled ``failed`` after one run, and no daemon or worker exited on its own.
 
 Reduced size by default (it runs in ``make test``); ``make chaos`` sets
 ``BIRDDOG_CHAOS_FULL=1`` for 5,000 replies from 1,000 jobs. ``BIRDDOG_CHAOS_SEED`` replays
@@ -44,8 +46,8 @@ from tests.chaos.support import (
     DAEMONS,
     DATABASE_AWAY,
     FULL,
-    PAGE_SIZE,
     REDUCED,
+    WINDOW_SIZE,
     Answer,
     JobSpec,
     Kind,
@@ -190,6 +192,19 @@ async def _in_flight(pool: Pool, *, database_crashed: bool) -> set[str]:
     return {row["key"] for row in rows}
 
 
+async def _poison(pool: Pool, keys: list[str], agent: str) -> None:
+    """Write rows whose stored reply no BirdDog can read (a hand edit gone wrong)."""
+    await pool.execute(
+        "INSERT INTO birddog.outbox (key, recipient_agent_id, recipient_session_id,"
+        " in_reply_to, command_id, outcome, reply, state, due_at, created_at)"
+        " SELECT k, $2, 's-' || $2, 'poison', 'cmd-poison', 'completed',"
+        " '{\"content\": 42}'::jsonb, 'pending', now(), now()"
+        " FROM unnest($1::text[]) AS k ON CONFLICT (key) DO NOTHING",
+        keys,
+        agent,
+    )
+
+
 async def _job_row(pool: Pool, job_id: str) -> Any:
     return await pool.fetchrow(
         "SELECT state, outcome, recovery_count, worker_id FROM birddog.jobs WHERE job_id = $1",
@@ -220,10 +235,15 @@ async def _chaos(
             *((moment, "kill", slot) for moment, slot in plan.daemon_kills),
             *((moment, "database", 0) for moment in plan.db_restarts),
             (plan.release_at_s, "release", 0),
+            (plan.poison_at_s, "poison", 0),
         ]
         for moment_s, what, slot in sorted(events):
             await at(moment_s)
             run.check_alive()
+            if what == "poison":
+                poison = functools.partial(_poison, pool, plan.poison_keys, plan.agent(Kind.FLAKY))
+                await retrying(poison, what="the poison rows")
+                continue
             if what == "release":
                 recipients.held.discard(held)  # before the release: no false "held" post
                 await retrying(lambda: routes.release(held), what="the release")
@@ -377,7 +397,7 @@ async def _check_and_report(
         for key, row in rows.items()
     }
     got |= dict.fromkeys(receipts, "receipt")
-    duplicates_bound = PAGE_SIZE * (run.daemon_kills + DAEMONS * run.db_restarts)
+    duplicates_bound = WINDOW_SIZE * (run.daemon_kills + DAEMONS * run.db_restarts)
     turns = _turns(run.turns)
     answers = ", ".join(
         f"{answer.value} {count}" for answer, count in recipients.answers.most_common()
@@ -386,6 +406,7 @@ async def _check_and_report(
         f"\nfault run ({plan.size.name}, seed {plan.seed}): {len(expected)} replies from "
         f"{len(plan.jobs)} settled jobs to {plan.size.recipients} recipients\n"
         f"  receipts {len(receipts)}; dead letters {sum(dead_by_reason.values())} "
+        f"(poison rows {len(plan.poison_keys)}) "
         f"({', '.join(f'{reason} {n}' for reason, n in sorted(dead_by_reason.items()))})\n"
         f"  duplicates {recipients.duplicates} (in flight at the crashes: "
         f"{'+'.join(map(str, run.in_flight_counts))}; bound {duplicates_bound}); "
@@ -400,6 +421,8 @@ async def _check_and_report(
     )
 
     assert not set(rows) & receipts, "a key is both a row and a receipt"
+    poisoned = {key: got.pop(key, "missing") for key in plan.poison_keys}
+    assert set(poisoned.values()) == {"dead undecodable"}, poisoned
     assert set(got) == set(expected), (
         f"missing {sorted(set(expected) - set(got))[:5]}, extra {sorted(set(got) - set(expected))[:5]}"
     )
