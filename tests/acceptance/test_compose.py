@@ -1,7 +1,8 @@
-"""The compose file and the image: every command they run exists, and health is checked.
+"""The compose file, the image and the systemd units: every command they run exists.
 
-Docker cannot run here, so the files are read: each service's command and health check,
-and the image's CMD and HEALTHCHECK, must be commands the CLI accepts as written.
+Docker and systemd cannot run here, so the files are read: each service's command and
+health check, the image's CMD and HEALTHCHECK, and each unit's ExecStart must be
+commands the CLI accepts as written.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 import re
+import shlex
 from collections.abc import Callable
 from typing import Any
 
@@ -43,6 +45,11 @@ def _birddog_commands() -> list[tuple[str, list[str]]]:
         test = service.get("healthcheck", {}).get("test")
         if isinstance(test, list) and test[0] == "CMD":
             commands.append((f"{name} healthcheck", test[1:]))
+    for unit in sorted((ROOT / "deploy" / "systemd").glob("*.service")):
+        [start] = [row for row in unit.read_text().splitlines() if row.startswith("ExecStart=")]
+        argv = shlex.split(start.removeprefix("ExecStart="))
+        commands.append((f"{unit.name} ExecStart", ["birddog", *argv[1:]]))
+        assert argv[0].endswith("/bin/birddog"), unit.name
     return [(where, argv) for where, argv in commands if argv[0] == "birddog"]
 
 
@@ -86,6 +93,14 @@ def test_the_compose_services_are_wired_as_documented() -> None:
     # The worker's health check asks its own /healthz, so its port is the default one.
     port = Settings.model_fields["worker_metrics_port"].default
     assert services["worker"]["ports"] == [f"127.0.0.1:{port}:{port}"]
+
+
+def test_the_systemd_units_do_not_restart_a_configuration_error_in_a_loop() -> None:
+    """Each unit restarts on failure but not on exit status 2 (fix the configuration first)."""
+    for unit in (ROOT / "deploy" / "systemd").glob("*.service"):
+        text = unit.read_text()
+        assert "Restart=on-failure" in text, unit.name
+        assert "RestartPreventExitStatus=2" in text, unit.name
 
 
 async def test_health_answers_for_a_running_daemon_and_fails_without_one(
