@@ -583,3 +583,14 @@ async def test_static_routes_hold_release_remove() -> None:
     assert routes.remove("a") is False
     with pytest.raises(RouteNotFound):
         routes.hold("a")
+
+
+async def test_the_status_travels_with_the_result(
+    transport: HttpTransport, inbox: InboxServer
+) -> None:
+    """Every answer's HTTP status comes back with its result, for the attempt log."""
+    assert (await transport.post(make_reply())).status == 200
+    inbox.answer = lambda _: _text(500, "nope")
+    assert (await transport.post(make_reply())).status == 500
+    inbox.answer = lambda _: _text(410, "gone")
+    assert (await transport.post(make_reply())).status == 410

@@ -6,7 +6,7 @@ adapters only store what it returns.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Literal
@@ -36,9 +36,10 @@ class Accepted:
 
     Attributes:
         status: the HTTP status of the answer (None when nothing was posted: a mailbox).
+            Metadata for the attempt log: results compare equal whatever their status.
     """
 
-    status: int | None = None
+    status: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +52,7 @@ class Failed:
     """
 
     reason: str
-    status: int | None = None
+    status: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +67,7 @@ class Deferred:
 
     until: datetime
     reason: str = "deferred"
-    status: int | None = None
+    status: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,7 @@ class Rejected:
 
     reason: str
     dead_reason: DeadReason = DeadReason.REJECTED
-    status: int | None = None
+    status: int | None = field(default=None, compare=False)
 
 
 DeliveryResult = Accepted | Failed | Deferred | Rejected

@@ -14,6 +14,7 @@ import importlib.metadata
 import io
 import ssl
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import aiohttp
@@ -182,15 +183,20 @@ class HttpTransport(SessionOwner):
         if not complete and 200 <= status < 300:
             return Failed(
                 f"HTTP {status} answer body larger than {self.max_body_bytes} bytes; "
-                "an acknowledgement must be small"
+                "an acknowledgement must be small",
+                status=status,
             )
-        return classify(
-            status,
-            answer_headers,
-            answer,
-            now=self._now(),
-            max_deferral_s=self.max_deferral_s,
-            min_deferral_s=MIN_DEFERRAL_S,
+        # The status travels with the result, into the row's attempt log.
+        return replace(
+            classify(
+                status,
+                answer_headers,
+                answer,
+                now=self._now(),
+                max_deferral_s=self.max_deferral_s,
+                min_deferral_s=MIN_DEFERRAL_S,
+            ),
+            status=status,
         )
 
     async def _send(
