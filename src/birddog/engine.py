@@ -61,6 +61,7 @@ from birddog.ports import (
     Listener,
     Outbox,
     Page,
+    ParcelTransport,
     Settled,
     Transport,
     WakeBoard,
@@ -193,13 +194,17 @@ class _Done:
 
 @dataclass(eq=False, slots=True)
 class _Post:
-    """One post in flight: a row of one recipient."""
+    """One post in flight: a row of one recipient, or a batch of its rows."""
 
-    claim: _Claim
-    row: OutboxRow
+    items: list[tuple[_Claim, OutboxRow]]
     at: datetime
     started: float = field(default_factory=time.perf_counter)
     ended: float = 0.0
+
+    @property
+    def agent(self) -> str:
+        """The recipient."""
+        return self.items[0][1].agent_id
 
 
 class DeliveryEngine:
@@ -234,6 +239,7 @@ class DeliveryEngine:
         self.config = config
         self.rng = rng
         self.on_wake_latency = on_wake_latency
+        self._parcels = transport if isinstance(transport, ParcelTransport) else None
         self.flow = FlowControl(
             ceiling=config.per_recipient,
             initial=config.slow_start,
@@ -244,7 +250,9 @@ class DeliveryEngine:
         self._held = 0
         self._ready: dict[str, deque[tuple[_Claim, OutboxRow]]] = {}
         self._flying: Counter[str] = Counter()
-        self._posts: dict[asyncio.Task[DeliveryResult], _Post] = {}
+        self._flying_rows: Counter[str] = Counter()
+        self._batch: dict[str, int] = {}
+        self._posts: dict[asyncio.Task[list[DeliveryResult]], _Post] = {}
         self._cancelled: list[_Post] = []
         self._done: list[_Done] = []
         self._stale: list[tuple[_Claim, OutboxRow]] = []
@@ -463,12 +471,16 @@ class DeliveryEngine:
         return free < self.config.page_size and sum(map(len, self._ready.values())) >= free
 
     def _skip(self, now: datetime) -> frozenset[str]:
-        holding = Counter(self._flying)
+        holding = Counter(self._flying_rows)
         for agent, ready in self._ready.items():
             holding[agent] += len(ready)
         return frozenset(
-            agent for agent, count in holding.items() if count >= self.flow.hold(agent, now=now)
+            agent for agent, count in holding.items() if count >= self._hold(agent, now)
         )
+
+    def _hold(self, agent: str, now: datetime) -> int:
+        """The rows the engine may hold for ``agent``: its posts' worth, in batches if batched."""
+        return self.flow.hold(agent, now=now) * self._batch.get(agent, 1)
 
     # ------------------------------------------------------------------ admission
 
@@ -479,16 +491,26 @@ class DeliveryEngine:
         for buried in page.undecodable:
             attempt = Attempt(at=now, result="rejected", status=None, ms=0, error=buried.error)
             self._done.append(_Done(claim, buried, None, attempt))
+        whole_posts: dict[str, list[tuple[_Claim, OutboxRow]]] = {}
         for row in page.rows:
-            agent = row.recipient.agent_id
-            if page.route(agent).kind == "mailbox":
+            agent = row.agent_id
+            route = page.route(agent)
+            if route.batch_size > 1:
+                self._batch[agent] = route.batch_size
+            else:
+                self._batch.pop(agent, None)
+            if route.kind == "mailbox":
                 self._decided(claim, row, Accepted(), now, mailbox=True)
-            elif (why := unsendable(row.reply)) is not None:
+            elif (why := unsendable(row.parcel)) is not None:
                 self._decided(claim, row, Rejected(why, dead_reason=DeadReason.UNSENDABLE), now)
             elif whole:
-                self._start(claim, row)
+                whole_posts.setdefault(agent, []).append((claim, row))
             else:
                 self._ready.setdefault(agent, deque()).append((claim, row))
+        for agent, items in whole_posts.items():
+            size = self._batch.get(agent, 1)
+            for start in range(0, len(items), size):
+                self._start(items[start : start + size])
         if not whole:
             self._give_back_surplus(now)
             self._pump(now)
@@ -508,7 +530,7 @@ class DeliveryEngine:
     def _give_back_surplus(self, now: datetime) -> None:
         """Rows claimed beyond what a recipient may hold go back (at the next store)."""
         for agent, ready in self._ready.items():
-            room = max(self.flow.hold(agent, now=now) - self._flying[agent], 0)
+            room = max(self._hold(agent, now) - self._flying_rows[agent], 0)
             while len(ready) > room:
                 self._stale.append(ready.pop())
 
@@ -518,41 +540,70 @@ class DeliveryEngine:
             self._pump_agent(agent, now)
 
     def _pump_agent(self, agent: str, now: datetime) -> None:
-        """Start ``agent``'s ready rows while it has room: the moment one of its posts ends."""
+        """Start ``agent``'s ready rows while it has room: the moment one of its posts ends.
+
+        A recipient that takes batches gets a partial batch only when none of its posts is
+        out (so a lone reply waits for no one); while one is, its rows gather until a full
+        batch is ready or that post ends, as Nagle's algorithm gathers small writes.
+        """
         ready = self._ready.get(agent)
         if ready is None:
             return
         limit = self.flow.limit(agent, now=now)
+        size = self._batch.get(agent, 1)
         expired = time.monotonic() - self.config.ready_max_s
-        while ready and self._flying[agent] < limit:
-            claim, row = ready.popleft()
-            if claim.taken_at < expired:
-                self._stale.append((claim, row))
-            else:
-                self._start(claim, row)
+        while (
+            ready
+            and self._flying[agent] < limit
+            and (len(ready) >= size or not self._flying[agent])
+        ):
+            batch: list[tuple[_Claim, OutboxRow]] = []
+            while ready and len(batch) < size:
+                claim, row = ready.popleft()
+                if claim.taken_at < expired:
+                    self._stale.append((claim, row))
+                else:
+                    batch.append((claim, row))
+            if batch:
+                self._start(batch)
         if not ready:
             del self._ready[agent]
 
-    def _start(self, claim: _Claim, row: OutboxRow) -> None:
-        task = asyncio.ensure_future(self._post(row))
-        self._posts[task] = _Post(claim=claim, row=row, at=self.clock.now())
+    def _start(self, items: list[tuple[_Claim, OutboxRow]]) -> None:
+        """Post one row, or a batch of one recipient's rows, as one post."""
+        post = _Post(items=items, at=self.clock.now())
+        rows = [row for _, row in items]
+        task = asyncio.ensure_future(self._post(rows))
+        self._posts[task] = post  # the engine holds every post it started, until it ends
         task.add_done_callback(self._on_done)
-        self._flying[row.recipient.agent_id] += 1
+        self._flying[post.agent] += 1
+        self._flying_rows[post.agent] += len(items)
 
-    async def _post(self, row: OutboxRow) -> DeliveryResult:
-        """Post one row's reply; a timeout or a raise is a failure, never a crash."""
+    async def _send(self, rows: list[OutboxRow]) -> list[DeliveryResult]:
+        if self._parcels is not None:
+            # The stored JSON goes out as it is: no model on the way.
+            results = await self._parcels.post_parcels([row.parcel for row in rows])
+            if len(results) != len(rows):
+                count = f"{len(results)} results for {len(rows)} replies"
+                return [Failed(f"transport answered {count}")] * len(rows)
+            return [as_result(result) for result in results]
+        # A transport without the fast path posts each reply on its own.
+        return [as_result(await self.transport.post(row.reply)) for row in rows]
+
+    async def _post(self, rows: list[OutboxRow]) -> list[DeliveryResult]:
+        """Post one row's reply (or a batch); a timeout or a raise is a failure, never a crash."""
         timeout_s = self.config.post_timeout_s
         try:
             if timeout_s is None:
-                return as_result(await self.transport.post(row.reply))
+                return await self._send(rows)
             async with asyncio.timeout(timeout_s):
-                return as_result(await self.transport.post(row.reply))
+                return await self._send(rows)
         except TimeoutError:
-            return Failed(f"no answer within {timeout_s or 0:g} s")
+            return [Failed(f"no answer within {timeout_s or 0:g} s")] * len(rows)
         except Exception as exc:
-            return Failed(bounded_diagnostic(f"{type(exc).__name__}: {exc}"))
+            return [Failed(bounded_diagnostic(f"{type(exc).__name__}: {exc}"))] * len(rows)
 
-    def _on_done(self, task: asyncio.Task[DeliveryResult]) -> None:
+    def _on_done(self, task: asyncio.Task[list[DeliveryResult]]) -> None:
         """A post ended: note its outcome, teach flow control, start the recipient's next.
 
         Runs as the task's done callback, so a recipient's next post starts at once, even
@@ -562,19 +613,23 @@ class DeliveryEngine:
         if post is None:
             return
         seconds = time.perf_counter() - post.started
-        agent = post.row.recipient.agent_id
+        agent = post.agent
         self._flying[agent] -= 1
         if self._flying[agent] <= 0:
             del self._flying[agent]
+        self._flying_rows[agent] -= len(post.items)
+        if self._flying_rows[agent] <= 0:
+            del self._flying_rows[agent]
         if task.cancelled():
-            # Only the engine cancels a post (closing): its row goes back untouched.
+            # Only the engine cancels a post (closing): its rows go back untouched.
             self._cancelled.append(post)
             return
-        result = _task_result(task)
+        results = _task_results(task, len(post.items))
         now = self.clock.now()
-        self.flow.answered(agent, _signal(result), seconds=seconds, now=now)
-        attempt = attempt_of(result, at=post.at, seconds=seconds)
-        self._done.append(_Done(post.claim, post.row, result, attempt))
+        self.flow.answered(agent, _signal(results), seconds=seconds, now=now)
+        for (claim, row), result in zip(post.items, results, strict=True):
+            attempt = attempt_of(result, at=post.at, seconds=seconds)
+            self._done.append(_Done(claim, row, result, attempt))
         self._pump_agent(agent, now)
         self._progress.set()
 
@@ -728,10 +783,11 @@ class DeliveryEngine:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        give_back += [(post.claim, post.row) for post in self._cancelled]
+        give_back += [item for post in self._cancelled for item in post.items]
         self._cancelled.clear()
         self._posts.clear()
         self._flying.clear()
+        self._flying_rows.clear()
         report = DrainReport()
         with contextlib.suppress(Exception):
             report = await self.collect()
@@ -755,19 +811,20 @@ class DeliveryEngine:
                 await self.wake.schedule_wake(at=min(row.due_at for _, row in items))
 
 
-def _task_result(task: asyncio.Task[DeliveryResult]) -> DeliveryResult:
+def _task_results(task: asyncio.Task[list[DeliveryResult]], count: int) -> list[DeliveryResult]:
     if task.cancelled():
-        return Failed("post cancelled")
+        return [Failed("post cancelled")] * count
     error = task.exception()
     if error is not None:
-        return Failed(bounded_diagnostic(f"{type(error).__name__}: {error}"))
+        return [Failed(bounded_diagnostic(f"{type(error).__name__}: {error}"))] * count
     return task.result()
 
 
-def _signal(result: DeliveryResult) -> Signal:
-    if isinstance(result, Accepted):
+def _signal(results: list[DeliveryResult]) -> Signal:
+    # A batch the recipient took any of says it is there and answering.
+    if any(isinstance(result, Accepted) for result in results):
         return Signal.OK
-    if isinstance(result, Rejected):
+    if all(isinstance(result, Rejected) for result in results):
         return Signal.NEUTRAL
     return Signal.CONGESTED
 

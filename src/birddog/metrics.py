@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from aiohttp import web
@@ -16,11 +16,11 @@ from prometheus_client import (
     generate_latest,
 )
 
-from birddog.core.delivery import DeliveryResult, Failed
+from birddog.core.delivery import DeliveryResult, Failed, Parcel, as_result
 from birddog.core.mail import Reply
 from birddog.http.server import serve
 from birddog.mailroom import DrainReport
-from birddog.ports import Transport
+from birddog.ports import ParcelTransport, Transport
 
 
 class Registry:
@@ -176,12 +176,26 @@ class TimedTransport:
     def __init__(self, inner: Transport, histogram: Histogram) -> None:
         self.inner = inner
         self.histogram = histogram
+        self._parcels = inner if isinstance(inner, ParcelTransport) else None
 
     async def post(self, reply: Reply) -> bool | DeliveryResult:
         """Post through the inner transport, timing it."""
         start = time.perf_counter()
         try:
             return await self.inner.post(reply)
+        finally:
+            self.histogram.observe(time.perf_counter() - start)
+
+    async def post_parcels(self, parcels: Sequence[Parcel]) -> list[DeliveryResult]:
+        """Post stored replies through the inner transport (one post), timing it.
+
+        An inner transport without the fast path posts each reply on its own.
+        """
+        start = time.perf_counter()
+        try:
+            if self._parcels is not None:
+                return await self._parcels.post_parcels(parcels)
+            return [as_result(await self.inner.post(parcel.reply)) for parcel in parcels]
         finally:
             self.histogram.observe(time.perf_counter() - start)
 

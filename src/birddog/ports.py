@@ -15,6 +15,7 @@ from birddog.core.delivery import (
     Attempt,
     DeliveryResult,
     OutboxRow,
+    Parcel,
     Receipt,
     RowOutcome,
     UndecodableRow,
@@ -242,6 +243,24 @@ class Transport(Protocol):
         """Post the reply; ``True`` or :class:`Accepted` only on an explicit acknowledgement.
 
         Raising counts as a failure.
+        """
+        ...
+
+
+@runtime_checkable
+class ParcelTransport(Transport, Protocol):
+    """A transport that posts stored replies as they are: the drain's fast path.
+
+    The engine uses :meth:`post_parcels` when its transport has it (the HTTP transport
+    does), so a claimed reply's stored JSON is the POST body, never parsed into a model
+    and dumped again.
+    """
+
+    async def post_parcels(self, parcels: Sequence[Parcel]) -> list[DeliveryResult]:
+        """Post replies to one recipient; one result per parcel, in order.
+
+        One parcel is one post; several (a recipient whose route takes batches) are one
+        post of a batch.
         """
         ...
 

@@ -124,6 +124,9 @@ class Settings(BaseSettings):
     )
     log_format: Literal["auto", "json", "console"] = Field("auto", description="Log renderer.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("info")
+    event_loop: Literal["auto", "uvloop", "asyncio"] = Field(
+        "auto", description="The drain daemon's event loop; auto: uvloop when installed."
+    )
     worker_concurrency: int = Field(4, ge=1, description="Jobs a worker runs at once.")
     handler_timeout_s: float = Field(900.0, gt=0, description="A handler running longer is cut.")
     kill_grace_s: float = Field(

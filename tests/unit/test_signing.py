@@ -99,3 +99,25 @@ def test_verify_accepts_any_v1_signature_of_the_list() -> None:
     assert not signing.verify([key], msg_id="m", timestamp=10, body=BODY, signatures=other)
     assert not signing.verify([key], msg_id="m", timestamp=11, body=BODY, signatures=good)
     assert not signing.verify([key], msg_id="n", timestamp=10, body=BODY, signatures=good)
+
+
+def test_a_prepared_signer_signs_as_the_reference_library_verifies() -> None:
+    """A Signer (keys decoded once) gives headers the reference verifier accepts, per secret."""
+    old, new = signing.generate_secret(), signing.generate_secret()
+    signer = signing.Signer([new, old])
+    now = int(time.time())
+    headers = signer.headers(msg_id="outbox:mail-1:reply:0", timestamp=now, body=BODY)
+    assert headers == signing.headers(
+        [new, old], msg_id="outbox:mail-1:reply:0", timestamp=now, body=BODY
+    )
+    for secret in (old, new):
+        assert Webhook(secret).verify(BODY, headers)["key"] == "outbox:mail-1:reply:0"
+    again = signer.headers(msg_id="m", timestamp=now, body=b"{}")
+    assert Webhook(new).verify(b"{}", again) == {}
+
+
+def test_a_signer_refuses_an_undecodable_secret_without_echoing_it() -> None:
+    """A Signer over a secret that is not base64 raises InvalidSecret naming no secret."""
+    with pytest.raises(InvalidSecret) as caught:
+        signing.Signer(["whsec_not*base64"])
+    assert "not*base64" not in str(caught.value)

@@ -23,6 +23,7 @@ from birddog.core.duration import parse_duration
 from birddog.core.errors import BirdDogError, DatabaseRefused, InvalidInput, InvalidSetting
 from birddog.display import dump_json, render_table
 from birddog.logs import configure, renders_json
+from birddog.runtime import event_loop_factory
 from birddog.settings import Settings
 
 if TYPE_CHECKING:
@@ -166,18 +167,27 @@ def announcer(ctx: click.Context) -> Callable[[str], None]:
     return notice
 
 
-def run(coro: Coroutine[Any, Any, T]) -> T:
+def run(coro: Coroutine[Any, Any, T], *, resident: Settings | None = None) -> T:
     """Run ``coro`` to completion, turning BirdDog's errors into one line on stderr.
 
     A :class:`DatabaseRefused` or :class:`InvalidSetting` exits 2 (fix the
     configuration); any other :class:`BirdDogError` exits 1, and so does a statement the
     database refused (a missing grant, say), with the server's reason instead of a
     traceback.
+
+    Args:
+        coro: what to run.
+        resident: for the drain daemon, its settings: it runs on the event loop
+            ``BIRDDOG_EVENT_LOOP`` names (uvloop when installed). Other commands, the
+            worker included (its handlers may start process groups, which only the
+            standard library's loop supports), run on the standard library's.
     """
     from asyncpg import PostgresError  # noqa: PLC0415 - keeps --help fast
 
     try:
-        return asyncio.run(coro)
+        factory = event_loop_factory(resident.event_loop) if resident is not None else None
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(coro)
     except (DatabaseRefused, InvalidSetting) as exc:
         raise ConfigurationError(str(exc)) from exc
     except BirdDogError as exc:

@@ -38,8 +38,8 @@ def run_command(ctx: click.Context, once: bool, migrate_first: bool) -> None:
     quiet_until_started()
     from birddog.bootstrap import run_daemon  # noqa: PLC0415
 
+    settings = settings_of(ctx)
     run(
-        run_daemon(
-            settings_of(ctx), once=once, migrate_first=migrate_first, announce=announcer(ctx)
-        )
+        run_daemon(settings, once=once, migrate_first=migrate_first, announce=announcer(ctx)),
+        resident=settings,
     )

@@ -10,6 +10,20 @@ from birddog.cli import main, with_stack
 from birddog.core.duration import parse_duration
 from birddog.core.egress import shown_url
 from birddog.core.errors import InvalidInput
+from birddog.ports import Route
+
+BATCH_HELP = (
+    "Put up to N due replies in one signed POST, acknowledged per key (1 to 1000; "
+    "1: one reply per POST). The recipient must take batches: see the README."
+)
+
+
+def _batched(route: Route, prefix: str = ", ") -> str:
+    """``, batches of N`` for a batching route, nothing otherwise."""
+    if route.batch_size <= 1:
+        return ""
+    close = ")" if prefix.endswith("(") else ""
+    return f"{prefix}batches of {route.batch_size}{close}"
 
 
 @main.group()
@@ -27,6 +41,7 @@ def route() -> None:
 )
 @click.option("--secret", default=None, help="whsec_... signing secret; generated when unset.")
 @click.option("--held", is_flag=True, help="Add it held (replies wait until released).")
+@click.option("--batch", "batch_size", type=int, default=1, show_default=True, help=BATCH_HELP)
 @click.pass_context
 def route_add(
     ctx: click.Context,
@@ -35,19 +50,25 @@ def route_add(
     mailbox: bool,
     secret: str | None,
     held: bool,
+    batch_size: int,
 ) -> None:
     """Route AGENT_ID's replies to URL (prints the signing secret once), or to its --mailbox."""
     state = "held" if held else "enabled"
     if mailbox:
-        if url is not None or secret is not None:
-            raise click.UsageError("a --mailbox route takes no URL and no --secret")
+        if url is not None or secret is not None or batch_size != 1:
+            raise click.UsageError("a --mailbox route takes no URL, no --secret and no --batch")
         with_stack(ctx, lambda s: s.routes.add(agent_id, enabled=not held, kind="mailbox"))
         click.echo(f"route {agent_id} -> mailbox ({state}); read it with: birddog inbox {agent_id}")
         return
     if url is None:
         raise click.UsageError("give the inbox URL, or --mailbox")
-    added = with_stack(ctx, lambda s: s.routes.add(agent_id, url, secret=secret, enabled=not held))
-    click.echo(f"route {added.agent_id} -> {shown_url(added.url)} ({state})")
+    added = with_stack(
+        ctx,
+        lambda s: s.routes.add(
+            agent_id, url, secret=secret, enabled=not held, batch_size=batch_size
+        ),
+    )
+    click.echo(f"route {added.agent_id} -> {shown_url(added.url)} ({state}{_batched(added)})")
     click.echo(f"signing secret: {added.secret}")
 
 
@@ -55,13 +76,19 @@ def route_add(
 @click.argument("agent_id")
 @click.option("--url", default=None, help="The new inbox URL.")
 @click.option("--secret", default=None, help="The new whsec_... signing secret.")
+@click.option("--batch", "batch_size", type=int, default=None, help=BATCH_HELP)
 @click.pass_context
-def route_update(ctx: click.Context, agent_id: str, url: str | None, secret: str | None) -> None:
-    """Change AGENT_ID's inbox URL or signing secret."""
-    if url is None and secret is None:
-        raise click.UsageError("nothing to change: give --url, --secret or both")
-    updated = with_stack(ctx, lambda s: s.routes.update(agent_id, url=url, secret=secret))
-    click.echo(f"route {updated.agent_id} -> {shown_url(updated.url)}")
+def route_update(
+    ctx: click.Context, agent_id: str, url: str | None, secret: str | None, batch_size: int | None
+) -> None:
+    """Change AGENT_ID's inbox URL, signing secret or batch size."""
+    if url is None and secret is None and batch_size is None:
+        raise click.UsageError("nothing to change: give --url, --secret or --batch")
+    updated = with_stack(
+        ctx,
+        lambda s: s.routes.update(agent_id, url=url, secret=secret, batch_size=batch_size),
+    )
+    click.echo(f"route {updated.agent_id} -> {shown_url(updated.url)}{_batched(updated, ' (')}")
 
 
 def _overlap(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
@@ -103,15 +130,22 @@ def route_list(ctx: click.Context, as_json: bool) -> None:
     """List routes (secrets, URL passwords and query strings are never shown)."""
     routes = with_stack(ctx, lambda s: s.routes.list())
     rows = [
-        {"agentId": r.agent_id, "kind": r.kind, "url": shown_url(r.url), "enabled": r.enabled}
+        {
+            "agentId": r.agent_id,
+            "kind": r.kind,
+            "url": shown_url(r.url),
+            "enabled": r.enabled,
+            "batchSize": r.batch_size,
+        }
         for r in routes
     ]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
-    for row in rows:
+    for row, r in zip(rows, routes, strict=True):
         where = row["url"] if row["kind"] == "http" else f"({row['kind']})"
-        click.echo(f"{row['agentId']}\t{'enabled' if row['enabled'] else 'HELD'}\t{where}")
+        state = "enabled" if row["enabled"] else "HELD"
+        click.echo(f"{row['agentId']}\t{state}\t{where}{_batched(r, chr(9))}")
 
 
 @route.command("hold")

@@ -116,13 +116,92 @@ class RowState(StrEnum):
     DEAD = "dead"
 
 
-@dataclass(frozen=True, slots=True)
+class Parcel:
+    """One reply as it travels: the facts the drain needs, and its JSON body as stored.
+
+    The body is posted as is, so a claimed reply is never parsed into a model and dumped
+    again on the way out; the model is parsed only when something asks for it
+    (:attr:`reply`: alerts, fakes, tests), then kept.
+
+    Args:
+        key: the reply key (the ``webhook-id``).
+        agent_id: the recipient agent id.
+        session_id: the recipient session id.
+        command_id: the command the reply answers.
+        outcome: how the job settled.
+        body: the reply's JSON, as stored (UTF-8).
+        reply: the model, when the caller has it already.
+    """
+
+    __slots__ = ("_reply", "agent_id", "body", "command_id", "key", "outcome", "session_id")
+
+    def __init__(
+        self,
+        *,
+        key: str,
+        agent_id: str,
+        session_id: str,
+        command_id: str,
+        outcome: Outcome,
+        body: bytes,
+        reply: Reply | None = None,
+    ) -> None:
+        self.key = key
+        self.agent_id = agent_id
+        self.session_id = session_id
+        self.command_id = command_id
+        self.outcome = outcome
+        self.body = body
+        self._reply = reply
+
+    @classmethod
+    def of(cls, reply: Reply) -> Parcel:
+        """The parcel of a reply model (its body: the model's JSON)."""
+        return cls(
+            key=reply.key,
+            agent_id=reply.to.agent_id,
+            session_id=reply.to.session_id,
+            command_id=reply.reply.command_id,
+            outcome=reply.reply.outcome,
+            body=reply.model_dump_json().encode(),
+            reply=reply,
+        )
+
+    @property
+    def reply(self) -> Reply:
+        """The reply model, parsed from the body on first use (fields it does not know dropped).
+
+        Raises:
+            InvalidInput: the body is not a valid reply.
+        """
+        if self._reply is None:
+            self._reply = Reply.model_validate_json(self.body, extra="ignore")
+        return self._reply
+
+    def __eq__(self, other: object) -> bool:
+        # Two parcels are the same reply whatever the spelling of their JSON (a stored
+        # body's key order and spacing are the database's).
+        if not isinstance(other, Parcel):
+            return NotImplemented
+        return self.body == other.body or self.reply == other.reply
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        return f"Parcel(key={self.key!r}, agent_id={self.agent_id!r}, {len(self.body)} bytes)"
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class OutboxRow:
     """A reply in the outbox, with everything an operator needs to see about it.
 
+    Built from a reply model (``reply=``) or, on the drain's hot path, from a
+    :class:`Parcel` (``parcel=``: the stored JSON, never parsed into a model).
+
     Attributes:
         key: the reply key, ``outbox:<mail key>:reply:<index>``.
-        reply: the reply to deliver.
+        parcel: the reply to deliver: its facts and its JSON body.
         state: pending or dead.
         attempts: attempts that counted (failures and the final answer), not deferrals.
         deferrals: transient refusals that moved the row without a strike.
@@ -133,31 +212,112 @@ class OutboxRow:
     """
 
     key: str
-    reply: Reply
+    parcel: Parcel
     state: RowState
     attempts: int
     deferrals: int
     due_at: datetime
     created_at: datetime
-    last_error: str | None = None
-    dead_reason: DeadReason | None = None
+    last_error: str | None
+    dead_reason: DeadReason | None
+
+    def __init__(
+        self,
+        *,
+        key: str,
+        state: RowState,
+        attempts: int,
+        deferrals: int,
+        due_at: datetime,
+        created_at: datetime,
+        last_error: str | None = None,
+        dead_reason: DeadReason | None = None,
+        reply: Reply | None = None,
+        parcel: Parcel | None = None,
+    ) -> None:
+        if parcel is None:
+            if reply is None:
+                raise TypeError("an outbox row needs its reply or its parcel")
+            parcel = Parcel.of(reply)
+        # Frozen: the fields are set once, here (dataclasses.replace comes through too).
+        set_ = object.__setattr__
+        set_(self, "key", key)
+        set_(self, "parcel", parcel)
+        set_(self, "state", state)
+        set_(self, "attempts", attempts)
+        set_(self, "deferrals", deferrals)
+        set_(self, "due_at", due_at)
+        set_(self, "created_at", created_at)
+        set_(self, "last_error", last_error)
+        set_(self, "dead_reason", dead_reason)
+
+    @property
+    def reply(self) -> Reply:
+        """The reply to deliver, as a model (parsed from the parcel on first use)."""
+        return self.parcel.reply
+
+    @property
+    def agent_id(self) -> str:
+        """The recipient agent id."""
+        return self.parcel.agent_id
 
     @property
     def recipient(self) -> AgentAddress:
         """The address the reply goes to."""
-        return self.reply.to
+        return AgentAddress(agent_id=self.parcel.agent_id, session_id=self.parcel.session_id)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Receipt:
-    """The compact proof that a reply was delivered; kept under the reply's key forever."""
+    """The compact proof that a reply was delivered; kept under the reply's key forever.
+
+    Attributes:
+        key: the reply key.
+        delivered_at: when the recipient accepted it.
+        attempts: attempts it took, the accepted one included.
+        agent_id: the recipient agent id.
+        session_id: the recipient session id.
+        command_id: the command the reply answered.
+        outcome: how that job settled.
+    """
 
     key: str
     delivered_at: datetime
     attempts: int
-    recipient: AgentAddress
+    agent_id: str
+    session_id: str
     command_id: str
     outcome: Outcome
+
+    def __init__(
+        self,
+        *,
+        key: str,
+        delivered_at: datetime,
+        attempts: int,
+        command_id: str,
+        outcome: Outcome,
+        recipient: AgentAddress | None = None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        if recipient is not None:
+            agent_id, session_id = recipient.agent_id, recipient.session_id
+        if agent_id is None or session_id is None:
+            raise TypeError("a receipt needs its recipient")
+        set_ = object.__setattr__
+        set_(self, "key", key)
+        set_(self, "delivered_at", delivered_at)
+        set_(self, "attempts", attempts)
+        set_(self, "agent_id", agent_id)
+        set_(self, "session_id", session_id)
+        set_(self, "command_id", command_id)
+        set_(self, "outcome", outcome)
+
+    @property
+    def recipient(self) -> AgentAddress:
+        """The address the reply went to."""
+        return AgentAddress(agent_id=self.agent_id, session_id=self.session_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +413,7 @@ def attempt_of(result: DeliveryResult, *, at: datetime, seconds: float) -> Attem
     )
 
 
-def unsendable(reply: Reply) -> str | None:
+def unsendable(reply: Reply | Parcel) -> str | None:
     """Why a reply cannot travel as a signed HTTP post, or None when it can.
 
     Its key is the ``webhook-id`` header, so it must hold no control or format character
@@ -261,7 +421,7 @@ def unsendable(reply: Reply) -> str | None:
     computed over the key, would never verify).
 
     Args:
-        reply: the reply about to be posted.
+        reply: the reply (or its parcel) about to be posted.
 
     Returns:
         The reason, or None.
@@ -312,13 +472,15 @@ def decide(
         A receipt when accepted; otherwise the row, rescheduled, deferred or dead.
     """
     if isinstance(result, Accepted):
+        parcel = row.parcel
         return Receipt(
             key=row.key,
             delivered_at=now,
             attempts=row.attempts + 1,
-            recipient=row.reply.to,
-            command_id=row.reply.reply.command_id,
-            outcome=row.reply.reply.outcome,
+            agent_id=parcel.agent_id,
+            session_id=parcel.session_id,
+            command_id=parcel.command_id,
+            outcome=parcel.outcome,
         )
     if isinstance(result, Rejected):
         return _dead(row, result.dead_reason, result.reason, attempts=row.attempts + 1)

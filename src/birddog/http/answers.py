@@ -8,12 +8,14 @@ strike, ``410 Gone`` dies at once, and everything else is a failure that costs a
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from http import HTTPStatus
 
+import orjson
+
+from birddog.core.batch import batch_results, spread
 from birddog.core.delivery import (
     Accepted,
     DeadReason,
@@ -84,20 +86,74 @@ def classify(
     return Failed(_reason(head, body))
 
 
+def classify_batch(
+    status: int,
+    headers: Mapping[str, str],
+    body: bytes | None,
+    keys: Sequence[str],
+    *,
+    now: datetime,
+    max_deferral_s: float,
+    min_deferral_s: float = MIN_DEFERRAL_S,
+) -> list[DeliveryResult]:
+    """Classify one HTTP answer to a posted batch: one result per reply.
+
+    A 2xx JSON object without an error acknowledges per key
+    (:func:`~birddog.core.batch.batch_results`: ``"accepted": true`` takes all, a list
+    takes the keys it names, every other reply failed); any other answer means for every
+    reply what it means for one (:func:`classify`): a deferral moves the whole batch.
+
+    Args:
+        status: the response status code.
+        headers: the response headers.
+        body: the response body (bounded by the caller), or None.
+        keys: the batch's reply keys, in the order posted.
+        now: the time the answer came, for ``Retry-After``.
+        max_deferral_s: the longest a ``Retry-After`` may defer the batch.
+        min_deferral_s: the shortest deferral.
+
+    Returns:
+        One result per key, in order.
+    """
+    if not 200 <= status < 300:
+        result = classify(
+            status,
+            headers,
+            body,
+            now=now,
+            max_deferral_s=max_deferral_s,
+            min_deferral_s=min_deferral_s,
+        )
+        return spread(result, len(keys))
+    head = _status_line(status)
+    answer = _answer_object(head, body)
+    if not isinstance(answer, dict):
+        return spread(answer, len(keys))
+    return batch_results(keys, answer.get("accepted"), status=status, head=head)
+
+
 def _acknowledgement(head: str, body: bytes | None) -> DeliveryResult:
+    answer = _answer_object(head, body)
+    if not isinstance(answer, dict):
+        return answer
+    if answer.get("accepted") is True:
+        return Accepted()
+    return Failed(_reason(f'{head} without "accepted": true', body))
+
+
+def _answer_object(head: str, body: bytes | None) -> dict[str, object] | Failed:
+    """A 2xx body as a JSON object without an error, or the failure it is instead."""
     if not body or not body.strip():
         return Failed(f'{head} with an empty body, not {{"accepted": true}}')
     try:
-        answer = json.loads(body)
-    except ValueError:  # JSONDecodeError and UnicodeDecodeError alike
+        answer = orjson.loads(body)
+    except orjson.JSONDecodeError:  # invalid UTF-8 too
         return Failed(_reason(f"{head} with a non-JSON body", body))
     if not isinstance(answer, dict):
         return Failed(_reason(f"{head} with JSON that is not an object", body))
     if _error_shaped(answer):
         return Failed(_reason(f"{head} with an error body", body))
-    if answer.get("accepted") is True:
-        return Accepted()
-    return Failed(_reason(f'{head} without "accepted": true', body))
+    return answer
 
 
 def _error_shaped(answer: dict[str, object]) -> bool:

@@ -32,6 +32,7 @@ import structlog
 from aiohttp import web
 
 from birddog.clock import SystemClock
+from birddog.core.batch import BATCH_ID_PREFIX, batch_id
 from birddog.core.errors import (
     InboxRefused,
     InvalidInput,
@@ -145,11 +146,7 @@ class Inbox:
             MalformedReply: the body is not a BirdDog reply, or its key is not the
                 ``webhook-id``.
         """
-        msg_id, timestamp, signatures = self.check_headers(headers)
-        if not signing.verify(
-            self._keys, msg_id=msg_id, timestamp=timestamp, body=body, signatures=signatures
-        ):
-            raise InvalidSignature("no webhook-signature matches this inbox's secret")
+        msg_id = self._verified(headers, body)
         try:
             # The TypeScript shape (no inReplyTo) and unknown fields are read, not refused.
             reply = reply_from_wire(pydantic_core.from_json(body))
@@ -158,6 +155,60 @@ class Inbox:
         if reply.key != msg_id:
             raise MalformedReply("webhook-id is not the reply key")
         return Received(reply=reply, duplicate=self.seen(msg_id))
+
+    def receive_batch(
+        self, headers: Mapping[str, str], body: bytes
+    ) -> list[Received | MalformedReply]:
+        """Verify one batched delivery and parse each of its replies.
+
+        A batch is ``{"replies": [...]}`` under one signature, its ``webhook-id`` being
+        ``batch:`` and the hash of its sorted keys (:func:`birddog.core.batch.batch_id`).
+
+        Args:
+            headers: the request headers; names are matched case-insensitively.
+            body: the exact request body bytes.
+
+        Returns:
+            One entry per reply, in order: the reply and whether it is a duplicate, or why
+            that one reply is malformed (the others stand).
+
+        Raises:
+            InvalidSignature: as for :meth:`receive`.
+            StaleTimestamp: as for :meth:`receive`.
+            MalformedReply: the body is not a batch, or its keys do not make its
+                ``webhook-id``.
+        """
+        msg_id = self._verified(headers, body)
+        try:
+            data = pydantic_core.from_json(body)
+        except ValueError as exc:
+            raise MalformedReply(f"body is not JSON: {exc}") from exc
+        entries = data.get("replies") if isinstance(data, dict) else None
+        if not isinstance(entries, list):
+            raise MalformedReply('body is not a batch: {"replies": [...]}')
+        keys = [entry.get("key") if isinstance(entry, dict) else None for entry in entries]
+        if not all(isinstance(key, str) for key in keys):
+            raise MalformedReply("a reply of the batch has no key")
+        if batch_id([str(key) for key in keys]) != msg_id:
+            raise MalformedReply("webhook-id is not the batch id of the replies' keys")
+        received: list[Received | MalformedReply] = []
+        for entry in entries:
+            try:
+                reply = reply_from_wire(entry)
+            except InvalidInput as exc:
+                received.append(MalformedReply(f"reply {entry['key']!r} is malformed: {exc}"))
+                continue
+            received.append(Received(reply=reply, duplicate=self.seen(reply.key)))
+        return received
+
+    def _verified(self, headers: Mapping[str, str], body: bytes) -> str:
+        """The ``webhook-id`` of a delivery whose headers, timestamp and signature pass."""
+        msg_id, timestamp, signatures = self.check_headers(headers)
+        if not signing.verify(
+            self._keys, msg_id=msg_id, timestamp=timestamp, body=body, signatures=signatures
+        ):
+            raise InvalidSignature("no webhook-signature matches this inbox's secret")
+        return msg_id
 
     def check_headers(self, headers: Mapping[str, str]) -> tuple[str, int, str]:
         """Check what can be checked before the body is read: the headers and the time.
@@ -271,7 +322,11 @@ BirdDog's 1 MiB content limit raises it: JSON escaping and the envelope add to t
 
 
 def aiohttp_handler(
-    inbox: Inbox, on_reply: ReplyHandler, *, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    inbox: Inbox,
+    on_reply: ReplyHandler,
+    *,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    batches: bool = False,
 ) -> Callable[[web.Request], Awaitable[web.Response]]:
     """An aiohttp request handler that receives BirdDog replies.
 
@@ -290,6 +345,13 @@ def aiohttp_handler(
 
     Every refusal has ``{"accepted": false, "error": "<reason>"}`` as its body.
 
+    With ``batches=True`` (for a route added with ``--batch N``), a delivery whose
+    ``webhook-id`` starts with ``batch:`` is a batch (:meth:`Inbox.receive_batch`):
+    ``on_reply`` is called for each new reply in turn, and the answer is
+    ``200 {"accepted": [<the keys taken>]}``, duplicates included; a reply that is
+    malformed, or whose ``on_reply`` raised, is left out, so BirdDog retries that one
+    alone. Single replies are still answered as above.
+
     The handler reads the body itself, bounded by ``max_body_bytes`` and only once the
     headers and the timestamp passed, so the application's ``client_max_size`` does not
     apply to it.
@@ -298,7 +360,8 @@ def aiohttp_handler(
         inbox: verifies and deduplicates.
         on_reply: handles one new reply; it should return only once the reply is stored.
         max_body_bytes: the largest request body read (default 1 MiB; raise it to take
-            replies whose content is close to 1 MiB).
+            replies whose content is close to 1 MiB, or batches of many replies).
+        batches: also take batched deliveries.
 
     Returns:
         The handler, for ``app.router.add_post(path, handler)``.
@@ -314,6 +377,10 @@ def aiohttp_handler(
         body = await _read_bounded(request, max_body_bytes)
         if body is None:
             return _refusal(413, f"body larger than {max_body_bytes} bytes")
+        if batches and (header(request.headers, signing.ID_HEADER) or "").startswith(
+            BATCH_ID_PREFIX
+        ):
+            return await take_batch(request.headers, body)
         try:
             received = inbox.receive(request.headers, body)
         except (InvalidSignature, StaleTimestamp) as exc:
@@ -322,14 +389,23 @@ def aiohttp_handler(
         except InboxRefused as exc:
             log.warning("inbox_refused", reason=type(exc).__name__)
             return _refusal(400, exc)
-        key = received.webhook_id
+        taken = await take(received.reply)
+        if isinstance(taken, web.Response):
+            return taken
+        return web.json_response(
+            {"accepted": True, "duplicate": True} if taken else {"accepted": True}
+        )
+
+    async def take(reply: Reply) -> bool | web.Response:
+        """Hand one reply to ``on_reply`` once: True for a duplicate, False when taken now."""
+        key = reply.key
         while not inbox.seen(key) and key in in_flight:
             await in_flight[key].wait()
         if inbox.seen(key):
-            return web.json_response({"accepted": True, "duplicate": True})
+            return True
         done = in_flight[key] = asyncio.Event()
         try:
-            await on_reply(received.reply)
+            await on_reply(reply)
         except InboxRefused as exc:
             log.warning("inbox_refused", key=key, reason=type(exc).__name__)
             return _refusal(400, exc)
@@ -343,7 +419,22 @@ def aiohttp_handler(
         finally:
             del in_flight[key]
             done.set()
-        return web.json_response({"accepted": True})
+        return False
+
+    async def take_batch(headers: Mapping[str, str], body: bytes) -> web.Response:
+        try:
+            entries = inbox.receive_batch(headers, body)
+        except InboxRefused as exc:
+            log.warning("inbox_refused", reason=type(exc).__name__)
+            unsigned = isinstance(exc, InvalidSignature | StaleTimestamp)
+            return _refusal(401 if unsigned else 400, exc)
+        accepted: list[str] = []
+        for entry in entries:
+            if isinstance(entry, MalformedReply):
+                log.warning("inbox_refused", reason=type(entry).__name__)
+            elif not isinstance(await take(entry.reply), web.Response):
+                accepted.append(entry.reply.key)
+        return web.json_response({"accepted": accepted})
 
     return handle
 

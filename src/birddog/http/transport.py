@@ -13,7 +13,7 @@ import asyncio
 import importlib.metadata
 import io
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -22,19 +22,23 @@ import yarl
 from aiohttp.abc import AbstractResolver
 
 from birddog.clock import SystemClock
-from birddog.core.delivery import DeadReason, Deferred, DeliveryResult, Failed, Rejected
+from birddog.core.batch import batch_body, batch_id, spread
+from birddog.core.delivery import DeadReason, Deferred, DeliveryResult, Failed, Parcel, Rejected
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.egress import EgressPolicy, redact_urls_in
 from birddog.core.errors import InvalidSecret, SecretUnreadable
 from birddog.core.mail import Reply
 from birddog.http import signing
-from birddog.http.answers import MIN_DEFERRAL_S, classify
+from birddog.http.answers import MIN_DEFERRAL_S, classify, classify_batch
 from birddog.http.client import SessionOwner
 from birddog.http.egress import egress_connector, egress_refusal
 from birddog.ports import Clock, Route, RouteBook
 
 HELD_RECHECK_S = 60.0
 """A reply to a held recipient that slipped through the claim is deferred this long."""
+
+SIGNERS_KEPT = 4096
+"""Signers (decoded keys) kept per set of route secrets before the cache starts again."""
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 
@@ -114,6 +118,7 @@ class HttpTransport(SessionOwner):
         self.proxy = proxy
         self.resolver = resolver
         self._session: aiohttp.ClientSession | None = None
+        self._signers: dict[tuple[str, ...], signing.Signer] = {}
 
     async def post(self, reply: Reply) -> DeliveryResult:
         """Post one reply to its recipient and classify the answer.
@@ -127,7 +132,77 @@ class HttpTransport(SessionOwner):
             that is not http(s), or 410 Gone; Failed for everything else, with a bounded,
             redacted reason.
         """
-        agent_id = reply.to.agent_id
+        [result] = await self.post_parcels([Parcel.of(reply)])
+        return result
+
+    async def post_parcels(self, parcels: Sequence[Parcel]) -> list[DeliveryResult]:
+        """Post stored replies to their recipient as they are, and classify the answer.
+
+        The parcels' JSON bodies are sent unchanged (the drain's fast path: no model is
+        built and dumped again). One parcel is one post, exactly as :meth:`post`.
+
+        Args:
+            parcels: replies to one recipient (the first one's agent id names it).
+
+        Returns:
+            One result per parcel, in order (see :meth:`post`).
+        """
+        if not parcels:
+            return []
+        agent_id = parcels[0].agent_id
+        route_or_result = await self._route(agent_id)
+        if not isinstance(route_or_result, tuple):
+            return [route_or_result] * len(parcels)
+        route, url = route_or_result
+        now = self._now()
+        try:
+            signer = self._signer(route, now)
+        except InvalidSecret:
+            # An operator can fix the route, so this is a strike rather than a death.
+            failed = Failed(bounded_diagnostic(f"route secret for agent {agent_id} is invalid"))
+            return [failed] * len(parcels)
+        batched = route.batch_size > 1 or len(parcels) > 1
+        keys = [parcel.key for parcel in parcels]
+        if batched:
+            body = batch_body([parcel.body for parcel in parcels])
+            msg_id = batch_id(keys)
+        else:
+            body, msg_id = parcels[0].body, keys[0]
+        headers = signer.headers(msg_id=msg_id, timestamp=int(now.timestamp()), body=body)
+        headers["content-type"] = "application/json"
+        headers["user-agent"] = self.user_agent
+        # A batch's acknowledgement may list every key: it may be that much larger.
+        limit = self.max_body_bytes + (sum(len(key) + 8 for key in keys) if batched else 0)
+        answer = await self._exchange(agent_id, url, body, headers, limit=limit)
+        if not isinstance(answer, tuple):
+            return spread(answer, len(parcels))
+        status, answer_headers, answer_body = answer
+        if batched:
+            results = classify_batch(
+                status,
+                answer_headers,
+                answer_body,
+                keys,
+                now=self._now(),
+                max_deferral_s=self.max_deferral_s,
+                min_deferral_s=MIN_DEFERRAL_S,
+            )
+        else:
+            results = [
+                classify(
+                    status,
+                    answer_headers,
+                    answer_body,
+                    now=self._now(),
+                    max_deferral_s=self.max_deferral_s,
+                    min_deferral_s=MIN_DEFERRAL_S,
+                )
+            ]
+        # The status travels with each result, into the rows' attempt logs.
+        return [replace(result, status=status) for result in results]
+
+    async def _route(self, agent_id: str) -> tuple[Route, yarl.URL] | DeliveryResult:
+        """The recipient's route and inbox URL, or what a post to it comes to without one."""
         try:
             route = await self.routes.route(agent_id)
         except SecretUnreadable as exc:
@@ -148,26 +223,29 @@ class HttpTransport(SessionOwner):
             return url
         if route.secret is None:
             return Failed(bounded_diagnostic(f"route for agent {agent_id} has no secret"))
-        body = reply.model_dump_json().encode()
-        now = self._now()
-        try:
-            signed = signing.headers(
-                route.signing_secrets(now),
-                msg_id=reply.key,
-                timestamp=int(now.timestamp()),
-                body=body,
-            )
-        except InvalidSecret:
-            # An operator can fix the route, so this is a strike rather than a death.
-            return Failed(bounded_diagnostic(f"route secret for agent {agent_id} is invalid"))
-        headers = {
-            **signed,
-            "content-type": "application/json",
-            "user-agent": self.user_agent,
-        }
+        return route, url
+
+    def _signer(self, route: Route, now: datetime) -> signing.Signer:
+        """The signer for the route's secrets at ``now``, their keys decoded once."""
+        secrets = tuple(route.signing_secrets(now))
+        signer = self._signers.get(secrets)
+        if signer is None:
+            signer = signing.Signer(secrets)
+            if len(self._signers) >= SIGNERS_KEPT:
+                # Rotated-out secrets must not pile up in memory.
+                self._signers.clear()
+            self._signers[secrets] = signer
+        return signer
+
+    async def _exchange(
+        self, agent_id: str, url: yarl.URL, body: bytes, headers: Mapping[str, str], *, limit: int
+    ) -> tuple[int, Mapping[str, str], bytes] | DeliveryResult:
+        """Send one signed body: the answer's status, headers and body, or the failure."""
         try:
             async with asyncio.timeout(self.timeout_s):
-                status, answer_headers, answer, complete = await self._send(url, body, headers)
+                status, answer_headers, answer, complete = await self._send(
+                    url, body, headers, limit=limit
+                )
         except TimeoutError:
             return Failed(f"no answer within {self.timeout_s:g} s; request cancelled")
         except aiohttp.InvalidURL:
@@ -182,27 +260,16 @@ class HttpTransport(SessionOwner):
             return Failed(_connection_reason(exc))
         if not complete and 200 <= status < 300:
             return Failed(
-                f"HTTP {status} answer body larger than {self.max_body_bytes} bytes; "
+                f"HTTP {status} answer body larger than {limit} bytes; "
                 "an acknowledgement must be small",
                 status=status,
             )
-        # The status travels with the result, into the row's attempt log.
-        return replace(
-            classify(
-                status,
-                answer_headers,
-                answer,
-                now=self._now(),
-                max_deferral_s=self.max_deferral_s,
-                min_deferral_s=MIN_DEFERRAL_S,
-            ),
-            status=status,
-        )
+        return status, answer_headers, answer
 
     async def _send(
-        self, url: yarl.URL, body: bytes, headers: Mapping[str, str]
+        self, url: yarl.URL, body: bytes, headers: Mapping[str, str], *, limit: int
     ) -> tuple[int, Mapping[str, str], bytes, bool]:
-        """POST and read at most ``max_body_bytes`` of the answer.
+        """POST and read at most ``limit`` bytes of the answer.
 
         Returns:
             The status, the headers, the body read, and whether it was read completely.
@@ -214,7 +281,6 @@ class HttpTransport(SessionOwner):
         async with session.post(
             url, data=data, headers=headers, allow_redirects=False, proxy=self.proxy
         ) as resp:
-            limit = self.max_body_bytes
             if resp.content_length is not None and resp.content_length > limit:
                 chunks = [await resp.content.read(limit)]
                 complete = False

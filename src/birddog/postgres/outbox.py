@@ -12,7 +12,6 @@ Row <-> model mapping lives here, not on the models.
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
@@ -20,11 +19,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, LiteralString
 
 import asyncpg
+import orjson
 
 from birddog.core.delivery import (
     Attempt,
     DeadReason,
     OutboxRow,
+    Parcel,
     Receipt,
     RowOutcome,
     RowState,
@@ -32,7 +33,9 @@ from birddog.core.delivery import (
 )
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import InvalidInput
-from birddog.core.mail import AgentAddress, Outcome, Reply
+from birddog.core.mail import Outcome, Reply
+from birddog.core.model import ID_MAX_LENGTH, KEY_MAX_LENGTH
+from birddog.core.text import first_control
 from birddog.ports import Page, RouteHint, Settled, settled
 from birddog.postgres.pool import Connection, Pool, store_errors
 from birddog.postgres.sql import queries
@@ -43,6 +46,7 @@ __all__ = [
     "attempt_entry",
     "decode_claimed",
     "insert_rows",
+    "parcel_from_json",
     "receipt_from_record",
     "row_from_record",
 ]
@@ -71,14 +75,15 @@ async def insert_rows(conn: Connection, rows: Sequence[OutboxRow]) -> list[str]:
         return []
     columns: list[list[Any]] = [[] for _ in range(14)]
     for row in rows:
+        parcel = row.parcel
         values = (
             row.key,
-            row.reply.to.agent_id,
-            row.reply.to.session_id,
+            parcel.agent_id,
+            parcel.session_id,
             row.reply.in_reply_to,
-            row.reply.reply.command_id,
-            row.reply.reply.outcome.value,
-            row.reply.model_dump(mode="json"),
+            parcel.command_id,
+            parcel.outcome.value,
+            parcel.body.decode(),
             row.state.value,
             row.attempts,
             row.deferrals,
@@ -122,10 +127,19 @@ def row_from_record(record: asyncpg.Record | dict[str, Any]) -> OutboxRow:
         InvalidInput: the stored reply is not a valid reply.
         ValueError: a column holds a value this version does not know.
     """
+    return _row(record, Parcel.of(Reply.model_validate(record["reply"], extra="ignore")))
+
+
+def _row(record: asyncpg.Record | dict[str, Any], parcel: Parcel) -> OutboxRow:
+    """A record's row columns around its reply's parcel.
+
+    Raises:
+        ValueError: a column holds a value this version does not know.
+    """
     dead_reason = record["dead_reason"]
     return OutboxRow(
         key=record["key"],
-        reply=Reply.model_validate(record["reply"], extra="ignore"),
+        parcel=parcel,
         state=RowState(record["state"]),
         attempts=record["attempts"],
         deferrals=record["deferrals"],
@@ -139,29 +153,126 @@ def row_from_record(record: asyncpg.Record | dict[str, Any]) -> OutboxRow:
 def decode_claimed(record: asyncpg.Record) -> OutboxRow | UndecodableRow:
     """A claimed record as a row, or, when its reply cannot be read, as an undecodable row.
 
+    The stored reply's JSON becomes the row's :class:`~birddog.core.delivery.Parcel` as is
+    (it is the POST body): it is parsed once with orjson and its shape checked
+    (:func:`parcel_from_json`), never built into a model on the drain's hot path.
+
     Args:
-        record: a claimed record (the claim statements' columns).
+        record: a claimed record (the claim statements' columns, ``reply_json`` the
+            stored reply as text).
 
     Returns:
         The row; an :class:`~birddog.core.delivery.UndecodableRow` naming the problem when
-        the stored reply is not a valid reply or does not carry the row's key.
+        the stored reply is not a valid reply, or does not carry the row's key or
+        recipient.
     """
-    try:
-        row = row_from_record(record)
-    except (InvalidInput, ValueError, TypeError, KeyError) as exc:
-        error = f"stored reply cannot be read: {exc}"
+    key: str = record["key"]
+    agent_id: str | None = record["recipient_agent_id"]
+    parcel = parcel_from_json(record["reply_json"].encode(), key=key, agent_id=agent_id)
+    if isinstance(parcel, Parcel):
+        try:
+            return _row(record, parcel)
+        except ValueError as exc:
+            error = f"stored row cannot be read: {exc}"
     else:
-        if row.reply.key == row.key:
-            return row
-        error = "stored reply carries another key than its row"
+        error = parcel
     return UndecodableRow(
-        key=record["key"],
-        agent_id=record["recipient_agent_id"],
+        key=key,
+        agent_id=agent_id,
         attempts=record["attempts"],
         deferrals=record["deferrals"],
         due_at=record["due_at"],
         error=bounded_diagnostic(error),
     )
+
+
+def parcel_from_json(body: bytes, *, key: str, agent_id: str | None) -> Parcel | str:
+    """A stored reply's JSON as a parcel, or why it is not a reply this row can post.
+
+    The shape of :class:`~birddog.core.mail.Reply` is checked field by field (types,
+    lengths, no control character in a key or id, a known outcome), without building the
+    model; fields this version does not know are left in the body, as a newer version
+    wrote them. The database already refuses NUL characters and lone surrogates in JSON.
+
+    Args:
+        body: the stored reply, JSON text in UTF-8.
+        key: the row's key; the reply must carry it.
+        agent_id: the row's recipient; the reply must be addressed to it.
+
+    Returns:
+        The parcel, or a one-line reason.
+    """
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return f"stored reply cannot be read: not JSON ({exc})"
+    problem = _reply_shape(data)
+    if problem is not None:
+        return f"stored reply cannot be read: {problem}"
+    if data["key"] != key:
+        return "stored reply carries another key than its row"
+    to, facts = data["to"], data["reply"]
+    if to["agentId"] != agent_id:
+        return "stored reply is addressed to another agent than its row"
+    return Parcel(
+        key=key,
+        agent_id=to["agentId"],
+        session_id=to["sessionId"],
+        command_id=facts["commandId"],
+        outcome=Outcome(facts["outcome"]),
+        body=body,
+    )
+
+
+_OUTCOMES = frozenset(outcome.value for outcome in Outcome)
+
+
+def _reply_shape(data: object) -> str | None:
+    """What makes decoded JSON not a reply (the model's rules, checked by hand), or None."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    for name, limit in (("key", None), ("inReplyTo", KEY_MAX_LENGTH)):
+        if (why := _name_problem(data.get(name), limit)) is not None:
+            return f"{name} {why}"
+    for side in ("to", "from"):
+        if (why := _address_problem(data.get(side))) is not None:
+            return f"{side}{why}"
+    if data.get("replyTo", []) != []:
+        return "replyTo must be an empty list"
+    if not isinstance(data.get("content"), str):
+        return "content must be a string"
+    created = data.get("createdAt")
+    if type(created) is not int or created < 0:
+        return "createdAt must be a whole number of milliseconds"
+    facts = data.get("reply")
+    if not isinstance(facts, dict):
+        return "reply must be an object"
+    if (why := _name_problem(facts.get("commandId"), ID_MAX_LENGTH)) is not None:
+        return f"reply.commandId {why}"
+    if facts.get("outcome") not in _OUTCOMES:
+        return "reply.outcome is not a known outcome"
+    if not isinstance(facts.get("diagnostic", ""), str | None):
+        return "reply.diagnostic must be a string"
+    return None
+
+
+def _address_problem(address: object) -> str | None:
+    if not isinstance(address, dict) or address.get("kind", "agent") != "agent":
+        return " must be an agent address"
+    for name in ("agentId", "sessionId"):
+        if (why := _name_problem(address.get(name), ID_MAX_LENGTH)) is not None:
+            return f".{name} {why}"
+    return None
+
+
+def _name_problem(value: object, limit: int | None) -> str | None:
+    if not isinstance(value, str):
+        return "must be a string"
+    if limit is not None and not 1 <= len(value) <= limit:
+        return f"must be 1 to {limit} characters"
+    if first_control(value) is not None:
+        return "holds a control character"
+    return None
 
 
 def receipt_from_record(record: asyncpg.Record | dict[str, Any]) -> Receipt:
@@ -177,9 +288,8 @@ def receipt_from_record(record: asyncpg.Record | dict[str, Any]) -> Receipt:
         key=record["key"],
         delivered_at=record["delivered_at"],
         attempts=record["attempts"],
-        recipient=AgentAddress(
-            agent_id=record["recipient_agent_id"], session_id=record["recipient_session_id"]
-        ),
+        agent_id=record["recipient_agent_id"],
+        session_id=record["recipient_session_id"],
         command_id=record["command_id"],
         outcome=Outcome(record["outcome"]),
     )
@@ -216,8 +326,8 @@ class _Outcomes:
                     outcome.key,
                     outcome.delivered_at,
                     outcome.attempts,
-                    outcome.recipient.agent_id,
-                    outcome.recipient.session_id,
+                    outcome.agent_id,
+                    outcome.session_id,
                     outcome.command_id,
                     outcome.outcome.value,
                     item.mailbox,
@@ -463,12 +573,12 @@ class PostgresOutbox:
                     swapped = await conn.fetch(
                         queries["outbox_swap_receipts"],
                         *columns,
-                        json.dumps(split.receipt_attempts),
+                        orjson.dumps(split.receipt_attempts).decode(),
                         flags,
                     )
                     stored.update(record["key"] for record in swapped)
                     agents = [
-                        item.outcome.recipient.agent_id
+                        item.outcome.agent_id
                         for item in items
                         if isinstance(item.outcome, Receipt)
                         and item.mailbox
@@ -480,7 +590,7 @@ class PostgresOutbox:
                     updated = await conn.fetch(
                         queries["outbox_update_rows"],
                         *split.row_columns,
-                        json.dumps(split.row_attempts),
+                        orjson.dumps(split.row_attempts).decode(),
                     )
                     stored.update(record["key"] for record in updated)
                     dead = [r["key"] for r in updated if r["state"] == RowState.DEAD.value]

@@ -17,17 +17,17 @@
 
 -- name: outbox_insert_rows
 -- Insert owed replies from parallel arrays; a key that has a row or a receipt is left alone.
--- params: $1 keys text[], $2 recipient_agent_ids text[], $3 recipient_session_ids text[], $4 in_reply_tos text[], $5 command_ids text[], $6 outcomes text[], $7 replies jsonb[], $8 states text[], $9 attempts int4[], $10 deferrals int4[], $11 due_ats timestamptz[], $12 created_ats timestamptz[], $13 last_errors text[], $14 dead_reasons text[]
+-- params: $1 keys text[], $2 recipient_agent_ids text[], $3 recipient_session_ids text[], $4 in_reply_tos text[], $5 command_ids text[], $6 outcomes text[], $7 replies text[] (JSON), $8 states text[], $9 attempts int4[], $10 deferrals int4[], $11 due_ats timestamptz[], $12 created_ats timestamptz[], $13 last_errors text[], $14 dead_reasons text[]
 INSERT INTO birddog.outbox AS o (
     key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome,
     reply, state, attempts, deferrals, due_at, created_at, last_error, dead_reason, dead_at
 )
 SELECT
     r.key, r.recipient_agent_id, r.recipient_session_id, r.in_reply_to, r.command_id,
-    r.outcome, r.reply, r.state, r.attempts, r.deferrals, r.due_at, r.created_at,
+    r.outcome, r.reply::jsonb, r.state, r.attempts, r.deferrals, r.due_at, r.created_at,
     r.last_error, r.dead_reason, CASE WHEN r.state = 'dead' THEN now() END
 FROM unnest(
-    $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::jsonb[],
+    $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
     $8::text[], $9::int4[], $10::int4[], $11::timestamptz[], $12::timestamptz[],
     $13::text[], $14::text[]
 ) AS r(
@@ -47,7 +47,7 @@ WHERE o.key = ANY($1::text[]) AND rc.key = o.key
 RETURNING o.key;
 
 -- name: outbox_claim_page
--- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order, skipping recipients $6; with each row's route kind and batch size.
+-- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order, skipping recipients $6; with each row's route kind and batch size, and its reply as JSON text (posted as is).
 -- params: $1 after_key text ('' for the start), $2 now timestamptz, $3 limit int, $4 claim uuid, $5 lease_until timestamptz, $6 skip_agents text[]
 WITH due AS (
     SELECT o.key, o.recipient_agent_id
@@ -71,12 +71,12 @@ FROM due
 LEFT JOIN birddog.routes r ON r.agent_id = due.recipient_agent_id
 WHERE o.key = due.key
 RETURNING
-    o.key, o.recipient_agent_id, o.reply, o.state, o.attempts, o.deferrals, o.due_at,
-    o.created_at, o.last_error, o.dead_reason, r.kind AS route_kind,
+    o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
+    o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, r.kind AS route_kind,
     r.batch_size AS route_batch_size;
 
 -- name: outbox_claim_due
--- Lease up to $6 + $2 claimable rows (due, unheld, unleased, recipients not in $5): the $6 latest-due, then $2 earliest-due; with each row's route kind and batch size.
+-- Lease up to $6 + $2 claimable rows (due, unheld, unleased, recipients not in $5): the $6 latest-due, then $2 earliest-due; with each row's route kind and batch size, and its reply as JSON text (posted as is).
 -- params: $1 now timestamptz, $2 limit int (the earliest-due part), $3 claim uuid, $4 lease_until timestamptz, $5 skip_agents text[], $6 newest int
 -- Due order reads the partial due-time index from its start and stops after $2 rows, so
 -- its cost is the page (plus rows in flight), whatever the future backlog. The few
@@ -122,8 +122,8 @@ FROM due
 LEFT JOIN birddog.routes r ON r.agent_id = due.recipient_agent_id
 WHERE o.key = due.key
 RETURNING
-    o.key, o.recipient_agent_id, o.reply, o.state, o.attempts, o.deferrals, o.due_at,
-    o.created_at, o.last_error, o.dead_reason, r.kind AS route_kind,
+    o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
+    o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, r.kind AS route_kind,
     r.batch_size AS route_batch_size;
 
 -- name: outbox_swap_receipts

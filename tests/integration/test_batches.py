@@ -1,0 +1,186 @@
+"""Batched delivery on PostgreSQL and real HTTP: one signed POST, acknowledged per key."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+from standardwebhooks import Webhook
+
+from birddog import Reply
+from birddog.clock import SystemClock
+from birddog.core.batch import NOT_IN_BATCH_ACK, batch_id
+from birddog.core.delivery import new_row
+from birddog.engine import DrainReport
+from birddog.http import HttpTransport
+from birddog.http.inbox import Inbox, aiohttp_handler
+from birddog.http.server import serve
+from birddog.postgres.outbox import PostgresOutbox
+from birddog.postgres.pool import Pool
+from birddog.postgres.routes import PostgresRoutes
+from tests.integration.test_engine import a_room
+from tests.support import eventually, make_reply, outbox_rows
+
+Answer = Callable[[web.Request], Awaitable[web.StreamResponse]]
+AGENT = "batcher"
+
+
+@dataclass
+class Recipient:
+    """A real inbox on 127.0.0.1 that records each POST and answers as the test says."""
+
+    url: str = ""
+    answer: Answer | None = None
+    posts: list[tuple[dict[str, str], bytes]] = field(default_factory=list)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Record the request, then answer."""
+        body = await request.read()
+        self.posts.append(({k.lower(): v for k, v in request.headers.items()}, body))
+        assert self.answer is not None
+        return await self.answer(request)
+
+
+@pytest.fixture
+async def recipient() -> AsyncIterator[Recipient]:
+    server = Recipient()
+    app = web.Application()
+    app.router.add_post("/inbox", server.handle)
+    runner, url = await serve(app)
+    server.url = f"{url}/inbox"
+    yield server
+    await runner.cleanup()
+
+
+async def route_for(pool: Pool, url: str, *, batch: int) -> str:
+    """Add the batching route; its signing secret."""
+    route = await PostgresRoutes(pool).add(AGENT, url, batch_size=batch)
+    assert route.secret is not None
+    return route.secret
+
+
+async def seed(pool: Pool, count: int) -> list[str]:
+    """``count`` rows due now to the batching recipient; their keys, in key order."""
+    now = SystemClock().now()
+    rows = [
+        new_row(make_reply(f"outbox:m{index}:reply:0", agent=AGENT), now=now)
+        for index in range(count)
+    ]
+    await PostgresOutbox(pool).add(rows)
+    return [row.key for row in rows]
+
+
+async def test_a_batch_is_one_signed_post_and_a_partial_acknowledgement_fails_the_rest(
+    pg_pool: Pool, recipient: Recipient
+) -> None:
+    """Three replies go in one POST; the two keys acknowledged get receipts, the third retries."""
+    secret = await route_for(pg_pool, recipient.url, batch=3)
+    keys = await seed(pg_pool, 3)
+
+    async def some(_: web.Request) -> web.StreamResponse:
+        return web.json_response({"accepted": [keys[0], keys[2], "outbox:other:reply:0"]})
+
+    recipient.answer = some
+    async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
+        report = await a_room(pg_pool, transport).drain_outbox()
+    [(headers, body)] = recipient.posts
+    assert headers["webhook-id"] == batch_id(list(reversed(keys)))
+    verified = Webhook(secret).verify(body, headers)
+    assert [reply["key"] for reply in verified["replies"]] == keys
+    assert Reply.model_validate(verified["replies"][1]).key == keys[1]
+    assert sorted(report.delivered) == [keys[0], keys[2]], report
+    assert report.retried == [keys[1]], report
+    [left] = await pg_pool.fetch("SELECT key, attempts, last_error FROM birddog.outbox")
+    assert (left["key"], left["attempts"], left["last_error"]) == (keys[1], 1, NOT_IN_BATCH_ACK)
+    receipts = await pg_pool.fetch(
+        'SELECT key, attempt_log FROM birddog.receipts ORDER BY key COLLATE "C"'
+    )
+    assert [r["key"] for r in receipts] == [keys[0], keys[2]]
+    for record in receipts:
+        assert [entry["result"] for entry in record["attempt_log"]] == ["accepted"]
+
+
+async def test_retry_after_defers_the_whole_batch_without_a_strike(
+    pg_pool: Pool, recipient: Recipient
+) -> None:
+    """A 429 with Retry-After moves every reply of the batch, each logging a deferral."""
+    await route_for(pg_pool, recipient.url, batch=10)
+    keys = await seed(pg_pool, 4)
+
+    async def busy(_: web.Request) -> web.StreamResponse:
+        return web.json_response({"accepted": False}, status=429, headers={"Retry-After": "120"})
+
+    recipient.answer = busy
+    async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
+        report = await a_room(pg_pool, transport).drain_outbox()
+    assert len(recipient.posts) == 1
+    assert sorted(report.deferred) == keys
+    rows = await pg_pool.fetch("SELECT attempts, deferrals, attempt_log FROM birddog.outbox")
+    assert [(r["attempts"], r["deferrals"]) for r in rows] == [(0, 1)] * 4
+    assert [[e["result"] for e in r["attempt_log"]] for r in rows] == [["deferred"]] * 4
+
+
+async def test_a_python_inbox_takes_batches_with_one_flag(pg_pool: Pool) -> None:
+    """aiohttp_handler(batches=True) verifies, hands each reply over once and acks its keys."""
+    route = await PostgresRoutes(pg_pool).add(AGENT, "http://127.0.0.1:1/unset", batch_size=2)
+    assert route.secret is not None
+    taken: list[str] = []
+
+    async def on_reply(reply: Reply) -> None:
+        taken.append(reply.key)
+
+    app = web.Application()
+    app.router.add_post("/inbox", aiohttp_handler(Inbox(route.secret), on_reply, batches=True))
+    runner, url = await serve(app)
+    try:
+        await PostgresRoutes(pg_pool).update(AGENT, url=f"{url}/inbox")
+        keys = await seed(pg_pool, 5)
+        reports: list[DrainReport] = []
+        async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
+            engine = a_room(pg_pool, transport).engine()
+            stop = asyncio.Event()
+            serving = asyncio.create_task(
+                engine.serve(stop=stop, listener=None, backstop_s=60, on_report=reports.append)
+            )
+            delivered = lambda: {k for r in reports for k in r.delivered}  # noqa: E731
+            await eventually(lambda: delivered() == set(keys), "every receipt")
+            stop.set()
+            await asyncio.wait_for(serving, 10)
+            await engine.close(grace_s=1)
+    finally:
+        await runner.cleanup()
+    assert sorted(taken) == keys
+    assert await outbox_rows(pg_pool) == []
+
+
+async def test_the_stored_json_is_the_body_of_a_single_post(
+    pg_pool: Pool, recipient: Recipient
+) -> None:
+    """A claimed reply is posted as stored (a newer version's field kept), signed over it."""
+    route = await PostgresRoutes(pg_pool).add(AGENT, recipient.url)
+    assert route.secret is not None
+    [key] = await seed(pg_pool, 1)
+    await pg_pool.execute(
+        "UPDATE birddog.outbox SET reply = reply || '{\"priority\": 3}' WHERE key = $1", key
+    )
+    stored = await pg_pool.fetchval("SELECT reply::text FROM birddog.outbox WHERE key = $1", key)
+
+    async def ok(_: web.Request) -> web.StreamResponse:
+        return web.json_response({"accepted": True})
+
+    recipient.answer = ok
+    async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
+        report = await a_room(pg_pool, transport).drain_outbox()
+    assert report.delivered == [key]
+    [(headers, body)] = recipient.posts
+    assert body == stored.encode()
+    assert headers["webhook-id"] == key
+    verified: dict[str, Any] = Webhook(route.secret).verify(body, headers)
+    assert verified["priority"] == 3
+    assert Reply.model_validate({k: v for k, v in verified.items() if k != "priority"}).key == key
+    assert json.loads(body)["key"] == key
