@@ -33,7 +33,18 @@ from bench.harness import (
     write_result,
 )
 
-BENCHMARKS = ("drain", "wake", "fanout", "backlog", "slow", "concentrated", "hanging", "peer")
+BENCHMARKS = (
+    "drain",
+    "wake",
+    "fanout",
+    "backlog",
+    "slow",
+    "concentrated",
+    "hanging",
+    "peer",
+    "batch",
+    "scale",
+)
 """In run order. Each is ``bench/<name>.py`` with ``async def run(ctx)``."""
 
 DEADLINE_S = {"quick": 300.0, "full": 900.0}

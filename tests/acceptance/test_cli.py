@@ -163,10 +163,22 @@ async def test_route_commands_and_replay(
 
     inbox.secrets["dave"] = Inbox(secret)
     assert (await cli(database_url, "route", "hold", "dave")).returncode == 0
+    batched = await cli(database_url, "route", "update", "dave", "--batch", "25")
+    assert "batches of 25" in batched.stdout, batched.stderr
     listed = json.loads((await cli(database_url, "route", "list", "--json")).stdout)
     assert listed == [
-        {"agentId": "dave", "kind": "http", "url": inbox.url_for("dave"), "enabled": False}
+        {
+            "agentId": "dave",
+            "kind": "http",
+            "url": inbox.url_for("dave"),
+            "enabled": False,
+            "batchSize": 25,
+        }
     ]
+    too_big = await cli(database_url, "route", "update", "dave", "--batch", "1001")
+    assert too_big.returncode != 0
+    assert "batch size must be 1 to 1000" in too_big.stderr
+    assert (await cli(database_url, "route", "update", "dave", "--batch", "1")).returncode == 0
     assert "whsec_" not in json.dumps(listed)
     [key] = await fan_out(harness, 1, ["dave"], prefix="held")
     await cli(database_url, "run", "--once")
