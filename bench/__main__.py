@@ -44,6 +44,7 @@ BENCHMARKS = (
     "peer",
     "batch",
     "scale",
+    "claim",
 )
 """In run order. Each is ``bench/<name>.py`` with ``async def run(ctx)``."""
 

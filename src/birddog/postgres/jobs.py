@@ -197,9 +197,10 @@ class PostgresJobs:
     ) -> list[ClaimedJob]:
         """Claim up to ``limit`` queued jobs in one statement, in claim order.
 
-        Each claimed job takes a free slot of its queue; the database refuses a second
-        job in one slot (a unique index over running jobs), so two claimers racing for
-        one queue cannot both win: the loser claims again and finds the queue busy. A
+        Each statement takes at most one job per queue, its head; each claimed job takes
+        a free slot of its queue, and the database refuses a second job in one slot (a
+        unique index over running jobs), so two claimers racing for one queue cannot both
+        win: the loser claims again and finds the queue busy. A
         queue whose name starts with :data:`~birddog.core.jobs.RESERVED_QUEUE_PREFIX` is
         claimed from only when ``queues`` names it.
 
@@ -227,29 +228,31 @@ class PostgresJobs:
         if isinstance(queues, str):
             raise InvalidInput("queues must be a list of queue names, not a string", field="queues")
         queue_list = None if queues is None else list(queues)
-        while True:
-            rows = await self._claim_rows(queue_list, limit, lease_until, worker_id or None)
-            rows = sorted(
-                rows, key=lambda row: (-row["priority"], row["created_at"], row["job_id"])
+        # One statement takes at most one job per queue (its head); more statements
+        # follow while the limit is not reached and jobs are still claimed.
+        taken: list[tuple[Row, ClaimedJob]] = []
+        while len(taken) < limit:
+            rows = await self._claim_rows(
+                queue_list, limit - len(taken), lease_until, worker_id or None
             )
-            claimed: list[ClaimedJob] = []
+            if not rows:
+                break
             for row in rows:
                 try:
                     job = job_from_row(row)
                 except UnreadableRow as exc:
+                    # Settled failed at once; the queue may still hold good jobs.
                     await self._fail_unreadable(row, exc)
                     continue
-                claimed.append(
-                    ClaimedJob(
-                        job=job,
-                        claim_token=str(row["claim_token"]),
-                        lease_expires_at=row["lease_expires_at"],
-                        recovery_count=row["recovery_count"],
-                    )
+                claimed = ClaimedJob(
+                    job=job,
+                    claim_token=str(row["claim_token"]),
+                    lease_expires_at=row["lease_expires_at"],
+                    recovery_count=row["recovery_count"],
                 )
-            # Only unreadable jobs this time: the queue may still hold good ones.
-            if claimed or not rows:
-                return claimed
+                taken.append((row, claimed))
+        taken.sort(key=lambda item: _claim_order(item[0]))
+        return [claimed for _, claimed in taken]
 
     async def _claim_rows(
         self, queues: list[str] | None, limit: int, lease_until: datetime, worker_id: str | None
@@ -722,6 +725,11 @@ class PostgresJobs:
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
+
+
+def _claim_order(row: Row) -> tuple[int, datetime, str]:
+    """Highest priority first, then the oldest, then by id."""
+    return (-row["priority"], row["created_at"], row["job_id"])
 
 
 def _outcome_after(row: Row, decision: Decision) -> Outcome | None:

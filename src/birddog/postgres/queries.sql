@@ -917,74 +917,78 @@ WHERE j.job_id = $1::text
 FOR UPDATE;
 
 -- name: jobs_claim
--- Claim up to $2 jobs from the heads of their queues (priority, then age, then id) while the queue has a free slot of $5: running in that slot, a fresh claim token, a lease.
+-- Claim up to $2 jobs, at most one per queue: the head of each queue (priority, then age, then id) whose running jobs hold fewer than $5 slots; running in the lowest free slot, a fresh claim token, a lease.
 -- params: $1 queues text[] (null: every queue not starting with $7), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none), $5 slots per queue int, $6 started_at timestamptz, $7 reserved queue prefix text
-WITH RECURSIVE every_queue(queue) AS (
-    -- A skip scan of the claim index: one probe per queue that has queued jobs.
-    SELECT min(j.queue) FROM birddog.jobs j WHERE j.state = 'queued' AND $1::text[] IS NULL
+WITH RECURSIVE every_head AS (
+    -- A skip scan of the claim index (queue, priority DESC, created_at, job_id): each
+    -- probe lands on the next queue's head, so a claim costs one probe per queue that has
+    -- queued jobs, however many jobs each holds.
+    (
+        SELECT j.queue, j.priority, j.created_at, j.job_id
+        FROM birddog.jobs j
+        WHERE j.state = 'queued' AND $1::text[] IS NULL
+        ORDER BY j.queue, j.priority DESC, j.created_at, j.job_id
+        LIMIT 1
+    )
     UNION ALL
-    SELECT (SELECT min(j.queue) FROM birddog.jobs j WHERE j.state = 'queued' AND j.queue > q.queue)
-    FROM every_queue q
-    WHERE q.queue IS NOT NULL
-),
-queues AS (
-    SELECT q.queue FROM every_queue q
-    WHERE q.queue IS NOT NULL AND NOT starts_with(q.queue, $7::text)
-    UNION
-    SELECT g.queue FROM unnest($1::text[]) AS g(queue)
+    SELECT next.queue, next.priority, next.created_at, next.job_id
+    FROM every_head h
+    CROSS JOIN LATERAL (
+        SELECT j.queue, j.priority, j.created_at, j.job_id
+        FROM birddog.jobs j
+        WHERE j.state = 'queued' AND j.queue > h.queue
+        ORDER BY j.queue, j.priority DESC, j.created_at, j.job_id
+        LIMIT 1
+    ) next
 ),
 heads AS (
-    SELECT h.job_id, h.priority, h.created_at
-    FROM queues q
+    SELECT h.queue, h.priority, h.created_at, h.job_id
+    FROM every_head h
+    WHERE NOT starts_with(h.queue, $7::text)
+    UNION ALL
+    SELECT named.queue, named.priority, named.created_at, named.job_id
+    FROM (SELECT DISTINCT g.queue FROM unnest($1::text[]) AS g(queue)) q
     CROSS JOIN LATERAL (
-        SELECT $5::int - count(*)::int AS free
-        FROM birddog.jobs r
-        WHERE r.queue = q.queue AND r.state = 'running'
-    ) f
-    CROSS JOIN LATERAL (
-        SELECT j.job_id, j.priority, j.created_at
+        SELECT j.queue, j.priority, j.created_at, j.job_id
         FROM birddog.jobs j
-        WHERE j.queue = q.queue AND j.state = 'queued'
+        WHERE j.state = 'queued' AND j.queue = q.queue
         ORDER BY j.priority DESC, j.created_at, j.job_id
-        LIMIT greatest(f.free, 0)
-    ) h
+        LIMIT 1
+    ) named
+),
+busy AS (
+    SELECT r.queue FROM birddog.jobs r
+    WHERE r.state = 'running'
+    GROUP BY r.queue
+    HAVING count(*) >= $5::int
 ),
 picked AS (
     -- A head another transaction holds is skipped, never the job behind it taken instead:
     -- only heads are candidates.
-    SELECT j.job_id, j.queue, j.priority, j.created_at
+    SELECT j.job_id, j.queue
     FROM heads h
     JOIN birddog.jobs j ON j.job_id = h.job_id
-    WHERE j.state = 'queued'
+    WHERE j.state = 'queued' AND NOT EXISTS (SELECT 1 FROM busy b WHERE b.queue = h.queue)
     ORDER BY h.priority DESC, h.created_at, h.job_id
     LIMIT $2::int
     FOR UPDATE OF j SKIP LOCKED
-),
-numbered AS (
-    SELECT p.job_id, p.queue,
-           row_number() OVER (PARTITION BY p.queue ORDER BY p.priority DESC, p.created_at, p.job_id) AS n
-    FROM picked p
-),
-free_slots AS (
-    SELECT d.queue, s.slot, row_number() OVER (PARTITION BY d.queue ORDER BY s.slot) AS n
-    FROM (SELECT DISTINCT nb.queue FROM numbered nb) d
-    CROSS JOIN LATERAL generate_series(0, $5::int - 1) AS s(slot)
-    WHERE NOT EXISTS (
-        SELECT 1 FROM birddog.jobs r
-        WHERE r.queue = d.queue AND r.state = 'running' AND r.slot = s.slot
-    )
 )
 UPDATE birddog.jobs j
 SET state = 'running',
-    slot = fs.slot,
+    slot = (
+        SELECT min(s.slot) FROM generate_series(0, $5::int - 1) AS s(slot)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM birddog.jobs r
+            WHERE r.queue = p.queue AND r.state = 'running' AND r.slot = s.slot
+        )
+    ),
     claim_token = gen_random_uuid(),
     lease_expires_at = $3::timestamptz,
     worker_id = $4::text,
     started_at = $6::timestamptz,
     updated_at = now()
-FROM numbered nb
-JOIN free_slots fs ON fs.queue = nb.queue AND fs.n = nb.n
-WHERE j.job_id = nb.job_id
+FROM picked p
+WHERE j.job_id = p.job_id
 RETURNING
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
     j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
