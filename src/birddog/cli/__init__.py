@@ -182,8 +182,6 @@ def run(coro: Coroutine[Any, Any, T], *, resident: Settings | None = None) -> T:
             worker included (its handlers may start process groups, which only the
             standard library's loop supports), run on the standard library's.
     """
-    from asyncpg import PostgresError  # noqa: PLC0415 - keeps --help fast
-
     try:
         factory = event_loop_factory(resident.event_loop) if resident is not None else None
         with asyncio.Runner(loop_factory=factory) as runner:
@@ -192,16 +190,15 @@ def run(coro: Coroutine[Any, Any, T], *, resident: Settings | None = None) -> T:
         raise ConfigurationError(str(exc)) from exc
     except BirdDogError as exc:
         raise click.ClickException(str(exc)) from exc
-    except PostgresError as exc:
-        raise click.ClickException(f"the database refused: {_server_reason(exc)}") from exc
+    except Exception as exc:
+        # The database adapter knows a refused statement (a missing grant, say); the
+        # command line knows only that it gets one line, not a traceback.
+        from birddog.postgres.pool import refusal_reason  # noqa: PLC0415 - keeps --help fast
 
-
-def _server_reason(exc: Exception) -> str:
-    """The server's message and SQLSTATE, made inert (it may quote stored text)."""
-    from birddog.core.text import inert  # noqa: PLC0415 - keeps --help fast
-
-    state = getattr(exc, "sqlstate", None)
-    return inert(f"{exc} (SQLSTATE {state})" if state else str(exc))
+        reason = refusal_reason(exc)
+        if reason is None:
+            raise
+        raise click.ClickException(f"the database refused: {reason}") from exc
 
 
 def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T:

@@ -275,6 +275,23 @@ def store_errors(operation: str) -> Iterator[None]:
         ) from exc
 
 
+def refusal_reason(exc: BaseException) -> str | None:
+    """The server's reason for refusing a statement, for one line of a command's output.
+
+    Args:
+        exc: the error caught: a driver error, or a :class:`StoreUnavailable` from one.
+
+    Returns:
+        The server's message and SQLSTATE, made inert (it may quote stored text), or None
+        when ``exc`` is not a statement the server refused.
+    """
+    if not is_refusal(exc):
+        return None
+    cause = exc.__cause__ if isinstance(exc, StoreUnavailable) else exc
+    state = getattr(cause, "sqlstate", None)
+    return inert(f"{cause} (SQLSTATE {state})" if state else str(cause))
+
+
 def is_refusal(exc: BaseException) -> bool:
     """Whether ``exc`` (or the driver error behind it) is a statement the server refused.
 
