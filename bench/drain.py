@@ -47,7 +47,7 @@ async def seed(conn: asyncpg.Connection, *, count: int, prefix: str, agents: int
 
 async def wake(conn: asyncpg.Connection) -> float:
     """Arm the wake as a fan-out does (NOTIFY at commit); the wall time once committed."""
-    await conn.execute(queries["wake_schedule"], datetime.now(UTC))
+    await conn.execute(queries["wake_schedule"], datetime.now(UTC), [])
     return time.time()
 
 

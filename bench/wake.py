@@ -189,7 +189,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         # The backlog: due rows to other recipients, committed with a wake as a fan-out does.
         await ctx.inbox.reset()
         await seed_outbox(conn, count=backlog, agents=BACKLOG_AGENTS, prefix="backlog")
-        await conn.execute(queries["wake_schedule"], datetime.now(UTC))
+        await conn.execute(queries["wake_schedule"], datetime.now(UTC), [])
         busy_committed, busy_settle_ms = await settle_spaced(jobs, claimed[count:])
         left = await conn.fetchval(
             "SELECT count(*) FROM birddog.outbox WHERE recipient_agent_id <> $1", RECIPIENT

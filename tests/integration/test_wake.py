@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,9 +13,10 @@ import asyncpg
 import pytest
 
 from birddog.postgres.embedded import EmbeddedPostgres
-from birddog.postgres.pool import Pool
+from birddog.postgres.outbox import insert_rows
+from birddog.postgres.pool import Connection, Pool
 from birddog.postgres.wake import PostgresWake, WakeListener, schedule_wake_on
-from tests.support import at
+from tests.support import at, make_row
 
 QUIET_S = 0.2
 """How long a listener must stay silent to show that nothing was announced."""
@@ -124,8 +125,24 @@ async def test_a_drainer_going_to_sleep_is_woken_by_an_earlier_wake_only(
     assert await wake.going_to_sleep(until=until, now=now) == now + timedelta(seconds=2)
 
 
+async def _settle_with_schedule_wake_on(conn: Connection, n: int) -> None:
+    await conn.execute("INSERT INTO wake_race (n) VALUES ($1)", n)
+    await schedule_wake_on(conn, datetime.now(UTC))
+
+
+async def _settle_with_insert_rows(conn: Connection, n: int) -> None:
+    # A fan-out: the insert takes the wake lock, the statement that checks it arms the wake.
+    await insert_rows(conn, [make_row(f"race-{n}")], wake_at=datetime.now(UTC))
+    await conn.execute("INSERT INTO wake_race (n) VALUES ($1)", n)
+
+
+@pytest.mark.parametrize(
+    "settle",
+    [_settle_with_schedule_wake_on, _settle_with_insert_rows],
+    ids=["schedule_wake_on", "insert_rows"],
+)
 async def test_settlements_racing_a_drainer_going_to_sleep_are_never_missed(
-    pg_pool: Pool, database_url: str
+    pg_pool: Pool, database_url: str, settle: Callable[[Connection, int], Awaitable[None]]
 ) -> None:
     """Each settlement is seen by the drainer's last look before sleeping, or wakes it."""
     await pg_pool.execute("CREATE TABLE wake_race (n int PRIMARY KEY)")
@@ -155,8 +172,7 @@ async def test_settlements_racing_a_drainer_going_to_sleep_are_never_missed(
             # sleep, and committed a little after arming its wake (a slow commit): the window in
             # which a drainer could go to sleep without seeing it.
             async with pg_pool.acquire() as conn, conn.transaction():
-                await conn.execute("INSERT INTO wake_race (n) VALUES ($1)", n)
-                await schedule_wake_on(conn, datetime.now(UTC))
+                await settle(conn, n)
                 await asyncio.sleep(0.001 * (n % 3))
             while n not in looked:
                 progress.clear()

@@ -85,7 +85,6 @@ from birddog.postgres.job_rows import claim_token as claim_token_of
 from birddog.postgres.outbox import insert_rows
 from birddog.postgres.pool import Connection, Pool, driver_errors, is_refusal
 from birddog.postgres.sql import queries
-from birddog.postgres.wake import schedule_wake_on
 
 log = structlog.get_logger("birddog.jobs")
 
@@ -683,10 +682,13 @@ class PostgresJobs:
         )
         if not replies:
             return []
-        keys = await insert_rows(conn, [new_row(reply, now=now) for reply in replies])
-        if keys and self.schedule_wake:
-            await schedule_wake_on(conn, now)
-        return keys
+        # Inserting takes the wake lock shared; the statement that checks the insert also
+        # arms the wake (notifying only when the last drainer to sleep looks later).
+        return await insert_rows(
+            conn,
+            [new_row(reply, now=now) for reply in replies],
+            wake_at=now if self.schedule_wake else None,
+        )
 
     def _replies(self, row: Row, settle: Settle, now: datetime) -> list[Reply]:
         try:

@@ -52,18 +52,25 @@ __all__ = [
 ]
 
 
-async def insert_rows(conn: Connection, rows: Sequence[OutboxRow]) -> list[str]:
+async def insert_rows(
+    conn: Connection, rows: Sequence[OutboxRow], *, wake_at: datetime | None = None
+) -> list[str]:
     """Insert rows whose key has neither a row nor a receipt, inside the caller's transaction.
 
     One ``INSERT ... SELECT FROM unnest ... ON CONFLICT DO NOTHING`` that also skips keys
-    with a receipt. If a delivery of the same key committed its receipt while the insert
-    waited on that key, a second statement (a fresh snapshot) removes the row again, so
-    a replayed settlement never owes a delivered reply twice.
+    with a receipt and takes the wake lock shared (the settlement side of the wake
+    protocol, :mod:`birddog.postgres.wake`). If a delivery of the same key committed its
+    receipt while the insert waited on that key, a second statement (a fresh snapshot)
+    removes the row again, so a replayed settlement never owes a delivered reply twice;
+    that statement also arms the wake for ``wake_at`` when rows were inserted, notifying
+    only when the last drainer to sleep would look later. Call it last in the
+    transaction: the lock is held until it ends.
 
     Args:
         conn: an asyncpg connection, normally inside a transaction (fan-out commits with
             the settlement).
         rows: the rows to store.
+        wake_at: arm the drain's wake for this time when rows were inserted (None: do not).
 
     Returns:
         The keys inserted, in the order given.
@@ -99,7 +106,7 @@ async def insert_rows(conn: Connection, rows: Sequence[OutboxRow]) -> list[str]:
             record["key"] for record in await conn.fetch(queries["outbox_insert_rows"], *columns)
         }
         if inserted:
-            dropped = await conn.fetch(queries["outbox_drop_received"], list(inserted))
+            dropped = await conn.fetch(queries["wake_schedule"], wake_at, list(inserted))
             inserted.difference_update(record["key"] for record in dropped)
     seen: set[str] = set()
     keys = []

@@ -16,7 +16,7 @@
 -- ---------------------------------------------------------------------------------------
 
 -- name: outbox_insert_rows
--- Insert owed replies from parallel arrays; a key that has a row or a receipt is left alone.
+-- Insert owed replies from parallel arrays (a key that has a row or a receipt is left alone), holding the wake lock shared until the transaction ends.
 -- params: $1 keys text[], $2 recipient_agent_ids text[], $3 recipient_session_ids text[], $4 in_reply_tos text[], $5 command_ids text[], $6 outcomes text[], $7 replies text[] (JSON), $8 states text[], $9 attempts int4[], $10 deferrals int4[], $11 due_ats timestamptz[], $12 created_ats timestamptz[], $13 last_errors text[], $14 dead_reasons text[]
 INSERT INTO birddog.outbox AS o (
     key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome,
@@ -34,16 +34,11 @@ FROM unnest(
     key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome,
     reply, state, attempts, deferrals, due_at, created_at, last_error, dead_reason
 )
+-- The settlement side of the wake protocol (see wake_guard): the wake statement that
+-- follows in this transaction takes its snapshot only after this lock is granted.
+CROSS JOIN (SELECT pg_advisory_xact_lock_shared(27700487749136231)) AS guard
 WHERE NOT EXISTS (SELECT 1 FROM birddog.receipts rc WHERE rc.key = r.key)
 ON CONFLICT (key) DO NOTHING
-RETURNING o.key;
-
--- name: outbox_drop_received
--- Delete just-inserted rows whose receipt committed while the insert waited on their key.
--- params: $1 keys text[]
-DELETE FROM birddog.outbox o
-USING birddog.receipts rc
-WHERE o.key = ANY($1::text[]) AND rc.key = o.key
 RETURNING o.key;
 
 -- name: outbox_claim_page
@@ -337,26 +332,34 @@ LIMIT $1::int;
 SELECT pg_advisory_xact_lock_shared(27700487749136231);
 
 -- name: wake_schedule
--- Arm a wake for $1: when the armed wake (the time the last drainer to sleep looks again) is later, move it to $1 and NOTIFY birddog_wake.
--- params: $1 at timestamptz
+-- Arm a wake for $1 (null: none): when the armed wake (the time the last drainer to sleep looks again) is later, move it to $1 and NOTIFY birddog_wake; also delete the just-inserted rows $2 whose receipt committed while their insert waited.
+-- params: $1 at timestamptz (null: arm nothing), $2 inserted_keys text[] (empty: none)
 -- An armed wake at or before $1 means some drainer is awake or looks again by then, so
 -- nothing is written and nobody is notified: a settlement does not serialise on the wake
 -- row, nor on the commit of a notifying transaction. With no row yet (no drainer has
--- ever slept), the first wake is inserted and announced.
-WITH moved AS (
+-- ever slept), the first wake is inserted and announced. The wake lock must be held
+-- (wake_guard, or outbox_insert_rows earlier in the transaction). Deleting the rows
+-- whose receipt won a race needs a snapshot taken after their insert: this statement's.
+WITH gone AS (
+    DELETE FROM birddog.outbox o
+    USING birddog.receipts rc
+    WHERE o.key = ANY($2::text[]) AND rc.key = o.key
+    RETURNING o.key
+), moved AS (
     UPDATE birddog.wake w
     SET wake_at = $1::timestamptz
-    WHERE w.id AND (w.wake_at IS NULL OR w.wake_at > $1::timestamptz)
-    RETURNING w.wake_at
+    WHERE w.id
+      AND $1::timestamptz IS NOT NULL
+      AND (w.wake_at IS NULL OR w.wake_at > $1::timestamptz)
+    RETURNING pg_notify('birddog_wake', '')
 ), inserted AS (
     INSERT INTO birddog.wake AS w (id, wake_at)
     SELECT true, $1::timestamptz
-    WHERE NOT EXISTS (SELECT 1 FROM birddog.wake)
+    WHERE $1::timestamptz IS NOT NULL AND NOT EXISTS (SELECT 1 FROM birddog.wake)
     ON CONFLICT (id) DO UPDATE SET wake_at = least(w.wake_at, excluded.wake_at)
-    RETURNING w.wake_at
+    RETURNING pg_notify('birddog_wake', '')
 )
-SELECT pg_notify('birddog_wake', '')
-WHERE EXISTS (SELECT 1 FROM moved) OR EXISTS (SELECT 1 FROM inserted);
+SELECT g.key FROM gone g;
 
 -- name: wake_sleep
 -- A drainer goes to sleep until $1: wait for settlements arming a wake to commit, then record when it looks again (an armed wake between $2 and $1 comes first) and return it.

@@ -46,9 +46,10 @@ log = structlog.get_logger("birddog.wake")
 async def schedule_wake_on(conn: Connection, at: datetime) -> None:
     """Make sure a drainer looks by ``at``, inside the caller's transaction.
 
-    The settlement side of the wake protocol: takes the wake lock shared (held until the
-    caller's transaction ends, so call this last in it), then moves the wake earlier and
-    notifies only when the last drainer to sleep would look later than ``at``.
+    The settlement side of the wake protocol: inside a transaction, takes the wake lock
+    shared (held until the transaction ends, so call this last in it), then moves the wake
+    earlier and notifies only when the last drainer to sleep would look later than
+    ``at``. (:func:`birddog.postgres.outbox.insert_rows` does both for a fan-out.)
 
     Args:
         conn: an asyncpg connection, normally inside the transaction that wrote the rows
@@ -59,8 +60,11 @@ async def schedule_wake_on(conn: Connection, at: datetime) -> None:
         StoreUnavailable: the database is unreachable.
     """
     with store_errors("schedule wake"):
-        await conn.execute(queries["wake_guard"])
-        await conn.execute(queries["wake_schedule"], at)
+        if conn.is_in_transaction():
+            # Outside a transaction the rows are committed already: any drainer that
+            # goes to sleep from now on sees them at its last look, so no lock is needed.
+            await conn.execute(queries["wake_guard"])
+        await conn.execute(queries["wake_schedule"], at, [])
 
 
 class PostgresWake:
