@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
 
@@ -185,3 +186,16 @@ async def test_unknown_agents_are_never_cached(pg_pool: Pool) -> None:
     found = await routes.route("late")
     assert found is not None
     assert found.url == "http://127.0.0.1:9/x"
+
+
+async def test_concurrent_lookups_of_one_agent_share_one_query(pg_pool: Pool) -> None:
+    """Posts that miss the cache at once get one lookup's route, not one query each."""
+    await PostgresRoutes(pg_pool).add("herd", "http://127.0.0.1:9/inbox")
+    routes = PostgresRoutes(pg_pool, cache_s=0)
+    found = await asyncio.gather(*(routes.route("herd") for _ in range(16)))
+    assert {id(route) for route in found} == {id(found[0])}
+    assert found[0] is not None
+    assert found[0].url == "http://127.0.0.1:9/inbox"
+    again = await routes.route("herd")
+    assert again is not found[0]
+    assert await asyncio.gather(routes.route("nobody"), routes.route("nobody")) == [None, None]

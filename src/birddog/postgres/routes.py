@@ -11,6 +11,7 @@ secret signing beside the new one for an overlap, then it is forgotten.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import contextlib
@@ -55,6 +56,11 @@ _AGENT_ID: TypeAdapter[str] = TypeAdapter(Id)
 def new_secret() -> str:
     """A new signing secret: ``whsec_`` and the base64 of 32 random bytes."""
     return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
+
+
+def _retrieved(future: asyncio.Future[Route | None]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _check_agent_id(agent_id: str) -> str:
@@ -140,6 +146,7 @@ class PostgresRoutes:
         self.egress = egress if egress is not None else EgressPolicy()
         self.box = box if box is not None else SecretBox()
         self._cache: dict[str, tuple[float, Route]] = {}
+        self._looking: dict[str, asyncio.Future[Route | None]] = {}
 
     async def route(self, agent_id: str) -> Route | None:
         """The route for ``agent_id``, or None when the agent is unknown.
@@ -152,8 +159,22 @@ class PostgresRoutes:
         now = time.monotonic()
         if cached is not None and cached[0] > now:
             return cached[1]
-        with store_errors("route lookup"):
-            record = await self.pool.fetchrow(queries["routes_get"], agent_id)
+        # One lookup per agent at a time: when the cached route ends, the posts in flight
+        # to that agent all ask at once, and they share the first one's answer.
+        pending = self._looking.get(agent_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._look_up(agent_id, now))
+            self._looking[agent_id] = pending
+            # Its error reaches every caller; one that was cancelled meanwhile reads none.
+            pending.add_done_callback(_retrieved)
+        return await asyncio.shield(pending)
+
+    async def _look_up(self, agent_id: str, now: float) -> Route | None:
+        try:
+            with store_errors("route lookup"):
+                record = await self.pool.fetchrow(queries["routes_get"], agent_id)
+        finally:
+            del self._looking[agent_id]
         if record is None:
             self._cache.pop(agent_id, None)
             return None
