@@ -18,7 +18,7 @@ from birddog.core.batch import NOT_IN_BATCH_ACK, batch_id
 from birddog.core.delivery import new_row
 from birddog.engine import DrainReport
 from birddog.http import HttpTransport
-from birddog.http.inbox import Inbox, aiohttp_handler
+from birddog.http.inbox import Inbox, MalformedReply, aiohttp_handler
 from birddog.http.server import serve
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
@@ -184,3 +184,36 @@ async def test_the_stored_json_is_the_body_of_a_single_post(
     assert verified["priority"] == 3
     assert Reply.model_validate({k: v for k, v in verified.items() if k != "priority"}).key == key
     assert json.loads(body)["key"] == key
+
+
+def signed_batch(
+    secret: str, entries: list[Any], *, msg_id: str | None = None
+) -> tuple[dict[str, str], bytes]:
+    """A batch body and its Standard Webhooks headers, as the daemon sends them."""
+    body = json.dumps({"replies": entries}).encode()
+    msg_id = msg_id or batch_id([entry["key"] for entry in entries])
+    now = SystemClock().now()
+    return {
+        "webhook-id": msg_id,
+        "webhook-timestamp": str(int(now.timestamp())),
+        "webhook-signature": Webhook(secret).sign(msg_id, now, body.decode()),
+    }, body
+
+
+def test_receive_batch_reads_each_reply_and_names_a_malformed_one() -> None:
+    """A batch's good replies are read; a malformed one is an error of its own, in place."""
+    secret = "whsec_" + "A" * 43 + "="
+    good = make_reply("outbox:g:reply:0").model_dump(mode="json")
+    bad = make_reply("outbox:b:reply:0").model_dump(mode="json") | {"content": 7}
+    inbox = Inbox(secret)
+    entries = inbox.receive_batch(*signed_batch(secret, [good, bad]))
+    assert [type(entry).__name__ for entry in entries] == ["Received", "MalformedReply"]
+    assert entries[0].reply.key == "outbox:g:reply:0"  # type: ignore[union-attr]
+
+
+def test_receive_batch_refuses_an_id_that_is_not_the_keys() -> None:
+    """A batch whose webhook-id is not the hash of its keys is refused whole."""
+    secret = "whsec_" + "A" * 43 + "="
+    good = make_reply("outbox:g:reply:0").model_dump(mode="json")
+    with pytest.raises(MalformedReply):
+        Inbox(secret).receive_batch(*signed_batch(secret, [good], msg_id="batch:" + "0" * 64))
