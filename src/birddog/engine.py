@@ -71,8 +71,13 @@ from birddog.ports import (
 PAGE_SIZE = 64
 """A drain reads at most this many rows."""
 
-NEWEST_SHARE = 8
-"""A continuous claim takes 1/8 of its rows latest-due first, the rest earliest-due first."""
+NEWEST_SHARE = 4
+"""A continuous claim takes 1/4 of its rows latest-due first, the rest earliest-due first.
+
+Fresh replies then overtake a backlog as long as they arrive slower than a quarter of
+the claims (taken newest first, a faster stream would leave its older members to the
+backlog's turn); the backlog itself keeps three quarters.
+"""
 
 
 @dataclass(frozen=True, slots=True)
