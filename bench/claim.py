@@ -88,22 +88,19 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     for name, (jobs, sessions, crowded) in cases.items():
         dsn = await backlog(ctx, name, jobs=jobs, sessions=sessions, crowded=crowded)
         medians[name] = statistics.median(await claim_rounds(dsn, rounds=rounds))
+    names = {
+        "crowded": f"claim, {size:,} queued, half in one session + {size // 100:,} sessions",
+        "many_sessions": f"claim, {size:,} queued over {size // 10:,} sessions",
+    }
     figures = [
         Figure(
-            name=f"claim, {size:,} queued, half in one session + {size // 100:,} sessions",
-            value=medians["crowded"],
+            name=title,
+            value=medians[name],
             unit="ms",
             baseline="100 queued in 100 sessions",
             baseline_value=medians["small"],
-            ratio=ratio(medians["crowded"], medians["small"]),
-        ),
-        Figure(
-            name=f"claim, {size:,} queued over {size // 10:,} sessions",
-            value=medians["many_sessions"],
-            unit="ms",
-            baseline="100 queued in 100 sessions",
-            baseline_value=medians["small"],
-            ratio=ratio(medians["many_sessions"], medians["small"]),
-        ),
+            ratio=ratio(medians[name], medians["small"]),
+        )
+        for name, title in names.items()
     ]
     return figures, {"rounds": rounds, "medians_ms": medians}
