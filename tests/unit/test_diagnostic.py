@@ -289,3 +289,13 @@ def test_named_password_value_never_survives(value: str) -> None:
     out = bounded_diagnostic(f"password={clean}")
     if clean and clean not in {"[redacted]"}:
         assert out.endswith("[redacted]") or clean not in out[len("password=") :]
+
+
+@pytest.mark.parametrize(
+    "key", ["/00000000000000000000000000A/a0000000000", "+wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"]
+)
+def test_an_aws_secret_key_starting_with_a_slash_or_plus_is_masked(key: str) -> None:
+    """A 40-character AWS secret key is masked even when it begins like a path."""
+    out = bounded_diagnostic(f"credentials rejected: {key} (region us-east-1)")
+    assert key[-12:] not in out
+    assert "[redacted]" in out

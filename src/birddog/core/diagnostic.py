@@ -75,6 +75,12 @@ _BASE64_RUN = re.compile(
     r"(?<![\w+/=.:-])(?=[\w+/=-]*[A-Z])(?=[\w+/=-]*[a-z])(?=[\w+/=-]*\d)"
     r"[\w+-][\w+/-]{31,}=*(?![\w+/=-])"
 )
+_AWS_SECRET = re.compile(
+    # An AWS secret access key: exactly 40 base64 characters, which may begin with a slash
+    # (the base64 rule above keeps runs that start with one, since paths do).
+    r"(?<![\w+/=.:-])(?=[A-Za-z0-9+/]*[A-Z])(?=[A-Za-z0-9+/]*[a-z])(?=[A-Za-z0-9+/]*\d)"
+    r"[A-Za-z0-9+/]{40}(?![\w+/=-])"
+)
 _LONG_RUN = re.compile(r"(?<![\w-])(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9][\w-]{23,}(?![\w-])")
 _WHITESPACE = re.compile(r"\s+")
 
@@ -105,6 +111,7 @@ def bounded_diagnostic(text: object) -> str:
     value = _NAMED_KEY.sub(_mask_named_value, value)
     value = _TOKEN.sub(REDACTED, value)
     value = _BASE64_RUN.sub(REDACTED, value)
+    value = _AWS_SECRET.sub(REDACTED, value)
     value = _LONG_RUN.sub(REDACTED, value)
     return value[:DIAGNOSTIC_MAX_LENGTH]
 
