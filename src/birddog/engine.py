@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from birddog import tracing
 from birddog.core.delivery import (
     Accepted,
     Attempt,
@@ -596,6 +597,26 @@ class DeliveryEngine:
         return [as_result(await self.transport.post(row.reply)) for row in rows]
 
     async def _post(self, rows: list[OutboxRow]) -> list[DeliveryResult]:
+        """Post one row's reply (or a batch); a traced post is its ``birddog.post`` span.
+
+        The span is a child of the first traced row's context, linked to the others'.
+        """
+        traced = [row.traceparent for row in rows if row.traceparent is not None]
+        if not traced:
+            return await self._post_once(rows)
+        ids: dict[str, str | int] = {
+            "reply_key": rows[0].key,
+            "recipient": rows[0].agent_id,
+            "replies": len(rows),
+        }
+        with tracing.span(
+            "post", parent=traced[0], links=traced[1:], kind="client", attributes=ids
+        ) as span:
+            results = await self._post_once(rows)
+            span.note(result="/".join(sorted({type(r).__name__.lower() for r in results})))
+            return results
+
+    async def _post_once(self, rows: list[OutboxRow]) -> list[DeliveryResult]:
         """Post one row's reply (or a batch); a timeout or a raise is a failure, never a crash."""
         timeout_s = self.config.post_timeout_s
         try:

@@ -379,7 +379,7 @@ class Listener(Protocol):
 
 
 class ClaimedJobLike(Protocol):
-    """A claimed job: the job and the claim token that may settle it."""
+    """A claimed job: the job, the claim token that may settle it, its trace context."""
 
     @property
     def claim_token(self) -> str:
@@ -389,6 +389,11 @@ class ClaimedJobLike(Protocol):
     @property
     def job(self) -> Job:
         """The claimed job."""
+        ...
+
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C context the job was enqueued in (None: not traced)."""
         ...
 
 
@@ -405,6 +410,11 @@ class JobStore(Protocol):
         """Extend the lease; True when a cancellation was requested."""
         ...
 
-    async def finish(self, *, job_id: str, claim_token: str, event: ClaimEvent) -> Finished:
-        """Carry out the lifecycle's decision for a result or a stop, fan-out included."""
+    async def finish(
+        self, *, job_id: str, claim_token: str, event: ClaimEvent, traceparent: str | None = None
+    ) -> Finished:
+        """Carry out the lifecycle's decision for a result or a stop, fan-out included.
+
+        The replies' posts continue ``traceparent`` (the settlement's span), if given.
+        """
         ...

@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from birddog import tracing
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import BirdDogError, InvalidJobPayload, StaleClaim, StoreUnavailable
 from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
@@ -178,7 +179,7 @@ class Worker:
                         continue
                     await self._wait_for_work()
                     continue
-                self.metrics.claimed.inc()
+                self._claimed(claimed, asked_at)
                 task = asyncio.create_task(
                     self._run_job(claimed, slots, lease_until=asked_at + self.lease_s)
                 )
@@ -188,6 +189,14 @@ class Worker:
             if running:
                 await asyncio.wait(running)
             log.info("worker_stopped", worker=self.worker_id, **self.summary())
+
+    def _claimed(self, claimed: ClaimedJobLike, asked_at: float) -> None:
+        """Count a claim; for a traced job, record its ``birddog.claim`` span."""
+        self.metrics.claimed.inc()
+        if claimed.traceparent is not None:
+            since_s = asyncio.get_running_loop().time() - asked_at
+            ids = {"job_id": claimed.job.job_id, "queue": claimed.job.queue}
+            tracing.record("claim", parent=claimed.traceparent, since_s=since_s, attributes=ids)
 
     def summary(self) -> dict[str, int]:
         """How the jobs this worker handled ended: ``{"completed": 2, "failed": 1, ...}``."""
@@ -219,19 +228,21 @@ class Worker:
         finally:
             slots.release()
 
-    async def _call(self, job: Job, payload: AgentJobPayload) -> object:
-        """Run the handler in a task of its own for ``job``, timing it."""
-        _CURRENT_JOB.set(job)  # the task's own context: no reset needed
+    async def _call(self, claimed: ClaimedJobLike, payload: AgentJobPayload) -> object:
+        """Run the handler in a task of its own for the job, timed, in its span if traced."""
+        _CURRENT_JOB.set(claimed.job)  # the task's own context: no reset needed
         began = time.perf_counter()
         try:
-            return await self.handler(payload)
+            ids = {"job_id": claimed.job.job_id}
+            with tracing.span("handler", parent=claimed.traceparent, attributes=ids):
+                return await self.handler(payload)
         finally:
             self.metrics.handler_seconds.observe(time.perf_counter() - began)
 
     async def _execute(
         self, claimed: ClaimedJobLike, payload: AgentJobPayload, bound: Any, *, lease_until: float
     ) -> None:
-        work = asyncio.create_task(self._call(claimed.job, payload))
+        work = asyncio.create_task(self._call(claimed, payload))
         why = await self._supervise(work, claimed, bound, lease_until=lease_until)
         if why is Stopped.LEASE_LOST:
             # The heartbeats could not renew the lease: the reaper may give the job to
@@ -314,9 +325,16 @@ class Worker:
         return why
 
     async def _finish(self, claimed: ClaimedJobLike, event: ClaimEvent, bound: Any) -> Finished:
-        finished = await self.jobs.finish(
-            job_id=claimed.job.job_id, claim_token=claimed.claim_token, event=event
-        )
+        ids = {"job_id": claimed.job.job_id}
+        with tracing.span("settle", parent=claimed.traceparent, attributes=ids) as settle:
+            finished = await self.jobs.finish(
+                job_id=claimed.job.job_id,
+                claim_token=claimed.claim_token,
+                event=event,
+                traceparent=settle.traceparent,
+            )
+            if finished.outcome is not None:
+                settle.note(outcome=finished.outcome.value)
         decision = finished.decision
         if isinstance(decision, Requeue):
             self._count(REQUEUED)

@@ -20,16 +20,7 @@ from birddog.metrics import WorkerMetrics, start_server
 from birddog.postgres.jobs import PostgresJobs
 from birddog.testing import FrozenClock
 from birddog.worker import Worker
-from tests.support import T0, enqueue, eventually, make_job
-
-
-class NoWake:
-    """A listener that only times out, after a short pause, as an idle LISTEN would."""
-
-    async def wait(self, timeout_s: float) -> bool:
-        """Time out soon."""
-        await asyncio.sleep(min(timeout_s, 0.05))
-        return False
+from tests.support import T0, NoWake, enqueue, eventually, make_job
 
 
 async def handler(payload: AgentJobPayload) -> str:

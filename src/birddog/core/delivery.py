@@ -209,6 +209,7 @@ class OutboxRow:
         created_at: when the row was written; its age counts from here.
         last_error: the last failure or deferral reason, bounded and redacted.
         dead_reason: why the row died, for dead rows.
+        traceparent: the W3C trace context its post continues (None: not traced).
     """
 
     key: str
@@ -220,6 +221,7 @@ class OutboxRow:
     created_at: datetime
     last_error: str | None
     dead_reason: DeadReason | None
+    traceparent: str | None
 
     def __init__(
         self,
@@ -234,6 +236,7 @@ class OutboxRow:
         dead_reason: DeadReason | None = None,
         reply: Reply | None = None,
         parcel: Parcel | None = None,
+        traceparent: str | None = None,
     ) -> None:
         if parcel is None:
             if reply is None:
@@ -250,6 +253,7 @@ class OutboxRow:
         set_(self, "created_at", created_at)
         set_(self, "last_error", last_error)
         set_(self, "dead_reason", dead_reason)
+        set_(self, "traceparent", traceparent)
 
     @property
     def reply(self) -> Reply:
@@ -438,8 +442,8 @@ def unsendable(reply: Reply | Parcel) -> str | None:
     return None
 
 
-def new_row(reply: Reply, *, now: datetime) -> OutboxRow:
-    """A freshly owed reply, due at once."""
+def new_row(reply: Reply, *, now: datetime, traceparent: str | None = None) -> OutboxRow:
+    """A freshly owed reply, due at once (its post continuing ``traceparent``'s trace)."""
     return OutboxRow(
         key=reply.key,
         reply=reply,
@@ -448,6 +452,7 @@ def new_row(reply: Reply, *, now: datetime) -> OutboxRow:
         deferrals=0,
         due_at=now,
         created_at=now,
+        traceparent=traceparent,
     )
 
 

@@ -21,6 +21,7 @@ import aiohttp
 import yarl
 from aiohttp.abc import AbstractResolver
 
+from birddog import tracing
 from birddog.clock import SystemClock
 from birddog.core.batch import batch_body, batch_id, spread
 from birddog.core.delivery import DeadReason, Deferred, DeliveryResult, Failed, Parcel, Rejected
@@ -66,6 +67,8 @@ class HttpTransport(SessionOwner):
 
     A post that gets no answer within ``timeout_s`` is cancelled and its connection
     closed (never left running) and counts as a failure. Redirects are not followed.
+    Inside a traced post (:mod:`birddog.tracing`) the POST carries the post span's
+    ``traceparent`` header, so the recipient's own spans join the sender's trace.
     Every new connection passes the egress policy after DNS resolution
     (:mod:`birddog.http.egress`); a destination it refuses is a dead letter
     (``egress_refused``), as is a route URL that carries credentials. With a ``proxy``,
@@ -171,6 +174,8 @@ class HttpTransport(SessionOwner):
         headers = signer.headers(msg_id=msg_id, timestamp=int(now.timestamp()), body=body)
         headers["content-type"] = "application/json"
         headers["user-agent"] = self.user_agent
+        if (traceparent := tracing.outgoing()) is not None:
+            headers[tracing.TRACEPARENT] = traceparent
         # A batch's acknowledgement may list every key: it may be that much larger.
         limit = self.max_body_bytes + (sum(len(key) + 8 for key in keys) if batched else 0)
         answer = await self._exchange(agent_id, url, body, headers, limit=limit)

@@ -21,6 +21,7 @@ from pydantic import JsonValue
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from birddog import tracing
 from birddog.core.errors import InvalidInput, JobConflict, StoreUnavailable
 from birddog.core.jobs import Job, JobState
 from birddog.core.model import check_text
@@ -47,6 +48,8 @@ async def enqueue_accepted_job(
     only when queue, lane, priority, payload and recovery all match the stored job,
     whatever state that job has reached. A new job is announced with
     ``NOTIFY birddog_jobs`` (payload: its queue), which Postgres delivers at commit.
+    With OpenTelemetry (:mod:`birddog.tracing`) the insert runs in a ``birddog.enqueue``
+    span, a child of the current one, whose context the job keeps for its replies' posts.
 
     Args:
         conn: an asyncpg connection (in a transaction or not; without one, the insert and
@@ -74,8 +77,11 @@ async def enqueue_accepted_job(
         raise InvalidInput("an enqueued job has no outcome yet", field="outcome")
     payload = _json_text(job.payload, field="payload")
     recovery = None if job.recovery is None else job.recovery.model_dump_json()
-    args = (job.job_id, job.queue, job.lane, job.priority, payload, recovery, created_at)
-    rows = await _run_on_sender(conn, queries["jobs_enqueue"], args)
+    ids = {"job_id": job.job_id, "queue": job.queue}
+    with tracing.span("enqueue", parent=None, root=True, kind="producer", attributes=ids) as span:
+        fields = (job.job_id, job.queue, job.lane, job.priority, payload, recovery)
+        args = (*fields, created_at, span.traceparent)
+        rows = await _run_on_sender(conn, queries["jobs_enqueue"], args)
     if rows:
         return True
     stored = await _run_on_sender(conn, queries["jobs_get"], (job.job_id,))

@@ -107,12 +107,14 @@ class ClaimedJob:
         claim_token: the token of this claim (uuid text); only it can settle the job.
         lease_expires_at: when the claim lapses unless a heartbeat extends it.
         recovery_count: how many times the job was queued again after losing a worker.
+        traceparent: the W3C context the job was enqueued in (None: not traced).
     """
 
     job: Job
     claim_token: str
     lease_expires_at: datetime
     recovery_count: int
+    traceparent: str | None = None
 
 
 class PostgresJobs:
@@ -248,6 +250,7 @@ class PostgresJobs:
                     claim_token=str(row["claim_token"]),
                     lease_expires_at=row["lease_expires_at"],
                     recovery_count=row["recovery_count"],
+                    traceparent=row["traceparent"],
                 )
                 taken.append((row, claimed))
         taken.sort(key=lambda item: _claim_order(item[0]))
@@ -323,7 +326,9 @@ class PostgresJobs:
 
     # ---- finishing under a claim -----------------------------------------------------
 
-    async def finish(self, *, job_id: str, claim_token: str, event: ClaimEvent) -> Finished:
+    async def finish(
+        self, *, job_id: str, claim_token: str, event: ClaimEvent, traceparent: str | None = None
+    ) -> Finished:
         """Carry out what the worker reports about a job it holds, in one transaction.
 
         The lifecycle decides: a result settles with its outcome (``failed``, with a
@@ -338,6 +343,8 @@ class PostgresJobs:
             event: the result (:class:`~birddog.core.lifecycle.SettleRequested`) or the
                 stop (:class:`~birddog.core.lifecycle.WorkerStopped`,
                 :class:`~birddog.core.lifecycle.HandlerTimedOut`).
+            traceparent: the W3C context of the settlement's span, which the replies'
+                posts continue (None: the job's own, if it has one).
 
         Returns:
             What it came to: the decision, the job's outcome, the reply keys written.
@@ -358,7 +365,7 @@ class PostgresJobs:
                 )
                 if isinstance(decision, Refuse):
                     raise StaleClaim(f"job {job_id!r}: {decision.reason}")
-                keys = await self._carry_out(conn, [(row, decision)], now)
+                keys = await self._carry_out(conn, [(row, decision)], now, traceparent)
         return Finished(job_id, decision, _outcome_after(row, decision), keys)
 
     async def settle(
@@ -646,7 +653,11 @@ class PostgresJobs:
         return row
 
     async def _carry_out(
-        self, conn: Connection, items: Sequence[tuple[Row, Decision]], now: datetime
+        self,
+        conn: Connection,
+        items: Sequence[tuple[Row, Decision]],
+        now: datetime,
+        traceparent: str | None = None,
     ) -> list[str]:
         """Store the decisions for locked rows: requeues, cancellations, settlements."""
         requeue = [(row, d) for row, d in items if isinstance(d, Requeue)]
@@ -662,15 +673,24 @@ class PostgresJobs:
                     queries["jobs_request_cancel"], row["job_id"], now, decision.content
                 )
         settle = [(row, d) for row, d in items if isinstance(d, Settle)]
-        return await self._settle_locked(conn, settle, now) if settle else []
+        return await self._settle_locked(conn, settle, now, traceparent) if settle else []
 
     async def _settle_locked(
-        self, conn: Connection, items: Sequence[tuple[Row, Settle]], now: datetime
+        self,
+        conn: Connection,
+        items: Sequence[tuple[Row, Settle]],
+        now: datetime,
+        traceparent: str | None,
     ) -> list[str]:
         """Mark the jobs settled, write their replies, arm one wake: all or nothing."""
         # Built before the first write, so a reply that cannot exist fails the
-        # settlement while nothing has changed yet.
-        replies = [reply for row, settle in items for reply in self._replies(row, settle, now)]
+        # settlement while nothing has changed yet. Each reply's post continues the
+        # settlement's trace, or the job's when nobody traced the settlement (a reaper).
+        replies = [
+            new_row(reply, now=now, traceparent=traceparent or row["traceparent"])
+            for row, settle in items
+            for reply in self._replies(row, settle, now)
+        ]
         await conn.fetch(
             queries["jobs_settle"],
             [row["job_id"] for row, _ in items],
@@ -684,11 +704,7 @@ class PostgresJobs:
             return []
         # Inserting takes the wake lock shared; the statement that checks the insert also
         # arms the wake (notifying only when the last drainer to sleep looks later).
-        return await insert_rows(
-            conn,
-            [new_row(reply, now=now) for reply in replies],
-            wake_at=now if self.schedule_wake else None,
-        )
+        return await insert_rows(conn, replies, wake_at=now if self.schedule_wake else None)
 
     def _replies(self, row: Row, settle: Settle, now: datetime) -> list[Reply]:
         try:

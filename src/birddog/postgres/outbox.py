@@ -80,7 +80,7 @@ async def insert_rows(
     """
     if not rows:
         return []
-    columns: list[list[Any]] = [[] for _ in range(14)]
+    columns: list[list[Any]] = [[] for _ in range(15)]
     for row in rows:
         parcel = row.parcel
         values = (
@@ -98,6 +98,7 @@ async def insert_rows(
             row.created_at,
             row.last_error,
             row.dead_reason.value if row.dead_reason is not None else None,
+            row.traceparent,
         )
         for column, value in zip(columns, values, strict=True):
             column.append(value)
@@ -125,7 +126,7 @@ def row_from_record(record: asyncpg.Record | dict[str, Any]) -> OutboxRow:
 
     Args:
         record: a record with the columns ``key, reply, state, attempts, deferrals,
-            due_at, created_at, last_error, dead_reason``.
+            due_at, created_at, last_error, dead_reason`` (and ``traceparent``, if read).
 
     Returns:
         The row, with its reply validated.
@@ -154,6 +155,7 @@ def _row(record: asyncpg.Record | dict[str, Any], parcel: Parcel) -> OutboxRow:
         created_at=record["created_at"],
         last_error=record["last_error"],
         dead_reason=DeadReason(dead_reason) if dead_reason is not None else None,
+        traceparent=record.get("traceparent"),
     )
 
 

@@ -17,22 +17,24 @@
 
 -- name: outbox_insert_rows
 -- Insert owed replies from parallel arrays (a key that has a row or a receipt is left alone), holding the wake lock shared until the transaction ends.
--- params: $1 keys text[], $2 recipient_agent_ids text[], $3 recipient_session_ids text[], $4 in_reply_tos text[], $5 command_ids text[], $6 outcomes text[], $7 replies text[] (JSON), $8 states text[], $9 attempts int4[], $10 deferrals int4[], $11 due_ats timestamptz[], $12 created_ats timestamptz[], $13 last_errors text[], $14 dead_reasons text[]
+-- params: $1 keys text[], $2 recipient_agent_ids text[], $3 recipient_session_ids text[], $4 in_reply_tos text[], $5 command_ids text[], $6 outcomes text[], $7 replies text[] (JSON), $8 states text[], $9 attempts int4[], $10 deferrals int4[], $11 due_ats timestamptz[], $12 created_ats timestamptz[], $13 last_errors text[], $14 dead_reasons text[], $15 traceparents text[]
 INSERT INTO birddog.outbox AS o (
     key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome,
-    reply, state, attempts, deferrals, due_at, created_at, last_error, dead_reason, dead_at
+    reply, state, attempts, deferrals, due_at, created_at, last_error, dead_reason, dead_at,
+    traceparent
 )
 SELECT
     r.key, r.recipient_agent_id, r.recipient_session_id, r.in_reply_to, r.command_id,
     r.outcome, r.reply::jsonb, r.state, r.attempts, r.deferrals, r.due_at, r.created_at,
-    r.last_error, r.dead_reason, CASE WHEN r.state = 'dead' THEN now() END
+    r.last_error, r.dead_reason, CASE WHEN r.state = 'dead' THEN now() END, r.traceparent
 FROM unnest(
     $1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
     $8::text[], $9::int4[], $10::int4[], $11::timestamptz[], $12::timestamptz[],
-    $13::text[], $14::text[]
+    $13::text[], $14::text[], $15::text[]
 ) AS r(
     key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome,
-    reply, state, attempts, deferrals, due_at, created_at, last_error, dead_reason
+    reply, state, attempts, deferrals, due_at, created_at, last_error, dead_reason,
+    traceparent
 )
 -- The settlement side of the wake protocol (see wake_guard): the wake statement that
 -- follows in this transaction takes its snapshot only after this lock is granted.
@@ -67,7 +69,8 @@ LEFT JOIN birddog.routes r ON r.agent_id = due.recipient_agent_id
 WHERE o.key = due.key
 RETURNING
     o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
-    o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, r.kind AS route_kind,
+    o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, o.traceparent,
+    r.kind AS route_kind,
     r.batch_size AS route_batch_size;
 
 -- name: outbox_claim_due
@@ -118,7 +121,8 @@ LEFT JOIN birddog.routes r ON r.agent_id = due.recipient_agent_id
 WHERE o.key = due.key
 RETURNING
     o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
-    o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, r.kind AS route_kind,
+    o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, o.traceparent,
+    r.kind AS route_kind,
     r.batch_size AS route_batch_size;
 
 -- name: outbox_swap_receipts
@@ -886,12 +890,14 @@ LIMIT $2::int;
 
 -- name: jobs_enqueue
 -- Insert a queued job unless its id exists; NOTIFY birddog_jobs with its queue when inserted.
--- params: $1 job_id text, $2 queue text, $3 lane text, $4 priority int2, $5 payload text (JSON), $6 recovery text (JSON, null: none), $7 created_at timestamptz (null: clock_timestamp())
+-- params: $1 job_id text, $2 queue text, $3 lane text, $4 priority int2, $5 payload text (JSON), $6 recovery text (JSON, null: none), $7 created_at timestamptz (null: clock_timestamp()), $8 traceparent text (W3C, null: not traced)
 WITH inserted AS (
-    INSERT INTO birddog.jobs AS j (job_id, queue, lane, priority, state, payload, recovery, created_at)
+    INSERT INTO birddog.jobs AS j (
+        job_id, queue, lane, priority, state, payload, recovery, created_at, traceparent
+    )
     VALUES (
         $1::text, $2::text, $3::text, $4::int2, 'queued', $5::text::jsonb, $6::text::jsonb,
-        coalesce($7::timestamptz, clock_timestamp())
+        coalesce($7::timestamptz, clock_timestamp()), $8::text
     )
     ON CONFLICT (job_id) DO NOTHING
     RETURNING j.job_id, j.queue
@@ -914,7 +920,7 @@ WHERE j.job_id = $1::text;
 SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
     j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at
+    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent
 FROM birddog.jobs j
 WHERE j.job_id = $1::text
 FOR UPDATE;
@@ -995,7 +1001,7 @@ WHERE j.job_id = p.job_id
 RETURNING
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
     j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at;
+    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent;
 
 -- name: jobs_heartbeat
 -- Extend the lease of a job still running under claim $2; returns whether a cancellation was requested.
@@ -1063,7 +1069,7 @@ SELECT r.job_id, pg_notify('birddog_jobs', r.queue) AS notified FROM requeued r;
 SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
     j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at
+    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent
 FROM birddog.jobs j
 WHERE j.state = 'running' AND j.lease_expires_at <= $1::timestamptz
   AND NOT (j.job_id = ANY($3::text[]))
@@ -1077,7 +1083,7 @@ FOR UPDATE SKIP LOCKED;
 SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
     j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at
+    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent
 FROM birddog.jobs j
 WHERE j.state = 'queued' AND j.created_at <= $1::timestamptz
   AND NOT (j.job_id = ANY($3::text[]))
