@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 
 import pytest
 from aiohttp import web
@@ -55,27 +56,33 @@ class RecordingInbox:
         self.headers: list[dict[str, str]] = []
 
     async def handle(self, request: web.Request) -> web.Response:
-        """Verify the signed reply, keep its headers, acknowledge it."""
-        self.inbox.receive(request.headers, await request.read())
+        """Verify the signed reply (or batch), keep its headers, acknowledge it."""
+        body = await request.read()
+        if request.headers["webhook-id"].startswith("batch:"):
+            self.inbox.receive_batch(request.headers, body)
+        else:
+            self.inbox.receive(request.headers, body)
         self.headers.append({name.lower(): value for name, value in request.headers.items()})
         return web.json_response({"accepted": True})
 
 
-@pytest.fixture
-async def delivered(pg_pool: Pool) -> AsyncIterator[tuple[MailRoom, RecordingInbox]]:
+@asynccontextmanager
+async def mail_room(
+    pool: Pool, *, batch_size: int = 1
+) -> AsyncIterator[tuple[MailRoom, RecordingInbox]]:
     """Alice's route points at a recording inbox; a mail room posts to it."""
     secret = generate_secret()
     recording = RecordingInbox(secret)
     app = web.Application()
     app.router.add_post("/inbox", recording.handle)
     runner, url = await serve(app)
-    routes = PostgresRoutes(pg_pool)
-    await routes.add(ALICE.agent_id, f"{url}/inbox", secret=secret)
+    routes = PostgresRoutes(pool)
+    await routes.add(ALICE.agent_id, f"{url}/inbox", secret=secret, batch_size=batch_size)
     transport = HttpTransport(routes, timeout_s=5)
     room = MailRoom(
-        outbox=PostgresOutbox(pg_pool),
+        outbox=PostgresOutbox(pool),
         transport=transport,
-        wake=PostgresWake(pg_pool),
+        wake=PostgresWake(pool),
         clock=SystemClock(),
     )
     try:
@@ -83,6 +90,13 @@ async def delivered(pg_pool: Pool) -> AsyncIterator[tuple[MailRoom, RecordingInb
     finally:
         await transport.close()
         await runner.cleanup()
+
+
+@pytest.fixture
+async def delivered(pg_pool: Pool) -> AsyncIterator[tuple[MailRoom, RecordingInbox]]:
+    """A mail room posting alice's replies, one per POST, to a recording inbox."""
+    async with mail_room(pg_pool) as delivering:
+        yield delivering
 
 
 def agent(provider: TracerProvider) -> Handler:
@@ -199,6 +213,37 @@ async def test_a_job_cancelled_while_queued_hands_its_own_context_to_the_post(
     [header] = [headers.get("traceparent") for headers in inbox.headers]
     assert header is not None
     assert header.split("-")[2] == f"{post.context.span_id:016x}"
+
+
+async def test_a_batch_is_one_post_span_linked_to_each_reply_it_carries(
+    pg_pool: Pool, traced: tuple[TracerProvider, InMemorySpanExporter]
+) -> None:
+    """Two traced replies in one batched POST: one post span, a child of one, linked to the other."""
+    provider, exporter = traced
+    first = await send_in_a_span(pg_pool, provider, "batch-1")
+    second = await send_in_a_span(pg_pool, provider, "batch-2")
+    worker = Worker(jobs=PostgresJobs(pg_pool), handler=plain, listener=NoWake(), lease_s=5)
+    await worker.run(once=True)
+    async with mail_room(pg_pool, batch_size=10) as (room, inbox):
+        report = await room.drain_outbox()
+    assert len(report.delivered) == 2
+    [headers] = inbox.headers
+    assert headers["webhook-id"].startswith("batch:")
+    spans = exporter.get_finished_spans()
+    [post] = [span for span in spans if span.name == "birddog.post"]
+    settles = {
+        span.context.trace_id: span.context.span_id
+        for span in spans
+        if span.name == "birddog.settle"
+    }
+    traces = {first.get_span_context().trace_id, second.get_span_context().trace_id}
+    assert set(settles) == traces
+    assert post.parent is not None
+    [link] = post.links
+    assert {post.parent.span_id, link.context.span_id} == set(settles.values())
+    assert post.attributes is not None
+    assert post.attributes["birddog.replies"] == 2
+    assert headers["traceparent"].split("-")[2] == f"{post.context.span_id:016x}"
 
 
 async def test_without_a_configured_sdk_nothing_is_stored_or_sent(
