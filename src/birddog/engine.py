@@ -264,6 +264,7 @@ class DeliveryEngine:
         self._stale: list[tuple[_Claim, OutboxRow]] = []
         self._progress = asyncio.Event()
         self._dry: frozenset[str] | None = None
+        self._given_back = 0  # releases of surplus rows so far (see fill)
         self._sleep_until: datetime | None = None
         self._woken = True
 
@@ -439,6 +440,7 @@ class DeliveryEngine:
         if not force and self._saturated():
             return True
         limit = min(self.config.page_size, self.config.window_size - self._held)
+        given_back = self._given_back
         page = await self.outbox.claim_due(
             limit=limit,
             now=now,
@@ -457,8 +459,10 @@ class DeliveryEngine:
         if page.more:
             self._dry = None
             return True
-        # Whatever is left due belongs to recipients that hold all they may.
-        self._dry = self._skip(now)
+        # Whatever is left due belongs to the recipients this claim left out (they held
+        # all they may), unless rows were given back while it was out: then nothing is
+        # known. Not the recipients left out now: their posts may have ended meanwhile.
+        self._dry = skip if self._given_back == given_back else None
         return False
 
     def _room_again(self) -> bool:
@@ -691,8 +695,10 @@ class DeliveryEngine:
             wake_at = _earliest(wake_at, retry_at)
         if self._stale:
             stale, self._stale = self._stale, []
-            self._dry = None
             await self._release(stale, wake=False)
+            # They are claimable again: a claim that missed them proves nothing.
+            self._given_back += 1
+            self._dry = None
         if wake_next_due:
             wake_at = _earliest(wake_at, await self.outbox.next_due_at())
         if wake_at is not None:

@@ -123,6 +123,43 @@ async def test_a_busy_recipient_refills_the_moment_a_post_ends(room: Room) -> No
     assert sorted(serving.delivered) == keys
 
 
+async def test_posts_ending_during_an_empty_claim_do_not_strand_given_back_rows(
+    room: Room,
+) -> None:
+    """Rows given back as surplus are claimed again once their recipient has room.
+
+    The claim that finds nothing (alice was left out of it: she held all she may) is
+    slow; her posts end while it is out. The engine must still know that alice was left
+    out of that claim, and claim her given-back rows when it stores those posts, rather
+    than sleep until its backstop.
+    """
+    opened = asyncio.Event()
+
+    async def answer(reply: Reply) -> bool:
+        await opened.wait()
+        return True
+
+    room.transport.answer = answer
+    keys = await fan_out(room, 5, [ALICE], "g")
+    engine = room.room.engine()
+    claim = room.outbox.claim_due
+    claims = 0
+
+    async def slow_claim(**kwargs: Any) -> Any:
+        nonlocal claims
+        claims += 1
+        page = await claim(**kwargs)
+        if claims == 2:
+            opened.set()
+            await eventually(lambda: engine.in_flight == 0, "alice's posts ending")
+        return page
+
+    room.outbox.claim_due = slow_claim  # type: ignore[method-assign]
+    serving = Serving(engine)
+    await eventually(lambda: sorted(serving.delivered) == sorted(keys), "every receipt")
+    await serving.finish()
+
+
 async def test_silent_recipients_cannot_take_the_window(room: Room) -> None:
     """Hanging recipients get slow start's two slots each; the rest of the window flows."""
     hanging = [AgentAddress(agent_id=f"h{i}", session_id="s") for i in range(3)]
