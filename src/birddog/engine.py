@@ -81,6 +81,10 @@ backlog's turn); the backlog itself keeps three quarters.
 """
 
 
+READY_RECHECK_S = 0.1
+"""While rows are held ready, the longest wait before the engine looks at them again."""
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Everything the engine needs to know besides its ports.
@@ -431,9 +435,11 @@ class DeliveryEngine:
             True when the claim came back full (or none was worth making with the window
             this full): more rows may be due right now.
         """
+        now = self.clock.now()
+        # A recipient whose posts slowed down holds less now than when its rows came.
+        self._give_back_surplus(now)
         if self.full:
             return True
-        now = self.clock.now()
         skip = self._skip(now)
         if not force and self._dry is not None and self._dry <= skip:
             return False
@@ -484,13 +490,26 @@ class DeliveryEngine:
         holding = Counter(self._flying_rows)
         for agent, ready in self._ready.items():
             holding[agent] += len(ready)
+        waited = self._waited()
         return frozenset(
-            agent for agent, count in holding.items() if count >= self._hold(agent, now)
+            agent
+            for agent, count in holding.items()
+            if count >= self._hold(agent, now, waited.get(agent, 0.0))
         )
 
-    def _hold(self, agent: str, now: datetime) -> int:
+    def _hold(self, agent: str, now: datetime, waited_s: float) -> int:
         """The rows the engine may hold for ``agent``: its posts' worth, in batches if batched."""
-        return self.flow.hold(agent, now=now) * self._batch.get(agent, 1)
+        return self.flow.hold(agent, now=now, waited_s=waited_s) * self._batch.get(agent, 1)
+
+    def _waited(self) -> dict[str, float]:
+        """How long each recipient's oldest post in flight has been out (seconds)."""
+        started: dict[str, float] = {}
+        for post in self._posts.values():
+            agent = post.agent
+            if post.started < started.get(agent, post.started + 1.0):
+                started[agent] = post.started
+        clock = time.perf_counter()
+        return {agent: clock - at for agent, at in started.items()}
 
     # ------------------------------------------------------------------ admission
 
@@ -538,9 +557,17 @@ class DeliveryEngine:
         self._done.append(_Done(claim, row, result, attempt, mailbox=mailbox))
 
     def _give_back_surplus(self, now: datetime) -> None:
-        """Rows claimed beyond what a recipient may hold go back (at the next store)."""
+        """Rows held beyond what a recipient may hold go back (at the next store).
+
+        After a claim (it may bring more than a recipient has room for), and before one:
+        a recipient whose posts have slowed down holds less than when its rows came.
+        """
+        if not self._ready:
+            return
+        waited = self._waited()
         for agent, ready in self._ready.items():
-            room = max(self._hold(agent, now) - self._flying_rows[agent], 0)
+            hold = self._hold(agent, now, waited.get(agent, 0.0))
+            room = max(hold - self._flying_rows[agent], 0)
             while len(ready) > room:
                 self._stale.append(ready.pop())
 
@@ -760,6 +787,10 @@ class DeliveryEngine:
             return True
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        # Rows held ready for a recipient whose posts are out: look again soon, since the
+        # longer those posts take the fewer rows it may hold (see FlowControl.hold), and
+        # what it gives back may be all that another recipient is waiting for.
+        wait_s = min(timeout_s, READY_RECHECK_S) if self._ready else timeout_s
         woken = False
         if not self._done:
             self._progress.clear()
@@ -769,10 +800,10 @@ class DeliveryEngine:
             ]
             wake: asyncio.Future[bool] | None = None
             if listener is not None:
-                wake = asyncio.ensure_future(listener.wait(timeout_s))
+                wake = asyncio.ensure_future(listener.wait(wait_s))
                 waiters.append(wake)
             try:
-                await asyncio.wait(waiters, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(waiters, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for waiter in waiters:
                     if not waiter.done():

@@ -23,17 +23,39 @@ async def fan_out(room: Room, count: int, reply_to: list[AgentAddress], prefix: 
     return keys
 
 
+class Bell:
+    """A listener rung by the test, as a NOTIFY would be."""
+
+    def __init__(self) -> None:
+        self._rung = asyncio.Event()
+
+    def ring(self) -> None:
+        """Announce new rows."""
+        self._rung.set()
+
+    async def wait(self, timeout_s: float) -> bool:
+        """True when rung within ``timeout_s``."""
+        try:
+            await asyncio.wait_for(self._rung.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        self._rung.clear()
+        return True
+
+
 class Serving:
     """An engine serving in the background until stopped."""
 
-    def __init__(self, engine: DeliveryEngine, *, once: bool = False) -> None:
+    def __init__(
+        self, engine: DeliveryEngine, *, once: bool = False, listener: Bell | None = None
+    ) -> None:
         self.engine = engine
         self.stop = asyncio.Event()
         self.reports: list[DrainReport] = []
         self.task = asyncio.create_task(
             engine.serve(
                 stop=self.stop,
-                listener=None,
+                listener=listener,
                 backstop_s=60,
                 on_report=self.reports.append,
                 once=once,
@@ -157,6 +179,40 @@ async def test_posts_ending_during_an_empty_claim_do_not_strand_given_back_rows(
     room.outbox.claim_due = slow_claim  # type: ignore[method-assign]
     serving = Serving(engine)
     await eventually(lambda: sorted(serving.delivered) == sorted(keys), "every receipt")
+    await serving.finish()
+
+
+async def test_a_recipient_that_slows_down_gives_its_ready_rows_back(room: Room) -> None:
+    """A fast recipient that stops answering does not keep the window from the others.
+
+    Carol was fast, so the engine holds many of her rows ready; when she stops answering,
+    those rows go back within moments and alice's replies flow through the window.
+    """
+    hang = asyncio.Event()
+    hang.set()
+    never = asyncio.Event()
+
+    async def answer(reply: Reply) -> bool:
+        if reply.to == CAROL and not hang.is_set():
+            await never.wait()
+        return True
+
+    room.transport.answer = answer
+    room.room.post_timeout_s = 30
+    engine = room.room.engine(window_size=64, per_recipient=4)
+    bell = Bell()
+    warm = await fan_out(room, 40, [CAROL], "w")
+    serving = Serving(engine, listener=bell)
+    await eventually(lambda: set(warm) <= set(serving.delivered), "carol's first receipts")
+    hang.clear()
+    await fan_out(room, 200, [CAROL], "c")
+    bell.ring()
+    await eventually(lambda: len(posted(room, CAROL)) >= 44, "carol's hanging posts")
+    alice = await fan_out(room, 100, [ALICE], "a")
+    bell.ring()
+    await eventually(lambda: set(alice) <= set(serving.delivered), "alice's receipts")
+    assert len(posted(room, CAROL)) == 44
+    never.set()
     await serving.finish()
 
 

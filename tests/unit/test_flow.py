@@ -80,6 +80,20 @@ def test_rows_held_ready_follow_the_recipients_pace() -> None:
     assert flow.hold("never", now=T0) == 2
 
 
+def test_a_post_out_longer_than_the_pace_shrinks_what_is_held() -> None:
+    """The pace used is at least the age of the oldest post in flight.
+
+    A fast recipient that stops answering holds only its posts' worth, without waiting for
+    those posts to end.
+    """
+    flow = FlowControl(ceiling=16, initial=2, horizon_s=0.5, hold_max=256)
+    for _ in range(4):
+        flow.answered("a", Signal.OK, seconds=0.002, now=T0)
+    assert flow.hold("a", now=T0, waited_s=0.001) == 256
+    assert flow.hold("a", now=T0, waited_s=1.0) == 16 + 8
+    assert flow.hold("a", now=T0, waited_s=60.0) == 16
+
+
 def test_forget_quiet_bounds_memory() -> None:
     """Recipients not heard from within quiet_s are forgotten."""
     flow = FlowControl(ceiling=4, quiet_s=10)

@@ -14,7 +14,9 @@ The rule is TCP's congestion control, per recipient:
 Besides the posts in flight, the engine may hold claimed rows ready for a recipient: as
 many as it can post within ``horizon_s`` at its measured pace (none while its pace is
 unknown), so a fast recipient keeps its slots busy between claims while a slow one holds
-no more than it can use.
+no more than it can use. A post still out longer than the pace promised is evidence too:
+the pace used is at least that post's age, so a recipient that suddenly slows down gives
+its ready rows back at once instead of holding the window until its posts end.
 
 Nothing here reads a clock: every call takes ``now``.
 """
@@ -91,14 +93,21 @@ class FlowControl:
         flow = self._current(agent_id, now)
         return self.initial if flow is None else flow.limit
 
-    def hold(self, agent_id: str, *, now: datetime) -> int:
-        """The rows (in flight and ready) the engine may hold for ``agent_id`` at ``now``."""
+    def hold(self, agent_id: str, *, now: datetime, waited_s: float = 0.0) -> int:
+        """The rows (in flight and ready) the engine may hold for ``agent_id`` at ``now``.
+
+        Args:
+            agent_id: the recipient.
+            now: the current time.
+            waited_s: how long its oldest post in flight has been out (0: none is).
+        """
         flow = self._current(agent_id, now)
         if flow is None:
             return self.initial
         if flow.pace_s is None:
             return flow.limit
-        ready = int(flow.limit * self.horizon_s / max(flow.pace_s, 1e-6))
+        pace_s = max(flow.pace_s, waited_s, 1e-6)
+        ready = int(flow.limit * self.horizon_s / pace_s)
         return min(self.hold_max, flow.limit + ready)
 
     def answered(self, agent_id: str, signal: Signal, *, seconds: float, now: datetime) -> None:
