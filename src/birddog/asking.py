@@ -113,7 +113,7 @@ async def send_ask(
         JobConflict: the key was used before for another question, target or asker.
         StoreUnavailable: the database is unreachable; nothing was written.
     """
-    from birddog.postgres.pool import driver_errors  # noqa: PLC0415 - import birddog stays light
+    from birddog.postgres.pool import store_errors  # noqa: PLC0415 - import birddog stays light
 
     clock = clock or SystemClock()
     target = parse_address(to, "to")
@@ -128,7 +128,7 @@ async def send_ask(
         created_at_ms=epoch_ms(now),
         max_content_bytes=max_content_bytes,
     )
-    with driver_errors("ask"):
+    with store_errors("ask"):
         async with pool.acquire() as conn, conn.transaction():
             replay, added = await _enqueue_ask(conn, job, target=target, asker=asker)
     return Asked(

@@ -23,7 +23,7 @@ from birddog.engine import DeliveryEngine, DrainReport
 from birddog.mailroom import MailRoom
 from birddog.metrics import Metrics
 from birddog.ports import Clock, Listener
-from birddog.runtime import Backoff, database_errors, sleep_unless_stopped
+from birddog.runtime import Backoff, cause_name, database_errors, sleep_unless_stopped
 from birddog.settings import Settings
 
 log = structlog.get_logger("birddog.daemon")
@@ -120,7 +120,12 @@ class DrainDaemon:
                 self.healthy = False
                 self.metrics.up.set(0)
                 wait = self._backoff.next()
-                log.warning("database_unavailable", error=type(exc).__name__, retry_in_s=wait)
+                # The database is away, or refused a statement (a deadlock, a timeout, a
+                # revoked privilege, a trigger): the daemon stays up, unhealthy, and tries
+                # again. It never exits on what the database says about its rows.
+                log.warning(
+                    "database_unavailable", error=cause_name(exc), reason=str(exc), retry_in_s=wait
+                )
                 await sleep_unless_stopped(self.stop, wait)
                 continue
             if once:

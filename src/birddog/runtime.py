@@ -30,6 +30,12 @@ def database_errors() -> tuple[type[BaseException], ...]:
     return DATABASE_ERRORS
 
 
+def cause_name(exc: BaseException) -> str:
+    """The class name of what went wrong beneath a BirdDog error (the driver's, if any)."""
+    cause = exc.__cause__
+    return type(cause if cause is not None else exc).__name__
+
+
 class Backoff:
     """Exponential backoff from 0.1 s to ``cap_s``, reset on success."""
 

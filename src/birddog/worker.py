@@ -43,7 +43,7 @@ from birddog.core.lifecycle import (
 from birddog.core.mail import Outcome
 from birddog.metrics import WorkerMetrics
 from birddog.ports import ClaimedJobLike, JobStore, Listener
-from birddog.runtime import Backoff, sleep_unless_stopped
+from birddog.runtime import Backoff, cause_name, sleep_unless_stopped
 
 log = structlog.get_logger("birddog.worker")
 
@@ -167,7 +167,7 @@ class Worker:
                 except StoreUnavailable as exc:
                     slots.release()
                     self.metrics.database(up=False)
-                    log.warning("database_unavailable", error=_cause_name(exc))
+                    log.warning("database_unavailable", error=cause_name(exc), reason=str(exc))
                     await sleep_unless_stopped(self.stop, backoff.next())
                     continue
                 if claimed is None:
@@ -220,7 +220,7 @@ class Worker:
         except StoreUnavailable as exc:
             # The job stays running; its lease expiry gives it back (or settles it).
             self.metrics.database(up=False)
-            bound.warning("settle_failed_database", error=_cause_name(exc))
+            bound.warning("settle_failed_database", error=cause_name(exc))
         except BirdDogError as exc:
             bound.error("job_finish_failed", error=type(exc).__name__)
         except Exception as exc:  # one job's bug must not end the worker
@@ -311,7 +311,7 @@ class Worker:
                         lease_s=self.lease_s,
                     )
                 except StoreUnavailable as exc:
-                    bound.warning("heartbeat_failed", error=_cause_name(exc))
+                    bound.warning("heartbeat_failed", error=cause_name(exc))
                     continue
                 lease_until = sent_at + self.lease_s
                 if cancel_requested:
@@ -402,8 +402,3 @@ def _describe(error: BaseException) -> str:
     except Exception:  # a hostile __str__ must not end the worker
         text = type(error).__name__
     return bounded_diagnostic(text)
-
-
-def _cause_name(exc: BaseException) -> str:
-    cause = exc.__cause__
-    return type(cause if cause is not None else exc).__name__

@@ -114,3 +114,45 @@ async def test_a_daemon_started_before_its_database_waits_for_it(
         code, log = await asyncio.to_thread(daemon.terminate)
     assert code == 0, log[-2000:]
     assert "database_unavailable" in log
+
+
+REFUSAL = "refused-by-a-trigger-7f3a"
+"""The text of the server's refusal: it quotes whatever the trigger says, so never logged."""
+
+
+async def test_a_statement_the_database_refuses_never_ends_the_daemon(
+    daemons: Callable[..., Daemon], harness: Harness, inbox: TestInbox
+) -> None:
+    """A statement the database refuses leaves the daemon running and retrying.
+
+    A refused claim (a trigger here; a deadlock, a statement timeout or a revoked
+    privilege alike): once the cause is gone the waiting replies are delivered, and the
+    log names the error's class, never its text.
+    """
+    await harness.add_agent("alice")
+    daemon = daemons(BIRDDOG_BACKSTOP_S="1")
+    first = await fan_out(harness, 3, ["alice"], prefix="before")
+    await wait_until(lambda: _receipts(harness, 3), timeout_s=30, what="first receipts")
+    await harness.pool.execute(
+        f"""
+        CREATE FUNCTION birddog.refuse() RETURNS trigger LANGUAGE plpgsql AS
+        $$ BEGIN RAISE EXCEPTION '{REFUSAL}'; END $$;
+        CREATE TRIGGER refuse BEFORE UPDATE ON birddog.outbox
+        FOR EACH ROW EXECUTE FUNCTION birddog.refuse();
+        """
+    )
+    later = await fan_out(harness, 3, ["alice"], prefix="after")
+
+    async def refused() -> bool:
+        return "SQLSTATE P0001" in daemon.log()
+
+    await wait_until(refused, timeout_s=30, what="the daemon to meet the refusal")
+    assert daemon.proc.poll() is None, daemon.log()[-2000:]
+    await harness.pool.execute(
+        "DROP TRIGGER refuse ON birddog.outbox; DROP FUNCTION birddog.refuse()"
+    )
+    await wait_until(lambda: _receipts(harness, 6), timeout_s=30, what="receipts after it")
+    code, log = await asyncio.to_thread(daemon.terminate)
+    assert code == 0, log[-2000:]
+    assert set(inbox.posts) == set(first + later)
+    assert REFUSAL not in log

@@ -212,8 +212,9 @@ async def test_apply_of_a_page_is_one_transaction(pg_pool: Pool) -> None:
     await outbox.add(rows)
     page = await outbox.claim_page(after_key=None, limit=5, now=at(0), lease_s=LEASE_S)
     impossible = replace(rows[1], attempts=-1)  # violates the attempts >= 0 check
-    with pytest.raises(asyncpg.CheckViolationError):
+    with pytest.raises(StoreUnavailable) as refused:
         await outbox.apply(page=page, outcomes=[receipt_for(rows[0], when=at(1)), impossible])
+    assert isinstance(refused.value.__cause__, asyncpg.CheckViolationError)
 
     assert await outbox.get("a") == rows[0]
     assert await outbox.get("b") == rows[1]

@@ -189,16 +189,24 @@ def run(coro: Coroutine[Any, Any, T], *, resident: Settings | None = None) -> T:
     except (DatabaseRefused, InvalidSetting) as exc:
         raise ConfigurationError(str(exc)) from exc
     except BirdDogError as exc:
-        raise click.ClickException(str(exc)) from exc
+        raise click.ClickException(_refused(exc) or str(exc)) from exc
     except Exception as exc:
-        # The database adapter knows a refused statement (a missing grant, say); the
-        # command line knows only that it gets one line, not a traceback.
-        from birddog.postgres.pool import refusal_reason  # noqa: PLC0415 - keeps --help fast
-
-        reason = refusal_reason(exc)
-        if reason is None:
+        refused = _refused(exc)
+        if refused is None:
             raise
-        raise click.ClickException(f"the database refused: {reason}") from exc
+        raise click.ClickException(refused) from exc
+
+
+def _refused(exc: BaseException) -> str | None:
+    """One line for a statement the database refused (a missing grant, say), else None.
+
+    The database adapter knows a refusal and the server's reason; the command line knows
+    only that it gets one line, not a traceback.
+    """
+    from birddog.postgres.pool import refusal_reason  # noqa: PLC0415 - keeps --help fast
+
+    reason = refusal_reason(exc)
+    return None if reason is None else f"the database refused: {reason}"
 
 
 def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T:

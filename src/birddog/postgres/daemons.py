@@ -10,7 +10,7 @@ import socket
 
 import asyncpg
 
-from birddog.postgres.pool import driver_errors
+from birddog.postgres.pool import store_errors
 from birddog.postgres.sql import queries
 
 EXPIRE_S = 3600.0
@@ -41,7 +41,7 @@ class PostgresDaemons:
         Raises:
             StoreUnavailable: the database failed.
         """
-        with driver_errors("daemon seen"):
+        with store_errors("daemon seen"):
             await self.pool.execute(
                 queries["daemon_seen"], self.daemon_id, self.kind, self.host, self.pid
             )
@@ -53,5 +53,5 @@ class PostgresDaemons:
         Raises:
             StoreUnavailable: the database failed.
         """
-        with driver_errors("daemon gone"):
+        with store_errors("daemon gone"):
             await self.pool.execute(queries["daemon_gone"], self.daemon_id)

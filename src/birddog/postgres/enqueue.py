@@ -26,7 +26,7 @@ from birddog.core.errors import InvalidInput, JobConflict, StoreUnavailable
 from birddog.core.jobs import Job, JobState
 from birddog.core.model import check_text
 from birddog.postgres.job_rows import Row, job_from_row
-from birddog.postgres.pool import Connection, driver_errors
+from birddog.postgres.pool import Connection, store_errors
 from birddog.postgres.sql import queries
 
 _JOB_FIELDS: Final = ("queue", "lane", "priority", "payload", "recovery")
@@ -112,16 +112,16 @@ async def _run_on_sender(
         # exec_driver_sql goes through SQLAlchemy's cursor, which begins the
         # connection's transaction first; the raw driver connection would not.
         try:
-            with driver_errors("enqueue_accepted_job"):
+            with store_errors("enqueue_accepted_job"):
                 result = await conn.exec_driver_sql(sql, tuple(args))
                 return [row._mapping for row in result]
         except DBAPIError as exc:
             # SQLAlchemy wraps the driver's error; its cause is asyncpg's own.
             raise StoreUnavailable(
-                f"database failed during enqueue_accepted_job: {type(exc.orig).__name__}"
+                f"database refused enqueue_accepted_job: {type(exc.orig).__name__}"
             ) from exc
     if isinstance(conn, asyncpg.Connection | PoolConnectionProxy):
-        with driver_errors("enqueue_accepted_job"):
+        with store_errors("enqueue_accepted_job"):
             if conn.is_in_transaction():
                 return list(await conn.fetch(sql, *args))
             async with conn.transaction():

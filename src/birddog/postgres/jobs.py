@@ -83,7 +83,7 @@ from birddog.postgres.job_rows import (
 )
 from birddog.postgres.job_rows import claim_token as claim_token_of
 from birddog.postgres.outbox import insert_rows
-from birddog.postgres.pool import Connection, Pool, driver_errors, is_refusal
+from birddog.postgres.pool import Connection, Pool, is_refusal, store_errors
 from birddog.postgres.sql import queries
 
 log = structlog.get_logger("birddog.jobs")
@@ -261,7 +261,7 @@ class PostgresJobs:
     ) -> list[Row]:
         for _ in range(CLAIM_ATTEMPTS):
             try:
-                with driver_errors("claim"):
+                with store_errors("claim"):
                     return await self._fetch_claim(queues, limit, lease_until, worker_id)
             except StoreUnavailable as exc:
                 # Another claimer took the same slot first: claim again, from a new snapshot.
@@ -316,7 +316,7 @@ class PostgresJobs:
         lease_until = self._lease_until(lease_s)
         if token is None:
             raise StaleClaim(f"claim token {claim_token!r} is not a claim token")
-        with driver_errors("heartbeat"):
+        with store_errors("heartbeat"):
             cancel_requested = await self.pool.fetchval(
                 queries["jobs_heartbeat"], job_id, token, lease_until
             )
@@ -357,7 +357,7 @@ class PostgresJobs:
         """
         token = claim_token_of(claim_token)
         now = self.clock.now()
-        with driver_errors("finish"):
+        with store_errors("finish"):
             async with self.pool.acquire() as conn, conn.transaction():
                 row = await self._lock(conn, job_id)
                 decision = decide(
@@ -461,7 +461,7 @@ class PostgresJobs:
         """
         self._check_content(content)
         now = self.clock.now()
-        with driver_errors("cancel"):
+        with store_errors("cancel"):
             async with self.pool.acquire() as conn, conn.transaction():
                 row = await self._lock(conn, job_id)
                 decision = decide(
@@ -547,7 +547,7 @@ class PostgresJobs:
             UnreadableRow: the stored row is not a valid job (written by SQL).
             StoreUnavailable: the database could not be reached.
         """
-        with driver_errors("get"):
+        with store_errors("get"):
             row = await self.pool.fetchrow(queries["jobs_get"], job_id)
         if row is None:
             raise JobNotFound(f"no job has id {job_id!r}")
@@ -562,7 +562,7 @@ class PostgresJobs:
         Raises:
             StoreUnavailable: the database could not be reached.
         """
-        with driver_errors("counts"):
+        with store_errors("counts"):
             rows = await self.pool.fetch(queries["jobs_counts"])
         counts = dict.fromkeys((state.value for state in JobState), 0)
         counts.update({row["state"]: row["jobs"] for row in rows})
@@ -582,7 +582,7 @@ class PostgresJobs:
         Raises:
             StoreUnavailable: the database could not be reached.
         """
-        with driver_errors("queued_backlog"):
+        with store_errors("queued_backlog"):
             row = await self.pool.fetchrow(
                 queries["jobs_queued_backlog"],
                 None if queues is None else list(queues),
@@ -616,7 +616,7 @@ class PostgresJobs:
             ids: list[str] = []
             refused: StoreUnavailable | None = None
             try:
-                with driver_errors("reap"):
+                with store_errors("reap"):
                     async with self.pool.acquire() as conn, conn.transaction():
                         rows = await conn.fetch(lock_query, since, batch, skipped)
                         ids = [row["job_id"] for row in rows]

@@ -1,14 +1,13 @@
 """The asyncpg pool the adapters share, and the translation of connection failures.
 
 ``create_pool`` sets a JSON codec for ``json``/``jsonb`` on every connection, so JSON
-columns come back as Python values. ``store_errors()`` turns "the database is not there"
-into :class:`birddog.StoreUnavailable`; every other database error passes unchanged.
+columns come back as Python values. ``store_errors()`` turns every driver failure (the
+database is not there, or the server refused the statement) into
+:class:`birddog.StoreUnavailable`, so the adapters' callers catch BirdDog errors only.
 ``connect_errors(dsn)`` does the same for opening connections and tells the two kinds of
 failure apart: :class:`birddog.StoreUnavailable` for what may pass (the server is down or
 starting), :class:`birddog.DatabaseRefused` for what will not (a failed login, a missing
 role or database, a malformed URL). Both name the host and database, never the password.
-``driver_errors()`` turns every driver failure into :class:`birddog.StoreUnavailable`, for
-adapters whose callers catch BirdDog errors only.
 """
 
 from __future__ import annotations
@@ -255,7 +254,13 @@ async def create_pool(
 
 @contextmanager
 def store_errors(operation: str) -> Iterator[None]:
-    """Translate a lost or unreachable database into :class:`StoreUnavailable`.
+    """Translate every database driver failure into :class:`StoreUnavailable`.
+
+    A lost or unreachable database, and a statement the server refused (a constraint, a
+    trigger, a serialization failure or deadlock, a statement timeout, a revoked
+    privilege, a read-only server after a failover): either way the operation failed and
+    the caller backs off or gives up on it. No caller needs the driver's types, and no
+    driver error reaches a daemon's or a worker's loop to end it.
 
     Args:
         operation: what was being done, for the message (never values or content).
@@ -264,14 +269,20 @@ def store_errors(operation: str) -> Iterator[None]:
         Nothing; the body runs inside the translation.
 
     Raises:
-        StoreUnavailable: the body failed because the database is not reachable; the
-            driver's error is its ``__cause__``.
+        StoreUnavailable: the body failed in the driver or the server; the driver's error
+            is its ``__cause__`` (:func:`refusal_reason` reads the server's reason from
+            it). For a refusal the message names the error's class and SQLSTATE, never
+            its text, which may quote stored values.
     """
     try:
         yield
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(
             f"database unavailable during {operation}: {failure_reason(exc)}"
+        ) from exc
+    except asyncpg.PostgresError as exc:
+        raise StoreUnavailable(
+            f"database refused {operation}: {type(exc).__name__} (SQLSTATE {exc.sqlstate})"
         ) from exc
 
 
@@ -306,31 +317,3 @@ def is_refusal(exc: BaseException) -> bool:
     """
     cause = exc.__cause__ if isinstance(exc, StoreUnavailable) else exc
     return isinstance(cause, asyncpg.PostgresError) and not isinstance(cause, _UNAVAILABLE)
-
-
-@contextmanager
-def driver_errors(operation: str) -> Iterator[None]:
-    """Translate every database driver failure into :class:`StoreUnavailable`.
-
-    Beyond :func:`store_errors`, a statement the server refused (a constraint, a
-    serialization failure, a timeout, an aborted transaction) is a failed operation too:
-    the caller backs off or gives up on the operation, and never needs the driver's types.
-
-    Args:
-        operation: what was being done, for the message (never values or content).
-
-    Yields:
-        Nothing; the body runs inside the translation.
-
-    Raises:
-        StoreUnavailable: the body failed in the driver or the server; the message names
-            the driver's error class and SQLSTATE (never its text, which may quote
-            values), and the driver's error is its ``__cause__``.
-    """
-    try:
-        with store_errors(operation):
-            yield
-    except asyncpg.PostgresError as exc:
-        raise StoreUnavailable(
-            f"database failed during {operation}: {type(exc).__name__} (SQLSTATE {exc.sqlstate})"
-        ) from exc
