@@ -53,7 +53,7 @@ DEADLINE_S = {"quick": 300.0, "full": 900.0}
 
 NOTE = (
     "2 cores shared by PostgreSQL, the daemon (or baseline/peer) and the inbox server; "
-    "other engineers' test runs may share the machine (see load_avg)."
+    "other work may share the machine (see load_avg)."
 )
 
 

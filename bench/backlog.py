@@ -133,7 +133,11 @@ async def explain_claims(dsn: str, middle_key: str) -> dict[str, str]:
         ),
     }
     if "outbox_claim_due" in queries:
-        plans["due"] = await explain(dsn, "outbox_claim_due", [now, PAGE, uuid.uuid4(), now, []])
+        # As the daemon claims a page: a quarter latest-due first, the rest earliest-due.
+        newest = PAGE // 4
+        plans["due"] = await explain(
+            dsn, "outbox_claim_due", [now, PAGE - newest, uuid.uuid4(), now, [], newest]
+        )
     return plans
 
 
