@@ -307,5 +307,6 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     ]
     for result in (empty, full):
         result.pop("plans")
-    details = {"empty": empty, "backlog": full, "plan_file": str(plan_path)}
+    # Relative to the checkout: a result names no path of the machine it ran on.
+    details = {"empty": empty, "backlog": full, "plan_file": plan_path.name}
     return figures, details
