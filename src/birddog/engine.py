@@ -36,6 +36,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+import structlog
+
 from birddog import tracing
 from birddog.core.delivery import (
     Accepted,
@@ -55,8 +57,10 @@ from birddog.core.delivery import (
     unsendable,
 )
 from birddog.core.diagnostic import bounded_diagnostic
+from birddog.core.errors import StoreRefused
 from birddog.core.flow import FlowControl, Signal
 from birddog.core.schedule import Random, RetrySchedule
+from birddog.core.text import inert
 from birddog.ports import (
     Clock,
     Listener,
@@ -68,6 +72,8 @@ from birddog.ports import (
     WakeBoard,
     WakeScheduler,
 )
+
+log = structlog.get_logger("birddog.engine")
 
 PAGE_SIZE = 64
 """A drain reads at most this many rows."""
@@ -713,7 +719,11 @@ class DeliveryEngine:
         if self._done:
             pending, self._done = self._done, []
             try:
-                report, retry_at = await self._store(pending, self.clock.now())
+                try:
+                    report, retry_at = await self._store(pending, self.clock.now())
+                except StoreRefused:
+                    # One row's stored fields can make the whole statement fail.
+                    report, retry_at = await self._store_apart(pending)
             except BaseException:
                 # Not stored (the database is away): keep them for the next call.
                 self._done = pending + self._done
@@ -731,6 +741,38 @@ class DeliveryEngine:
         if wake_at is not None:
             await self.wake.schedule_wake(at=wake_at)
         return report
+
+    async def _store_apart(self, items: list[_Done]) -> tuple[DrainReport, datetime | None]:
+        """Store outcomes one by one after the database refused them together.
+
+        A row whose own outcome is refused (its stored fields are damaged: a count at
+        the integer's limit, say) is buried as ``undecodable`` with the reason, so it
+        cannot hold back the others. If even that is refused, the row is left to its
+        lease, logged, and comes back after it.
+
+        Raises:
+            StoreUnavailable: the database went away; nothing of ``items`` is lost (the
+                ones stored are skipped when they come back: their claim ended).
+        """
+        report = DrainReport()
+        retry_at: datetime | None = None
+        for done in items:
+            now = self.clock.now()
+            try:
+                stored, when = await self._store([done], now)
+            except StoreRefused as refused:
+                buried = _Done(done.claim, _unstorable(done.row, refused), None, None)
+                try:
+                    stored, when = await self._store([buried], now)
+                except StoreRefused:
+                    stored, when = DrainReport(claimed=1, skipped=[done.row.key]), None
+                    # No traceback: the server's text may quote the row. Class and SQLSTATE.
+                    log.error(  # noqa: TRY400
+                        "row_unstorable", key=inert(done.row.key), error=str(refused)
+                    )
+            report = report.add(stored)
+            retry_at = _earliest(retry_at, when)
+        return report, retry_at
 
     async def _store(
         self, items: list[_Done], now: datetime
@@ -872,6 +914,21 @@ class DeliveryEngine:
         if wake:
             with contextlib.suppress(Exception):
                 await self.wake.schedule_wake(at=min(row.due_at for _, row in items))
+
+
+def _unstorable(row: OutboxRow | UndecodableRow, refused: StoreRefused) -> UndecodableRow:
+    """A row whose outcome the database refused, as a row to bury with the reason."""
+    error = bounded_diagnostic(f"its outcome could not be stored, the row is damaged: {refused}")
+    if isinstance(row, UndecodableRow):
+        return replace(row, error=error)
+    return UndecodableRow(
+        key=row.key,
+        agent_id=row.agent_id,
+        attempts=row.attempts,
+        deferrals=row.deferrals,
+        due_at=row.due_at,
+        error=error,
+    )
 
 
 def _task_results(task: asyncio.Task[list[DeliveryResult]], count: int) -> list[DeliveryResult]:

@@ -152,6 +152,33 @@ async def test_a_poison_row_is_buried_and_the_rest_of_its_claim_delivered(
     assert (buried.key, buried.agent_id) == (rows[2].key, "alice")
 
 
+async def test_a_row_whose_outcome_cannot_be_stored_is_buried_alone(
+    pg_pool: Pool, database_url: str
+) -> None:
+    """One row's unstorable outcome holds back no other row of its store.
+
+    A count at the integer's limit (written by SQL) makes its outcome unstorable: that row
+    dies undecodable with the reason, and the rows stored with it get their receipts.
+    """
+    rows = [make_row(f"outbox:{name}:reply:0") for name in "abc"]
+    await PostgresOutbox(pg_pool).add(rows)
+    await pg_pool.execute(
+        "UPDATE birddog.outbox SET attempts = 2147483647 WHERE key = $1", rows[1].key
+    )
+    async with (
+        announcements(database_url, "birddog_dead") as dead,
+        serving(pg_pool, database_url) as daemon,
+    ):
+        await eventually(lambda: len(daemon.delivered) == 2, "the other rows' receipts")
+        await eventually(lambda: dead == [rows[1].key], "the dead letter's NOTIFY")
+    assert daemon.delivered == {rows[0].key, rows[2].key}
+    record = await pg_pool.fetchrow(
+        "SELECT state, dead_reason, last_error FROM birddog.outbox WHERE key = $1", rows[1].key
+    )
+    assert (record["state"], record["dead_reason"]) == ("dead", "undecodable")
+    assert "could not be stored" in record["last_error"]
+
+
 async def test_a_mailbox_route_gets_its_replies_in_the_mailbox_table(
     pg_pool: Pool, database_url: str
 ) -> None:

@@ -178,3 +178,57 @@ async def test_concurrent_processes_migrate_one_at_a_time(empty_database_url: st
         err.decode()[-500:] for _, err in results
     ]
     assert _bird_tables(await _relations(empty_database_url)) == TABLES
+
+
+async def test_every_stored_time_is_finite(database_url: str) -> None:
+    """Each table refuses an infinite timestamp in every one of its timestamp columns."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        columns = await conn.fetch(
+            "SELECT c.table_name, c.column_name FROM information_schema.columns c "
+            "JOIN information_schema.tables t USING (table_schema, table_name) "
+            "WHERE c.table_schema = 'birddog' AND t.table_type = 'BASE TABLE' "
+            "AND c.data_type LIKE 'timestamp%'"
+        )
+        checks = {
+            row["conrelid"]: row["definition"]
+            for row in await conn.fetch(
+                "SELECT conrelid::regclass::text AS conrelid, pg_get_constraintdef(oid) "
+                "AS definition FROM pg_constraint WHERE conname LIKE '%_times_finite_check'"
+            )
+        }
+        assert columns
+        for row in columns:
+            table, column = row["table_name"], row["column_name"]
+            assert f"isfinite({column})" in checks[f"birddog.{table}"], (table, column)
+        await conn.execute(
+            "INSERT INTO birddog.wake (id, wake_at) VALUES (true, now()) "
+            "ON CONFLICT (id) DO UPDATE SET wake_at = now()"
+        )
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute("UPDATE birddog.wake SET wake_at = '-infinity'")
+    finally:
+        await conn.close()
+
+
+async def test_the_finite_times_migration_mends_rows_that_hold_an_infinity(
+    empty_database_url: str,
+) -> None:
+    """Rows written with 'infinity' before revision 0005 get now() in its place."""
+    config = alembic_config(empty_database_url)
+    await asyncio.to_thread(command.upgrade, config, "0004")
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        await conn.execute(
+            "INSERT INTO birddog.wake (id, wake_at) VALUES (true, '-infinity');"
+            "INSERT INTO birddog.daemons (daemon_id, kind, host, pid, started_at, seen_at) "
+            "VALUES ('d', 'drain', 'h', 1, 'infinity', now())"
+        )
+        await migrate(empty_database_url)
+        assert await conn.fetchval("SELECT isfinite(wake_at) FROM birddog.wake")
+        assert await conn.fetchval(
+            "SELECT isfinite(started_at) AND started_at <= now() + interval '1 minute' "
+            "FROM birddog.daemons"
+        )
+    finally:
+        await conn.close()

@@ -17,6 +17,7 @@ Every error BirdDog raises on purpose derives from one root::
     ├── AskFailed: an asked question whose work ended otherwise than ``completed``
     ├── AskTimedOut: no reply to an ask in time (it is still owed to the mailbox)
     ├── StoreUnavailable: the database could not be reached or failed mid-operation
+    │   └── StoreRefused: the database refused a statement (its data, not the connection)
     ├── DatabaseRefused: the database turned BirdDog away for good (login, name, URL)
     ├── UnreadableRow: a stored row that is not what BirdDog wrote (SQL, another version)
     ├── SecretUnreadable: a sealed secret that no configured BIRDDOG_SECRET_KEY opens
@@ -168,6 +169,14 @@ class AskTimedOut(BirdDogError):
 
 class StoreUnavailable(BirdDogError):
     """The database could not be reached or failed during the operation."""
+
+
+class StoreRefused(StoreUnavailable):
+    """The database refused a statement: a value, a constraint, a trigger, a privilege.
+
+    The connection is fine; what failed may be one row's data, so a caller that wrote
+    several rows at once can try them one by one and set the one that fails aside.
+    """
 
 
 class DatabaseRefused(BirdDogError):

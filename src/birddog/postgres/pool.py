@@ -23,7 +23,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from birddog.core.errors import DatabaseRefused, StoreUnavailable
+from birddog.core.errors import DatabaseRefused, StoreRefused, StoreUnavailable
 from birddog.core.text import inert
 
 if TYPE_CHECKING:
@@ -46,6 +46,9 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     TimeoutError,
 )
 
+
+_BAD_ARGUMENT: tuple[type[BaseException], ...] = (asyncpg.exceptions._base.DataError,)
+"""A value the driver could not send (client side, before the server saw it)."""
 
 _REFUSED: tuple[type[BaseException], ...] = (
     asyncpg.InvalidAuthorizationSpecificationError,  # 28000: no such role, no pg_hba entry
@@ -276,12 +279,15 @@ def store_errors(operation: str) -> Iterator[None]:
     """
     try:
         yield
+    except _BAD_ARGUMENT as exc:
+        # The driver could not encode a value (an int beyond int4, say): refused, too.
+        raise StoreRefused(f"database refused {operation}: {type(exc).__name__}") from exc
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(
             f"database unavailable during {operation}: {failure_reason(exc)}"
         ) from exc
     except asyncpg.PostgresError as exc:
-        raise StoreUnavailable(
+        raise StoreRefused(
             f"database refused {operation}: {type(exc).__name__} (SQLSTATE {exc.sqlstate})"
         ) from exc
 
@@ -316,4 +322,6 @@ def is_refusal(exc: BaseException) -> bool:
         True for a server-side refusal, False for a lost or unreachable database.
     """
     cause = exc.__cause__ if isinstance(exc, StoreUnavailable) else exc
+    if isinstance(cause, _BAD_ARGUMENT):
+        return True
     return isinstance(cause, asyncpg.PostgresError) and not isinstance(cause, _UNAVAILABLE)

@@ -243,3 +243,15 @@ daemons = sa.Table(
     sa.CheckConstraint("kind IN ('drain', 'worker')", name="daemons_kind_check"),
 )
 """Drain daemons and workers that reported in, for ``birddog status``."""
+
+for _table in metadata.tables.values():
+    # Every time stored is finite (migration 0005): PostgreSQL takes 'infinity' for a
+    # timestamptz, Python has no such datetime, so no such row may be written.
+    _times = [column.name for column in _table.columns if isinstance(column.type, sa.DateTime)]
+    if _times:
+        _table.append_constraint(
+            sa.CheckConstraint(
+                " AND ".join(f"isfinite({name})" for name in _times),
+                name=f"{_table.name}_times_finite_check",
+            )
+        )
