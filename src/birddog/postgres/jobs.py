@@ -73,6 +73,7 @@ from birddog.core.lifecycle import (
 )
 from birddog.core.mail import Outcome, Reply
 from birddog.core.model import check_text
+from birddog.core.text import inert
 from birddog.ports import Clock
 from birddog.postgres.enqueue import SenderConnection, enqueue_accepted_job
 from birddog.postgres.job_rows import (
@@ -286,7 +287,7 @@ class PostgresJobs:
         )
 
     async def _fail_unreadable(self, row: Row, exc: UnreadableRow) -> None:
-        log.warning("job_unreadable", job_id=repr(row["job_id"]), field=exc.field)
+        log.warning("job_unreadable", job_id=inert(str(row["job_id"])), field=exc.field)
         # StaleClaim: cancelled and reaped meanwhile, so it is settled either way.
         with contextlib.suppress(StaleClaim):
             await self.finish(
@@ -720,7 +721,7 @@ class PostgresJobs:
             # that is not an agent job has no mail, so it owes no replies.
             log.warning(
                 "job_settled_without_replies",
-                job_id=repr(row["job_id"]),
+                job_id=inert(str(row["job_id"])),
                 field=getattr(exc, "field", ""),
             )
             return []
