@@ -187,3 +187,22 @@ async def test_a_read_only_console_serves_no_action(
         "SELECT state FROM birddog.outbox WHERE key = $1", seeded.dead_key
     )
     assert state == "dead"
+
+
+async def test_a_huge_value_written_by_sql_is_shown_bounded(
+    console: ConsoleServer, http: aiohttp.ClientSession, pg_pool: Pool, seeded: Seeded
+) -> None:
+    """A last error of a million characters (a hand-written row) shows as its start and size."""
+    await pg_pool.execute(
+        "UPDATE birddog.outbox SET last_error = repeat('e', 1000000) || '<b>tail</b>' "
+        "WHERE key = $1",
+        seeded.held_key,
+    )
+    await sign_in(http, console)
+    for path in ("/pending", f"/story?key={seeded.held_key}"):
+        async with http.get(console.url + path) as response:
+            assert response.status == 200, path
+            page = await response.text()
+        assert len(page) < 100_000, path
+        assert "… (1,000,011 characters)" in page, path
+        assert "<b>tail" not in page

@@ -39,7 +39,7 @@ from birddog.core.mail import Outcome
 from birddog.core.text import inert
 from birddog.display import format_age, format_value
 from birddog.ports import Clock
-from birddog.postgres.admin import JOB_STATES, PENDING_STATUSES, PostgresAdmin
+from birddog.postgres.admin import JOB_STATES, PENDING_STATUSES, PREVIEW_CHARS, PostgresAdmin
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.routes import PostgresRoutes
@@ -106,12 +106,18 @@ CONSOLE = web.AppKey("console", Console)
 SESSION = web.RequestKey("session", str)
 
 
+VALUE_MAX_CHARS = PREVIEW_CHARS
+"""The most characters of one value a page shows (a row written by hand may hold MBs)."""
+
+
 def _finalize(value: object) -> object:
-    # Runs on every {{ expression }} before autoescape: outside text is made inert here,
-    # once, for every template.
+    # Runs on every {{ expression }} before autoescape: outside text is made inert and
+    # bounded here, once, for every template.
     if isinstance(value, Markup):
         return value
     if isinstance(value, str):
+        if len(value) > VALUE_MAX_CHARS:
+            return inert(value[:VALUE_MAX_CHARS]) + f"… ({len(value):,} characters)"
         return inert(value)
     if value is None or isinstance(value, datetime | timedelta | dict | list):
         return format_value(value)
