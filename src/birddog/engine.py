@@ -512,7 +512,7 @@ class DeliveryEngine:
         started: dict[str, float] = {}
         for post in self._posts.values():
             agent = post.agent
-            if post.started < started.get(agent, post.started + 1.0):
+            if agent not in started or post.started < started[agent]:
                 started[agent] = post.started
         clock = time.perf_counter()
         return {agent: clock - at for agent, at in started.items()}
@@ -571,11 +571,13 @@ class DeliveryEngine:
         if not self._ready:
             return
         waited = self._waited()
-        for agent, ready in self._ready.items():
+        for agent, ready in list(self._ready.items()):
             hold = self._hold(agent, now, waited.get(agent, 0.0))
             room = max(hold - self._flying_rows[agent], 0)
             while len(ready) > room:
                 self._stale.append(ready.pop())
+            if not ready:
+                del self._ready[agent]  # nothing held ready: no reason to look again soon
 
     def _pump(self, now: datetime) -> None:
         """Start ready rows of every recipient that has room (after a claim)."""
