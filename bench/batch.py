@@ -17,15 +17,7 @@ from typing import Any
 import asyncpg
 
 from bench import drain
-from bench.harness import (
-    Context,
-    DaemonProcess,
-    Figure,
-    add_routes,
-    agent_names,
-    fresh_database,
-    ratio,
-)
+from bench.harness import Context, DaemonProcess, Figure, ratio
 
 BATCH = 100
 AGENTS = 1
@@ -37,36 +29,30 @@ async def set_batch(conn: asyncpg.Connection, size: int) -> None:
     await conn.execute("UPDATE birddog.routes SET batch_size = $1", size)
 
 
-async def batch_round(
-    ctx: Context, conn: asyncpg.Connection, daemon: DaemonProcess, *, count: int, prefix: str
-) -> dict[str, Any]:
-    """One drain of ``count`` replies to the one recipient (``drain.product_round``)."""
-    return await drain.product_round(ctx, conn, daemon, count=count, prefix=prefix, agents=AGENTS)
-
-
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     """Alternate single and batched rounds on one daemon; the medians and their ratio."""
     count = 2_000 if ctx.quick else 20_000
     rounds = 1 if ctx.quick else 3
-    dsn = await fresh_database(ctx.server, "batch")
-    conn = await asyncpg.connect(dsn)
-    daemon = DaemonProcess(dsn, ctx.tmp / "batch-daemon.log")
-    singles: list[dict[str, Any]] = []
-    batches: list[dict[str, Any]] = []
-    try:
-        await add_routes(conn, agent_names(AGENTS), ctx.inbox)
-        await ctx.inbox.configure()
-        daemon.start()
-        await daemon.wait_listening(conn)
-        await batch_round(ctx, conn, daemon, count=200, prefix="warm")
-        for index in range(rounds):
-            await set_batch(conn, 1)
-            singles.append(await batch_round(ctx, conn, daemon, count=count, prefix=f"s{index}"))
-            await set_batch(conn, BATCH)
-            batches.append(await batch_round(ctx, conn, daemon, count=count, prefix=f"b{index}"))
-    finally:
-        daemon.stop()
-        await conn.close()
+
+    def at_batch(size: int, prefix: str) -> drain.Round:
+        async def one_round(
+            conn: asyncpg.Connection, daemon: DaemonProcess, index: int
+        ) -> dict[str, Any]:
+            await set_batch(conn, size)
+            return await drain.product_round(
+                ctx, conn, daemon, count=count, prefix=f"{prefix}{index}", agents=AGENTS
+            )
+
+        return one_round
+
+    singles, batches = await drain.alternating_rounds(
+        ctx,
+        "batch",
+        agents=AGENTS,
+        rounds=rounds,
+        first=at_batch(1, "s"),
+        second=at_batch(BATCH, "b"),
+    )
     single = statistics.median(r["per_s"] for r in singles)
     batched = statistics.median(r["per_s"] for r in batches)
     figure = Figure(

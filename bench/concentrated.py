@@ -15,15 +15,7 @@ from typing import Any
 import asyncpg
 
 from bench import drain
-from bench.harness import (
-    Context,
-    DaemonProcess,
-    Figure,
-    add_routes,
-    agent_names,
-    fresh_database,
-    ratio,
-)
+from bench.harness import Context, DaemonProcess, Figure, ratio
 
 SPREAD = 50
 TARGET = 0.8
@@ -33,31 +25,25 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     """Alternate one-recipient and 50-recipient rounds; report the medians and their ratio."""
     count = 2_000 if ctx.quick else 20_000
     rounds = 1 if ctx.quick else 3
-    dsn = await fresh_database(ctx.server, "concentrated")
-    conn = await asyncpg.connect(dsn)
-    daemon = DaemonProcess(dsn, ctx.tmp / "concentrated-daemon.log")
-    one: list[dict[str, Any]] = []
-    spread: list[dict[str, Any]] = []
-    try:
-        await add_routes(conn, agent_names(SPREAD), ctx.inbox)
-        await ctx.inbox.configure()
-        daemon.start()
-        await daemon.wait_listening(conn)
-        await drain.product_round(ctx, conn, daemon, count=200, prefix="warm")
-        for index in range(rounds):
-            one.append(
-                await drain.product_round(
-                    ctx, conn, daemon, count=count, prefix=f"one{index}", agents=1
-                )
+
+    def over(agents: int, prefix: str) -> drain.Round:
+        async def one_round(
+            conn: asyncpg.Connection, daemon: DaemonProcess, index: int
+        ) -> dict[str, Any]:
+            return await drain.product_round(
+                ctx, conn, daemon, count=count, prefix=f"{prefix}{index}", agents=agents
             )
-            spread.append(
-                await drain.product_round(
-                    ctx, conn, daemon, count=count, prefix=f"all{index}", agents=SPREAD
-                )
-            )
-    finally:
-        daemon.stop()
-        await conn.close()
+
+        return one_round
+
+    one, spread = await drain.alternating_rounds(
+        ctx,
+        "concentrated",
+        agents=SPREAD,
+        rounds=rounds,
+        first=over(1, "one"),
+        second=over(SPREAD, "all"),
+    )
     value = statistics.median(r["per_s"] for r in one)
     baseline = statistics.median(r["per_s"] for r in spread)
     figure = Figure(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -55,6 +56,38 @@ async def wake(conn: asyncpg.Connection) -> float:
 def inbox_counts(stats: dict[str, Any]) -> dict[str, int]:
     """Posts the inbox got, and over how many client connections."""
     return {"inbox_posts": stats["posts"], "inbox_connections": stats["connections"]}
+
+
+Round = Callable[[asyncpg.Connection, DaemonProcess, int], Awaitable[dict[str, Any]]]
+"""One measured round on a running daemon: its connection, the daemon, the round's index."""
+
+
+async def alternating_rounds(
+    ctx: Context, name: str, *, agents: int, rounds: int, first: Round, second: Round
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Warm one daemon on a fresh database, then alternate ``first`` and ``second`` rounds.
+
+    The two kinds of round share the daemon, the routes (``agents`` recipients) and the
+    inboxes, so their ratio compares like with like; their results, in order.
+    """
+    dsn = await fresh_database(ctx.server, name)
+    conn = await asyncpg.connect(dsn)
+    daemon = DaemonProcess(dsn, ctx.tmp / f"{name}-daemon.log")
+    firsts: list[dict[str, Any]] = []
+    seconds: list[dict[str, Any]] = []
+    try:
+        await add_routes(conn, agent_names(agents), ctx.inbox)
+        await ctx.inbox.configure()
+        daemon.start()
+        await daemon.wait_listening(conn)
+        await product_round(ctx, conn, daemon, count=200, prefix="warm", agents=agents)
+        for index in range(rounds):
+            firsts.append(await first(conn, daemon, index))
+            seconds.append(await second(conn, daemon, index))
+    finally:
+        daemon.stop()
+        await conn.close()
+    return firsts, seconds
 
 
 async def product_round(
