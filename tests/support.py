@@ -7,9 +7,10 @@ they and the tests build on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,6 +34,8 @@ from birddog import (
 )
 from birddog.core.delivery import new_row
 from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
+from birddog.postgres.mailbox import PostgresMailbox
+from birddog.postgres.notices import PostgresNotices
 from birddog.postgres.pool import Pool
 from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTransport
 
@@ -205,6 +208,23 @@ async def job_row(pool: Pool, job_id: str) -> dict[str, Any]:
     row = await pool.fetchrow("SELECT * FROM birddog.jobs WHERE job_id = $1", job_id)
     assert row is not None
     return dict(row)
+
+
+# ---- mailboxes -----------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def mailbox_on(
+    pool: Pool, listen_dsn: str | None = None, **options: Any
+) -> AsyncIterator[PostgresMailbox]:
+    """A PostgresMailbox over ``pool`` whose waits LISTEN on ``listen_dsn`` (None: poll only)."""
+    notices = PostgresNotices(listen_dsn)
+    mailbox = PostgresMailbox(pool, notices=notices, **options)
+    try:
+        yield mailbox
+    finally:
+        await mailbox.close()
+        await notices.close()
 
 
 # ---- the network ---------------------------------------------------------------------

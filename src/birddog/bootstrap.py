@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING
 import structlog
 from aiohttp import web
 
+from birddog.asking import Asking
 from birddog.clock import SystemClock
 from birddog.console import Sessions, make_app
 from birddog.core.errors import InvalidSetting, StoreUnavailable
-from birddog.core.jobs import Job
+from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, Job
 from birddog.daemon import DrainDaemon
 from birddog.http.alerts import AlertCoalescer, AlertPoster
 from birddog.http.server import serve
@@ -37,9 +38,11 @@ from birddog.metrics import Metrics, Registry, TimedTransport, WorkerMetrics, st
 from birddog.ports import Clock, Listener
 from birddog.postgres import migrate
 from birddog.postgres.admin import PostgresAdmin
+from birddog.postgres.asks import PostgresAsks
 from birddog.postgres.daemons import PostgresDaemons
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
-from birddog.postgres.mailbox import Mailbox
+from birddog.postgres.mailbox import PostgresMailbox
+from birddog.postgres.notices import PostgresNotices
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import (
     Pool,
@@ -90,7 +93,9 @@ class Stack:
         outbox: the Postgres outbox.
         wake: the Postgres wake scheduler.
         routes: the route book.
-        mailbox: the reading side of mailbox routes.
+        mailbox: the reading side of mailbox routes (its waits share ``notices``).
+        notices: the process's one LISTEN connection (mailbox and job notifications).
+        asking: sends and asks, waiting in the mailbox.
         jobs: the job store.
         reports: the operator's reports (status, check).
         retention: deletes what the retention settings no longer keep.
@@ -109,7 +114,9 @@ class Stack:
     outbox: PostgresOutbox
     wake: PostgresWake
     routes: PostgresRoutes
-    mailbox: Mailbox
+    mailbox: PostgresMailbox
+    notices: PostgresNotices
+    asking: Asking
     jobs: PostgresJobs
     reports: PostgresReports
     retention: PostgresRetention
@@ -342,6 +349,8 @@ async def open_stack(
         queue_concurrency=settings.queue_concurrency,
         clock=clock,
     )
+    notices = PostgresNotices(settings.listen_url or dsn)
+    mailbox = PostgresMailbox(pool, clock=clock, notices=notices)
     try:
         yield Stack(
             settings=settings,
@@ -352,7 +361,14 @@ async def open_stack(
             outbox=outbox,
             wake=wake,
             routes=routes,
-            mailbox=Mailbox(pool, clock=clock),
+            mailbox=mailbox,
+            notices=notices,
+            asking=Asking(
+                asks=PostgresAsks(pool),
+                answers=mailbox,
+                clock=clock,
+                max_content_bytes=settings.max_content_bytes,
+            ),
             jobs=jobs,
             reports=PostgresReports(pool),
             retention=PostgresRetention(pool, clock=clock),
@@ -363,8 +379,47 @@ async def open_stack(
             embedded=embedded,
         )
     finally:
+        await mailbox.close()
+        await notices.close()
         await transport.close()
         await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def open_asking(
+    pool: Pool,
+    listen_dsn: str | None,
+    *,
+    poll_s: float = 2.0,
+    clock: Clock | None = None,
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+) -> AsyncIterator[Asking]:
+    """Sends and asks over ``pool``, their waits sharing one LISTEN on ``listen_dsn``.
+
+    Args:
+        pool: an asyncpg pool on the BirdDog database (any size: a waiting ask holds no
+            connection).
+        listen_dsn: the database for the one listening connection (a direct one, not
+            PgBouncer's); None: waits poll only.
+        poll_s: while waiting, look again at least this often, notification or not.
+        clock: the time source (default: the system clock).
+        max_content_bytes: the largest question allowed.
+
+    Yields:
+        The asking, for the life of the block; its listener closes with it.
+    """
+    notices = PostgresNotices(listen_dsn)
+    mailbox = PostgresMailbox(pool, poll_s=poll_s, clock=clock or CLOCK, notices=notices)
+    try:
+        yield Asking(
+            asks=PostgresAsks(pool),
+            answers=mailbox,
+            clock=clock or CLOCK,
+            max_content_bytes=max_content_bytes,
+        )
+    finally:
+        await mailbox.close()
+        await notices.close()
 
 
 @contextlib.asynccontextmanager
