@@ -95,6 +95,7 @@ class Stack:
         routes: the route book.
         mailbox: the reading side of mailbox routes (its waits share ``notices``).
         notices: the process's one LISTEN connection (mailbox and job notifications).
+        asks: the ask store (checks and writes a send's or an ask's mail).
         asking: sends and asks, waiting in the mailbox.
         jobs: the job store.
         reports: the operator's reports (status, check).
@@ -116,6 +117,7 @@ class Stack:
     routes: PostgresRoutes
     mailbox: PostgresMailbox
     notices: PostgresNotices
+    asks: PostgresAsks
     asking: Asking
     jobs: PostgresJobs
     reports: PostgresReports
@@ -351,6 +353,7 @@ async def open_stack(
     )
     notices = PostgresNotices(settings.listen_url or dsn)
     mailbox = PostgresMailbox(pool, clock=clock, notices=notices)
+    asks = PostgresAsks(pool)
     try:
         yield Stack(
             settings=settings,
@@ -363,8 +366,9 @@ async def open_stack(
             routes=routes,
             mailbox=mailbox,
             notices=notices,
+            asks=asks,
             asking=Asking(
-                asks=PostgresAsks(pool),
+                asks=asks,
                 answers=mailbox,
                 clock=clock,
                 max_content_bytes=settings.max_content_bytes,
@@ -911,3 +915,93 @@ async def run_console(
             await stop.wait()
         finally:
             await runner.cleanup()
+
+
+# ---- the MCP server -----------------------------------------------------------------
+
+MCP_POOL_SIZE = 10
+"""The MCP server's pool: a waiting tool call holds none of its connections."""
+
+
+async def run_mcp(
+    settings: Settings,
+    *,
+    caller: str | None,
+    http: bool,
+    port: int,
+    channel: bool,
+    token: str | None,
+    announce: Announce,
+) -> None:
+    """Serve the mail room as MCP tools until stdin ends (stdio) or SIGTERM/SIGINT (HTTP).
+
+    Args:
+        settings: the settings.
+        caller: ``AGENT:SESSION`` every call acts as; None (HTTP only): each request's
+            per-agent token names its caller.
+        http: serve streamable HTTP on 127.0.0.1 instead of stdio.
+        port: the HTTP port.
+        channel: declare Claude Code's ``claude/channel`` and push replies and tasks.
+        token: the bearer token of ``caller`` over HTTP (None: a fresh one, announced).
+        announce: told the URL and the token (over HTTP) and the embedded server's DSN.
+
+    Raises:
+        InvalidInput: ``caller`` is not ``AGENT:SESSION``.
+        InvalidSetting: HTTP without ``--as`` needs per-agent tokens, not yet available.
+    """
+    import secrets  # noqa: PLC0415
+
+    from birddog.core.ask import parse_address  # noqa: PLC0415
+    from birddog.mcp.server import OneToken, serve_http, serve_stdio  # noqa: PLC0415 - an extra
+    from birddog.mcp.tools import Desk, Services  # noqa: PLC0415
+
+    identity = parse_address(caller, "--as") if caller is not None else None
+    if identity is None and not http:
+        raise InvalidSetting("over stdio, give the identity: --as AGENT:SESSION", field="--as")
+    if identity is None:
+        raise InvalidSetting(
+            "serving many agents needs per-agent tokens (birddog agent add), which this "
+            "installation does not have yet: give --as AGENT:SESSION",
+            field="--as",
+        )
+    async with open_stack(settings, announce=announce, pool_size=MCP_POOL_SIZE) as stack:
+        desk = Desk(
+            Services(
+                asking=stack.asking,
+                mailbox=stack.mailbox,
+                asks=stack.asks,
+                jobs=stack.jobs,
+                admin=stack.admin,
+                routes=stack.routes,
+                notices=stack.notices,
+                lease_s=settings.job_lease_s,
+                max_content_bytes=settings.max_content_bytes,
+            )
+        )
+        try:
+            if await desk.prepare(identity):
+                log.info("mcp_mailbox_added", agent_id=identity.agent_id)
+        except StoreUnavailable as exc:
+            log.warning("mcp_database_unavailable", error=type(exc).__name__)
+        try:
+            if not http:
+                await serve_stdio(desk, identity, channel=channel)
+                return
+            bearer = token or secrets.token_urlsafe(32)
+            stop = stop_on_signals()
+
+            def ready(url: str) -> None:
+                announce(f"BirdDog MCP server for {caller}: {url}")
+                if token is None:
+                    announce(f"bearer token (BIRDDOG_MCP_TOKEN to choose one): {bearer}")
+
+            await serve_http(
+                desk,
+                OneToken(bearer, identity),
+                port=port,
+                channel=channel,
+                ready=ready,
+                stop=stop,
+            )
+        finally:
+            await desk.close()

@@ -135,6 +135,23 @@ class PostgresAsks:
                 added = await conn.fetchval(queries["ask_add_mailbox_route"], agent_id)
         return added is not None
 
+    async def mail(self, key: str, *, timeout_s: float) -> Mail | None:
+        """The mail sent under ``key`` (None: none, or its job is not readable as one).
+
+        Raises:
+            StoreBusy: no pool connection was free within ``timeout_s``.
+            StoreUnavailable: the database is unreachable.
+        """
+        async with acquire_within(self.pool, timeout_s, "mail") as conn:
+            with store_errors("mail"):
+                stored = await conn.fetchrow(queries["ask_job_by_mail_key"], key)
+        if stored is None:
+            return None
+        try:
+            return AgentJobPayload.model_validate(json.loads(stored["payload"])).mail
+        except InvalidInput:
+            return None
+
     async def route_kind(self, agent_id: str, *, timeout_s: float) -> str | None:
         """The kind of ``agent_id``'s route (``http``, ``mailbox``), None without one.
 

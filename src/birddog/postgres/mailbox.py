@@ -156,6 +156,34 @@ class PostgresMailbox:
             )
         return [entry_from_record(record) for record in records]
 
+    async def latest(
+        self, owner: AgentAddress, *, limit: int = READ_LIMIT, timeout_s: float | None = None
+    ) -> list[MailboxEntry]:
+        """The latest replies in ``owner``'s mailbox, read or not, newest first.
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        async with self._connection(timeout_s, "mailbox read") as conn:
+            with store_errors("mailbox read"):
+                records = await conn.fetch(
+                    queries["mailbox_latest"], owner.agent_id, owner.session_id, limit
+                )
+        return [entry_from_record(record) for record in records]
+
+    async def unread_count(self, owner: AgentAddress, *, timeout_s: float | None = None) -> int:
+        """How many unread replies ``owner``'s mailbox holds.
+
+        Raises:
+            StoreUnavailable: the database is unreachable.
+        """
+        async with self._connection(timeout_s, "mailbox count") as conn:
+            with store_errors("mailbox count"):
+                count: int = await conn.fetchval(
+                    queries["mailbox_unread_count"], owner.agent_id, owner.session_id
+                )
+        return count
+
     async def ack(self, keys: Sequence[str], *, timeout_s: float | None = None) -> list[str]:
         """Mark replies read, so :meth:`read` and ``birddog inbox`` no longer list them.
 

@@ -555,6 +555,17 @@ FROM birddog.mailbox m
 WHERE m.key = ANY($1::text[]) AND m.agent_id = $2::text AND m.session_id = $3::text
 ORDER BY m.key;
 
+-- name: mailbox_latest
+-- The latest replies (read or not) in the mailbox of agent $1, session $2, newest first.
+-- params: $1 agent_id text, $2 session_id text, $3 limit int
+SELECT
+    m.key, m.agent_id, m.session_id, m.in_reply_to, m.command_id, m.outcome,
+    m.reply::text AS reply, m.delivered_at, m.read_at
+FROM birddog.mailbox m
+WHERE m.agent_id = $1::text AND m.session_id = $2::text
+ORDER BY m.delivered_at DESC, m.key DESC
+LIMIT $3::int;
+
 -- name: mailbox_unread_count
 -- How many unread replies the mailbox of agent $1, session $2 holds.
 -- params: $1 agent_id text, $2 session_id text
