@@ -98,10 +98,12 @@ async def mcp_session(
     params = StdioServerParameters(
         command=BIRDDOG, args=["mcp", "--as", identity, *args], env=env, cwd=ROOT
     )
-    async with stdio_client(params, errlog=errlog) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            yield session
+    async with (
+        stdio_client(params, errlog=errlog) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 async def call(
@@ -191,7 +193,7 @@ async def test_two_sessions_one_asks_and_one_takes_the_task(room: str, errlog: A
         answered, text, is_error = await asyncio.wait_for(asking, 60)
         assert not is_error, text
         assert answered["content"] == "yes"
-        twice, text, is_error = await call(bob, "answer", job_id=task["job_id"], content="yes")
+        _, text, is_error = await call(bob, "answer", job_id=task["job_id"], content="yes")
         assert is_error
         assert "not a task you took" in text
 
