@@ -17,7 +17,7 @@ from birddog import AskTimedOut, open_asking
 from birddog.asking import Asking
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.acceptance.conftest import Daemon
+from tests.support.cli import Daemon
 
 ASKS = 1000
 SESSIONS = 100

@@ -15,7 +15,6 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import anyio
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
@@ -23,8 +22,8 @@ from mcp.shared.exceptions import MCPError
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.acceptance.conftest import BIRDDOG, ROOT, Daemon, cli_env
-from tests.support import at, deliver_to_mailbox, make_reply
+from tests.support import at, deliver_to_mailbox, eventually, make_reply
+from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env
 
 SLOW_S = 6.0
 MAX_CONTENT_BYTES = 4096
@@ -118,15 +117,19 @@ async def call(
 async def until_unread(
     session: ClientSession, count: int, *, within_s: float = 60
 ) -> dict[str, Any]:
-    """Poll inbox until it shows ``count`` unread replies, failing loudly with the last seen."""
-    deadline = anyio.current_time() + within_s
-    seen: dict[str, Any] = {}
-    while anyio.current_time() < deadline:
-        seen, _, _ = await call(session, "inbox")
-        if seen.get("unread") == count:
-            return seen
-        await anyio.sleep(0.2)
-    raise AssertionError(f"inbox never had {count} unread replies; last seen: {seen}")
+    """Poll inbox until it shows ``count`` unread replies (failing loudly with the last seen)."""
+
+    async def inbox() -> dict[str, Any]:
+        return (await call(session, "inbox"))[0]
+
+    listed: dict[str, Any] = await eventually(
+        inbox,
+        f"{count} unread replies",
+        until=lambda seen: seen.get("unread") == count,
+        within_s=within_s,
+        every_s=0.2,
+    )
+    return listed
 
 
 async def test_an_ask_is_answered_by_a_command_agent(room: str, errlog: Any) -> None:
@@ -345,14 +348,14 @@ async def test_next_task_rules_cancel_wins_and_a_lost_session_is_recovered(
         task, text, _ = await call(carol, "next_task", wait_s=30)
         assert task["key"] == "cw-2", text
     # Carol's connection is gone: nobody renews the lease, so the reaper recovers the job.
-    deadline = anyio.current_time() + 60
-    state = None
-    while anyio.current_time() < deadline:
-        state = await room_pool.fetchval(
+    state = await eventually(
+        lambda: room_pool.fetchval(
             "SELECT state || ':' || coalesce(outcome, '') FROM birddog.jobs WHERE job_id = $1",
             task["job_id"],
-        )
-        if state != "running:":
-            break
-        await anyio.sleep(0.2)
+        ),
+        "the abandoned task recovered",
+        until=lambda seen: seen != "running:",
+        within_s=60,
+        every_s=0.2,
+    )
     assert state in ("queued:", "settled:outcome_unknown"), state
