@@ -15,13 +15,21 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx2
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from birddog import AgentAddress
+from birddog.bootstrap import open_stack
+from birddog.mcp.server import serve_http
+from birddog.mcp.tools import Desk, Services
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
+from birddog.settings import Settings
+from birddog.testing import InMemoryTokenBook
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
 from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env
 
@@ -359,3 +367,135 @@ async def test_next_task_rules_cancel_wins_and_a_lost_session_is_recovered(
         every_s=0.2,
     )
     assert state in ("queued:", "settled:outcome_unknown"), state
+
+
+# ---- the same tools over streamable HTTP ----------------------------------------------
+
+
+def http_client(token: str | None) -> httpx2.AsyncClient:
+    """An HTTP client for 127.0.0.1 that sends ``token`` as its bearer (no proxies)."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    return httpx2.AsyncClient(
+        headers=headers, trust_env=False, timeout=httpx2.Timeout(30, read=120)
+    )
+
+
+@contextlib.asynccontextmanager
+async def http_session(url: str, token: str) -> AsyncIterator[ClientSession]:
+    """A ClientSession over the SDK's streamable HTTP client, initialized."""
+    async with (
+        http_client(token) as client,
+        streamable_http_client(url, http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def test_the_tools_over_http_need_the_token(room: str) -> None:
+    """--http --as serves the tools to a bearer of its token and refuses any other request."""
+    token = "tok-" + "a" * 40
+    server = Daemon(
+        room,
+        "--as",
+        "me:s-http",
+        "--http",
+        "--port",
+        "0",
+        command="mcp",
+        BIRDDOG_MCP_TOKEN=token,
+    )
+    try:
+        line = await eventually(
+            lambda: next(
+                (
+                    json.loads(line)["text"]
+                    for line in server.log().splitlines()
+                    if "BirdDog MCP server for" in line
+                ),
+                None,
+            ),
+            "the MCP server's URL",
+            within_s=60,
+        )
+        url = line.rsplit(" ", 1)[1]
+        assert url.startswith("http://127.0.0.1:")
+        assert url.endswith("/mcp")
+        assert token not in server.log()  # a token it was given is never printed
+        for bearer in (None, "wrong-token"):
+            async with http_client(bearer) as client:
+                refused = await client.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            assert refused.status_code == 401
+        async with http_session(url, token) as session:
+            assert "me:s-http" in (session.instructions or "")
+            answered, text, is_error = await call(
+                session, "ask", to="upper:s-upper", content="over http"
+            )
+            assert (answered.get("content"), is_error) == ("OVER HTTP", False), text
+            _, text, is_error = await call(session, "ask", to="no-colon", content="x")
+            assert is_error
+            assert text.startswith("to:")
+            listed, _, _ = await call(session, "inbox")
+            assert listed == {"replies": [], "unread": 0}  # the answer was read by ask
+    finally:
+        code, _ = server.terminate()
+    assert code == 0
+
+
+async def test_per_agent_tokens_act_only_as_their_agent(room: str) -> None:
+    """Two agents' tokens on one server: each acts as itself, neither reads the other's mail."""
+    alice, bob = "alice-token-" + "1" * 30, "bob-token-" + "2" * 30
+    tokens = InMemoryTokenBook(
+        {
+            alice: AgentAddress(agent_id="alice-h", session_id="s-alice"),
+            bob: AgentAddress(agent_id="bob-h", session_id="s-bob"),
+        }
+    )
+    settings = Settings(database_url=room)
+    stop = asyncio.Event()
+    urls: asyncio.Queue[str] = asyncio.Queue()
+    async with open_stack(settings, pool_size=4) as stack:
+        desk = Desk(
+            Services(
+                asking=stack.asking,
+                mailbox=stack.mailbox,
+                asks=stack.asks,
+                jobs=stack.jobs,
+                admin=stack.admin,
+                routes=stack.routes,
+                notices=stack.notices,
+            )
+        )
+        serving = asyncio.create_task(
+            serve_http(desk, tokens, port=0, ready=urls.put_nowait, stop=stop)
+        )
+        try:
+            url = await asyncio.wait_for(urls.get(), 30)
+            async with http_session(url, alice) as as_alice, http_session(url, bob) as as_bob:
+                assert "alice-h:s-alice" in (as_alice.instructions or "")
+                assert "bob-h:s-bob" in (as_bob.instructions or "")
+                pending, _, _ = await call(
+                    as_alice, "ask", to="upper:s-upper", content="mine", wait_s=0
+                )
+                listed = await until_unread(as_alice, 1)
+                assert len(listed["replies"]) == 1, listed
+                [reply] = listed["replies"]
+                assert await call(as_bob, "inbox") == (
+                    {"replies": [], "unread": 0},
+                    "0 unread replies shown; 0 unread in all",
+                    False,
+                )
+                for tool, arguments in (
+                    ("read", {"key": reply["key"]}),
+                    ("ack", {"keys": [reply["key"]]}),
+                    ("wait", {"key": pending["key"], "wait_s": 0}),
+                    ("status", {"key": pending["key"]}),
+                ):
+                    _, text, is_error = await call(as_bob, tool, **arguments)
+                    assert is_error, (tool, text)
+                mine, _, is_error = await call(as_alice, "read", key=reply["key"])
+                assert (mine["content"], is_error) == ("MINE", False)
+        finally:
+            stop.set()
+            await asyncio.wait_for(serving, 30)
+            await desk.close()

@@ -84,6 +84,7 @@ def build_server(desk: Desk, identify: Identify, *, channel: bool = False) -> Se
         The low-level server, ready to run over a transport.
     """
     pushes = _Pushes(desk) if channel else None
+    prepared: set[str] = set()
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -118,6 +119,11 @@ def build_server(desk: Desk, identify: Identify, *, channel: bool = False) -> Se
             if connection is not None:
                 connection.exit_stack.push_async_callback(cleanup)
 
+        if address_text(caller) not in prepared:
+            # The caller's replies land in its mailbox: it gets one when it has no route.
+            with contextlib.suppress(StoreUnavailable):
+                await desk.prepare(caller)
+                prepared.add(address_text(caller))
         if pushes is not None:
             pushes.watch(caller, ctx.session, connection)
         log.info("mcp_tool_called", tool=inert(params.name)[:64], caller=address_text(caller))

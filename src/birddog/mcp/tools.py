@@ -608,11 +608,13 @@ class Desk:
         limit = args.integer("limit", default=20, low=1, high=INBOX_MAX_LIMIT)
         unread_only = args.flag("unread_only", default=True)
         mailbox = self.services.mailbox
+        # Counted first: a reply landing in between is listed, and counted below.
+        unread = await mailbox.unread_count(caller, timeout_s=STEP_TIMEOUT_S)
         if unread_only:
             entries = await mailbox.read(caller.agent_id, caller.session_id, limit=limit)
         else:
             entries = await mailbox.latest(caller, limit=limit, timeout_s=STEP_TIMEOUT_S)
-        unread = await mailbox.unread_count(caller, timeout_s=STEP_TIMEOUT_S)
+        unread = max(unread, sum(entry.read_at is None for entry in entries))
         replies: list[dict[str, Any]] = []
         size = len(json.dumps({"replies": [], "unread": unread}).encode())
         for entry in entries:
