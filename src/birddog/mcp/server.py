@@ -126,9 +126,17 @@ def build_server(desk: Desk, identify: Identify, *, channel: bool = False) -> Se
                 prepared.add(address_text(caller))
         if pushes is not None:
             pushes.watch(caller, ctx.session, connection)
-        log.info("mcp_tool_called", tool=inert(params.name)[:64], caller=address_text(caller))
+        loop = asyncio.get_running_loop()
+        began = loop.time()
         result = await desk.call(
             params.name, params.arguments, caller=caller, progress=progress, on_close=on_close
+        )
+        log.info(
+            "mcp_tool_called",
+            tool=inert(params.name)[:64],
+            caller=address_text(caller),
+            is_error=result.is_error,
+            took_s=round(loop.time() - began, 3),
         )
         return _as_result(result)
 

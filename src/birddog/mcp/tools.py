@@ -549,6 +549,7 @@ class Desk:
         self, args: Arguments, caller: AgentAddress, *, progress: Progress, **_: Any
     ) -> ToolResult:
         wait_s = args.seconds("wait_s", default=DEFAULT_WAIT_S)
+        began = asyncio.get_running_loop().time()
         to = args.required_text("to")
         content = args.required_text("content")
         key = args.text("key")
@@ -559,8 +560,10 @@ class Desk:
                 to=to, from_=caller, content=content, key=key, timeout_s=STEP_TIMEOUT_S
             )
         )
+        sending.add_done_callback(_retrieved)
         asked = await asyncio.shield(sending)
-        return await self._answer_of(asked.key, caller, wait_s, progress)
+        # wait_s bounds the whole call: the send's time comes off the wait.
+        return await self._answer_of(asked.key, caller, wait_s, progress, began=began)
 
     async def _wait(
         self, args: Arguments, caller: AgentAddress, *, progress: Progress, **_: Any
@@ -575,10 +578,16 @@ class Desk:
         return await self._answer_of(key, caller, wait_s, progress)
 
     async def _answer_of(
-        self, key: str, caller: AgentAddress, wait_s: float, progress: Progress
+        self,
+        key: str,
+        caller: AgentAddress,
+        wait_s: float,
+        progress: Progress,
+        *,
+        began: float | None = None,
     ) -> ToolResult:
         loop = asyncio.get_running_loop()
-        began = loop.time()
+        began = loop.time() if began is None else began
         deadline = began + wait_s
         while True:
             left = deadline - loop.time()
@@ -865,6 +874,12 @@ def _reply(entry: MailboxEntry, *, cut: int | None) -> dict[str, Any]:
     if entry.diagnostic is not None:
         shown["diagnostic"] = entry.diagnostic
     return shown
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Take a background send's outcome, so a failure after a cancelled call is not lost."""
+    if not future.cancelled() and future.exception() is not None:
+        log.info("mcp_send_failed_after_cancel", error=type(future.exception()).__name__)
 
 
 def _pending(key: str, wait_s: float) -> ToolResult:

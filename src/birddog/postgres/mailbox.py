@@ -471,6 +471,8 @@ class _AnswerWatch:
                 self._kick.clear()
                 if every or agents is None:
                     keys = list(self._waiters)
+                elif not agents:  # only new waiters: look for theirs, not everyone's again
+                    keys = [key for key in fresh if key in self._waiters]
                 else:
                     keys = [
                         key
