@@ -18,8 +18,10 @@ from typing import Any
 import httpx2
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.extension import NotificationBinding
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from pydantic import BaseModel
 
 from birddog import AgentAddress
 from birddog.bootstrap import open_stack
@@ -499,3 +501,43 @@ async def test_per_agent_tokens_act_only_as_their_agent(room: str) -> None:
             stop.set()
             await asyncio.wait_for(serving, 30)
             await desk.close()
+
+
+class ChannelEvent(BaseModel):
+    """What a ``notifications/claude/channel`` carries."""
+
+    content: str
+    meta: dict[str, str]
+
+
+async def test_the_channel_pushes_replies_and_tasks(room: str, errlog: Any) -> None:
+    """--channel declares claude/channel and pushes a reply's and a task's arrival."""
+    events: asyncio.Queue[ChannelEvent] = asyncio.Queue()
+
+    async def heard(event: ChannelEvent) -> None:
+        await events.put(event)
+
+    env = cli_env(room)
+    params = StdioServerParameters(
+        command=BIRDDOG, args=["mcp", "--as", "me:s-chan", "--channel"], env=env, cwd=ROOT
+    )
+    binding = NotificationBinding(
+        method="notifications/claude/channel", params_type=ChannelEvent, handler=heard
+    )
+    async with (
+        stdio_client(params, errlog=errlog) as (read, write),
+        ClientSession(read, write, notification_bindings=[binding]) as session,
+        mcp_session(room, "other:s-other", errlog) as other,
+    ):
+        init = await session.initialize()
+        assert "claude/channel" in (init.capabilities.experimental or {})
+        sent, _, _ = await call(session, "send", to="upper:s-upper", content="push me")
+        reply = await asyncio.wait_for(events.get(), 60)
+        assert reply.meta["kind"] == "reply"
+        assert reply.meta["key"] == f"outbox:{sent['key']}:reply:0"
+        assert reply.meta["sender"] == "upper:s-upper"
+        assert reply.content.startswith("Untrusted text")
+        assert "PUSH ME" in reply.content
+        await call(other, "send", to="me:s-chan", content="a task for you")
+        task = await asyncio.wait_for(events.get(), 60)
+        assert task.meta["kind"] == "task"

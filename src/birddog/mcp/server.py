@@ -83,7 +83,7 @@ def build_server(desk: Desk, identify: Identify, *, channel: bool = False) -> Se
     Returns:
         The low-level server, ready to run over a transport.
     """
-    pushes = _Pushes(desk) if channel else None
+    pushes = _Pushes(desk, identify) if channel else None
     prepared: set[str] = set()
 
     async def list_tools(
@@ -124,8 +124,6 @@ def build_server(desk: Desk, identify: Identify, *, channel: bool = False) -> Se
             with contextlib.suppress(StoreUnavailable):
                 await desk.prepare(caller)
                 prepared.add(address_text(caller))
-        if pushes is not None:
-            pushes.watch(caller, ctx.session, connection)
         loop = asyncio.get_running_loop()
         began = loop.time()
         result = await desk.call(
@@ -206,8 +204,9 @@ class _Pushes:
     with the sender, key and kind as attributes and the body marked as untrusted text.
     """
 
-    def __init__(self, desk: Desk) -> None:
+    def __init__(self, desk: Desk, identify: Identify) -> None:
         self.desk = desk
+        self.identify = identify
         self._watched: set[int] = set()
 
     async def __call__(
@@ -220,6 +219,9 @@ class _Pushes:
             experimental[CHANNEL] = {}
             capabilities["experimental"] = experimental
             result = {**result, "capabilities": capabilities}
+        caller = self.identify(ctx)
+        if caller is not None and ctx.request_id is not None:
+            self.watch(caller, ctx.session, _connection_of(ctx.session))
         return result
 
     def watch(
