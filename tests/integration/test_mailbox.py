@@ -210,3 +210,26 @@ async def test_waits_hold_no_pool_connection(tiny_pool: Pool, database_url: str)
     assert [entry.in_reply_to if entry else None for entry in found] == [
         f"m-{i}" for i in range(50)
     ]
+
+
+async def test_waits_survive_losing_the_listening_connection(
+    pg_pool: Pool, database_url: str
+) -> None:
+    """Killing the one listening connection loses no reply: it reconnects and looks again."""
+    async with mailbox_on(pg_pool, database_url, poll_s=600) as mailbox:
+        waiting = asyncio.create_task(mailbox.wait("m-1", timeout_s=60))
+        await until_listening(pg_pool)
+        # Delivered with no notification: nothing tells the waiter, so it keeps waiting...
+        await deliver_to_mailbox(pg_pool, answer("m-1", content="after"), at=at(1), notify=False)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(waiting), 0.5)
+        killed = await pg_pool.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE query LIKE 'LISTEN%' AND datname = current_database()"
+        )
+        assert killed == 1
+        # ...until the listener comes back: a notification may have been missed, so the
+        # watch looks again for every waiter.
+        found = await asyncio.wait_for(waiting, 30)
+    assert found is not None
+    assert found.content == "after"
