@@ -78,8 +78,12 @@ INBOX_MAX_LIMIT: Final = 100
 STEP_TIMEOUT_S: Final = 10.0
 """The longest any step waits for a database connection."""
 
-ERROR_CHARS: Final = 300
+ERROR_CHARS: Final = 400
 """A tool error's line is cut to this many characters."""
+
+REPLY_IN_ERROR_CHARS: Final = 200
+"""How much of a failed ask's reply its error line carries (clients that show only the
+text of an error see that much; ``read`` gives the rest)."""
 
 Progress = Callable[[float, float, str], Awaitable[None]]
 """Told ``(seconds waited, seconds it may wait, message)`` while a tool waits."""
@@ -605,7 +609,8 @@ class Desk:
                 structured["content"] = exc.content
                 if exc.diagnostic is not None:
                     structured["diagnostic"] = exc.diagnostic
-                raise ToolRefused(f"{exc} (key {key})", structured) from None
+                said = f"; its reply: {exc.content[:REPLY_IN_ERROR_CHARS]}" if exc.content else ""
+                raise ToolRefused(f"{exc} (key {key}){said}", structured) from None
             return ToolResult(
                 {"status": "answered", "key": key, "outcome": "completed", "content": content},
                 f"answered: {key}",
@@ -829,7 +834,11 @@ class Desk:
         del args, caller
         routes = await self.services.routes.list()
         agents = [
-            {"agent_id": route.agent_id, "kind": route.kind, "held": not route.enabled}
+            {
+                "agent_id": route.agent_id,
+                "kind": "mailbox" if route.kind == "mailbox" else "inbox",
+                "held": not route.enabled,
+            }
             for route in routes
         ]
         return ToolResult({"agents": agents}, f"{len(agents)} agents with a route")
