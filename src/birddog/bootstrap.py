@@ -62,6 +62,7 @@ from birddog.settings import Settings
 from birddog.worker import Handler, Worker
 
 if TYPE_CHECKING:
+    from birddog.mcp.tools import Desk
     from birddog.postgres.embedded import EmbeddedPostgres
 
 log = structlog.get_logger("birddog.bootstrap")
@@ -352,8 +353,9 @@ async def open_stack(
         clock=clock,
     )
     notices = PostgresNotices(settings.listen_url or dsn)
-    mailbox = PostgresMailbox(pool, clock=clock, notices=notices)
-    asks = PostgresAsks(pool)
+    mailbox, asks, asking = _asking(
+        pool, notices, clock=clock, max_content_bytes=settings.max_content_bytes
+    )
     try:
         yield Stack(
             settings=settings,
@@ -367,12 +369,7 @@ async def open_stack(
             mailbox=mailbox,
             notices=notices,
             asks=asks,
-            asking=Asking(
-                asks=asks,
-                answers=mailbox,
-                clock=clock,
-                max_content_bytes=settings.max_content_bytes,
-            ),
+            asking=asking,
             jobs=jobs,
             reports=PostgresReports(pool),
             retention=PostgresRetention(pool, clock=clock),
@@ -413,17 +410,29 @@ async def open_asking(
         The asking, for the life of the block; its listener closes with it.
     """
     notices = PostgresNotices(listen_dsn)
-    mailbox = PostgresMailbox(pool, poll_s=poll_s, clock=clock or CLOCK, notices=notices)
+    mailbox, _asks, asking = _asking(
+        pool, notices, clock=clock or CLOCK, max_content_bytes=max_content_bytes, poll_s=poll_s
+    )
     try:
-        yield Asking(
-            asks=PostgresAsks(pool),
-            answers=mailbox,
-            clock=clock or CLOCK,
-            max_content_bytes=max_content_bytes,
-        )
+        yield asking
     finally:
         await mailbox.close()
         await notices.close()
+
+
+def _asking(
+    pool: Pool,
+    notices: PostgresNotices,
+    *,
+    clock: Clock,
+    max_content_bytes: int,
+    poll_s: float = 2.0,
+) -> tuple[PostgresMailbox, PostgresAsks, Asking]:
+    """The mailbox (its waits on ``notices``), the ask store, and the asking over both."""
+    mailbox = PostgresMailbox(pool, poll_s=poll_s, clock=clock, notices=notices)
+    asks = PostgresAsks(pool)
+    asking = Asking(asks=asks, answers=mailbox, clock=clock, max_content_bytes=max_content_bytes)
+    return mailbox, asks, asking
 
 
 @contextlib.asynccontextmanager
@@ -923,6 +932,32 @@ MCP_POOL_SIZE = 10
 """The MCP server's pool: a waiting tool call holds none of its connections."""
 
 
+def mcp_desk(stack: Stack) -> Desk:
+    """The MCP tools over ``stack``'s adapters (one desk per server process).
+
+    Args:
+        stack: the open adapters.
+
+    Returns:
+        The desk; ``close()`` it when the server stops.
+    """
+    from birddog.mcp.tools import Desk, Services  # noqa: PLC0415 - the MCP server only
+
+    return Desk(
+        Services(
+            asking=stack.asking,
+            mailbox=stack.mailbox,
+            asks=stack.asks,
+            jobs=stack.jobs,
+            admin=stack.admin,
+            routes=stack.routes,
+            notices=stack.notices,
+            lease_s=stack.settings.job_lease_s,
+            max_content_bytes=stack.settings.max_content_bytes,
+        )
+    )
+
+
 async def run_mcp(
     settings: Settings,
     *,
@@ -953,7 +988,6 @@ async def run_mcp(
 
     from birddog.core.ask import parse_address  # noqa: PLC0415
     from birddog.mcp.server import OneToken, serve_http, serve_stdio  # noqa: PLC0415 - an extra
-    from birddog.mcp.tools import Desk, Services  # noqa: PLC0415
 
     identity = parse_address(caller, "--as") if caller is not None else None
     if identity is None and not http:
@@ -965,19 +999,7 @@ async def run_mcp(
             field="--as",
         )
     async with open_stack(settings, announce=announce, pool_size=MCP_POOL_SIZE) as stack:
-        desk = Desk(
-            Services(
-                asking=stack.asking,
-                mailbox=stack.mailbox,
-                asks=stack.asks,
-                jobs=stack.jobs,
-                admin=stack.admin,
-                routes=stack.routes,
-                notices=stack.notices,
-                lease_s=settings.job_lease_s,
-                max_content_bytes=settings.max_content_bytes,
-            )
-        )
+        desk = mcp_desk(stack)
         try:
             if await desk.prepare(identity):
                 log.info("mcp_mailbox_added", agent_id=identity.agent_id)

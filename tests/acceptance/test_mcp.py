@@ -24,9 +24,8 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 from birddog import AgentAddress
-from birddog.bootstrap import open_stack
+from birddog.bootstrap import mcp_desk, open_stack
 from birddog.mcp.server import serve_http
-from birddog.mcp.tools import Desk, Services
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
@@ -457,17 +456,7 @@ async def test_per_agent_tokens_act_only_as_their_agent(room: str) -> None:
     stop = asyncio.Event()
     urls: asyncio.Queue[str] = asyncio.Queue()
     async with open_stack(settings, pool_size=4) as stack:
-        desk = Desk(
-            Services(
-                asking=stack.asking,
-                mailbox=stack.mailbox,
-                asks=stack.asks,
-                jobs=stack.jobs,
-                admin=stack.admin,
-                routes=stack.routes,
-                notices=stack.notices,
-            )
-        )
+        desk = mcp_desk(stack)
         serving = asyncio.create_task(
             serve_http(desk, tokens, port=0, ready=urls.put_nowait, stop=stop)
         )

@@ -15,7 +15,7 @@ from birddog import AgentAddress, Outcome, Reply, ReplyFacts, reply_key
 from birddog.postgres.mailbox import MailboxEntry, PostgresMailbox
 from birddog.postgres.pool import Pool, create_pool
 from birddog.testing import FrozenClock
-from tests.support import SENDER, at, deliver_to_mailbox, mailbox_on, until_listening
+from tests.support import SENDER, at, deliver_to_mailbox, eventually, mailbox_on, until_listening
 
 
 def answer(
@@ -219,6 +219,7 @@ async def test_waits_survive_losing_the_listening_connection(
     async with mailbox_on(pg_pool, database_url, poll_s=600) as mailbox:
         waiting = asyncio.create_task(mailbox.wait("m-1", timeout_s=60))
         await until_listening(pg_pool)
+        await eventually(lambda: mailbox.looks, "the watch's first look")
         # Delivered with no notification: nothing tells the waiter, so it keeps waiting...
         await deliver_to_mailbox(pg_pool, answer("m-1", content="after"), at=at(1), notify=False)
         with pytest.raises(TimeoutError):

@@ -137,18 +137,23 @@ _WAIT = {
     "description": f"Seconds to wait for the reply (default {DEFAULT_WAIT_S:g}, at most "
     f"{MAX_WAIT_S:g}); then status pending with the key.",
 }
-_ANSWER_OUT = {
-    "type": "object",
-    "properties": {
-        "status": {"type": "string", "enum": ["answered", "pending"]},
-        "key": {"type": "string"},
-        "outcome": {"type": "string"},
-        "content": {"type": "string"},
-        "diagnostic": {"type": "string"},
-        "message": {"type": "string"},
-    },
-    "required": ["status", "key"],
-}
+_TEXT = {"type": "string"}
+
+
+def _shape(required: Sequence[str], **properties: Any) -> dict[str, Any]:
+    """The JSON Schema of a structured result: an object with these properties."""
+    return {"type": "object", "properties": properties, "required": list(required)}
+
+
+_ANSWER_OUT = _shape(
+    ["status", "key"],
+    status={"type": "string", "enum": ["answered", "pending"]},
+    key=_TEXT,
+    outcome=_TEXT,
+    content=_TEXT,
+    diagnostic=_TEXT,
+    message=_TEXT,
+)
 
 TOOLS: Final[dict[str, dict[str, Any]]] = {
     "send": {
@@ -168,15 +173,12 @@ TOOLS: Final[dict[str, dict[str, Any]]] = {
             },
             "required": ["to", "content"],
         },
-        "output": {
-            "type": "object",
-            "properties": {
-                "status": {"type": "string", "enum": ["sent", "already sent"]},
-                "key": {"type": "string"},
-                "job_id": {"type": "string"},
-            },
-            "required": ["status", "key", "job_id"],
-        },
+        "output": _shape(
+            ["status", "key", "job_id"],
+            status={"type": "string", "enum": ["sent", "already sent"]},
+            key=_TEXT,
+            job_id=_TEXT,
+        ),
     },
     "ask": {
         "description": "Ask an agent session a question and wait for its answer (durable: "
@@ -208,21 +210,15 @@ TOOLS: Final[dict[str, dict[str, Any]]] = {
                 "unread_only": {"type": "boolean"},
             },
         },
-        "output": {
-            "type": "object",
-            "properties": {"replies": {"type": "array"}, "unread": {"type": "integer"}},
-            "required": ["replies", "unread"],
-        },
+        "output": _shape(
+            ["replies", "unread"], replies={"type": "array"}, unread={"type": "integer"}
+        ),
     },
     "read": {
         "description": "One reply in your mailbox, whole (by its reply key, or the key of "
         "the mail it answers).",
         "input": {"properties": {"key": _KEY}, "required": ["key"]},
-        "output": {
-            "type": "object",
-            "properties": {"key": {"type": "string"}, "content": {"type": "string"}},
-            "required": ["key", "content"],
-        },
+        "output": _shape(["key", "content"], key=_TEXT, content=_TEXT),
     },
     "ack": {
         "description": "Mark replies read; acking twice is not an error.",
@@ -230,11 +226,7 @@ TOOLS: Final[dict[str, dict[str, Any]]] = {
             "properties": {"keys": {"type": "array", "items": {"type": "string"}, "minItems": 1}},
             "required": ["keys"],
         },
-        "output": {
-            "type": "object",
-            "properties": {"acked": {"type": "array", "items": {"type": "string"}}},
-            "required": ["acked"],
-        },
+        "output": _shape(["acked"], acked={"type": "array", "items": _TEXT}),
     },
     "next_task": {
         "description": "Take the oldest task queued for your session (one at a time); "
@@ -249,17 +241,14 @@ TOOLS: Final[dict[str, dict[str, Any]]] = {
                 }
             }
         },
-        "output": {
-            "type": "object",
-            "properties": {
-                "status": {"type": "string", "enum": ["task", "none"]},
-                "job_id": {"type": "string"},
-                "key": {"type": ["string", "null"]},
-                "from": {"type": ["string", "null"]},
-                "content": {"type": "string"},
-            },
-            "required": ["status"],
-        },
+        "output": _shape(
+            ["status"],
+            status={"type": "string", "enum": ["task", "none"]},
+            job_id=_TEXT,
+            key={"type": ["string", "null"]},
+            content=_TEXT,
+            **{"from": {"type": ["string", "null"]}},
+        ),
     },
     "answer": {
         "description": "Answer the task you took; the reply goes to everyone on its reply list.",
@@ -272,34 +261,23 @@ TOOLS: Final[dict[str, dict[str, Any]]] = {
             },
             "required": ["job_id", "content"],
         },
-        "output": {
-            "type": "object",
-            "properties": {
-                "status": {"type": "string", "enum": ["settled"]},
-                "job_id": {"type": "string"},
-                "replies": {"type": "array", "items": {"type": "string"}},
-            },
-            "required": ["status", "job_id", "replies"],
-        },
+        "output": _shape(
+            ["status", "job_id", "replies"],
+            status={"type": "string", "enum": ["settled"]},
+            job_id=_TEXT,
+            replies={"type": "array", "items": _TEXT},
+        ),
     },
     "status": {
         "description": "One mail's story in short: its job's state and outcome, and each "
         "reply pending, delivered or dead (with the reason).",
         "input": {"properties": {"key": _KEY}, "required": ["key"]},
-        "output": {
-            "type": "object",
-            "properties": {"key": {"type": "string"}, "replies": {"type": "array"}},
-            "required": ["key", "replies"],
-        },
+        "output": _shape(["key", "replies"], key=_TEXT, replies={"type": "array"}),
     },
     "agents": {
         "description": "The agents you can reach: those with a route, by kind.",
         "input": {"properties": {}},
-        "output": {
-            "type": "object",
-            "properties": {"agents": {"type": "array"}},
-            "required": ["agents"],
-        },
+        "output": _shape(["agents"], agents={"type": "array"}),
     },
 }
 """Each tool: its description, the properties and required names of its arguments, and
@@ -690,7 +668,7 @@ class Desk:
         turn = _Turn(claimed)
         self._turns[text] = turn
         turn.renewing = asyncio.create_task(
-            self._renew(text, turn), name=f"birddog-mcp-lease-{claimed.job.job_id}"
+            self._renew(turn), name=f"birddog-mcp-lease-{claimed.job.job_id}"
         )
         if on_close is not None:
             on_close(lambda: _stop(turn))
@@ -719,18 +697,22 @@ class Desk:
                     return claimed
                 await queued.wait(min(left, 1.0))
 
+    async def _heartbeat(self, turn: _Turn) -> None:
+        """Renew a taken task's lease now (StaleClaim: the claim has ended)."""
+        await self.services.jobs.heartbeat(
+            job_id=turn.claimed.job.job_id,
+            claim_token=turn.claimed.claim_token,
+            lease_s=self.services.lease_s,
+        )
+
     async def _still_held(self, turn: _Turn) -> bool:
         try:
-            await self.services.jobs.heartbeat(
-                job_id=turn.claimed.job.job_id,
-                claim_token=turn.claimed.claim_token,
-                lease_s=self.services.lease_s,
-            )
+            await self._heartbeat(turn)
         except StaleClaim:
             return False
         return not turn.stopped.is_set()
 
-    async def _renew(self, text: str, turn: _Turn) -> None:
+    async def _renew(self, turn: _Turn) -> None:
         """Renew the lease every third of it until the turn ends or the connection does."""
         every_s = max(self.services.lease_s / 3, 0.05)
         while not turn.stopped.is_set():
@@ -739,11 +721,7 @@ class Desk:
             if turn.stopped.is_set():
                 return
             try:
-                await self.services.jobs.heartbeat(
-                    job_id=turn.claimed.job.job_id,
-                    claim_token=turn.claimed.claim_token,
-                    lease_s=self.services.lease_s,
-                )
+                await self._heartbeat(turn)
             except StaleClaim:
                 return
             except StoreUnavailable as exc:

@@ -152,18 +152,6 @@ class PostgresAsks:
         except InvalidInput:
             return None
 
-    async def route_kind(self, agent_id: str, *, timeout_s: float) -> str | None:
-        """The kind of ``agent_id``'s route (``http``, ``mailbox``), None without one.
-
-        Raises:
-            StoreBusy: no pool connection was free within ``timeout_s``.
-            StoreUnavailable: the database is unreachable.
-        """
-        async with acquire_within(self.pool, timeout_s, "route kind") as conn:
-            with store_errors("route kind"):
-                kind: str | None = await conn.fetchval(queries["ask_route_kind"], agent_id)
-        return kind
-
     async def _add_mailbox(self, conn: Connection, owner: AgentAddress, *, required: bool) -> bool:
         if await conn.fetchval(queries["ask_add_mailbox_route"], owner.agent_id) is not None:
             return True

@@ -35,7 +35,7 @@ from birddog.core.errors import InvalidInput, StoreBusy, StoreUnavailable
 from birddog.core.mail import AgentAddress, Outcome, Reply, reply_from_wire
 from birddog.core.mailbox import MailboxEntry
 from birddog.ports import Clock
-from birddog.postgres.notices import MAILBOX_CHANNEL, PostgresNotices
+from birddog.postgres.notices import MAILBOX_CHANNEL, PostgresNotices, stop_task
 from birddog.postgres.pool import Pool, acquire_within, store_errors
 from birddog.postgres.sql import queries
 
@@ -119,6 +119,11 @@ class PostgresMailbox:
         self.clock: Clock = clock or SystemClock()
         self.notices = notices or PostgresNotices(None)
         self._watch = _AnswerWatch(self)
+
+    @property
+    def looks(self) -> int:
+        """How many times the watch has looked for waiters' replies (one query each)."""
+        return self._watch.looks
 
     async def close(self) -> None:
         """Stop the watch; waits still running end with no reply."""
@@ -419,6 +424,7 @@ class _AnswerWatch:
         self._fresh: set[str] = set()
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self.looks = 0
 
     async def wait(
         self, key: str, timeout_s: float, owner: AgentAddress | None
@@ -452,10 +458,7 @@ class _AnswerWatch:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -495,6 +498,7 @@ class _AnswerWatch:
             chunk = keys[start : start + ANSWERS_PER_QUERY]
             try:
                 found = await self.mailbox.replies(chunk, timeout_s=CHECK_TIMEOUT_S)
+                self.looks += 1
             except StoreBusy:
                 return set(keys[start:])
             except StoreUnavailable as exc:

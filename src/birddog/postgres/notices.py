@@ -25,7 +25,7 @@ import structlog
 from birddog.postgres.jobs import JOBS_CHANNEL
 from birddog.postgres.wake import WakeListener
 
-__all__ = ["MAILBOX_CHANNEL", "PostgresNotices", "Subscription"]
+__all__ = ["MAILBOX_CHANNEL", "PostgresNotices", "Subscription", "stop_task"]
 
 MAILBOX_CHANNEL: Final = "birddog_mailbox"
 """The channel a mailbox delivery is announced on (payload: the agent id)."""
@@ -34,6 +34,15 @@ CHECK_S: Final = 10.0
 """How often an idle listening connection is checked (and replaced when it died)."""
 
 log = structlog.get_logger("birddog.notices")
+
+
+async def stop_task(task: asyncio.Task[None] | None) -> None:
+    """Cancel a background task (if any) and wait until it has ended."""
+    if task is None:
+        return
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 class Subscription:
@@ -144,10 +153,7 @@ class PostgresNotices:
     async def close(self) -> None:
         """Stop listening and close the connection."""
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(task)
 
     async def _run(self, dsn: str) -> None:
         listener = WakeListener(dsn, self.channels, on_notify=self._heard)
