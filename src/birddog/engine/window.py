@@ -90,7 +90,7 @@ class Window:
 
     @property
     def room(self) -> int:
-        """Rows the window can still take (negative never, zero when full)."""
+        """Rows the window can still take (zero when full)."""
         return max(self.config.window_size - self._held, 0)
 
     @property
