@@ -537,9 +537,12 @@ class Desk:
         key = args.text("key")
         # Once sent, a question stays asked: a cancellation arriving mid-send lets the
         # send finish (it is bounded) and ends only the wait.
+        # A busy pool may keep the send waiting for a connection as long as the caller
+        # would wait for the answer anyway (at least a step's usual bound).
+        send_s = max(STEP_TIMEOUT_S, wait_s)
         sending = asyncio.ensure_future(
             self.services.asking.send_ask(
-                to=to, from_=caller, content=content, key=key, timeout_s=STEP_TIMEOUT_S
+                to=to, from_=caller, content=content, key=key, timeout_s=send_s
             )
         )
         sending.add_done_callback(_retrieved)
