@@ -54,9 +54,9 @@ def mcp(
     token: str | None,
     channel: bool,
 ) -> None:
-    """Serve BirdDog as MCP tools (send, ask, wait, inbox, read, ack, next_task, ...).
+    """Serve the mail room as MCP tools, over stdio or streamable HTTP.
 
-    The tools are send, ask, wait, inbox, read, ack, next_task, answer, status, agents.
+    The tools: send, ask, wait, inbox, read, ack, next_task, answer, status, agents.
 
     \b
     Claude Code:  claude mcp add birddog -- birddog mcp --as me:s-me
