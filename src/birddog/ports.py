@@ -378,6 +378,36 @@ class Listener(Protocol):
         ...
 
 
+class DaemonRow(Protocol):
+    """This process's row among the running daemons and workers (``birddog status``)."""
+
+    async def seen(self) -> None:
+        """Record that this process is alive."""
+        ...
+
+    async def gone(self) -> None:
+        """Remove the row on a clean stop."""
+        ...
+
+
+class JobReaper(Protocol):
+    """Recovers running jobs whose lease expired (the reaper every process may run)."""
+
+    async def recover_expired(self) -> list[tuple[str, str]]:
+        """Queue again, or settle, the jobs whose worker is gone: ``(job_id, what)`` each."""
+        ...
+
+
+class JobBacklog(Protocol):
+    """Says how much work waits (a worker's queue gauges)."""
+
+    async def queued_backlog(
+        self, *, queues: Sequence[str] | None = None
+    ) -> tuple[int, datetime | None]:
+        """How many jobs wait in ``queues`` (None: all), and the oldest one's enqueue time."""
+        ...
+
+
 class ClaimedJobLike(Protocol):
     """A claimed job: the job, the claim token that may settle it, its trace context."""
 

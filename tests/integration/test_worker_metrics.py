@@ -14,10 +14,10 @@ from asyncpg import Pool
 from prometheus_client.parser import text_string_to_metric_families
 
 from birddog import AgentJobPayload
-from birddog.bootstrap import observe_queues
 from birddog.core.errors import StoreUnavailable
 from birddog.metrics import WorkerMetrics, start_server
 from birddog.postgres.jobs import PostgresJobs
+from birddog.processes.worker import observe_queues
 from birddog.testing import FrozenClock
 from birddog.worker import Worker
 from tests.support import T0, NoWake, enqueue, eventually, make_job

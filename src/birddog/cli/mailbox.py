@@ -88,9 +88,9 @@ def inbox(
             return
         from birddog.runtime import stop_on_signals  # noqa: PLC0415 - keeps --help fast
 
-        stop = stop_on_signals()
-        async for batch in stack.mailbox.follow(agent_id, session_id, stop=stop, limit=limit):
-            await _emit(stack, batch, ack=ack, as_json=as_json)
+        with stop_on_signals() as stop:
+            async for batch in stack.mailbox.follow(agent_id, session_id, stop=stop, limit=limit):
+                await _emit(stack, batch, ack=ack, as_json=as_json)
 
     with_stack(ctx, show)
 
