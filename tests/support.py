@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -22,8 +22,10 @@ from birddog import (
     JobState,
     Mail,
     MailRoom,
+    Outbox,
     OutboxRow,
     Outcome,
+    Page,
     Receipt,
     Recovery,
     Reply,
@@ -31,7 +33,8 @@ from birddog import (
     RetrySchedule,
     agent_job,
 )
-from birddog.core.delivery import new_row
+from birddog.core.delivery import Attempt, RowOutcome, new_row
+from birddog.ports import Settled
 from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool
 from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTransport
@@ -173,6 +176,46 @@ def receipt_for(row: OutboxRow, *, when: datetime) -> Receipt:
         command_id=row.reply.reply.command_id,
         outcome=row.reply.reply.outcome,
     )
+
+
+# ---- storing a claim's outcomes -------------------------------------------------------
+
+
+async def store_claim(
+    outbox: Outbox,
+    *,
+    page: Page,
+    outcomes: Sequence[RowOutcome],
+    attempts: Sequence[Attempt | None] = (),
+    mailbox: Collection[str] = (),
+) -> list[str]:
+    """Store one claim's outcomes through ``Outbox.store`` (what a drain of one page stores).
+
+    Args:
+        outbox: the outbox under test.
+        page: the claim the rows were taken under.
+        outcomes: one per row.
+        attempts: the attempt behind each outcome, in the same order (missing: none).
+        mailbox: keys of receipts delivered into the mailbox table.
+
+    Returns:
+        The keys whose outcome was stored.
+    """
+    items = [
+        Settled(
+            claim=page.claim,
+            outcome=outcome,
+            attempt=attempts[index] if index < len(attempts) else None,
+            mailbox=outcome.key in mailbox,
+        )
+        for index, outcome in enumerate(outcomes)
+    ]
+    return await outbox.store(items)
+
+
+async def release_claim(outbox: Outbox, *, page: Page) -> None:
+    """Give a page's rows back untouched through ``Outbox.release_rows``."""
+    await outbox.release_rows([(page.claim, row.key) for row in page.rows])
 
 
 # ---- what the database holds ---------------------------------------------------------

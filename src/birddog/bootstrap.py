@@ -53,7 +53,6 @@ from birddog.postgres.pool import Pool, check_connection, create_pool
 from birddog.postgres.reports import PostgresReports
 from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
-from birddog.postgres.schema import migrate
 from birddog.postgres.scratch import create_demo_database, drop_demo_database
 from birddog.postgres.wake import PostgresWake, WakeListener
 from birddog.settings import Settings
@@ -173,6 +172,8 @@ async def migrate_schema(
     """
     dsn, _server = await database(settings, announce=announce)
     await check_connection(dsn)
+    from birddog.postgres.schema import migrate  # noqa: PLC0415 - Alembic only to migrate
+
     await migrate(dsn, roles=roles)
 
 
@@ -202,6 +203,8 @@ async def open_stack(
     if wait_until is not None:
         await wait_for_database(dsn, stop=wait_until)
     if migrate_first or embedded is not None:
+        from birddog.postgres.schema import migrate  # noqa: PLC0415 - Alembic only to migrate
+
         await migrate(dsn)
     pool = await create_pool(dsn, max_size=pool_size, pgbouncer=settings.pgbouncer)
     clock = CLOCK

@@ -98,34 +98,6 @@ class Settled:
     mailbox: bool = False
 
 
-def settled(
-    page: Page,
-    outcomes: Sequence[RowOutcome],
-    attempts: Sequence[Attempt | None] = (),
-    mailbox: Collection[str] = (),
-) -> list[Settled]:
-    """One claim's outcomes as :class:`Settled` items (what ``Outbox.apply`` stores).
-
-    Args:
-        page: the claim.
-        outcomes: one per row.
-        attempts: the attempt behind each outcome, in the same order (missing: none).
-        mailbox: keys of receipts delivered into the mailbox table.
-
-    Returns:
-        The items, in the order of ``outcomes``.
-    """
-    return [
-        Settled(
-            claim=page.claim,
-            outcome=outcome,
-            attempt=attempts[index] if index < len(attempts) else None,
-            mailbox=outcome.key in mailbox,
-        )
-        for index, outcome in enumerate(outcomes)
-    ]
-
-
 class Outbox(Protocol):
     """Durable storage for owed replies, their receipts and dead letters.
 
@@ -180,27 +152,6 @@ class Outbox(Protocol):
         """
         ...
 
-    async def apply(
-        self,
-        *,
-        page: Page,
-        outcomes: Sequence[RowOutcome],
-        attempts: Sequence[Attempt | None] = (),
-        mailbox: Collection[str] = (),
-    ) -> list[str]:
-        """Store one claim's outcomes at once (:meth:`store` for a single page).
-
-        Args:
-            page: the claim the rows were taken under.
-            outcomes: one per row.
-            attempts: the attempt behind each outcome, in the same order (None: none).
-            mailbox: keys of receipts delivered into the mailbox table.
-
-        Returns:
-            The keys whose outcome was stored.
-        """
-        ...
-
     async def release_rows(self, items: Sequence[tuple[str, str]]) -> None:
         """Give rows back untouched, so another drain may take them at once.
 
@@ -208,10 +159,6 @@ class Outbox(Protocol):
             items: ``(claim, key)`` of each row; a row no longer held by that claim is
                 left alone.
         """
-        ...
-
-    async def release_claim(self, *, page: Page) -> None:
-        """Give a page's rows back untouched (their lease ends now); nothing is stored."""
         ...
 
     async def get(self, key: str) -> OutboxRow | Receipt | None:

@@ -18,12 +18,11 @@ from birddog.core.delivery import (
     DeliveryResult,
     OutboxRow,
     Receipt,
-    RowOutcome,
     RowState,
     UndecodableRow,
 )
 from birddog.core.mail import Reply
-from birddog.ports import Page, RouteHint, Settled, settled
+from birddog.ports import Page, RouteHint, Settled
 
 Answer = bool | DeliveryResult
 AnswerFn = Callable[[Reply], Answer | Awaitable[Answer]]
@@ -163,27 +162,12 @@ class InMemoryOutbox:
             stored.append(key)
         return stored
 
-    async def apply(
-        self,
-        *,
-        page: Page,
-        outcomes: Sequence[RowOutcome],
-        attempts: Sequence[Attempt | None] = (),
-        mailbox: Collection[str] = (),
-    ) -> list[str]:
-        """Store one claim's outcomes; rows no longer held by the claim are skipped."""
-        return await self.store(settled(page, outcomes, attempts, mailbox))
-
     async def release_rows(self, items: Sequence[tuple[str, str]]) -> None:
         """Give rows back untouched: the lease of each row still held by its claim ends."""
         for claim, key in items:
             lease = self._leases.get(key)
             if lease is not None and lease[0] == claim:
                 del self._leases[key]
-
-    async def release_claim(self, *, page: Page) -> None:
-        """Give a page's rows back untouched: their lease ends now."""
-        await self.release_rows([(page.claim, row.key) for row in page.rows])
 
     async def get(self, key: str) -> OutboxRow | Receipt | None:
         """The row or receipt under ``key``, if any."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from birddog import Accepted, AgentAddress, DeadReason, Failed, OutboxRow, Receipt, Reply
 from birddog.engine import DeliveryEngine, DrainReport
+from birddog.ports import Settled
 from tests.support import ALICE, CAROL, Room, eventually, make_row, settled_job
 
 DEADLINE_S = 5.0
@@ -117,13 +119,16 @@ async def test_a_busy_recipient_refills_the_moment_a_post_ends(room: Room) -> No
     stores = asyncio.Event()
     stores.set()
 
-    store = room.outbox.apply
+    store = room.outbox.store
+    asked: list[str] = []
 
-    async def slow_store(**kwargs: Any) -> list[str]:
+    async def slow_store(items: Sequence[Settled]) -> list[str]:
+        asked.extend(item.outcome.key for item in items)
         await stores.wait()
-        return await store(**kwargs)
+        return await store(items)
 
-    room.outbox.apply = slow_store  # type: ignore[method-assign]
+    # The engine stores every outcome through Outbox.store: blocking it blocks them all.
+    room.outbox.store = slow_store  # type: ignore[method-assign]
     gates = gated(room)
     keys = sorted(await fan_out(room, 20, [ALICE], "b"))
     serving = Serving(room.room.engine(per_recipient=2), once=True)
@@ -135,8 +140,9 @@ async def test_a_busy_recipient_refills_the_moment_a_post_ends(room: Room) -> No
     stores.clear()
     await eventually(lambda: len(room.transport.sent) == 4, "the next two posts")
     gates[keys[2]].set()
-    # ... and a post ending still starts the next one at once.
+    # ... and a post ending still starts the next one at once, while its outcome waits.
     await eventually(lambda: len(room.transport.sent) == 5, "the post after the third")
+    await eventually(lambda: keys[2] in asked, "the third outcome's store")
     assert len(serving.delivered) == 2
     stores.set()
     for key in keys:

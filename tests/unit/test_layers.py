@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -67,3 +69,16 @@ def test_the_core_imports_no_driver_and_no_app_module() -> None:
 def test_the_app_layer_never_imports_a_database_driver(path: Path) -> None:
     """Only birddog.postgres knows the database driver; the app sees BirdDog errors."""
     assert drivers_in(path, DATABASE_DRIVERS) == []
+
+
+def test_an_adapter_module_loads_without_alembic_or_sqlalchemy() -> None:
+    """Importing the outbox, wake or routes adapter loads no migration library (a fresh process)."""
+    script = (
+        "import sys\n"
+        "import birddog.postgres.outbox, birddog.postgres.wake, birddog.postgres.routes\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} & {'alembic', 'sqlalchemy'})))"
+    )
+    done = subprocess.run(  # noqa: S603 - this interpreter, a fixed script
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == ""

@@ -27,7 +27,6 @@ from birddog.core.delivery import (
     OutboxRow,
     Parcel,
     Receipt,
-    RowOutcome,
     RowState,
     UndecodableRow,
 )
@@ -36,7 +35,7 @@ from birddog.core.errors import InvalidInput
 from birddog.core.mail import Outcome, Reply
 from birddog.core.model import ID_MAX_LENGTH, KEY_MAX_LENGTH
 from birddog.core.text import first_control
-from birddog.ports import Page, RouteHint, Settled, settled
+from birddog.ports import Page, RouteHint, Settled
 from birddog.postgres.pool import Connection, Pool, store_errors
 from birddog.postgres.sql import queries
 from birddog.postgres.wake import schedule_wake_on
@@ -607,30 +606,6 @@ class PostgresOutbox:
                         await conn.execute(queries["outbox_notify_dead"], dead)
         return [item.outcome.key for item in items if item.outcome.key in stored]
 
-    async def apply(
-        self,
-        *,
-        page: Page,
-        outcomes: Sequence[RowOutcome],
-        attempts: Sequence[Attempt | None] = (),
-        mailbox: Collection[str] = (),
-    ) -> list[str]:
-        """Store one claim's outcomes in one transaction (:meth:`store` for one page).
-
-        Args:
-            page: the claimed page.
-            outcomes: one outcome per row that was decided.
-            attempts: the attempt behind each outcome, in the same order (None: none).
-            mailbox: keys of receipts delivered into the mailbox table.
-
-        Returns:
-            The keys whose outcome was stored.
-
-        Raises:
-            StoreUnavailable: the database is unreachable (nothing was stored).
-        """
-        return await self.store(settled(page, outcomes, attempts, mailbox))
-
     async def release_rows(self, items: Sequence[tuple[str, str]]) -> None:
         """Give rows back untouched, so another drain may take them at once.
 
@@ -651,20 +626,6 @@ class PostgresOutbox:
             return
         with store_errors("outbox release"):
             await self.pool.execute(queries["outbox_release_claim"], claims, keys)
-
-    async def release_claim(self, *, page: Page) -> None:
-        """Give a page's rows back untouched, so another drain may post them at once.
-
-        Used when a drain is cancelled mid-page (shutdown): nothing is stored for the
-        rows, and their lease ends now instead of at its expiry.
-
-        Args:
-            page: the claimed page.
-
-        Raises:
-            StoreUnavailable: the database is unreachable (the lease then simply expires).
-        """
-        await self.release_rows([(page.claim, row.key) for row in page.rows])
 
     async def get(self, key: str) -> OutboxRow | Receipt | None:
         """The row or receipt under ``key``, if any.
