@@ -60,15 +60,6 @@ async def eventually(condition: Callable[[], bool], what: str, *, within_s: floa
         await asyncio.sleep(0.002)
 
 
-class NoWake:
-    """A worker's listener that only times out, after a short pause, as an idle LISTEN would."""
-
-    async def wait(self, timeout_s: float) -> bool:
-        """Time out soon: the worker claims again."""
-        await asyncio.sleep(min(timeout_s, 0.05))
-        return False
-
-
 # ---- jobs ----------------------------------------------------------------------------
 
 

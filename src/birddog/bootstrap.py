@@ -37,7 +37,7 @@ from birddog.metrics import Metrics, TimedTransport, WorkerMetrics
 from birddog.ports import Clock, Listener
 from birddog.postgres.admin import PostgresAdmin
 from birddog.postgres.daemons import PostgresDaemons
-from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
+from birddog.postgres.jobs import JOBS_CHANNEL, PostgresJobs, enqueue_accepted_job
 from birddog.postgres.locate import (
     Announce,
     StoppedBeforeStart,
@@ -84,9 +84,6 @@ __all__ = [
 
 HEARTBEAT_S = 10.0
 """How often daemons and workers record themselves as alive (``birddog status``)."""
-
-JOBS_CHANNEL = "birddog_jobs"
-"""Where the job store notifies new work (``NOTIFY birddog_jobs``)."""
 
 CLOCK: Clock = SystemClock()
 """The wall clock every adapter and command of this process reads."""

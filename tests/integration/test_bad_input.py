@@ -67,7 +67,7 @@ from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.wake import PostgresWake
-from birddog.testing import FrozenClock
+from birddog.testing import FrozenClock, ManualListener
 from birddog.worker import Worker
 
 T = TypeVar("T")
@@ -675,15 +675,6 @@ async def test_settle_stores_any_content_exactly_or_settles_failed(
     assert [r["content"] for r in stored] == [expected]
 
 
-class NoWake:
-    """A listener that never reports a wake (the worker polls on its backstop)."""
-
-    async def wait(self, timeout_s: float) -> bool:
-        """Report no wake at once."""
-        del timeout_s
-        return False
-
-
 async def test_a_foreign_payload_is_settled_failed_with_a_clear_diagnostic(pg_pool: Pool) -> None:
     """A worker given a job whose payload is {"foo": 1} settles it failed, naming the payload."""
     calls: list[AgentJobPayload] = []
@@ -694,7 +685,12 @@ async def test_a_foreign_payload_is_settled_failed_with_a_clear_diagnostic(pg_po
 
     async with pg_pool.acquire() as conn:
         await enqueue_accepted_job(conn, Job(job_id="foreign", queue="q", payload={"foo": 1}))
-    worker = Worker(jobs=PostgresJobs(pg_pool), handler=handler, listener=NoWake(), lease_s=5)
+    worker = Worker(
+        jobs=PostgresJobs(pg_pool),
+        handler=handler,
+        listener=ManualListener(max_wait_s=0),
+        lease_s=5,
+    )
     await asyncio.wait_for(worker.run(once=True), 30)
     row = await pg_pool.fetchrow(
         "SELECT state, outcome, diagnostic FROM birddog.jobs WHERE job_id = 'foreign'"

@@ -59,6 +59,7 @@ from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.wake import PostgresWake
+from birddog.testing import ManualListener
 from birddog.worker import Worker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -381,15 +382,6 @@ def rendered_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
     structlog.configure(**saved)
 
 
-class NoWake:
-    """A listener that never reports a wake."""
-
-    async def wait(self, timeout_s: float) -> bool:
-        """Report no wake at once."""
-        del timeout_s
-        return False
-
-
 async def test_in_process_logs_carry_no_secret_or_content(
     pg_pool: Pool,
     recipients: Recipients,
@@ -457,7 +449,9 @@ async def _run_in_process(pool: Pool, known: Secrets) -> None:
     async with pool.acquire() as conn, conn.transaction():
         await enqueue_accepted_job(conn, agent_job(work, solo))
         await enqueue_accepted_job(conn, leak)
-    worker = Worker(jobs=PostgresJobs(pool), handler=leaky, listener=NoWake(), lease_s=5)
+    worker = Worker(
+        jobs=PostgresJobs(pool), handler=leaky, listener=ManualListener(max_wait_s=0), lease_s=5
+    )
     await asyncio.wait_for(worker.run(once=True), 30)
 
     async with Host(route.secret) as host, HttpTransport(routes) as transport:

@@ -27,8 +27,9 @@ from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.wake import PostgresWake
+from birddog.testing import ManualListener
 from birddog.worker import Handler, Worker
-from tests.support import ALICE, NoWake, enqueue, make_job
+from tests.support import ALICE, enqueue, make_job
 
 
 @pytest.fixture
@@ -140,7 +141,10 @@ async def test_one_trace_runs_from_the_senders_span_to_the_reply_post(
     assert stored is not None
 
     worker = Worker(
-        jobs=PostgresJobs(pg_pool), handler=agent(provider), listener=NoWake(), lease_s=5
+        jobs=PostgresJobs(pg_pool),
+        handler=agent(provider),
+        listener=ManualListener(max_wait_s=0.05),
+        lease_s=5,
     )
     await worker.run(once=True)
     assert worker.summary() == {"completed": 1}
@@ -222,7 +226,12 @@ async def test_a_batch_is_one_post_span_linked_to_each_reply_it_carries(
     provider, exporter = traced
     first = await send_in_a_span(pg_pool, provider, "batch-1")
     second = await send_in_a_span(pg_pool, provider, "batch-2")
-    worker = Worker(jobs=PostgresJobs(pg_pool), handler=plain, listener=NoWake(), lease_s=5)
+    worker = Worker(
+        jobs=PostgresJobs(pg_pool),
+        handler=plain,
+        listener=ManualListener(max_wait_s=0.05),
+        lease_s=5,
+    )
     await worker.run(once=True)
     async with mail_room(pg_pool, batch_size=10) as (room, inbox):
         report = await room.drain_outbox()
@@ -252,7 +261,12 @@ async def test_without_a_configured_sdk_nothing_is_stored_or_sent(
     """With the API alone (no SDK provider), jobs and rows keep no traceparent and posts send none."""
     room, inbox = delivered
     await enqueue(pg_pool, make_job("plain", reply_to=[ALICE]))
-    worker = Worker(jobs=PostgresJobs(pg_pool), handler=plain, listener=NoWake(), lease_s=5)
+    worker = Worker(
+        jobs=PostgresJobs(pg_pool),
+        handler=plain,
+        listener=ManualListener(max_wait_s=0.05),
+        lease_s=5,
+    )
     await worker.run(once=True)
     assert await pg_pool.fetchval("SELECT traceparent FROM birddog.outbox") is None
     await room.drain_outbox()

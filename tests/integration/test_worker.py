@@ -22,17 +22,9 @@ from birddog import (
 )
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
+from birddog.testing import ManualListener
 from birddog.worker import HandlerNotFound, Worker, load_handler
 from tests.support import ALICE, BOB, settled_job
-
-
-class NoWake:
-    """A listener that only times out: the tests drive the worker with ``once``."""
-
-    async def wait(self, timeout_s: float) -> bool:
-        """Time out after a short pause, as an idle LISTEN would."""
-        await asyncio.sleep(min(timeout_s, 0.05))
-        return False
 
 
 async def enqueue(pool: Pool, job_id: str, *, recovery: int | None = None) -> Job:
@@ -68,7 +60,7 @@ def make_worker(
     return Worker(
         jobs=store,
         handler=handler,
-        listener=NoWake(),
+        listener=ManualListener(max_wait_s=0.05),
         lease_s=kw.get("lease_s", 3.0),
         handler_timeout_s=kw.get("handler_timeout_s", 10.0),
         shutdown_grace_s=kw.get("shutdown_grace_s", 0.2),
@@ -329,7 +321,7 @@ async def test_a_worker_that_cannot_renew_its_lease_stops_the_handler_and_leaves
     worker = Worker(
         jobs=UnreachableHeartbeats(store),  # type: ignore[arg-type]
         handler=handle,
-        listener=NoWake(),
+        listener=ManualListener(max_wait_s=0.05),
         lease_s=0.3,
         handler_timeout_s=30,
     )

@@ -18,9 +18,9 @@ from birddog.core.errors import StoreUnavailable
 from birddog.metrics import WorkerMetrics, start_server
 from birddog.postgres.jobs import PostgresJobs
 from birddog.processes.worker import observe_queues
-from birddog.testing import FrozenClock
+from birddog.testing import FrozenClock, ManualListener
 from birddog.worker import Worker
-from tests.support import T0, NoWake, enqueue, eventually, make_job
+from tests.support import T0, enqueue, eventually, make_job
 
 
 async def handler(payload: AgentJobPayload) -> str:
@@ -75,7 +75,7 @@ async def test_counts_move_as_jobs_settle_and_the_histogram_observes_each_run(
     worker = Worker(
         jobs=PostgresJobs(pg_pool),
         handler=handler,
-        listener=NoWake(),
+        listener=ManualListener(max_wait_s=0.05),
         lease_s=5,
         handler_timeout_s=0.2,
         metrics=metrics,
@@ -154,7 +154,11 @@ async def test_healthz_is_503_while_the_database_is_away(
     database = urlsplit(database_url).path.lstrip("/")
     stop = asyncio.Event()
     worker = Worker(
-        jobs=PostgresJobs(pg_pool), handler=handler, listener=NoWake(), metrics=metrics, stop=stop
+        jobs=PostgresJobs(pg_pool),
+        handler=handler,
+        listener=ManualListener(max_wait_s=0.05),
+        metrics=metrics,
+        stop=stop,
     )
     running = asyncio.create_task(worker.run())
     statuses: list[int] = []
