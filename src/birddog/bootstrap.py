@@ -12,8 +12,9 @@ It wires and never runs: no loop, no signal, no output. Running a process lives 
   around them.
 - :func:`migrate_schema` upgrades the schema of the configured database.
 - Where the database is (:func:`database`, :func:`running_database`,
-  :func:`psql_session`) is the Postgres adapter's to say (:mod:`birddog.postgres.locate`);
-  they are named here so the commands need not know the adapter.
+  :func:`psql_session`) is the Postgres adapter's to say (:mod:`birddog.postgres.locate`),
+  and so is the server's reason for a refused statement (:func:`refusal_reason`); they
+  are named here so the commands need not know the adapter.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from birddog.postgres.locate import (
 )
 from birddog.postgres.mailbox import Mailbox
 from birddog.postgres.outbox import PostgresOutbox
-from birddog.postgres.pool import Pool, check_connection, create_pool
+from birddog.postgres.pool import Pool, check_connection, create_pool, refusal_reason
 from birddog.postgres.reports import PostgresReports
 from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
@@ -79,6 +80,7 @@ __all__ = [
     "open_demo_stack",
     "open_stack",
     "psql_session",
+    "refusal_reason",
     "running_database",
 ]
 

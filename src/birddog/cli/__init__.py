@@ -203,7 +203,7 @@ def _refused(exc: BaseException) -> str | None:
     The database adapter knows a refusal and the server's reason; the command line knows
     only that it gets one line, not a traceback.
     """
-    from birddog.postgres.pool import refusal_reason  # noqa: PLC0415 - keeps --help fast
+    from birddog.bootstrap import refusal_reason  # noqa: PLC0415 - keeps --help fast
 
     reason = refusal_reason(exc)
     return None if reason is None else f"the database refused: {reason}"

@@ -14,7 +14,7 @@ from birddog.core.mail import Outcome
 from birddog.display import dump_json, format_value, render_record, render_table
 
 if TYPE_CHECKING:
-    from birddog.postgres.admin import Story
+    from birddog.ports import Story
 
 JOB_COLUMNS = [
     "job_id",
@@ -148,7 +148,7 @@ def render_story(story: Story) -> str:
     """A story as sections of records and tables, every value inert.
 
     Args:
-        story: the story from :meth:`birddog.postgres.admin.PostgresAdmin.story`.
+        story: the story from :meth:`birddog.ports.Admin.story`.
 
     Returns:
         The text to print.
