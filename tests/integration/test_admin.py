@@ -11,8 +11,8 @@ from birddog import InvalidInput, JobNotFound
 from birddog.ports import Listing
 from birddog.postgres.admin import PostgresAdmin, decode_cursor, encode_cursor, story_mail_keys
 from birddog.postgres.pool import Pool
-from tests.seed import ATTEMPTS, HISTORY, HOSTILE_AGENT, HOSTILE_ERROR, HOSTILE_JOB, seed
 from tests.support import enqueue, make_job
+from tests.support.console import ATTEMPTS, HISTORY, HOSTILE_AGENT, HOSTILE_ERROR, HOSTILE_JOB, seed
 
 
 async def walk(fetch: Callable[[str | None], Awaitable[Listing]], column: str) -> list[str]:
