@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Span
 
 from birddog import AgentJobPayload, MailRoom, tracing
+from birddog.clock import SystemClock
 from birddog.http import generate_secret
 from birddog.http.inbox import Inbox
 from birddog.http.server import serve
@@ -75,9 +76,9 @@ async def mail_room(
     app = web.Application()
     app.router.add_post("/inbox", recording.handle)
     runner, url = await serve(app)
-    routes = PostgresRoutes(pool)
+    routes = PostgresRoutes(pool, clock=SystemClock())
     await routes.add(ALICE.agent_id, f"{url}/inbox", secret=secret, batch_size=batch_size)
-    transport = HttpTransport(routes, timeout_s=5)
+    transport = HttpTransport(routes, timeout_s=5, clock=SystemClock())
     room = pg_room(pool, transport)
     try:
         yield room, recording
@@ -134,7 +135,7 @@ async def test_one_trace_runs_from_the_senders_span_to_the_reply_post(
     assert stored is not None
 
     worker = Worker(
-        jobs=PostgresJobs(pg_pool),
+        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
         handler=agent(provider),
         listener=ManualListener(max_wait_s=0.05),
         lease_s=5,
@@ -200,7 +201,9 @@ async def test_a_job_cancelled_while_queued_hands_its_own_context_to_the_post(
     """A job settled without a worker (no settle span) still puts its reply's post in its trace."""
     (provider, exporter), (room, inbox) = traced, delivered
     await send_in_a_span(pg_pool, provider, "cancelled")
-    await PostgresJobs(pg_pool).cancel(job_id="cancelled", content="not needed")
+    await PostgresJobs(pg_pool, clock=SystemClock()).cancel(
+        job_id="cancelled", content="not needed"
+    )
     await room.drain_outbox()
     spans = by_name(exporter.get_finished_spans())
     assert set(spans) == {"send", "birddog.enqueue", "birddog.post"}
@@ -220,7 +223,7 @@ async def test_a_batch_is_one_post_span_linked_to_each_reply_it_carries(
     first = await send_in_a_span(pg_pool, provider, "batch-1")
     second = await send_in_a_span(pg_pool, provider, "batch-2")
     worker = Worker(
-        jobs=PostgresJobs(pg_pool),
+        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
         handler=plain,
         listener=ManualListener(max_wait_s=0.05),
         lease_s=5,
@@ -255,7 +258,7 @@ async def test_without_a_configured_sdk_nothing_is_stored_or_sent(
     room, inbox = delivered
     await enqueue(pg_pool, make_job("plain", reply_to=[ALICE]))
     worker = Worker(
-        jobs=PostgresJobs(pg_pool),
+        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
         handler=plain,
         listener=ManualListener(max_wait_s=0.05),
         lease_s=5,

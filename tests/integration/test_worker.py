@@ -20,6 +20,7 @@ from birddog import (
     StoreUnavailable,
     agent_job,
 )
+from birddog.clock import SystemClock
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.testing import ManualListener
@@ -51,7 +52,7 @@ def agent_job_payload_mail(job: Job):  # type: ignore[no-untyped-def]
 @pytest.fixture
 async def store(pg_pool: Pool) -> PostgresJobs:
     """The job store on the test database."""
-    return PostgresJobs(pg_pool)
+    return PostgresJobs(pg_pool, clock=SystemClock())
 
 
 def make_worker(
@@ -254,7 +255,7 @@ async def test_an_unstorable_result_settles_failed_after_exactly_one_run(
     pg_pool: Pool, result: object, why: str
 ) -> None:
     """A result that cannot be stored settles failed at once, saying why; the handler runs once."""
-    store = PostgresJobs(pg_pool, max_content_bytes=1000)
+    store = PostgresJobs(pg_pool, max_content_bytes=1000, clock=SystemClock())
     runs = 0
 
     async def handle(payload: AgentJobPayload) -> str:

@@ -14,6 +14,7 @@ from asyncpg import Pool
 from prometheus_client.parser import text_string_to_metric_families
 
 from birddog import AgentJobPayload
+from birddog.clock import SystemClock
 from birddog.core.errors import StoreUnavailable
 from birddog.metrics import WorkerMetrics, start_server
 from birddog.postgres.jobs import PostgresJobs
@@ -73,7 +74,7 @@ async def test_counts_move_as_jobs_settle_and_the_histogram_observes_each_run(
         make_job("hang-1", session="q-hang", max_recoveries=1),
     )
     worker = Worker(
-        jobs=PostgresJobs(pg_pool),
+        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
         handler=handler,
         listener=ManualListener(max_wait_s=0.05),
         lease_s=5,
@@ -154,7 +155,7 @@ async def test_healthz_is_503_while_the_database_is_away(
     database = urlsplit(database_url).path.lstrip("/")
     stop = asyncio.Event()
     worker = Worker(
-        jobs=PostgresJobs(pg_pool),
+        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
         handler=handler,
         listener=ManualListener(max_wait_s=0.05),
         metrics=metrics,
@@ -175,7 +176,10 @@ async def test_healthz_is_503_while_the_database_is_away(
             assert (await scrape(base))[("birddog_database_up", ())] == 0
             with pytest.raises(StoreUnavailable):
                 await observe_queues(
-                    PostgresJobs(pg_pool), metrics, queues=None, clock=FrozenClock(T0)
+                    PostgresJobs(pg_pool, clock=SystemClock()),
+                    metrics,
+                    queues=None,
+                    clock=FrozenClock(T0),
                 )
         finally:
             await _cut(postgres_server_dsn, database, allow=True)

@@ -34,7 +34,6 @@ from typing import Final, LiteralString
 import asyncpg
 import structlog
 
-from birddog.clock import SystemClock
 from birddog.core.delivery import new_row
 from birddog.core.errors import (
     InvalidInput,
@@ -129,8 +128,8 @@ class PostgresJobs:
         max_queued_s: a job queued longer is cancelled by :meth:`cancel_queued_too_long`.
         queue_concurrency: how many jobs of one queue (one session) may run at once,
             across every worker; the database enforces it with one slot per running job.
-        clock: the current time (default: the system clock, UTC); leases, settlement
-            times and reply times come from it, so tests can freeze time.
+        clock: the current time; leases, settlement times and reply times come from it,
+            so tests can freeze time.
     """
 
     def __init__(
@@ -141,7 +140,7 @@ class PostgresJobs:
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_queued_s: float = DEFAULT_MAX_QUEUED_S,
         queue_concurrency: int = 1,
-        clock: Clock | None = None,
+        clock: Clock,
     ) -> None:
         if queue_concurrency < 1:
             raise InvalidInput("queue_concurrency must be at least 1", field="queue_concurrency")
@@ -149,7 +148,7 @@ class PostgresJobs:
         self.queue_concurrency = queue_concurrency
         self.schedule_wake = schedule_wake
         self.limits = Limits(max_content_bytes=max_content_bytes, max_queued_s=max_queued_s)
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
 
     @property
     def max_content_bytes(self) -> int:

@@ -25,7 +25,6 @@ from typing import Any
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
 
-from birddog.clock import SystemClock
 from birddog.core.egress import URL_MAX_LENGTH, EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound, SecretUnreadable
 from birddog.core.model import Id
@@ -123,8 +122,7 @@ class PostgresRoutes:
     Args:
         pool: the pool from :func:`birddog.postgres.pool.create_pool`.
         cache_s: how long a looked-up route is reused (0 turns the cache off).
-        clock: the current time, for holds and releases (default:
-            :class:`birddog.clock.SystemClock`).
+        clock: the current time, for holds and releases.
         egress: the policy a route's URL must pass when it is added or updated (default:
             the internal-mode policy).
         box: seals secrets before they are stored and opens them when read (default:
@@ -136,13 +134,13 @@ class PostgresRoutes:
         pool: Pool,
         *,
         cache_s: float = 1.0,
-        clock: Clock | None = None,
+        clock: Clock,
         egress: EgressPolicy | None = None,
         box: SecretBox | None = None,
     ) -> None:
         self.pool = pool
         self.cache_s = cache_s
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
         self.egress = egress if egress is not None else EgressPolicy()
         self.box = box if box is not None else SecretBox()
         self._cache: dict[str, tuple[float, Route]] = {}
