@@ -53,8 +53,10 @@ from birddog.core.delivery import (
     UndecodableRow,
     as_result,
     attempt_of,
-    decide,
     unsendable,
+)
+from birddog.core.delivery import (
+    decide_delivery as decide,
 )
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import StoreRefused

@@ -51,7 +51,7 @@ from birddog.core.lifecycle import (
     Requeue,
     Settle,
     SettleRequested,
-    decide,
+    decide_job,
 )
 from birddog.core.mail import Outcome, Reply
 from birddog.core.model import check_text
@@ -453,7 +453,7 @@ class InMemoryJobs:
     The same contract as :class:`birddog.postgres.jobs.PostgresJobs` as a worker uses it
     (claim, heartbeat, finish or settle, cancel, recover expired leases), with
     :meth:`enqueue` standing for a sender's ``enqueue_accepted_job``. What happens to a
-    job is decided by :func:`birddog.core.lifecycle.decide`, as in Postgres; settling
+    job is decided by :func:`birddog.core.lifecycle.decide_job`, as in Postgres; settling
     writes the job's replies into ``outbox``.
 
     Args:
@@ -580,7 +580,7 @@ class InMemoryJobs:
         """
         stored = self._stored(job_id)
         now = self.clock.now()
-        decision = decide(stored.facts(claim_token), event, now=now, limits=self.limits)
+        decision = decide_job(stored.facts(claim_token), event, now=now, limits=self.limits)
         if isinstance(decision, Refuse):
             raise StaleClaim(f"job {job_id!r}: {decision.reason}")
         before = stored.job.outcome
@@ -629,7 +629,7 @@ class InMemoryJobs:
         check_content_size(content, limit_bytes=self.limits.max_content_bytes)
         stored = self._stored(job_id)
         now = self.clock.now()
-        decision = decide(stored.facts(), CancelRequested(content), now=now, limits=self.limits)
+        decision = decide_job(stored.facts(), CancelRequested(content), now=now, limits=self.limits)
         before = stored.job.outcome
         await self._carry_out(stored, decision, now, None)
         return _outcome_after(before, decision)
@@ -649,7 +649,7 @@ class InMemoryJobs:
         ]
         handled: list[tuple[str, str]] = []
         for stored in expired:
-            decision = decide(stored.facts(), LeaseExpired(), now=now, limits=self.limits)
+            decision = decide_job(stored.facts(), LeaseExpired(), now=now, limits=self.limits)
             await self._carry_out(stored, decision, now, None)
             if isinstance(decision, Settle):
                 handled.append((stored.job.job_id, decision.outcome.value))

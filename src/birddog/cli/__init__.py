@@ -220,18 +220,6 @@ def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T
     return run(go())
 
 
-def parse_address(value: str, field: str) -> dict[str, str]:
-    """An ``AGENT_ID:SESSION_ID`` option as address JSON (validated later, by the model).
-
-    Raises:
-        click.BadParameter: there is no colon.
-    """
-    agent, sep, session = value.partition(":")
-    if not sep:
-        raise click.BadParameter(f"{field} must be AGENT_ID:SESSION_ID, got {value!r}")
-    return {"kind": "agent", "agentId": agent, "sessionId": session}
-
-
 def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> None:
     """Print rows as JSON, or as an aligned table of ``columns`` with inert values."""
     click.echo(dump_json(rows) if as_json else render_table(rows, columns))
@@ -328,7 +316,6 @@ __all__ = [
     "duration",
     "main",
     "name_environment_twins",
-    "parse_address",
     "print_rows",
     "run",
     "settings_error",

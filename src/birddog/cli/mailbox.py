@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from birddog.cli import main, with_stack
+from birddog.core.ask import address_text
 from birddog.core.text import inert
 from birddog.display import format_value
 
@@ -46,7 +47,7 @@ def print_entry(entry: MailboxEntry, *, as_json: bool) -> None:
         click.echo(json.dumps(entry_json(entry), ensure_ascii=True))
         return
     sender = entry.sender
-    origin = "unknown sender" if sender is None else f"from {sender.agent_id}:{sender.session_id}"
+    origin = "unknown sender" if sender is None else f"from {address_text(sender)}"
     click.echo(
         f"{inert(entry.key)}  {inert(str(entry.outcome))}  {inert(origin)}  "
         f"{format_value(entry.delivered_at)}"

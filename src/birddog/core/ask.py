@@ -22,6 +22,11 @@ COMPARED = ("to", "from", "replyTo", "content")
 """The fields of a stored mail an ask must match to be its replay."""
 
 
+def address_text(address: AgentAddress) -> str:
+    """``AGENT:SESSION``, the one way an address is printed (as it is typed)."""
+    return f"{address.agent_id}:{address.session_id}"
+
+
 def parse_address(value: str | AgentAddress, field: str) -> AgentAddress:
     """An ``AGENT_ID:SESSION_ID`` text (or an address) as an address.
 

@@ -9,7 +9,7 @@ the lease with :meth:`PostgresJobs.heartbeat`, and finishes it with
 one wake in the same transaction: a settlement is never committed without its fan-out,
 nor the fan-out without its settlement.
 
-What happens to a job is decided by :func:`birddog.core.lifecycle.decide` (job facts +
+What happens to a job is decided by :func:`birddog.core.lifecycle.decide_job` (job facts +
 event -> next step); this module only locks rows, reads their facts and carries the
 decision out. The life of a job::
 
@@ -68,7 +68,7 @@ from birddog.core.lifecycle import (
     Settle,
     SettleRequested,
     WorkerStopped,
-    decide,
+    decide_job,
 )
 from birddog.core.mail import Outcome, Reply
 from birddog.core.model import check_text
@@ -360,7 +360,7 @@ class PostgresJobs:
         with store_errors("finish"):
             async with self.pool.acquire() as conn, conn.transaction():
                 row = await self._lock(conn, job_id)
-                decision = decide(
+                decision = decide_job(
                     facts_from_row(row, token=token), event, now=now, limits=self.limits
                 )
                 if isinstance(decision, Refuse):
@@ -464,7 +464,7 @@ class PostgresJobs:
         with store_errors("cancel"):
             async with self.pool.acquire() as conn, conn.transaction():
                 row = await self._lock(conn, job_id)
-                decision = decide(
+                decision = decide_job(
                     facts_from_row(row), CancelRequested(content), now=now, limits=self.limits
                 )
                 await self._carry_out(conn, [(row, decision)], now)
@@ -609,6 +609,7 @@ class PostgresJobs:
         """
         if limit < 1:
             raise InvalidInput("limit must be at least 1", field="limit")
+        limits = self.limits
         handled: list[tuple[str, str]] = []
         skipped: list[str] = []
         batch = limit
@@ -621,7 +622,7 @@ class PostgresJobs:
                         rows = await conn.fetch(lock_query, since, batch, skipped)
                         ids = [row["job_id"] for row in rows]
                         items = [
-                            (row, decide(facts_from_row(row), event, now=now, limits=self.limits))
+                            (row, decide_job(facts_from_row(row), event, now=now, limits=limits))
                             for row in rows
                         ]
                         await self._carry_out(conn, items, now)
