@@ -8,6 +8,11 @@ masked (:func:`birddog.core.egress.shown_url`).
 
 The story of one mail is read in one read-only snapshot, so a reply moving from the
 outbox to its receipt between two statements is never lost from view.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when
+it is away, or its subclass :class:`~birddog.StoreRefused` when it refuses the
+statement, and nothing of that call is committed; the ``Raises:`` below list only
+what is theirs.
 """
 
 from __future__ import annotations
@@ -144,9 +149,6 @@ class PostgresAdmin:
 
         Returns:
             The overview.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("admin overview"):
             async with self.pool.acquire() as conn:
@@ -184,7 +186,6 @@ class PostgresAdmin:
 
         Raises:
             InvalidInput: a bad status, limit or cursor.
-            StoreUnavailable: the database is unreachable.
         """
         _check_choice(status, PENDING_STATUSES, "status")
         _check_limit(limit)
@@ -210,7 +211,6 @@ class PostgresAdmin:
 
         Raises:
             InvalidInput: a bad limit or cursor.
-            StoreUnavailable: the database is unreachable.
         """
         _check_limit(limit)
         at, key = decode_cursor(after, (datetime, str)) if after else (None, None)
@@ -236,7 +236,6 @@ class PostgresAdmin:
 
         Raises:
             InvalidInput: a bad limit or cursor.
-            StoreUnavailable: the database is unreachable.
         """
         _check_limit(limit)
         (agent_id,) = decode_cursor(after, (str,)) if after else (None,)
@@ -271,7 +270,6 @@ class PostgresAdmin:
 
         Raises:
             InvalidInput: a bad state, limit or cursor.
-            StoreUnavailable: the database is unreachable.
         """
         _check_choice(state, JOB_STATES, "state")
         _check_limit(limit)
@@ -301,7 +299,6 @@ class PostgresAdmin:
 
         Raises:
             JobNotFound: no job has this id.
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("admin job"):
             records = await self.pool.fetch(
@@ -321,9 +318,6 @@ class PostgresAdmin:
             The jobs that carry the mail, its replies still pending or dead, their
             receipts and mailbox rows, each with its attempt log; :attr:`Story.found` is
             False when nothing matched.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         candidates = story_mail_keys(key)
         with store_errors("admin story"):

@@ -20,6 +20,11 @@ decision out. The life of a job::
 Every driver error leaves as :class:`~birddog.StoreUnavailable` (the driver's error its
 cause), and a row SQL filled with something BirdDog never wrote as
 :class:`~birddog.UnreadableRow`; a claimed job that cannot be read settles ``failed``.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when
+it is away, or its subclass :class:`~birddog.StoreRefused` when it refuses the
+statement, and nothing of that call is committed; the ``Raises:`` below list only
+what is theirs.
 """
 
 from __future__ import annotations
@@ -181,7 +186,6 @@ class PostgresJobs:
 
         Raises:
             InvalidInput: ``lease_s`` is not positive, or ``queues`` is a bare string.
-            StoreUnavailable: the database could not be reached.
         """
         claimed = await self.claim_many(
             queues=queues, lease_s=lease_s, worker_id=worker_id, limit=1
@@ -221,7 +225,6 @@ class PostgresJobs:
         Raises:
             InvalidInput: ``limit`` is below 1, ``lease_s`` is not positive, or ``queues``
                 is a bare string.
-            StoreUnavailable: the database could not be reached.
         """
         if limit < 1:
             raise InvalidInput("limit must be at least 1", field="limit")
@@ -310,7 +313,6 @@ class PostgresJobs:
         Raises:
             InvalidInput: ``lease_s`` is not positive.
             StaleClaim: the job is not running under this claim any more.
-            StoreUnavailable: the database could not be reached.
         """
         token = claim_token_of(claim_token)
         lease_until = self._lease_until(lease_s)
@@ -353,7 +355,6 @@ class PostgresJobs:
             JobNotFound: no job has this id.
             StaleClaim: the job is not running under this claim (another claim holds it,
                 it was recovered, or it settled otherwise).
-            StoreUnavailable: the database failed; nothing was committed.
         """
         token = claim_token_of(claim_token)
         now = self.clock.now()
@@ -403,7 +404,6 @@ class PostgresJobs:
             JobNotFound: no job has this id.
             StaleClaim: the job is not running under this claim (another claim holds it,
                 it was recovered, or it settled otherwise).
-            StoreUnavailable: the database failed; nothing was committed.
         """
         del meta  # for the caller's own fan-out wrapper only
         event = SettleRequested(_outcome(outcome), content, diagnostic)
@@ -429,7 +429,6 @@ class PostgresJobs:
         Raises:
             JobNotFound: no job has this id.
             StaleClaim: the job is not running under this claim.
-            StoreUnavailable: the database failed; nothing was committed.
         """
         event = WorkerStopped(diagnostic)
         finished = await self.finish(job_id=job_id, claim_token=claim_token, event=event)
@@ -457,7 +456,6 @@ class PostgresJobs:
             InvalidInput: the content holds NUL or a lone surrogate; nothing is written.
             ContentTooLarge: the content is above ``max_content_bytes``.
             JobNotFound: no job has this id.
-            StoreUnavailable: the database failed; nothing was committed.
         """
         self._check_content(content)
         now = self.clock.now()
@@ -545,7 +543,6 @@ class PostgresJobs:
         Raises:
             JobNotFound: no job has this id.
             UnreadableRow: the stored row is not a valid job (written by SQL).
-            StoreUnavailable: the database could not be reached.
         """
         with store_errors("get"):
             row = await self.pool.fetchrow(queries["jobs_get"], job_id)
@@ -558,9 +555,6 @@ class PostgresJobs:
 
         Returns:
             Counts by state; every state is present, zero when empty.
-
-        Raises:
-            StoreUnavailable: the database could not be reached.
         """
         with store_errors("counts"):
             rows = await self.pool.fetch(queries["jobs_counts"])
@@ -578,9 +572,6 @@ class PostgresJobs:
 
         Returns:
             The number of queued jobs and the oldest one's enqueue time (None: none).
-
-        Raises:
-            StoreUnavailable: the database could not be reached.
         """
         with store_errors("queued_backlog"):
             row = await self.pool.fetchrow(
