@@ -63,10 +63,6 @@ def duration(value: str | float) -> float:
     return seconds
 
 
-DURATION = duration
-"""The parameter type of every ``--...-s`` option that takes a duration."""
-
-
 class BirdDogGroup(click.Group):
     """The ``birddog`` group: arguments that are not UTF-8 text are refused up front.
 
@@ -304,13 +300,11 @@ from birddog.cli import worker as worker  # noqa: E402
 name_environment_twins(main)
 
 __all__ = [
-    "DURATION",
     "EXIT_ALARM",
     "EXIT_CONFIG",
     "EXIT_OK",
     "BirdDogGroup",
     "ConfigurationError",
-    "Duration",
     "announce",
     "announcer",
     "duration",
