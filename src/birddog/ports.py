@@ -376,6 +376,25 @@ class ClaimedJobLike(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job a worker holds: run it, heartbeat, then settle it with the claim token.
+
+    Attributes:
+        job: the job, state ``running``.
+        claim_token: the token of this claim (uuid text); only it can settle the job.
+        lease_expires_at: when the claim lapses unless a heartbeat extends it.
+        recovery_count: how many times the job was queued again after losing a worker.
+        traceparent: the W3C context the job was enqueued in (None: not traced).
+    """
+
+    job: Job
+    claim_token: str
+    lease_expires_at: datetime
+    recovery_count: int
+    traceparent: str | None = None
+
+
 class JobStore(Protocol):
     """The job store operations a worker needs (``PostgresJobs``)."""
 

@@ -35,7 +35,7 @@ from birddog.core.jobs import (
     RESERVED_QUEUE_PREFIX,
     Job,
     JobState,
-    check_content_size,
+    check_stored_content,
 )
 from birddog.core.lifecycle import (
     CancelRequested,
@@ -54,8 +54,7 @@ from birddog.core.lifecycle import (
     decide_job,
 )
 from birddog.core.mail import Outcome, Reply
-from birddog.core.model import check_text
-from birddog.ports import Clock, Outbox, Page, RouteHint, Settled
+from birddog.ports import ClaimedJob, Clock, Outbox, Page, RouteHint, Settled
 
 Answer = bool | DeliveryResult
 AnswerFn = Callable[[Reply], Answer | Awaitable[Answer]]
@@ -388,25 +387,6 @@ class ManualListener:
         return True
 
 
-@dataclass(frozen=True, slots=True)
-class InMemoryClaim:
-    """A job :class:`InMemoryJobs` handed to a worker (the shape of ``ClaimedJob``).
-
-    Attributes:
-        job: the job, state ``running``.
-        claim_token: the token of this claim; only it can settle the job.
-        lease_expires_at: when the claim lapses unless a heartbeat extends it.
-        recovery_count: how many times the job was queued again after losing a worker.
-        traceparent: the W3C context the job was enqueued in (None: not traced).
-    """
-
-    job: Job
-    claim_token: str
-    lease_expires_at: datetime
-    recovery_count: int
-    traceparent: str | None = None
-
-
 @dataclass
 class StoredJob:
     """One job as :class:`InMemoryJobs` holds it: the job and what the store knows of it.
@@ -521,7 +501,7 @@ class InMemoryJobs:
 
     async def claim(
         self, *, queues: Sequence[str] | None = None, lease_s: float = 60.0, worker_id: str = ""
-    ) -> InMemoryClaim | None:
+    ) -> ClaimedJob | None:
         """Claim the head of a queue with a free slot: highest priority, then oldest.
 
         Args:
@@ -552,7 +532,7 @@ class InMemoryJobs:
         stored.job = stored.job.model_copy(update={"state": RUNNING})
         stored.claim_token = uuid.uuid4().hex
         stored.lease_expires_at = until
-        return InMemoryClaim(stored.job, stored.claim_token, until, stored.recovery_count)
+        return ClaimedJob(stored.job, stored.claim_token, until, stored.recovery_count)
 
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
         """Extend the lease of a job this claim still holds.
@@ -620,13 +600,7 @@ class InMemoryJobs:
             ContentTooLarge: the content is above ``max_content_bytes``.
             JobNotFound: no job has this id.
         """
-        if not isinstance(content, str):
-            raise InvalidInput("content must be a string", field="content")
-        try:
-            check_text(content)
-        except ValueError as exc:
-            raise InvalidInput(f"content {exc}", field="content") from None
-        check_content_size(content, limit_bytes=self.limits.max_content_bytes)
+        check_stored_content(content, limit_bytes=self.limits.max_content_bytes)
         stored = self._stored(job_id)
         now = self.clock.now()
         decision = decide_job(stored.facts(), CancelRequested(content), now=now, limits=self.limits)

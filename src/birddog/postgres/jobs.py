@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final, LiteralString
 
@@ -53,7 +52,7 @@ from birddog.core.jobs import (
     RESERVED_QUEUE_PREFIX,
     Job,
     JobState,
-    check_content_size,
+    check_stored_content,
 )
 from birddog.core.lifecycle import (
     DEFAULT_MAX_QUEUED_S,
@@ -76,9 +75,8 @@ from birddog.core.lifecycle import (
     decide_job,
 )
 from birddog.core.mail import Outcome, Reply
-from birddog.core.model import check_text
 from birddog.core.text import inert
-from birddog.ports import Clock
+from birddog.ports import ClaimedJob, Clock
 from birddog.postgres.enqueue import SenderConnection, enqueue_accepted_job
 from birddog.postgres.job_rows import (
     Row,
@@ -101,25 +99,6 @@ CLAIM_ATTEMPTS: Final = 5
 
 RECOVER_BATCH: Final = 100
 """Jobs handled per transaction by the reapers (:meth:`PostgresJobs.recover_expired`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
-    """A job a worker holds: run it, heartbeat, then settle it with the claim token.
-
-    Attributes:
-        job: the job, state ``running``.
-        claim_token: the token of this claim (uuid text); only it can settle the job.
-        lease_expires_at: when the claim lapses unless a heartbeat extends it.
-        recovery_count: how many times the job was queued again after losing a worker.
-        traceparent: the W3C context the job was enqueued in (None: not traced).
-    """
-
-    job: Job
-    claim_token: str
-    lease_expires_at: datetime
-    recovery_count: int
-    traceparent: str | None = None
 
 
 class PostgresJobs:
@@ -457,7 +436,7 @@ class PostgresJobs:
             ContentTooLarge: the content is above ``max_content_bytes``.
             JobNotFound: no job has this id.
         """
-        self._check_content(content)
+        check_stored_content(content, limit_bytes=self.limits.max_content_bytes)
         now = self.clock.now()
         with store_errors("cancel"):
             async with self.pool.acquire() as conn, conn.transaction():
@@ -716,15 +695,6 @@ class PostgresJobs:
                 field=getattr(exc, "field", ""),
             )
             return []
-
-    def _check_content(self, content: str) -> None:
-        if not isinstance(content, str):
-            raise InvalidInput("content must be a string", field="content")
-        try:
-            check_text(content)
-        except ValueError as exc:
-            raise InvalidInput(f"content {exc}", field="content") from None
-        check_content_size(content, limit_bytes=self.limits.max_content_bytes)
 
     def _lease_until(self, lease_s: float) -> datetime:
         if not lease_s > 0 or not math.isfinite(lease_s):
