@@ -59,9 +59,10 @@ def send(
     settings = settings_of(ctx)
     text = read_content(content)
     try:
-        target = parse_address(to, "--to")
-        sender = parse_address(from_, "--from")
-        replies = [parse_address(value, "--reply-to") for value in reply_to]
+        # Errors name the mail's fields, as the mail's own checks do: replyTo.1.agentId.
+        target = parse_address(to, "to")
+        sender = parse_address(from_, "from")
+        replies = [parse_address(value, f"replyTo.{i}") for i, value in enumerate(reply_to)]
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from exc
     work_fields: dict[str, Any] = {
