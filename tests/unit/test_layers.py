@@ -27,16 +27,17 @@ APP_MODULES = sorted(
         *(SOURCE / "cli").glob("*.py"),
         *(SOURCE / "console").glob("*.py"),
         *(SOURCE / "processes").glob("*.py"),
+        *(SOURCE / "engine").glob("*.py"),
     ]
 )
-"""The app layer: the composition root, the commands, the console, the processes."""
+"""The app layer: the composition root, the commands, the console, the processes, the engine."""
 
 COMPOSITION_ROOT = SOURCE / "bootstrap.py"
 """The one app module that names the Postgres adapters (the processes take them from it)."""
 
 NOT_YET_BEHIND_A_PORT = {
     # The ask still runs its own queries and builds its mailbox from a pool; it moves to
-    # an ask store in the Postgres adapter, and ask() takes adapters (issue 20, part 3).
+    # an ask store in the Postgres adapter, and ask() takes adapters.
     SOURCE / "asking.py",
     # Types its entries with the mailbox adapter's MailboxEntry, which moves with the ask.
     SOURCE / "cli" / "mailbox.py",
