@@ -39,7 +39,7 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from birddog.clock import SystemClock, epoch_ms
+from birddog.clock import epoch_ms
 from birddog.core.ask import address_text, ask_job, new_ask_key, parse_address
 from birddog.core.errors import AskFailed, AskTimedOut, StoreUnavailable
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
@@ -139,12 +139,12 @@ class Asking:
         *,
         asks: AskStore,
         answers: Answers,
-        clock: Clock | None = None,
+        clock: Clock,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
     ) -> None:
         self.asks = asks
         self.answers = answers
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
         self.max_content_bytes = max_content_bytes
 
     async def send(

@@ -25,6 +25,7 @@ from birddog import (
     open_asking,
 )
 from birddog.asking import Asking
+from birddog.clock import SystemClock
 from birddog.core.ask import ask_job_id
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.mailbox import PostgresMailbox
@@ -44,7 +45,7 @@ async def asking(pg_pool: Pool, database_url: str) -> AsyncIterator[Asking]:
 
 @pytest.fixture
 async def routes(pg_pool: Pool) -> PostgresRoutes:
-    routes = PostgresRoutes(pg_pool, cache_s=0)
+    routes = PostgresRoutes(pg_pool, cache_s=0, clock=SystemClock())
     await routes.add("upper", kind="mailbox")
     return routes
 
@@ -86,10 +87,10 @@ async def test_an_answered_ask_returns_the_content(
     job_id = await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HELLO")
     assert await asyncio.wait_for(asking, 60) == "HELLO"
     assert job_id == ask_job_id("k-1")
-    route = await PostgresRoutes(pg_pool).route("asker")
+    route = await PostgresRoutes(pg_pool, clock=SystemClock()).route("asker")
     assert route is not None
     assert route.kind == "mailbox"
-    assert await PostgresMailbox(pg_pool).read("asker") == []
+    assert await PostgresMailbox(pg_pool, clock=SystemClock()).read("asker") == []
 
 
 @pytest.mark.usefixtures("routes")
@@ -121,7 +122,7 @@ async def test_a_timeout_says_the_reply_is_owed_and_it_lands_later(
     assert "still owed" in str(caught.value)
     assert "birddog inbox asker:s-ask" in str(caught.value)
     await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "late but here")
-    [late] = await PostgresMailbox(pg_pool).read("asker", "s-ask")
+    [late] = await PostgresMailbox(pg_pool, clock=SystemClock()).read("asker", "s-ask")
     assert (late.in_reply_to, late.content) == ("k-3", "late but here")
 
 

@@ -62,8 +62,8 @@ def mcp(
     Claude Code:  claude mcp add birddog -- birddog mcp --as me:s-me
     Over stdio nothing but JSON-RPC is written to stdout; logs go to stderr as JSON.
     """  # noqa: D301 - "\b" is click's mark for a paragraph it must not rewrap
-    from birddog.bootstrap import run_mcp  # noqa: PLC0415 - keeps --help fast
     from birddog.logs import configure, json_stdlib_logs  # noqa: PLC0415
+    from birddog.processes.mcp import run_mcp  # noqa: PLC0415 - keeps --help fast
 
     settings = settings_of(ctx)
     if not http:

@@ -64,7 +64,9 @@ def parse_address(value: str | AgentAddress, field: str) -> AgentAddress:
     try:
         return AgentAddress(agent_id=agent_id, session_id=session_id)
     except InvalidInput as exc:
-        raise InvalidInput(f"invalid {field}: {exc}", field=f"{field}.{exc.field}") from None
+        pairs = [(f"{field}.{inner}" if inner else field, why) for inner, why in exc.errors]
+        text = "; ".join(f"{name}: {why}" for name, why in pairs)
+        raise InvalidInput(f"invalid address {text}", field=pairs[0][0], errors=pairs) from None
 
 
 def new_ask_key(now: datetime, token: str) -> str:

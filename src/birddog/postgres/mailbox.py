@@ -5,7 +5,7 @@ writes each reply into ``birddog.mailbox`` in the transaction that writes its re
 sends ``NOTIFY birddog_mailbox`` (payload: the agent id). :class:`PostgresMailbox` is the
 reading side::
 
-    mailbox = PostgresMailbox(pool, notices=PostgresNotices(dsn))
+    mailbox = PostgresMailbox(pool, clock=SystemClock(), notices=PostgresNotices(dsn))
     for entry in await mailbox.read("alice"):           # unread, oldest first
         print(entry.outcome, entry.content)
     await mailbox.ack([entry.key for entry in entries])  # now they are read
@@ -30,7 +30,6 @@ from typing import Any, Final
 import asyncpg
 import structlog
 
-from birddog.clock import SystemClock
 from birddog.core.errors import InvalidInput, StoreBusy, StoreUnavailable
 from birddog.core.mail import AgentAddress, Outcome, Reply, reply_from_wire
 from birddog.core.mailbox import MailboxEntry
@@ -100,7 +99,7 @@ class PostgresMailbox:
     Args:
         pool: any asyncpg pool on the BirdDog database.
         poll_s: while waiting, look again at least this often, notification or not.
-        clock: stamps acknowledgements (default: :class:`birddog.clock.SystemClock`).
+        clock: stamps acknowledgements.
         notices: the process's listening connection (None: waits poll only).
     """
 
@@ -108,15 +107,15 @@ class PostgresMailbox:
         self,
         pool: Pool,
         *,
+        clock: Clock,
         poll_s: float = 2.0,
-        clock: Clock | None = None,
         notices: PostgresNotices | None = None,
     ) -> None:
         if poll_s <= 0:
             raise ValueError("poll_s must be positive")
         self.pool = pool
         self.poll_s = poll_s
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
         self.notices = notices or PostgresNotices(None)
         self._watch = _AnswerWatch(self)
 
