@@ -20,6 +20,7 @@ from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from birddog import AskTimedOut, open_asking
 from birddog.asking import Asking
+from birddog.clock import SystemClock
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env
@@ -56,7 +57,7 @@ async def small_pool(database_url: str) -> AsyncIterator[Pool]:
 @pytest.fixture
 async def echo_agent(pg_pool: Pool, daemons: Callable[..., Daemon]) -> None:
     """The asked agent has a mailbox route, and a drain daemon delivers the replies."""
-    await PostgresRoutes(pg_pool).add("echo", kind="mailbox")
+    await PostgresRoutes(pg_pool, clock=SystemClock()).add("echo", kind="mailbox")
     daemons()
 
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from birddog import AgentAddress
 from birddog.bootstrap import mcp_desk, open_stack
+from birddog.clock import SystemClock
 from birddog.mcp.server import serve_http
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, create_pool
@@ -44,7 +45,7 @@ async def room(database_factory: Any) -> AsyncIterator[str]:
     """A database with a drain daemon and the three command agents running on it."""
     dsn = await database_factory.take()
     pool = await create_pool(dsn, max_size=2)
-    routes = PostgresRoutes(pool)
+    routes = PostgresRoutes(pool, clock=SystemClock())
     for agent in ("upper", "slow", "fail"):
         await routes.add(agent, kind="mailbox")
     await pool.close()
@@ -341,7 +342,7 @@ async def test_next_task_rules_cancel_wins_and_a_lost_session_is_recovered(
     room: str, room_pool: Pool, errlog: Any
 ) -> None:
     """A recorded cancellation wins over answer; a disconnected session's task is recovered."""
-    jobs = PostgresJobs(room_pool)
+    jobs = PostgresJobs(room_pool, clock=SystemClock())
     async with (
         mcp_session(room, "carol:s-carol", errlog) as carol,
         mcp_session(room, "dan:s-dan", errlog) as dan,
