@@ -44,6 +44,7 @@ from birddog.core.ask import address_text, ask_job, new_ask_key, parse_address
 from birddog.core.errors import AskFailed, AskTimedOut, StoreUnavailable
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.core.mail import AgentAddress, Outcome
+from birddog.core.spool import Outgoing
 
 if TYPE_CHECKING:
     from birddog.core.mailbox import MailboxEntry
@@ -76,6 +77,9 @@ class Asked:
         asker: the agent session that sent it (whose mailbox gets an ask's reply).
         replay: True when this key had been sent before (nothing new was written).
         mailbox_added: True when the sender got a mailbox route by this send.
+        spooled: why the mail waits in the local spool instead of the database (``database
+            unreachable``), to be forwarded once it can be (:class:`birddog.Sender`);
+            None when it reached the database.
     """
 
     key: str
@@ -84,6 +88,30 @@ class Asked:
     asker: AgentAddress
     replay: bool
     mailbox_added: bool
+    spooled: str | None = None
+
+    @classmethod
+    def of(
+        cls, outgoing: Outgoing, *, replay: bool, mailbox_added: bool, spooled: str | None = None
+    ) -> Asked:
+        """What sending ``outgoing`` came to.
+
+        Args:
+            outgoing: the mail sent.
+            replay: its key (or job id) had been sent before.
+            mailbox_added: the sender got a mailbox route.
+            spooled: why it waits in the local spool (None: it reached the database).
+        """
+        mail = outgoing.mail
+        return cls(
+            key=mail.key,
+            job_id=outgoing.job.job_id,
+            to=mail.to,
+            asker=mail.from_,
+            replay=replay,
+            mailbox_added=mailbox_added,
+            spooled=spooled,
+        )
 
     @property
     def asker_text(self) -> str:
@@ -185,6 +213,45 @@ class Asking:
             StoreBusy: no database connection was free within ``timeout_s``.
             StoreUnavailable: the database is unreachable; nothing was written.
         """
+        outgoing = self.outgoing(
+            to=to,
+            from_=from_,
+            content=content,
+            key=key,
+            reply_to=reply_to,
+            mailbox_required=mailbox_required,
+        )
+        posted = await self.asks.write(outgoing, timeout_s=timeout_s)
+        return Asked.of(outgoing, replay=posted.replay, mailbox_added=posted.mailbox_added)
+
+    def outgoing(
+        self,
+        *,
+        to: str | AgentAddress,
+        from_: str | AgentAddress,
+        content: str,
+        key: str | None = None,
+        reply_to: Sequence[str | AgentAddress] | None = None,
+        mailbox_required: bool = False,
+    ) -> Outgoing:
+        """The mail :meth:`send` would write, checked, without writing it.
+
+        Args:
+            to: the agent session addressed.
+            from_: the sending agent session.
+            content: the mail's content.
+            key: the mail key; None makes a fresh one.
+            reply_to: who gets the replies (None: the sender; empty: nobody).
+            mailbox_required: refuse a sender whose route posts to an inbox URL (an ask).
+
+        Returns:
+            The job and how its write is checked (the sender gets a mailbox route when it
+            has none and is on ``reply_to``).
+
+        Raises:
+            InvalidInput: a bad address, key or content, naming the field.
+            ContentTooLarge: the content is above ``max_content_bytes``.
+        """
         target = parse_address(to, "to")
         sender = parse_address(from_, "from")
         replies = (
@@ -203,19 +270,11 @@ class Asking:
             max_content_bytes=self.max_content_bytes,
             reply_to=replies,
         )
-        posted = await self.asks.send(
-            job,
+        return Outgoing(
+            job=job,
+            checked=True,
             mailbox_for=sender if sender in replies else None,
             require_mailbox=mailbox_required,
-            timeout_s=timeout_s,
-        )
-        return Asked(
-            key=key,
-            job_id=job.job_id,
-            to=target,
-            asker=sender,
-            replay=posted.replay,
-            mailbox_added=posted.mailbox_added,
         )
 
     async def send_ask(

@@ -10,6 +10,8 @@ It wires and never runs: no loop, no signal, no output. Running a process lives 
 - ``build_*`` wire what one process runs over an open stack: :func:`build_daemon`,
   :func:`build_worker`, :func:`build_console`, and the listeners, alerts and daemon row
   around them.
+- :func:`open_spool` is the local spool of the settings (no database needed);
+  :func:`open_sender` wires the library's :class:`~birddog.Sender` over a pool.
 - :func:`migrate_schema` upgrades the schema of the configured database.
 - Where the database is (:func:`database`, :func:`running_database`,
   :func:`psql_session`) is the Postgres adapter's to say (:mod:`birddog.postgres.locate`),
@@ -23,6 +25,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -51,7 +54,7 @@ from birddog.postgres.locate import (
     wait_for_database,
 )
 from birddog.postgres.mailbox import PostgresMailbox
-from birddog.postgres.notices import PostgresNotices
+from birddog.postgres.notices import PostgresNotices, stop_task
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool, check_connection, create_pool, refusal_reason
 from birddog.postgres.reports import PostgresReports
@@ -59,7 +62,10 @@ from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.scratch import create_demo_database, drop_demo_database
 from birddog.postgres.wake import PostgresWake, WakeListener
+from birddog.runtime import every
+from birddog.sending import Sender
 from birddog.settings import Settings
+from birddog.spool import SqliteSpool
 from birddog.worker import Handler, Worker
 
 if TYPE_CHECKING:
@@ -82,6 +88,8 @@ __all__ = [
     "database",
     "migrate_schema",
     "open_demo_stack",
+    "open_sender",
+    "open_spool",
     "open_stack",
     "psql_session",
     "refusal_reason",
@@ -113,6 +121,9 @@ class Stack:
         notices: the process's one LISTEN connection (mailbox and job notifications).
         asks: the ask store (checks and writes a send's or an ask's mail).
         asking: sends and asks, waiting in the mailbox.
+        spool: the local spool (mail accepted while the database was unreachable).
+        sender: sends and asks, spooling what the database cannot take now; forwards
+            the spool.
         jobs: the job store.
         reports: the operator's reports (status, check).
         retention: deletes what the retention settings no longer keep.
@@ -135,6 +146,8 @@ class Stack:
     notices: PostgresNotices
     asks: PostgresAsks
     asking: Asking
+    spool: SqliteSpool
+    sender: Sender
     jobs: PostgresJobs
     reports: PostgresReports
     retention: PostgresRetention
@@ -194,6 +207,7 @@ async def open_stack(
     announce: Announce | None = None,
     pool_size: int = 10,
     wait_until: asyncio.Event | None = None,
+    lazy: bool = False,
 ) -> AsyncIterator[Stack]:
     """Open every adapter over one database and close them all on exit.
 
@@ -204,6 +218,8 @@ async def open_stack(
         pool_size: the pool's maximum size.
         wait_until: for daemons: wait for an unreachable database until this event is
             set (then raise :class:`StoppedBeforeStart`) instead of failing at once.
+        lazy: open no connection yet (for senders): an unreachable database is then
+            found by the first call, which the sender can spool instead.
 
     Yields:
         The wired stack.
@@ -215,7 +231,9 @@ async def open_stack(
         from birddog.postgres.schema import migrate  # noqa: PLC0415 - Alembic only to migrate
 
         await migrate(dsn)
-    pool = await create_pool(dsn, max_size=pool_size, pgbouncer=settings.pgbouncer)
+    pool = await create_pool(
+        dsn, min_size=0 if lazy else 1, max_size=pool_size, pgbouncer=settings.pgbouncer
+    )
     clock = CLOCK
     metrics = Metrics()
     egress = settings.egress_policy()
@@ -253,6 +271,7 @@ async def open_stack(
     mailbox, asks, asking = _asking(
         pool, notices, clock=clock, max_content_bytes=settings.max_content_bytes
     )
+    spool = open_spool(settings)
     try:
         yield Stack(
             settings=settings,
@@ -267,6 +286,8 @@ async def open_stack(
             notices=notices,
             asks=asks,
             asking=asking,
+            spool=spool,
+            sender=Sender(asking=asking, spool=spool, describe=_refused_or_said),
             jobs=jobs,
             reports=PostgresReports(pool),
             retention=PostgresRetention(pool, clock=clock),
@@ -315,6 +336,91 @@ async def open_asking(
     finally:
         await mailbox.close()
         await notices.close()
+
+
+@contextlib.asynccontextmanager
+async def open_sender(
+    pool: Pool,
+    listen_dsn: str | None,
+    *,
+    spool_path: str | Path | None = None,
+    spool_max_bytes: int | None = None,
+    spool_max_age_s: float | None = None,
+    forward_every_s: float | None = None,
+    poll_s: float = 2.0,
+    clock: Clock | None = None,
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+) -> AsyncIterator[Sender]:
+    """A :class:`~birddog.Sender` over ``pool``, spooling to the local spool when need be.
+
+    Args:
+        pool: an asyncpg pool on the BirdDog database; make it with ``min_size=0`` so it
+            opens even while the database is away.
+        listen_dsn: the database for the one listening connection; None: waits poll only.
+        spool_path: the spool file (default: ``BIRDDOG_SPOOL_PATH``, else the default
+            location, as the command line uses).
+        spool_max_bytes: the spool's bound (default ``BIRDDOG_SPOOL_MAX_BYTES``).
+        spool_max_age_s: spooled mail older than this is quarantined (default
+            ``BIRDDOG_SPOOL_MAX_AGE_S``).
+        forward_every_s: while open, forward waiting mail this often (default
+            ``BIRDDOG_SPOOL_FORWARD_S``); 0: only when a send or a wait needs it.
+        poll_s: while waiting, look again at least this often.
+        clock: the time source (default: the system clock).
+        max_content_bytes: the largest content allowed.
+
+    Yields:
+        The sender, for the life of the block.
+    """
+    settings = Settings()
+    clock = clock or CLOCK
+    spool = SqliteSpool(
+        Path(spool_path) if spool_path is not None else settings.spool_location(),
+        clock=clock,
+        max_bytes=settings.spool_max_bytes if spool_max_bytes is None else spool_max_bytes,
+        max_age_s=settings.spool_max_age_s if spool_max_age_s is None else spool_max_age_s,
+    )
+    every_s = settings.spool_forward_s if forward_every_s is None else forward_every_s
+    async with open_asking(
+        pool, listen_dsn, poll_s=poll_s, clock=clock, max_content_bytes=max_content_bytes
+    ) as asking:
+        sender = Sender(asking=asking, spool=spool, describe=_refused_or_said, poll_s=poll_s)
+        stop = asyncio.Event()
+        forwarding = (
+            asyncio.create_task(
+                every(every_s, sender.forward_waiting, stop=stop, name="spool_forward"),
+                name="birddog-spool-forward",
+            )
+            if every_s > 0
+            else None
+        )
+        try:
+            yield sender
+        finally:
+            stop.set()
+            await stop_task(forwarding)
+
+
+def open_spool(settings: Settings) -> SqliteSpool:
+    """The local spool the settings name (``BIRDDOG_SPOOL_*``); opening it touches no file.
+
+    Args:
+        settings: where the spool is and its bounds.
+
+    Returns:
+        The spool.
+    """
+    return SqliteSpool(
+        settings.spool_location(),
+        clock=CLOCK,
+        max_bytes=settings.spool_max_bytes,
+        max_age_s=settings.spool_max_age_s,
+    )
+
+
+def _refused_or_said(exc: BaseException) -> str:
+    """Why a spooled mail was refused: the server's own words for a refused statement."""
+    reason = refusal_reason(exc)
+    return f"the database refused it: {reason}" if reason is not None else str(exc)
 
 
 def _asking(

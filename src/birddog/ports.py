@@ -27,6 +27,7 @@ from birddog.core.jobs import Job, JobState
 from birddog.core.lifecycle import ClaimEvent, Finished
 from birddog.core.mail import AgentAddress, Outcome, Reply
 from birddog.core.mailbox import MailboxEntry
+from birddog.core.spool import Outgoing
 
 RouteKind = Literal["http", "mailbox"]
 """How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
@@ -345,6 +346,18 @@ class AskStore(Protocol):
             job: the agent job carrying the mail.
             mailbox_for: give this agent a mailbox route when it has none.
             require_mailbox: refuse when ``mailbox_for`` has an inbox URL route.
+            timeout_s: the longest wait for a database connection.
+        """
+        ...
+
+    async def write(self, outgoing: Outgoing, *, timeout_s: float) -> Posted:
+        """Write one mail as its sender asked: checked as :meth:`send`, or enqueued as it is.
+
+        A sender and the spool's forwarder both write through this, so a spooled mail
+        meets the same rules later as it would have at once.
+
+        Args:
+            outgoing: the job and how its write is checked.
             timeout_s: the longest wait for a database connection.
         """
         ...

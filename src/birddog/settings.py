@@ -26,8 +26,40 @@ from birddog.core.errors import InvalidInput
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.core.retention import RetentionPolicy
 from birddog.core.schedule import RetrySchedule
+from birddog.core.spool import DEFAULT_SPOOL_MAX_AGE_S, DEFAULT_SPOOL_MAX_BYTES
 from birddog.engine import EngineConfig
 from birddog.sealing import ALERT_CONTEXT, SecretBox
+
+
+def _checkout_of(package_dir: Path) -> Path | None:
+    """The repository BirdDog runs from (an editable install), or None for an installed one."""
+    checkout = package_dir.parents[1]
+    if (
+        package_dir.parent.name == "src"
+        and (checkout / "pyproject.toml").is_file()
+        and (checkout / ".git").exists()
+    ):
+        return checkout
+    return None
+
+
+def spool_path_for(package_dir: Path) -> Path:
+    """Where the local spool lives by default for BirdDog installed at ``package_dir``.
+
+    In a checkout, ``spool.db`` beside the embedded server's data in ``.birddog``;
+    installed from a wheel, the user's XDG state directory
+    (``~/.local/state/birddog/spool.db``): mail waiting to be sent is state, not data.
+
+    Args:
+        package_dir: the directory of the ``birddog`` package.
+
+    Returns:
+        The spool file.
+    """
+    checkout = _checkout_of(package_dir)
+    if checkout is not None:
+        return checkout / ".birddog" / "spool.db"
+    return Path(platformdirs.user_state_dir("birddog")) / "spool.db"
 
 
 def data_dir_for(package_dir: Path) -> Path:
@@ -44,12 +76,8 @@ def data_dir_for(package_dir: Path) -> Path:
     Returns:
         The data directory.
     """
-    checkout = package_dir.parents[1]
-    if (
-        package_dir.parent.name == "src"
-        and (checkout / "pyproject.toml").is_file()
-        and (checkout / ".git").exists()
-    ):
+    checkout = _checkout_of(package_dir)
+    if checkout is not None:
         return checkout / ".birddog"
     return Path(platformdirs.user_data_dir("birddog"))
 
@@ -172,9 +200,32 @@ class Settings(BaseSettings):
     prune_every_s: float = Field(
         3600.0, gt=0, description="How often the daemon prunes when a retention is set."
     )
+    spool_path: Path | None = Field(
+        None,
+        description="The local spool for mail sent while the database is unreachable; "
+        "unset: spool.db in the data directory (a checkout's .birddog), else the XDG state "
+        "directory.",
+    )
+    spool_max_bytes: int = Field(
+        DEFAULT_SPOOL_MAX_BYTES, ge=4096, description="A spool this full refuses new mail."
+    )
+    spool_max_age_s: float = Field(
+        DEFAULT_SPOOL_MAX_AGE_S, gt=0, description="Spooled mail older than this is quarantined."
+    )
+    spool_forward_s: float = Field(
+        5.0, gt=0, description="How often the daemon, worker and MCP server look for spooled mail."
+    )
+    check_spool_s: float = Field(
+        600.0, gt=0, description="`check` fails when spooled mail is older."
+    )
 
     @field_validator(
-        "retain_receipts_s", "retain_jobs_s", "retain_dead_s", "retain_mailbox_s", mode="before"
+        "retain_receipts_s",
+        "retain_jobs_s",
+        "retain_dead_s",
+        "retain_mailbox_s",
+        "spool_max_age_s",
+        mode="before",
     )
     @classmethod
     def _duration(cls, value: object, info: ValidationInfo) -> float | None:
@@ -187,6 +238,15 @@ class Settings(BaseSettings):
             return parse_duration(value, field=str(info.field_name))
         except InvalidInput as exc:
             raise ValueError(str(exc)) from None
+
+    def spool_location(self) -> Path:
+        """The spool file: ``BIRDDOG_SPOOL_PATH``, else ``spool.db`` in a data directory
+        that was set (``BIRDDOG_DATA_DIR``), else the default (:func:`spool_path_for`)."""
+        if self.spool_path is not None:
+            return self.spool_path
+        if "data_dir" in self.model_fields_set:
+            return self.data_dir / "spool.db"
+        return spool_path_for(Path(__file__).resolve().parent)
 
     def retention(self) -> RetentionPolicy:
         """What the daemon prunes (nothing unless a ``BIRDDOG_RETAIN_*`` is set)."""

@@ -17,8 +17,11 @@ Every error BirdDog raises on purpose derives from one root::
     ├── AskFailed: an asked question whose work ended otherwise than ``completed``
     ├── AskTimedOut: no reply to an ask in time (it is still owed to the mailbox)
     ├── StoreUnavailable: the database could not be reached or failed mid-operation
+    │   ├── StoreUnreachable: no connection could be opened (nothing reached the database)
     │   ├── StoreRefused: the database refused a statement (its data, not the connection)
     │   └── StoreBusy: no database connection was free in time (nothing was done)
+    ├── SpoolFull: the local spool holds as much as it may (nothing was written)
+    ├── SpoolFailed: the local spool could not be read or written (nothing was written)
     ├── DatabaseRefused: the database turned BirdDog away for good (login, name, URL)
     ├── UnreadableRow: a stored row that is not what BirdDog wrote (SQL, another version)
     ├── SecretUnreadable: a sealed secret that no configured BIRDDOG_SECRET_KEY opens
@@ -172,6 +175,15 @@ class StoreUnavailable(BirdDogError):
     """The database could not be reached or failed during the operation."""
 
 
+class StoreUnreachable(StoreUnavailable):
+    """The database could not be reached: no connection opened, so nothing reached it.
+
+    Unlike a connection lost in the middle of a statement, nothing of the operation was
+    sent, so nothing of it can have been committed: a sender outside a transaction of its
+    own may keep the mail in the local spool and forward it later.
+    """
+
+
 class StoreRefused(StoreUnavailable):
     """The database refused a statement: a value, a constraint, a trigger, a privilege.
 
@@ -186,6 +198,14 @@ class StoreBusy(StoreUnavailable):
     Many callers share a small pool; one with a deadline gives up waiting for a
     connection rather than overrun it. Trying again later may succeed.
     """
+
+
+class SpoolFull(BirdDogError):
+    """The local spool is full; nothing was written and no spooled mail was dropped."""
+
+
+class SpoolFailed(BirdDogError):
+    """The local spool could not be read or written; nothing was written to it."""
 
 
 class DatabaseRefused(BirdDogError):

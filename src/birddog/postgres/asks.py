@@ -6,6 +6,11 @@ one without a route gets a mailbox route in the same transaction), the target mu
 known, and a key sent before is a replay when the mail is the same, a conflict otherwise.
 Only then is the job enqueued. A caller with a deadline waits for a pool connection no
 longer than its ``timeout_s``.
+
+:meth:`PostgresAsks.write` writes an :class:`~birddog.core.spool.Outgoing`: a send or an
+ask through those checks, or a job enqueued as it is (``birddog send --job-id``). Senders
+and the spool's forwarder both write through it, so a spooled mail meets the same rules
+later as it would have at once.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from birddog.core.errors import (
 )
 from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
 from birddog.core.mail import AgentAddress, Mail
+from birddog.core.spool import Outgoing, with_created_at
 from birddog.postgres.enqueue import enqueue_accepted_job
 from birddog.postgres.pool import Connection, Pool, acquire_within, store_errors
 from birddog.postgres.sql import queries
@@ -116,6 +122,40 @@ class PostgresAsks:
         await enqueue_accepted_job(conn, job)
         return Posted(replay=False, mailbox_added=added)
 
+    async def write(self, outgoing: Outgoing, *, timeout_s: float) -> Posted:
+        """Write one mail as its sender asked: checked (:meth:`send`) or enqueued as it is.
+
+        Args:
+            outgoing: the job and how its write is checked.
+            timeout_s: the longest wait for a pool connection.
+
+        Returns:
+            Whether it was a replay, and whether a mailbox route was added.
+
+        Raises:
+            UnknownAgent: checked, and the target is not known.
+            NotAMailbox: checked, and the sender must take replies from a mailbox.
+            JobConflict: the key (checked) or the job id was sent before with another mail.
+            StoreBusy: no pool connection was free within ``timeout_s``; nothing written.
+            StoreUnreachable: no connection could be opened; nothing reached the database.
+            StoreUnavailable: the database failed during the write; nothing was written.
+        """
+        if outgoing.checked:
+            return await self.send(
+                outgoing.job,
+                mailbox_for=outgoing.mailbox_for,
+                require_mailbox=outgoing.require_mailbox,
+                timeout_s=timeout_s,
+            )
+        async with acquire_within(self.pool, timeout_s, "send") as conn:
+            with store_errors("send"):
+                async with conn.transaction():
+                    job = outgoing.job
+                    if outgoing.keep_stored_time:
+                        job = await _with_stored_time(conn, job)
+                    inserted = await enqueue_accepted_job(conn, job)
+        return Posted(replay=not inserted, mailbox_added=False)
+
     async def ensure_mailbox(self, agent_id: str, *, timeout_s: float) -> bool:
         """Give ``agent_id`` a mailbox route when it has none.
 
@@ -160,6 +200,25 @@ class PostgresAsks:
             await conn.fetchval(queries["ask_route_kind"], owner.agent_id), owner, required=required
         )
         return False
+
+
+async def _with_stored_time(conn: Connection, job: Job) -> Job:
+    """``job`` stamped with the ``createdAt`` of the mail stored under its id, if any.
+
+    A send retried without a pinned time stamps a new one; the stored mail's time makes
+    the retry the same mail, so an identical send is a replay and any other difference a
+    conflict.
+    """
+    stored = await conn.fetchrow(queries["jobs_get"], job.job_id)
+    if stored is None:
+        return job
+    try:
+        payload = AgentJobPayload.model_validate(json.loads(stored["payload"]))
+    except (InvalidInput, ValueError):
+        return job  # not an agent job's: the enqueue compares and refuses it
+    if payload.mail is None:
+        return job
+    return with_created_at(job, payload.mail.created_at)
 
 
 def _check_mailbox(kind: str | None, owner: AgentAddress, *, required: bool) -> None:

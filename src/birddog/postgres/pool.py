@@ -5,9 +5,11 @@ columns come back as Python values. ``store_errors()`` turns every driver failur
 database is not there, or the server refused the statement) into
 :class:`birddog.StoreUnavailable`, so the adapters' callers catch BirdDog errors only.
 ``connect_errors(dsn)`` does the same for opening connections and tells the two kinds of
-failure apart: :class:`birddog.StoreUnavailable` for what may pass (the server is down or
+failure apart: :class:`birddog.StoreUnreachable` for what may pass (the server is down or
 starting), :class:`birddog.DatabaseRefused` for what will not (a failed login, a missing
 role or database, a malformed URL). Both name the host and database, never the password.
+:func:`acquire_within` tells them apart for a pool's connection too, so a sender knows
+that nothing of its operation reached the database (and may spool it).
 """
 
 from __future__ import annotations
@@ -23,7 +25,13 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from birddog.core.errors import DatabaseRefused, StoreBusy, StoreRefused, StoreUnavailable
+from birddog.core.errors import (
+    DatabaseRefused,
+    StoreBusy,
+    StoreRefused,
+    StoreUnavailable,
+    StoreUnreachable,
+)
 from birddog.core.text import inert
 
 if TYPE_CHECKING:
@@ -46,6 +54,15 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     TimeoutError,
 )
 
+
+_TRANSIENT: tuple[type[BaseException], ...] = (
+    asyncpg.TransactionRollbackError,  # class 40: serialization failure, deadlock
+    asyncpg.LockNotAvailableError,  # 55P03
+    asyncpg.QueryCanceledError,  # 57014: statement timeout, cancelled
+    asyncpg.InsufficientResourcesError,  # class 53: disk full, out of memory
+)
+"""Statements the server turned down for its own state, not for their data: trying again
+later may succeed, so they are not refusals of a row."""
 
 _BAD_ARGUMENT: tuple[type[BaseException], ...] = (asyncpg.exceptions._base.DataError,)
 """A value the driver could not send (client side, before the server saw it)."""
@@ -158,7 +175,7 @@ def connect_errors(dsn: str) -> Iterator[None]:
 
     Raises:
         DatabaseRefused: a failure retrying cannot fix (login, role, database, URL).
-        StoreUnavailable: a failure that may pass (server down, starting, unreachable).
+        StoreUnreachable: a failure that may pass (server down, starting, unreachable).
     """
     try:
         yield
@@ -170,7 +187,7 @@ def connect_errors(dsn: str) -> Iterator[None]:
             f"{describe_database(dsn)} refused the connection: {failure_reason(exc, dsn=dsn)}"
         ) from exc
     except _CONNECT_FAILED as exc:
-        raise StoreUnavailable(
+        raise StoreUnreachable(
             f"cannot reach {describe_database(dsn)}: {failure_reason(exc, dsn=dsn)}"
         ) from exc
 
@@ -184,7 +201,7 @@ async def check_connection(dsn: str, *, timeout_s: float = CONNECT_TIMEOUT_S) ->
 
     Raises:
         DatabaseRefused: the database turned the connection away for good.
-        StoreUnavailable: the database could not be reached (yet).
+        StoreUnreachable: the database could not be reached (yet).
     """
     with connect_errors(dsn):
         conn = await asyncpg.connect(dsn, timeout=timeout_s)
@@ -260,10 +277,13 @@ async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncI
     """A pool connection, waited for no longer than ``timeout_s``.
 
     Many callers on a small pool queue for a connection; a caller with a deadline (an
-    ask, a tool call) must not wait past it for one.
+    ask, a tool call) must not wait past it for one. Nothing of the operation has been
+    sent when this fails, so the errors say which failure it was: the pool was full, or
+    no connection could be opened (the server down or unreachable), or the server turned
+    the login away.
 
     Args:
-        pool: the pool.
+        pool: the pool (one made with ``min_size=0`` opens its first connection here).
         timeout_s: the longest wait for a free connection.
         operation: what it is for, for the message.
 
@@ -271,19 +291,32 @@ async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncI
         The connection, released when the block ends.
 
     Raises:
-        StoreBusy: no connection was free in time; nothing was done.
-        StoreUnavailable: the database could not be reached.
+        StoreBusy: every connection was in use for ``timeout_s``; nothing was done.
+        StoreUnreachable: no connection could be opened; nothing reached the database.
+        DatabaseRefused: the database turned the connection away for good.
     """
+    # A full pool that times out is busy; one that could open a connection and did not
+    # get one in time found the server too slow to answer, or gone.
+    full = pool.get_idle_size() == 0 and pool.get_size() >= pool.get_max_size()
     try:
-        with store_errors(operation):
-            conn = await pool.acquire(timeout=max(timeout_s, 0.001))
-    except StoreUnavailable as exc:
-        if isinstance(exc.__cause__, TimeoutError):
+        conn = await pool.acquire(timeout=max(timeout_s, 0.001))
+    except TimeoutError as exc:
+        if full:
             raise StoreBusy(
                 f"no database connection was free for {operation} within {timeout_s:g} s; "
                 "nothing was done"
-            ) from exc.__cause__
-        raise
+            ) from exc
+        raise StoreUnreachable(
+            f"cannot reach the database for {operation}: no connection within {timeout_s:g} s"
+        ) from exc
+    except ValueError as exc:
+        raise DatabaseRefused(f"the database URL is malformed: {failure_reason(exc)}") from exc
+    except _REFUSED as exc:
+        raise DatabaseRefused(f"the database refused the connection: {failure_reason(exc)}") from exc
+    except _CONNECT_FAILED as exc:
+        raise StoreUnreachable(
+            f"cannot reach the database for {operation}: {failure_reason(exc)}"
+        ) from exc
     try:
         yield conn
     finally:
@@ -320,6 +353,11 @@ def store_errors(operation: str) -> Iterator[None]:
     except _UNAVAILABLE as exc:
         raise StoreUnavailable(
             f"database unavailable during {operation}: {failure_reason(exc)}"
+        ) from exc
+    except _TRANSIENT as exc:
+        state = getattr(exc, "sqlstate", "")
+        raise StoreUnavailable(
+            f"database busy during {operation}: {type(exc).__name__} (SQLSTATE {state})"
         ) from exc
     except asyncpg.PostgresError as exc:
         raise StoreRefused(
@@ -359,4 +397,6 @@ def is_refusal(exc: BaseException) -> bool:
     cause = exc.__cause__ if isinstance(exc, StoreUnavailable) else exc
     if isinstance(cause, _BAD_ARGUMENT):
         return True
-    return isinstance(cause, asyncpg.PostgresError) and not isinstance(cause, _UNAVAILABLE)
+    return isinstance(cause, asyncpg.PostgresError) and not isinstance(
+        cause, _UNAVAILABLE + _TRANSIENT
+    )

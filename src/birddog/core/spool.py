@@ -1,0 +1,192 @@
+"""The local spool, the pure part: what a spooled mail is, and what to do with each forward.
+
+A sender outside a transaction of its own (the CLI, the MCP server, a
+:class:`~birddog.Sender`) that cannot reach the database keeps the mail in a local spool
+as an :class:`Outgoing`: the job and how its write is checked, so the forwarder writes it
+later exactly as the sender would have. What a forward attempt came to decides the row's
+fate (:func:`decide_forward`): forwarded (delete the row), refused for what the mail is
+(quarantine it with the reason, never retry it), or the database away (stop and keep
+every row, in order, for the next attempt).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from birddog.core.ask import address_text
+from birddog.core.errors import (
+    BirdDogError,
+    DatabaseRefused,
+    InvalidJobPayload,
+    StoreRefused,
+    StoreUnavailable,
+)
+from birddog.core.jobs import Job, decode_agent_job
+from birddog.core.mail import AgentAddress, Mail
+from birddog.core.model import Model
+
+DEFAULT_SPOOL_MAX_BYTES = 256 * 1024 * 1024
+"""A spool holding this much refuses new mail (``BIRDDOG_SPOOL_MAX_BYTES``)."""
+
+DEFAULT_SPOOL_MAX_AGE_S = 5 * 86400.0
+"""Spooled mail older than this is quarantined, never sent late (``BIRDDOG_SPOOL_MAX_AGE_S``)."""
+
+
+class Outgoing(Model):
+    """One mail on its way to the database, as the spool keeps it.
+
+    Attributes:
+        job: the agent job carrying the mail.
+        checked: True for a send or an ask (the target must be known, the mail key's
+            replay rules, a mailbox route for ``mailbox_for``); False for a job enqueued as
+            it is (``birddog send --job-id``: the job id's replay rules only).
+        mailbox_for: give this agent a mailbox route when it has none (checked only).
+        require_mailbox: refuse when ``mailbox_for`` posts to an inbox URL (an ask).
+        keep_stored_time: unchecked only: a job already stored under this id lends its
+            mail's ``createdAt``, so a retried send whose time was not pinned is a replay.
+    """
+
+    job: Job
+    checked: bool
+    mailbox_for: AgentAddress | None = None
+    require_mailbox: bool = False
+    keep_stored_time: bool = False
+
+    @property
+    def mail(self) -> Mail:
+        """The mail the job carries.
+
+        Raises:
+            InvalidJobPayload: the job carries no mail (a spooled job always does).
+        """
+        mail = decode_agent_job(self.job).mail
+        if mail is None:
+            raise InvalidJobPayload("a spooled job carries mail", field="mail")
+        return mail
+
+    @property
+    def lane(self) -> tuple[str, str]:
+        """``(sender AGENT:SESSION, recipient session)``: mail of one lane keeps its order."""
+        return address_text(self.mail.from_), self.job.queue
+
+
+def with_created_at(job: Job, created_at_ms: int) -> Job:
+    """The same agent job whose mail carries another ``createdAt``.
+
+    A send retried without a pinned time stamps a new one; the stored mail's time makes
+    the retry the same mail again, so an identical send is a replay.
+
+    Args:
+        job: an agent job with mail.
+        created_at_ms: the time to carry.
+
+    Returns:
+        The job, its payload's mail re-stamped.
+
+    Raises:
+        InvalidJobPayload: the job is not an agent job with mail.
+    """
+    payload = decode_agent_job(job)
+    if payload.mail is None:
+        raise InvalidJobPayload("only mail carries a createdAt", field="mail")
+    mail = payload.mail.model_copy(update={"created_at": created_at_ms})
+    restamped = payload.model_copy(update={"mail": mail})
+    return job.model_copy(
+        update={"payload": restamped.model_dump(mode="json", exclude_none=True)}
+    )
+
+
+def outgoing_from_json(text: str | bytes) -> Outgoing:
+    """A spooled mail back from the JSON the spool stored.
+
+    Args:
+        text: what :meth:`Outgoing.model_dump_json` wrote.
+
+    Returns:
+        The mail, checked as on the way in.
+
+    Raises:
+        InvalidInput: the text is not such a mail (written by another version, damaged),
+            naming the field.
+    """
+    outgoing = Outgoing.model_validate_json(text)
+    _ = outgoing.lane  # the job must decode as an agent job with mail
+    return outgoing
+
+
+class Fate(StrEnum):
+    """What becomes of a spooled row after one attempt to forward it."""
+
+    FORWARDED = "forwarded"
+    """Written (or found written: a replay); the row is deleted."""
+    QUARANTINED = "quarantined"
+    """Refused for what the mail is; the row moves to quarantine with the reason."""
+    KEPT = "kept"
+    """The database was away or busy; the row and every later one stay, in order."""
+
+
+def decide_forward(error: BaseException | None) -> Fate:
+    """The fate of a spooled row, from what writing it raised.
+
+    A refusal of the mail itself (a job id replayed with other fields, an unknown target,
+    bad data, a statement the server refused) is never retried: it is quarantined. The
+    database away, busy or turning BirdDog's login away concerns every row, so all stay.
+
+    Args:
+        error: what the write raised; None when it returned.
+
+    Returns:
+        The fate.
+    """
+    if error is None:
+        return Fate.FORWARDED
+    if isinstance(error, StoreRefused):
+        return Fate.QUARANTINED
+    if isinstance(error, StoreUnavailable | DatabaseRefused):
+        return Fate.KEPT
+    if isinstance(error, BirdDogError):
+        return Fate.QUARANTINED
+    return Fate.KEPT
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolStatus:
+    """What a spool holds.
+
+    Attributes:
+        path: the spool file.
+        mails: spooled mails waiting to be forwarded.
+        quarantined: mails set aside, each with its reason.
+        bytes: the space the spool's rows take on disk.
+        oldest_at: when the oldest waiting mail was spooled; None when none waits.
+        last_error: the last forward attempt's failure, None after a clean one.
+        last_error_at: when that failure happened.
+        last_forward_at: when a forward last ran to its end.
+    """
+
+    path: str
+    mails: int
+    quarantined: int
+    bytes: int
+    oldest_at: datetime | None
+    last_error: str | None
+    last_error_at: datetime | None
+    last_forward_at: datetime | None
+
+    def oldest_age_s(self, now: datetime) -> float | None:
+        """Seconds since the oldest waiting mail was spooled (None: the spool is empty)."""
+        return None if self.oldest_at is None else max(0.0, (now - self.oldest_at).total_seconds())
+
+
+__all__ = [
+    "DEFAULT_SPOOL_MAX_AGE_S",
+    "DEFAULT_SPOOL_MAX_BYTES",
+    "Fate",
+    "Outgoing",
+    "SpoolStatus",
+    "decide_forward",
+    "outgoing_from_json",
+    "with_created_at",
+]

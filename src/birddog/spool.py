@@ -1,0 +1,836 @@
+"""The local spool: mail accepted while the database is away, on disk, forwarded exactly once.
+
+:class:`SqliteSpool` keeps one row per mail in a SQLite file (the standard library's
+``sqlite3``) in WAL mode with ``synchronous=FULL``: a row is on disk, fsynced, when
+:meth:`SqliteSpool.put` returns, and only then may a sender say "spooled". Every call
+opens its own connection in a worker thread, so any number of processes (four ``birddog
+send`` at once, a daemon forwarding) share one spool file; SQLite's lock orders the
+writers. The file and its directory are private to the user (mode 0600 and 0700).
+
+:class:`SpoolForwarder` moves the rows into PostgreSQL through the sender's own write
+(the same checks and replay rules): write and commit, then delete the row, so a crash in
+between is a replay the job id (or mail key) turns into a no-op. Rows go in spool order,
+which keeps the order of each (sender, recipient session). A row the database refuses for
+what it is (a job id replayed with other fields, an unknown target) or that cannot be
+decoded moves to the ``quarantine`` table with the reason and never blocks the rest;
+the database away keeps every row for the next attempt. Only one forwarder works a spool
+at a time (an ``fcntl`` lock on ``PATH.lock``, released by the kernel if it dies).
+
+Bounded: a spool holding ``max_bytes`` refuses new mail (:class:`~birddog.SpoolFull`)
+and never drops old mail; mail older than ``max_age_s`` is quarantined, not sent late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import fcntl
+import os
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Final
+
+import structlog
+
+from birddog.clock import epoch_ms
+from birddog.core.errors import BirdDogError, InvalidInput, SpoolFailed, SpoolFull
+from birddog.core.spool import (
+    DEFAULT_SPOOL_MAX_AGE_S,
+    DEFAULT_SPOOL_MAX_BYTES,
+    Fate,
+    Outgoing,
+    SpoolStatus,
+    decide_forward,
+    outgoing_from_json,
+)
+from birddog.display import format_age
+from birddog.ports import Clock
+
+log = structlog.get_logger("birddog.spool")
+
+__all__ = [
+    "FORWARD_PAGE",
+    "ForwardReport",
+    "SpoolForwarder",
+    "SpoolRow",
+    "SqliteSpool",
+    "full_message",
+]
+
+SCHEMA_VERSION: Final = 1
+"""``PRAGMA user_version`` of a spool this version writes."""
+
+BUSY_TIMEOUT_S: Final = 30.0
+"""How long a call waits for another process's write to the spool to end."""
+
+FORWARD_PAGE: Final = 64
+"""Rows read from the spool at once while forwarding."""
+
+LOCK_POLL_S: Final = 0.05
+"""While waiting for another forwarder, look at its lock this often."""
+
+WAL_LIMIT_BYTES: Final = 4 * 1024 * 1024
+"""The write-ahead log is cut back to this after each checkpoint."""
+
+_SCHEMA: Final = (
+    """CREATE TABLE IF NOT EXISTS mail (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        spooled_at_ms INTEGER NOT NULL,
+        mail_key TEXT NOT NULL,
+        job_id TEXT NOT NULL,
+        sender TEXT NOT NULL,
+        session TEXT NOT NULL,
+        body TEXT NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS mail_lane ON mail (sender, session, id)",
+    "CREATE INDEX IF NOT EXISTS mail_key ON mail (mail_key)",
+    """CREATE TABLE IF NOT EXISTS quarantine (
+        id INTEGER PRIMARY KEY,
+        spooled_at_ms INTEGER NOT NULL,
+        quarantined_at_ms INTEGER NOT NULL,
+        mail_key TEXT,
+        reason TEXT NOT NULL,
+        body BLOB
+    )""",
+    "CREATE INDEX IF NOT EXISTS quarantine_key ON quarantine (mail_key)",
+    """CREATE TABLE IF NOT EXISTS state (
+        name TEXT PRIMARY KEY,
+        value TEXT,
+        at_ms INTEGER
+    )""",
+)
+"""The spool's tables: waiting mail, quarantined mail (with the reason), the last forward."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpoolRow:
+    """One waiting row, as stored (decoding it is the forwarder's, so a bad row is caught).
+
+    Attributes:
+        id: its place in spool order.
+        spooled_at: when it was spooled.
+        key: the mail key it was stored under.
+        body: the stored JSON of the :class:`~birddog.core.spool.Outgoing`.
+    """
+
+    id: int
+    spooled_at: datetime
+    key: str
+    body: str | bytes
+
+
+def full_message(status: SpoolStatus, *, max_bytes: int, now: datetime) -> str:
+    """The refusal of a full spool: how many mails it holds and since when.
+
+    Args:
+        status: the spool's status when the mail was refused.
+        max_bytes: the bound (``BIRDDOG_SPOOL_MAX_BYTES``).
+        now: the current time.
+
+    Returns:
+        E.g. ``spool full: 1204 mails, oldest spooled 2026-01-01 10:00:00Z (3h 02m ago);
+        256.0 MiB of 256.0 MiB (BIRDDOG_SPOOL_MAX_BYTES); nothing was written``.
+    """
+    age = status.oldest_age_s(now)
+    if status.oldest_at is None or age is None:
+        oldest = "none waiting"
+    else:
+        when = f"{status.oldest_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"
+        oldest = f"oldest spooled {when} ({format_age(age)} ago)"
+    held = f"{status.mails} {'mail' if status.mails == 1 else 'mails'}, {oldest}"
+    if status.quarantined:
+        held += f", {status.quarantined} quarantined"
+    return (
+        f"spool full: {held}; {_size(status.bytes)} of {_size(max_bytes)} "
+        "(BIRDDOG_SPOOL_MAX_BYTES); nothing was written"
+    )
+
+
+def _size(count: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} bytes"
+
+
+class SqliteSpool:
+    """The local spool in one SQLite file (see the module).
+
+    Args:
+        path: the spool file (``BIRDDOG_SPOOL_PATH``); made, with its directory, on the
+            first mail. A spool never written to is empty and leaves no file.
+        clock: the time mail is spooled at and aged by.
+        max_bytes: refuse new mail once the spool's rows take this much.
+        max_age_s: mail spooled longer ago is quarantined by the forwarder.
+        busy_timeout_s: how long a call waits while another process writes.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock,
+        max_bytes: int = DEFAULT_SPOOL_MAX_BYTES,
+        max_age_s: float = DEFAULT_SPOOL_MAX_AGE_S,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+    ) -> None:
+        self.path = Path(path)
+        self.clock = clock
+        self.max_bytes = max_bytes
+        self.max_age_s = max_age_s
+        self.busy_timeout_s = busy_timeout_s
+
+    @property
+    def lock_path(self) -> Path:
+        """The forwarders' lock file beside the spool."""
+        return self.path.with_name(self.path.name + ".lock")
+
+    def exists(self) -> bool:
+        """Whether the spool file is there (a spool never written to has none)."""
+        return self.path.is_file()
+
+    # ---- the calls; each runs in a worker thread on a connection of its own ------------
+
+    async def put(self, outgoing: Outgoing) -> int:
+        """Keep one mail, durably: on disk and fsynced when this returns.
+
+        Args:
+            outgoing: the mail and how its write is checked.
+
+        Returns:
+            The row's place in spool order.
+
+        Raises:
+            SpoolFull: the spool holds ``max_bytes`` already (or the disk is full);
+                nothing was written, nothing was dropped.
+            SpoolFailed: the spool cannot be written (its file, directory or disk).
+        """
+        return await asyncio.to_thread(self._put, outgoing)
+
+    async def waiting(
+        self, *, after_id: int = 0, limit: int = FORWARD_PAGE, lane: tuple[str, str] | None = None
+    ) -> list[SpoolRow]:
+        """The waiting rows after ``after_id``, in spool order.
+
+        Args:
+            after_id: the last row already seen.
+            limit: the most rows returned.
+            lane: only this ``(sender, recipient session)``.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return []
+        return await asyncio.to_thread(self._waiting, after_id, limit, lane)
+
+    async def has_waiting(self, lane: tuple[str, str] | None = None) -> bool:
+        """Whether any mail (of ``lane``) waits; a spool without a file has none.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        return bool(await self.waiting(limit=1, lane=lane))
+
+    async def is_waiting(self, key: str) -> bool:
+        """Whether mail under ``key`` waits in the spool.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return False
+        return await asyncio.to_thread(self._has_key, "mail", key)
+
+    async def quarantine_reason(self, key: str) -> str | None:
+        """Why mail under ``key`` was quarantined (the latest), or None if it was not.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return None
+        return await asyncio.to_thread(self._quarantine_reason, key)
+
+    async def delete(self, ids: Sequence[int]) -> None:
+        """Remove forwarded rows (in one transaction).
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        if ids:
+            await asyncio.to_thread(self._delete, list(ids))
+
+    async def quarantine(self, row_id: int, reason: str) -> None:
+        """Move one row to quarantine with ``reason`` (a no-op if it is gone).
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        await asyncio.to_thread(self._quarantine, row_id, reason)
+
+    async def quarantine_aged(self) -> list[str]:
+        """Move every row older than ``max_age_s`` to quarantine; returns their keys.
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        if not self.exists():
+            return []
+        return await asyncio.to_thread(self._quarantine_aged)
+
+    async def requeue(self) -> int:
+        """Put every quarantined mail that can be decoded back at the end of the spool.
+
+        For an operator who fixed what the database refused (added the route, say).
+
+        Returns:
+            How many mails went back.
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        if not self.exists():
+            return 0
+        return await asyncio.to_thread(self._requeue)
+
+    async def note_forward(self, error: str | None) -> None:
+        """Record how a forward ended: cleanly (None) or with ``error`` (``spool status``).
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        if self.exists():
+            await asyncio.to_thread(self._note_forward, error)
+
+    async def status(self) -> SpoolStatus:
+        """What the spool holds: counts, bytes, the oldest mail, the last forward's error.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return SpoolStatus(str(self.path), 0, 0, 0, None, None, None, None)
+        return await asyncio.to_thread(self._status)
+
+    async def pragmas(self) -> dict[str, object]:
+        """The journal mode and synchronous level the spool's connections run with.
+
+        Returns:
+            ``{"journal_mode": "wal", "synchronous": 2}`` (2 is FULL).
+        """
+        return await asyncio.to_thread(self._pragmas)
+
+    @contextlib.asynccontextmanager
+    async def forwarding(self, *, wait_s: float = 0.0) -> AsyncIterator[bool]:
+        """Hold the spool's forwarder lock for the block, if it can be had within ``wait_s``.
+
+        Args:
+            wait_s: how long to wait for another forwarder to finish.
+
+        Yields:
+            True when this process holds the lock; False when another one kept it.
+
+        Raises:
+            SpoolFailed: the lock file cannot be opened.
+        """
+        fd = await asyncio.to_thread(self._open_lock)
+        try:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait_s
+            while not _try_lock(fd):
+                if loop.time() >= deadline:
+                    yield False
+                    return
+                await asyncio.sleep(LOCK_POLL_S)
+            yield True
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    # ---- the work, on this thread's own connection -------------------------------------
+
+    def _put(self, outgoing: Outgoing) -> int:
+        body = outgoing.model_dump_json()
+        mail = outgoing.mail
+        sender, session = outgoing.lane
+        now_ms = epoch_ms(self.clock.now())
+        with self._connection(create=True) as db:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                used = _used_bytes(db)
+                if used + len(body.encode("utf-8")) > self.max_bytes:
+                    status = self._status_on(db)
+                    db.execute("ROLLBACK")
+                    raise SpoolFull(
+                        full_message(status, max_bytes=self.max_bytes, now=self.clock.now())
+                    )
+                cursor = db.execute(
+                    "INSERT INTO mail (spooled_at_ms, mail_key, job_id, sender, session, body)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (now_ms, mail.key, outgoing.job.job_id, sender, session, body),
+                )
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(db)
+                if _disk_full(exc):
+                    raise SpoolFull(self._full_disk_message()) from exc
+                raise _failed(self.path, "write", exc) from exc
+        row_id = cursor.lastrowid
+        if row_id is None:  # sqlite3 always sets it after an INSERT
+            raise SpoolFailed(f"the spool {self.path} kept no row id")
+        return row_id
+
+    def _full_disk_message(self) -> str:
+        try:
+            status = self._status()
+        except SpoolFailed:
+            return f"spool full: the disk holding {self.path} is full; nothing was written"
+        text = full_message(status, max_bytes=self.max_bytes, now=self.clock.now())
+        return text.replace("spool full:", f"spool full (the disk holding {self.path} is full):")
+
+    def _waiting(self, after_id: int, limit: int, lane: tuple[str, str] | None) -> list[SpoolRow]:
+        with self._connection() as db:
+            try:
+                if lane is None:
+                    rows = db.execute(
+                        "SELECT id, spooled_at_ms, mail_key, body FROM mail"
+                        " WHERE id > ? ORDER BY id LIMIT ?",
+                        (after_id, limit),
+                    ).fetchall()
+                else:
+                    rows = db.execute(
+                        "SELECT id, spooled_at_ms, mail_key, body FROM mail"
+                        " WHERE sender = ? AND session = ? AND id > ? ORDER BY id LIMIT ?",
+                        (*lane, after_id, limit),
+                    ).fetchall()
+            except sqlite3.Error as exc:
+                raise _failed(self.path, "read", exc) from exc
+        return [
+            SpoolRow(id=int(r[0]), spooled_at=_at(r[1]), key=str(r[2]), body=r[3]) for r in rows
+        ]
+
+    def _has_key(self, table: str, key: str) -> bool:
+        query = {
+            "mail": "SELECT 1 FROM mail WHERE mail_key = ? LIMIT 1",
+            "quarantine": "SELECT 1 FROM quarantine WHERE mail_key = ? LIMIT 1",
+        }[table]
+        with self._connection() as db:
+            try:
+                return db.execute(query, (key,)).fetchone() is not None
+            except sqlite3.Error as exc:
+                raise _failed(self.path, "read", exc) from exc
+
+    def _quarantine_reason(self, key: str) -> str | None:
+        with self._connection() as db:
+            try:
+                row = db.execute(
+                    "SELECT reason FROM quarantine WHERE mail_key = ? ORDER BY id DESC LIMIT 1",
+                    (key,),
+                ).fetchone()
+            except sqlite3.Error as exc:
+                raise _failed(self.path, "read", exc) from exc
+        return None if row is None else str(row[0])
+
+    def _delete(self, ids: list[int]) -> None:
+        with self._connection() as db:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                db.executemany("DELETE FROM mail WHERE id = ?", [(i,) for i in ids])
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(db)
+                raise _failed(self.path, "write", exc) from exc
+
+    def _quarantine(self, row_id: int, reason: str) -> None:
+        now_ms = epoch_ms(self.clock.now())
+        with self._connection() as db:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                _move_to_quarantine(db, "id = ?", (row_id,), reason, now_ms)
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(db)
+                raise _failed(self.path, "write", exc) from exc
+
+    def _quarantine_aged(self) -> list[str]:
+        now = self.clock.now()
+        cutoff_ms = epoch_ms(now - timedelta(seconds=self.max_age_s))
+        reason = (
+            f"spooled longer than BIRDDOG_SPOOL_MAX_AGE_S ({format_age(self.max_age_s)}) "
+            "without reaching the database; never forwarded"
+        )
+        with self._connection() as db:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                keys = [
+                    str(row[0])
+                    for row in db.execute(
+                        "SELECT mail_key FROM mail WHERE spooled_at_ms < ? ORDER BY id",
+                        (cutoff_ms,),
+                    )
+                ]
+                if keys:
+                    _move_to_quarantine(
+                        db, "spooled_at_ms < ?", (cutoff_ms,), reason, epoch_ms(now)
+                    )
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(db)
+                raise _failed(self.path, "write", exc) from exc
+        return keys
+
+    def _requeue(self) -> int:
+        moved = 0
+        with self._connection() as db:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                rows = db.execute("SELECT id, body FROM quarantine ORDER BY id").fetchall()
+                now_ms = epoch_ms(self.clock.now())
+                for row_id, body in rows:
+                    try:
+                        outgoing = outgoing_from_json(body)
+                    except InvalidInput:
+                        continue  # undecodable: it stays where it is, with its reason
+                    sender, session = outgoing.lane
+                    db.execute(
+                        "INSERT INTO mail (spooled_at_ms, mail_key, job_id, sender, session, body)"
+                        " VALUES (?, ?, ?, ?, ?, ?)",
+                        (now_ms, outgoing.mail.key, outgoing.job.job_id, sender, session, body),
+                    )
+                    db.execute("DELETE FROM quarantine WHERE id = ?", (row_id,))
+                    moved += 1
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(db)
+                raise _failed(self.path, "write", exc) from exc
+        return moved
+
+    def _note_forward(self, error: str | None) -> None:
+        now_ms = epoch_ms(self.clock.now())
+        with self._connection() as db:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                if error is None:
+                    db.execute("DELETE FROM state WHERE name = 'last_error'")
+                    db.execute(
+                        "INSERT OR REPLACE INTO state (name, value, at_ms)"
+                        " VALUES ('last_forward', NULL, ?)",
+                        (now_ms,),
+                    )
+                else:
+                    db.execute(
+                        "INSERT OR REPLACE INTO state (name, value, at_ms)"
+                        " VALUES ('last_error', ?, ?)",
+                        (error, now_ms),
+                    )
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(db)
+                raise _failed(self.path, "write", exc) from exc
+
+    def _status(self) -> SpoolStatus:
+        with self._connection() as db:
+            try:
+                return self._status_on(db)
+            except sqlite3.Error as exc:
+                raise _failed(self.path, "read", exc) from exc
+
+    def _status_on(self, db: sqlite3.Connection) -> SpoolStatus:
+        mails, oldest = db.execute("SELECT count(*), min(spooled_at_ms) FROM mail").fetchone()
+        [quarantined] = db.execute("SELECT count(*) FROM quarantine").fetchone()
+        state = {
+            str(name): (value, at_ms)
+            for name, value, at_ms in db.execute("SELECT name, value, at_ms FROM state")
+        }
+        error, error_at = state.get("last_error", (None, None))
+        _, forward_at = state.get("last_forward", (None, None))
+        return SpoolStatus(
+            path=str(self.path),
+            mails=int(mails),
+            quarantined=int(quarantined),
+            bytes=_used_bytes(db),
+            oldest_at=None if oldest is None else _at(oldest),
+            last_error=None if error is None else str(error),
+            last_error_at=None if error_at is None else _at(error_at),
+            last_forward_at=None if forward_at is None else _at(forward_at),
+        )
+
+    def _pragmas(self) -> dict[str, object]:
+        with self._connection(create=True) as db:
+            [mode] = db.execute("PRAGMA journal_mode").fetchone()
+            [level] = db.execute("PRAGMA synchronous").fetchone()
+        return {"journal_mode": str(mode), "synchronous": int(level)}
+
+    @contextlib.contextmanager
+    def _connection(self, *, create: bool = False) -> Iterator[sqlite3.Connection]:
+        """A connection to the spool with its pragmas set; the file made first if need be."""
+        if create:
+            self._make_file()
+        # mode=rw: a look at a spool whose file is gone never makes an empty one.
+        uri = self.path.absolute().as_uri() + "?mode=rw"
+        try:
+            db = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_s, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise _failed(self.path, "open", exc) from exc
+        try:
+            try:
+                # WAL: readers never wait for the writer; FULL: every commit is fsynced
+                # (the log and, on the first sync, its directory) before it returns.
+                [mode] = db.execute("PRAGMA journal_mode = WAL").fetchone()
+                db.execute("PRAGMA synchronous = FULL")
+                db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+                if str(mode).lower() != "wal":
+                    raise SpoolFailed(f"the spool {self.path} cannot run in WAL mode ({mode})")
+                self._migrate(db)
+            except sqlite3.Error as exc:
+                raise _failed(self.path, "open", exc) from exc
+            yield db
+        finally:
+            db.close()
+
+    def _migrate(self, db: sqlite3.Connection) -> None:
+        [version] = db.execute("PRAGMA user_version").fetchone()
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise SpoolFailed(
+                f"the spool {self.path} was written by a newer BirdDog (version {version}); "
+                "forward it with that version"
+            )
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            for statement in _SCHEMA:
+                db.execute(statement)
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("COMMIT")
+        except BaseException:
+            _rollback(db)
+            raise
+
+    def _make_file(self) -> None:
+        """Create the spool file (0600) and its directory (0700), and make both durable."""
+        if self.path.is_file():
+            return
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            except FileExistsError:
+                return  # another process made it first
+            os.close(fd)
+            # The new name must survive a power cut as well as the rows written under it.
+            _fsync_directory(self.path.parent)
+        except OSError as exc:
+            if exc.errno == errno.ENOSPC:
+                raise SpoolFull(
+                    f"spool full: the disk holding {self.path} is full; nothing was written"
+                ) from exc
+            raise SpoolFailed(
+                f"cannot create the spool {self.path}: {exc.strerror or exc}"
+            ) from exc
+
+    def _open_lock(self) -> int:
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError as exc:
+            raise SpoolFailed(
+                f"cannot open the spool's lock {self.lock_path}: {exc.strerror or exc}"
+            ) from exc
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _move_to_quarantine(
+    db: sqlite3.Connection, where: str, args: tuple[object, ...], reason: str, now_ms: int
+) -> None:
+    # ``where`` is one of two fixed conditions written in this module, never input.
+    db.execute(
+        "INSERT OR REPLACE INTO quarantine"  # noqa: S608 - fixed conditions only
+        " (id, spooled_at_ms, quarantined_at_ms, mail_key, reason, body)"
+        f" SELECT id, spooled_at_ms, ?, mail_key, ?, body FROM mail WHERE {where}",
+        (now_ms, reason, *args),
+    )
+    db.execute(f"DELETE FROM mail WHERE {where}", args)  # noqa: S608 - fixed conditions only
+
+
+def _used_bytes(db: sqlite3.Connection) -> int:
+    """The bytes the spool's pages hold (free pages left by deleted rows not counted)."""
+    [pages] = db.execute("PRAGMA page_count").fetchone()
+    [free] = db.execute("PRAGMA freelist_count").fetchone()
+    [size] = db.execute("PRAGMA page_size").fetchone()
+    return (int(pages) - int(free)) * int(size)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    if db.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+
+
+def _disk_full(exc: sqlite3.Error) -> bool:
+    return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(
+        exc
+    )
+
+
+def _failed(path: Path, what: str, exc: sqlite3.Error) -> SpoolFailed:
+    return SpoolFailed(f"cannot {what} the spool {path}: {exc}")
+
+
+def _at(ms: object) -> datetime:
+    return datetime.fromtimestamp(int(str(ms)) / 1000, tz=UTC)
+
+
+# ---- the forwarder ---------------------------------------------------------------------
+
+Write = Callable[[Outgoing], Awaitable[object]]
+"""Writes one spooled mail as its sender would have (checks, replay rules), committing it."""
+
+
+@dataclass
+class ForwardReport:
+    """What one forward did.
+
+    Attributes:
+        forwarded: keys written to the database (replays included), in order.
+        quarantined: key -> the reason, for each row set aside.
+        refused: key -> the error, for each row the database refused (those quarantined
+            while writing, not for age or damage).
+        kept: True when the database was away: every row from the first that failed on
+            stays in the spool.
+        error: why the forward stopped early (the database away), None otherwise.
+        busy: another forwarder held the spool, so this one did nothing.
+    """
+
+    forwarded: list[str] = field(default_factory=list)
+    quarantined: dict[str, str] = field(default_factory=dict)
+    refused: dict[str, BirdDogError] = field(default_factory=dict)
+    kept: bool = False
+    error: str | None = None
+    busy: bool = False
+
+    @property
+    def complete(self) -> bool:
+        """Whether the forward ran to the end of the spool (nothing kept, not busy)."""
+        return not self.kept and not self.busy
+
+
+class SpoolForwarder:
+    """Moves spooled mail into the database, exactly once and in order (see the module).
+
+    Args:
+        spool: the spool.
+        write: writes one mail as its sender would have, committed when it returns.
+        describe: the reason recorded for a write's failure (the server's own words for a
+            refused statement); default: the error's message.
+        page: rows read at once.
+    """
+
+    def __init__(
+        self,
+        spool: SqliteSpool,
+        write: Write,
+        *,
+        describe: Callable[[BaseException], str] = str,
+        page: int = FORWARD_PAGE,
+    ) -> None:
+        self.spool = spool
+        self.write = write
+        self.describe = describe
+        self.page = page
+
+    async def forward(
+        self, *, lane: tuple[str, str] | None = None, wait_s: float = 0.0
+    ) -> ForwardReport:
+        """Forward every waiting row (of ``lane``), in spool order, then record the result.
+
+        Args:
+            lane: only this ``(sender, recipient session)``; None: everything.
+            wait_s: how long to wait for another forwarder to finish first.
+
+        Returns:
+            What was forwarded, quarantined or kept.
+
+        Raises:
+            SpoolFailed: the spool cannot be read or written.
+        """
+        report = ForwardReport()
+        if not self.spool.exists():
+            return report
+        async with self.spool.forwarding(wait_s=wait_s) as held:
+            if not held:
+                report.busy = True
+                return report
+            for key in await self.spool.quarantine_aged():
+                report.quarantined[key] = "spooled longer than BIRDDOG_SPOOL_MAX_AGE_S"
+                log.error("spool_mail_expired", key=key)
+            await self._forward_rows(report, lane)
+            await self.spool.note_forward(report.error)
+        if report.forwarded:
+            log.info("spool_forwarded", mails=len(report.forwarded), kept=report.kept)
+        return report
+
+    async def _forward_rows(self, report: ForwardReport, lane: tuple[str, str] | None) -> None:
+        after = 0
+        while rows := await self.spool.waiting(after_id=after, limit=self.page, lane=lane):
+            done: list[int] = []
+            try:
+                for row in rows:
+                    after = row.id
+                    if not await self._forward_row(row, report, done):
+                        return
+            finally:
+                # Written first, deleted after: a crash before this line is a replay.
+                await self.spool.delete(done)
+
+    async def _forward_row(self, row: SpoolRow, report: ForwardReport, done: list[int]) -> bool:
+        """Forward one row; False when the database is away (stop, keep the rest)."""
+        try:
+            outgoing = outgoing_from_json(row.body)
+        except InvalidInput as exc:
+            reason = f"undecodable spool row: {exc}"
+            await self.spool.quarantine(row.id, reason)
+            report.quarantined[row.key] = reason
+            log.error("spool_mail_quarantined", key=row.key, reason="undecodable")
+            return True
+        error: BaseException | None = None
+        try:
+            await self.write(outgoing)
+        except Exception as exc:  # its fate decides; a bug is raised on below
+            error = exc
+        fate = decide_forward(error)
+        if fate is Fate.FORWARDED:
+            done.append(row.id)
+            report.forwarded.append(row.key)
+            return True
+        if fate is Fate.QUARANTINED and isinstance(error, BirdDogError):
+            reason = self.describe(error)
+            await self.spool.quarantine(row.id, reason)
+            report.quarantined[row.key] = reason
+            report.refused[row.key] = error
+            log.error("spool_mail_quarantined", key=row.key, error=type(error).__name__)
+            return True
+        report.kept = True
+        report.error = str(error) if error is not None else "stopped"
+        if not isinstance(error, BirdDogError):
+            raise error if error is not None else RuntimeError("forward stopped")
+        return False
