@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import structlog
 
@@ -357,9 +357,25 @@ class Sender:
             return await self.wait_for_answer(asked, timeout_s=deadline - loop.time())
         except AskTimedOut:
             # Said for the whole call, not for what was left of it after the send.
-            if await self.spool.is_waiting(asked.key):
-                raise _still_spooled(asked.key, asked.asker, timeout_s) from None
-            raise still_owed(asked.key, asked.asker, timeout_s) from None
+            raise await self.timed_out(asked, timeout_s) from None
+
+    async def timed_out(self, asked: Asked, timeout_s: float) -> AskTimedOut:
+        """The error for no reply to ``asked`` within ``timeout_s``, saying where the mail is.
+
+        Args:
+            asked: the question.
+            timeout_s: how long was waited, for the message.
+
+        Returns:
+            The error: the reply still owed, and whether the mail itself still waits in
+            the spool.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if await self.spool.is_waiting(asked.key):
+            return _still_spooled(asked.key, asked.asker, timeout_s)
+        return still_owed(asked.key, asked.asker, timeout_s)
 
 
 def _still_spooled(key: str, asker: AgentAddress, timeout_s: float) -> AskTimedOut:

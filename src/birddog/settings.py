@@ -240,8 +240,11 @@ class Settings(BaseSettings):
             raise ValueError(str(exc)) from None
 
     def spool_location(self) -> Path:
-        """The spool file: ``BIRDDOG_SPOOL_PATH``, else ``spool.db`` in a data directory
-        that was set (``BIRDDOG_DATA_DIR``), else the default (:func:`spool_path_for`)."""
+        """The spool file: ``BIRDDOG_SPOOL_PATH``, else a default.
+
+        The default is ``spool.db`` in a data directory that was set (``BIRDDOG_DATA_DIR``),
+        else where :func:`spool_path_for` says.
+        """
         if self.spool_path is not None:
             return self.spool_path
         if "data_dir" in self.model_fields_set:

@@ -47,7 +47,7 @@ from birddog.core.spool import (
     decide_forward,
     outgoing_from_json,
 )
-from birddog.display import format_age
+from birddog.display import format_age, format_value
 from birddog.ports import Clock
 
 log = structlog.get_logger("birddog.spool")
@@ -139,8 +139,7 @@ def full_message(status: SpoolStatus, *, max_bytes: int, now: datetime) -> str:
     if status.oldest_at is None or age is None:
         oldest = "none waiting"
     else:
-        when = f"{status.oldest_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z"
-        oldest = f"oldest spooled {when} ({format_age(age)} ago)"
+        oldest = f"oldest spooled {format_value(status.oldest_at)} ({format_age(age)} ago)"
     held = f"{status.mails} {'mail' if status.mails == 1 else 'mails'}, {oldest}"
     if status.quarantined:
         held += f", {status.quarantined} quarantined"
@@ -282,6 +281,16 @@ class SqliteSpool:
         if not self.exists():
             return []
         return await asyncio.to_thread(self._quarantine_aged)
+
+    async def quarantined(self, *, limit: int) -> list[dict[str, object]]:
+        """The latest quarantined mails: ``key``, ``reason``, ``spooled_at``, ``quarantined_at``.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return []
+        return await asyncio.to_thread(self._quarantined, limit)
 
     async def requeue(self) -> int:
         """Put every quarantined mail that can be decoded back at the end of the spool.
@@ -482,6 +491,21 @@ class SqliteSpool:
                 _rollback(db)
                 raise _failed(self.path, "write", exc) from exc
         return keys
+
+    def _quarantined(self, limit: int) -> list[dict[str, object]]:
+        with self._connection() as db:
+            try:
+                rows = db.execute(
+                    "SELECT mail_key, reason, spooled_at_ms, quarantined_at_ms FROM quarantine"
+                    " ORDER BY quarantined_at_ms DESC, id DESC LIMIT ?",
+                    (limit,),
+                ).fetchall()
+            except sqlite3.Error as exc:
+                raise _failed(self.path, "read", exc) from exc
+        return [
+            {"key": key, "reason": reason, "spooled_at": _at(spooled), "quarantined_at": _at(at)}
+            for key, reason, spooled, at in rows
+        ]
 
     def _requeue(self) -> int:
         moved = 0
@@ -810,7 +834,7 @@ class SpoolForwarder:
             reason = f"undecodable spool row: {exc}"
             await self.spool.quarantine(row.id, reason)
             report.quarantined[row.key] = reason
-            log.error("spool_mail_quarantined", key=row.key, reason="undecodable")
+            log.error("spool_mail_quarantined", key=row.key, reason="undecodable")  # noqa: TRY400 - a bad row, not a bug: no traceback
             return True
         error: BaseException | None = None
         try:

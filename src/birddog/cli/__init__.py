@@ -205,12 +205,21 @@ def _refused(exc: BaseException) -> str | None:
     return None if reason is None else f"the database refused: {reason}"
 
 
-def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T:
-    """Open the adapters (:func:`birddog.bootstrap.open_stack`), run ``action``, close them."""
+def with_stack(
+    ctx: click.Context, action: Callable[[Stack], Awaitable[T]], *, lazy: bool = False
+) -> T:
+    """Open the adapters (:func:`birddog.bootstrap.open_stack`), run ``action``, close them.
+
+    Args:
+        ctx: the command's context (its settings).
+        action: what to run over the stack.
+        lazy: connect only when ``action`` first needs the database (a sender, which
+            spools what an unreachable database cannot take).
+    """
     from birddog.bootstrap import open_stack  # noqa: PLC0415 - keeps --help fast
 
     async def go() -> T:
-        async with open_stack(settings_of(ctx), pool_size=2) as stack:
+        async with open_stack(settings_of(ctx), pool_size=2, lazy=lazy) as stack:
             return await action(stack)
 
     return run(go())
@@ -295,6 +304,7 @@ from birddog.cli import ops as ops  # noqa: E402
 from birddog.cli import prune as prune  # noqa: E402
 from birddog.cli import routes as routes  # noqa: E402
 from birddog.cli import secrets as secrets  # noqa: E402
+from birddog.cli import spool as spool  # noqa: E402
 from birddog.cli import worker as worker  # noqa: E402
 
 # Last, once every command is registered.

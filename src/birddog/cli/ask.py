@@ -110,14 +110,17 @@ def ask(
 
     The question is sent as a job whose reply goes to the asker's mailbox; a drain daemon
     must be running to deliver it. The target must be an agent BirdDog knows: one with a
-    route, or whose session was sent work before.
+    route, or whose session was sent work before. While the database cannot be reached,
+    the question is kept in the local spool and the wait goes on: it is forwarded as soon
+    as the database answers.
 
     \b
     Exit status:
       0  the work completed; the answer is on stdout
       1  it ended failed, interrupted, cancelled or outcome_unknown (stderr says why)
-      2  no reply in time: it is still owed and will land in the asker's mailbox
-         (birddog inbox AGENT:SESSION); ask again with the same --key to wait again
+      2  no reply in time (or the database stayed away): it is still owed and will
+         land in the asker's mailbox (birddog inbox AGENT:SESSION); ask again with
+         the same --key to wait again
       3  nothing was asked: bad input, an unknown agent, an asker with an inbox URL
     """  # noqa: D301 - "\b" is click's mark for a paragraph it must not rewrap
     content = read_content(question, how="the question as an argument", empty="''")
@@ -125,16 +128,21 @@ def ask(
     async def go(stack: Stack) -> int:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
-        asked = await stack.asking.send_ask(
+        asked = await stack.sender.send_ask(
             to=to, from_=from_, content=content, key=key, timeout_s=timeout_s
         )
         _tell_sent(asked, key_given=key is not None)
         return await _wait(stack, asked, max(deadline - loop.time(), 0.0), timeout_s)
 
-    sys.exit(with_stack(ctx, go))
+    sys.exit(with_stack(ctx, go, lazy=True))
 
 
 def _tell_sent(asked: Asked, *, key_given: bool) -> None:
+    if asked.spooled:
+        announce(
+            f"spooled ({asked.spooled}): {asked.key}; it is forwarded once the database "
+            "answers, and the wait goes on"
+        )
     if asked.mailbox_added:
         announce(
             f"{asked.asker.agent_id} had no route: its replies now go to its mailbox "
@@ -142,13 +150,12 @@ def _tell_sent(asked: Asked, *, key_given: bool) -> None:
         )
     if asked.replay:
         announce(f"key {asked.key} was asked before: waiting for its reply")
-    elif not key_given:
+    if not asked.replay and not key_given:
         announce(f"asked as key {asked.key} (--key {asked.key} asks the same again)")
 
 
 async def _wait(stack: Stack, asked: Asked, left_s: float, timeout_s: float) -> int:
     """Wait for the answer and report it; every way this ends has its exit status."""
-    from birddog.asking import still_owed  # noqa: PLC0415
     from birddog.core.errors import AskFailed, AskTimedOut, StoreUnavailable  # noqa: PLC0415
     from birddog.runtime import stop_on_signals  # noqa: PLC0415
 
@@ -157,7 +164,7 @@ async def _wait(stack: Stack, asked: Asked, left_s: float, timeout_s: float) -> 
         f"{asked.asker_text} (birddog inbox {asked.asker_text})"
     )
     with stop_on_signals() as stop:
-        waiting = asyncio.ensure_future(stack.asking.wait_for_answer(asked, timeout_s=left_s))
+        waiting = asyncio.ensure_future(stack.sender.wait_for_answer(asked, timeout_s=left_s))
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
@@ -174,7 +181,7 @@ async def _wait(stack: Stack, asked: Asked, left_s: float, timeout_s: float) -> 
             announce(shown(exc.content))
         return EXIT_NOT_COMPLETED
     except AskTimedOut:
-        announce(inert(str(still_owed(asked.key, asked.asker, timeout_s))))
+        announce(inert(str(await stack.sender.timed_out(asked, timeout_s))))
         return EXIT_NO_REPLY_YET
     except StoreUnavailable as exc:
         announce(f"{exc}; {owed}")

@@ -1,4 +1,4 @@
-"""``birddog send``: enqueue an agent job with mail, as a sender's transaction would."""
+"""``birddog send``: enqueue an agent job with mail, or spool it while the database is away."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import click
 from birddog.cli import main, settings_of, with_stack
 
 if TYPE_CHECKING:
+    from birddog.asking import Asked
     from birddog.bootstrap import Stack
 
 
@@ -48,7 +49,12 @@ def send(
     max_recoveries: int | None,
     created_at: int | None,
 ) -> None:
-    """Enqueue an agent job with mail; sending the same job again is a replay ("already sent")."""
+    """Enqueue an agent job with mail; sending the same job again is a replay ("already sent").
+
+    When the database cannot be reached, the mail is kept in the local spool (on disk
+    when this says "spooled") and forwarded once it can be: by a daemon, worker or MCP
+    server on this host, or by `birddog spool forward`.
+    """
     from birddog.bootstrap import CLOCK  # noqa: PLC0415 - keeps --help fast
     from birddog.clock import epoch_ms  # noqa: PLC0415
     from birddog.core.ask import parse_address  # noqa: PLC0415
@@ -94,21 +100,18 @@ def send(
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from exc
 
-    async def enqueue(stack: Stack) -> bool:
-        chosen = job
-        if created_at is None:
-            # A retried send stamps a new time; the stored mail's time makes the retry the
-            # same mail, so an identical send is a replay and any other difference a conflict.
-            stored = await _stored_created_at(stack, job_id)
-            if stored is not None:
-                chosen = build(stored)
-        [inserted] = await stack.enqueue([chosen])
-        return inserted
+    async def enqueue(stack: Stack) -> Asked:
+        # A retried send stamps a new time; unless it was pinned, the stored mail's time
+        # makes the retry the same mail, so an identical send is a replay.
+        return await stack.sender.enqueue(job, keep_stored_time=created_at is None)
 
-    if with_stack(ctx, enqueue):
-        click.echo(f"sent: {job_id}")
-    else:
+    sent = with_stack(ctx, enqueue, lazy=True)
+    if sent.spooled:
+        click.echo(f"spooled ({sent.spooled}): {job_id}")
+    elif sent.replay:
         click.echo(f"already sent: {job_id} (identical to the stored job; nothing written)")
+    else:
+        click.echo(f"sent: {job_id}")
 
 
 def read_content(
@@ -139,15 +142,3 @@ def read_content(
     if not text:
         raise click.UsageError(f"stdin was empty: empty content needs {empty}")
     return text
-
-
-async def _stored_created_at(stack: Stack, job_id: str) -> int | None:
-    """The ``createdAt`` of the mail stored under ``job_id``, if that job is an agent job."""
-    from birddog.core.errors import InvalidJobPayload, JobNotFound  # noqa: PLC0415
-    from birddog.core.jobs import decode_agent_job  # noqa: PLC0415
-
-    try:
-        payload = decode_agent_job(await stack.jobs.get(job_id))
-    except (JobNotFound, InvalidJobPayload):
-        return None
-    return payload.mail.created_at if payload.mail is not None else None

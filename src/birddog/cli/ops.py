@@ -98,6 +98,7 @@ class CheckLimits:
             no reaper handled it).
         hold_s: a recipient held longer.
         daemon_s: replies due and no drain daemon beat for this long.
+        spool_s: mail waiting in the local spool longer.
     """
 
     pending_s: float
@@ -106,6 +107,68 @@ class CheckLimits:
     lease_overdue_s: float
     hold_s: float
     daemon_s: float
+    spool_s: float = 600.0
+
+
+async def spool_problems(
+    stack: Stack, limits: CheckLimits, *, database_answers: bool
+) -> list[dict[str, Any]]:
+    """What is wrong with this host's local spool, one problem per line.
+
+    Mail waiting while the database answers (nothing forwards it), mail waiting longer
+    than ``limits.spool_s``, and quarantined mail (never forwarded: each names its reason).
+
+    Args:
+        stack: the open adapters (the spool is local; no query is made).
+        limits: the thresholds.
+        database_answers: whether the database answered the other checks.
+
+    Returns:
+        One dict per problem: ``check`` (``spool_waiting``, ``spool_old``,
+        ``spool_quarantined``), ``message`` and the spool's facts.
+    """
+    from birddog.cli.spool import status_facts  # noqa: PLC0415 - keeps --help fast
+    from birddog.display import format_age  # noqa: PLC0415
+
+    status = await stack.spool.status()
+    now = stack.clock.now()
+    facts = status_facts(status, now)
+    problems: list[dict[str, Any]] = []
+    where = inert(status.path)
+    error = f"; last forward error: {inert(status.last_error)}" if status.last_error else ""
+    age = status.oldest_age_s(now)
+    if status.oldest_at is not None and age is not None and age > limits.spool_s:
+        problems.append(
+            {
+                "check": "spool_old",
+                "message": f"spooled mail older than {format_age(limits.spool_s)}: "
+                f"{status.mails} waiting in {where}, the oldest since {_at(status.oldest_at)}"
+                f"{error}",
+                **facts,
+            }
+        )
+    if status.mails and database_answers:
+        problems.append(
+            {
+                "check": "spool_waiting",
+                "message": f"{status.mails} spooled mails wait in {where} while the database "
+                "answers (is a daemon, worker or MCP server running on this host? or: birddog "
+                f"spool forward){error}",
+                **facts,
+            }
+        )
+    if status.quarantined:
+        [latest] = await stack.spool.quarantined(limit=1)
+        problems.append(
+            {
+                "check": "spool_quarantined",
+                "message": f"{status.quarantined} mails quarantined in {where}, never "
+                f"forwarded; the latest {inert(str(latest['key']))}: "
+                f"{inert(str(latest['reason']))} (birddog spool status)",
+                **facts,
+            }
+        )
+    return problems
 
 
 async def check_report(stack: Stack, limits: CheckLimits) -> list[dict[str, Any]]:
@@ -268,6 +331,12 @@ def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
     default=None,
     help="Alarm when replies are due and no daemon beat for this long (120).",
 )
+@click.option(
+    "--spool-s",
+    type=duration,
+    default=None,
+    help="Alarm when mail waits in this host's spool longer (600).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the problems as JSON.")
 @click.pass_context
 def check(
@@ -278,13 +347,16 @@ def check(
     lease_overdue_s: float | None,
     hold_s: float | None,
     daemon_s: float | None,
+    spool_s: float | None,
     as_json: bool,
 ) -> None:
     """Exit 1, one line per problem, when anything is stuck, dead, held or unserved.
 
     Replies pending too long, new dead letters, jobs no worker claimed, jobs running past
-    their lease, holds that last too long, and replies due while no daemon runs. Wire it
-    to your alerting; --json gives the same facts.
+    their lease, holds that last too long, replies due while no daemon runs, and this
+    host's spool: mail waiting while the database answers or for too long, mail
+    quarantined. An unreachable database is a problem line too. Wire it to your
+    alerting; --json gives the same facts.
     """
     from birddog.display import dump_json  # noqa: PLC0415 - keeps --help fast
 
@@ -300,8 +372,20 @@ def check(
         lease_overdue_s=given(lease_overdue_s, settings.check_lease_overdue_s),
         hold_s=given(hold_s, settings.check_hold_s),
         daemon_s=given(daemon_s, settings.check_daemon_s),
+        spool_s=given(spool_s, settings.check_spool_s),
     )
-    problems = with_stack(ctx, lambda s: check_report(s, limits))
+
+    async def report(stack: Stack) -> list[dict[str, Any]]:
+        from birddog.core.errors import StoreUnavailable  # noqa: PLC0415 - keeps --help fast
+
+        try:
+            found = await check_report(stack, limits)
+        except StoreUnavailable as exc:
+            away = {"check": "database", "message": f"database unreachable: {inert(str(exc))}"}
+            return [away, *await spool_problems(stack, limits, database_answers=False)]
+        return found + await spool_problems(stack, limits, database_answers=True)
+
+    problems = with_stack(ctx, report, lazy=True)
     if as_json:
         click.echo(dump_json({"ok": not problems, "problems": problems}))
     else:

@@ -312,7 +312,9 @@ async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncI
     except ValueError as exc:
         raise DatabaseRefused(f"the database URL is malformed: {failure_reason(exc)}") from exc
     except _REFUSED as exc:
-        raise DatabaseRefused(f"the database refused the connection: {failure_reason(exc)}") from exc
+        raise DatabaseRefused(
+            f"the database refused the connection: {failure_reason(exc)}"
+        ) from exc
     except _CONNECT_FAILED as exc:
         raise StoreUnreachable(
             f"cannot reach the database for {operation}: {failure_reason(exc)}"
