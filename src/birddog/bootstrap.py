@@ -640,6 +640,7 @@ def mcp_desk(stack: Stack) -> Desk:
     return Desk(
         Services(
             asking=stack.asking,
+            sender=stack.sender,
             mailbox=stack.mailbox,
             asks=stack.asks,
             jobs=stack.jobs,

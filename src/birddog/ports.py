@@ -25,7 +25,7 @@ from birddog.core.delivery import (
 )
 from birddog.core.jobs import Job, JobState
 from birddog.core.lifecycle import ClaimEvent, Finished
-from birddog.core.mail import AgentAddress, Outcome, Reply
+from birddog.core.mail import AgentAddress, Mail, Outcome, Reply
 from birddog.core.mailbox import MailboxEntry
 from birddog.core.spool import Outgoing
 
@@ -364,6 +364,10 @@ class AskStore(Protocol):
 
     async def ensure_mailbox(self, agent_id: str, *, timeout_s: float) -> bool:
         """Give ``agent_id`` a mailbox route when it has none; True when one was added."""
+        ...
+
+    async def mail(self, key: str, *, timeout_s: float) -> Mail | None:
+        """The mail sent under ``key`` (None: none, or its job is not readable as one)."""
         ...
 
 

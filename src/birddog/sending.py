@@ -53,7 +53,7 @@ from birddog.core.errors import (
     StoreUnavailable,
     StoreUnreachable,
 )
-from birddog.core.mail import AgentAddress
+from birddog.core.mail import AgentAddress, Mail
 from birddog.core.spool import Outgoing
 from birddog.runtime import Backoff
 from birddog.spool import ForwardReport, SpoolForwarder, SqliteSpool
@@ -272,6 +272,25 @@ class Sender:
         if report.kept:
             raise StoreUnavailable(f"the spool's mail waits: {report.error}")
         return report
+
+    async def mail(self, key: str, *, timeout_s: float) -> Mail | None:
+        """The mail sent under ``key``: waiting in the spool, or in the database.
+
+        Args:
+            key: the mail key.
+            timeout_s: the longest wait for a database connection.
+
+        Returns:
+            The mail, or None when neither holds one under ``key``.
+
+        Raises:
+            StoreUnavailable: not in the spool, and the database is unreachable.
+            SpoolFailed: the spool cannot be read.
+        """
+        spooled = await self.spool.mail(key)
+        if spooled is not None:
+            return spooled
+        return await self.asking.asks.mail(key, timeout_s=timeout_s)
 
     async def wait_for_answer(self, asked: Asked, *, timeout_s: float) -> str:
         """Wait for the reply to an ask (see :meth:`wait`)."""

@@ -38,6 +38,7 @@ import structlog
 
 from birddog.clock import epoch_ms
 from birddog.core.errors import BirdDogError, InvalidInput, SpoolFailed, SpoolFull
+from birddog.core.mail import Mail
 from birddog.core.spool import (
     DEFAULT_SPOOL_MAX_AGE_S,
     DEFAULT_SPOOL_MAX_BYTES,
@@ -245,6 +246,22 @@ class SqliteSpool:
             return False
         return await asyncio.to_thread(self._has_key, "mail", key)
 
+    async def mail(self, key: str) -> Mail | None:
+        """The mail waiting in the spool under ``key`` (the latest), or None.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return None
+        body = await asyncio.to_thread(self._body_of, key)
+        if body is None:
+            return None
+        try:
+            return outgoing_from_json(body).mail
+        except InvalidInput:
+            return None  # the forwarder quarantines it
+
     async def quarantine_reason(self, key: str) -> str | None:
         """Why mail under ``key`` was quarantined (the latest), or None if it was not.
 
@@ -432,6 +449,16 @@ class SqliteSpool:
                 return db.execute(query, (key,)).fetchone() is not None
             except sqlite3.Error as exc:
                 raise _failed(self.path, "read", exc) from exc
+
+    def _body_of(self, key: str) -> str | bytes | None:
+        with self._connection() as db:
+            try:
+                row = db.execute(
+                    "SELECT body FROM mail WHERE mail_key = ? ORDER BY id DESC LIMIT 1", (key,)
+                ).fetchone()
+            except sqlite3.Error as exc:
+                raise _failed(self.path, "read", exc) from exc
+        return None if row is None else row[0]
 
     def _quarantine_reason(self, key: str) -> str | None:
         with self._connection() as db:

@@ -8,7 +8,9 @@ text, and ``is_error`` for what the caller must not mistake for an answer:
   the outcome and the bounded diagnostic; no reply in ``wait_s`` is ``pending`` with the
   key (never an error, never an answer); the reply still lands in the mailbox.
 - Bad input is a tool error with one line naming the field and the rule, and nothing is
-  written; the database away is a tool error that says so. The server serves on.
+  written; the database away is a tool error that says so, except for ``send`` and
+  ``ask``: their mail is kept in the local spool (``spooled``) and forwarded once the
+  database answers. The server serves on.
 - ``next_task`` claims the oldest queued job of the caller's own session with a lease the
   desk renews while the MCP connection that took it lives; ``answer`` settles it (a
   recorded cancellation wins), its replies fanned out in the same transaction.
@@ -53,6 +55,7 @@ if TYPE_CHECKING:
     from birddog.postgres.mailbox import PostgresMailbox
     from birddog.postgres.notices import PostgresNotices
     from birddog.postgres.routes import PostgresRoutes
+    from birddog.sending import Sender
 
 log = structlog.get_logger("birddog.mcp")
 
@@ -175,9 +178,10 @@ TOOLS: Final[dict[str, dict[str, Any]]] = {
         },
         "output": _shape(
             ["status", "key", "job_id"],
-            status={"type": "string", "enum": ["sent", "already sent"]},
+            status={"type": "string", "enum": ["sent", "already sent", "spooled"]},
             key=_TEXT,
             job_id=_TEXT,
+            message=_TEXT,
         ),
     },
     "ask": {
@@ -391,6 +395,7 @@ class Services:
 
     Attributes:
         asking: sends and asks (waits share the process's one listener).
+        sender: sends and asks over ``asking``, spooling what the database cannot take.
         mailbox: the callers' mailboxes.
         asks: the ask store (mailbox routes, a mail by key).
         jobs: the job store (claim, heartbeat, settle).
@@ -402,6 +407,7 @@ class Services:
     """
 
     asking: Asking
+    sender: Sender
     mailbox: PostgresMailbox
     asks: PostgresAsks
     jobs: PostgresJobs
@@ -511,9 +517,8 @@ class Desk:
 
     async def _send(self, args: Arguments, caller: AgentAddress, **_: Any) -> ToolResult:
         reply_to = args.texts("reply_to")
-        # The seam for the local spool: a send the database cannot take now would be
-        # spooled here ("spooled"), once the spool exists; today it is a tool error.
-        sent = await self.services.asking.send(
+        # A send the database cannot take now is kept in the local spool ("spooled").
+        sent = await self.services.sender.send(
             to=args.required_text("to"),
             from_=caller,
             content=args.required_text("content"),
@@ -521,6 +526,15 @@ class Desk:
             reply_to=reply_to,
             timeout_s=STEP_TIMEOUT_S,
         )
+        if sent.spooled:
+            message = (
+                f"spooled ({sent.spooled}): kept on this host's disk and forwarded once the "
+                "database answers; its replies come as usual"
+            )
+            return ToolResult(
+                {"status": "spooled", "key": sent.key, "job_id": sent.job_id, "message": message},
+                f"spooled ({sent.spooled}): {sent.key} to {address_text(sent.to)}",
+            )
         status = "already sent" if sent.replay else "sent"
         return ToolResult(
             {"status": status, "key": sent.key, "job_id": sent.job_id},
@@ -541,7 +555,7 @@ class Desk:
         # would wait for the answer anyway (at least a step's usual bound).
         send_s = max(STEP_TIMEOUT_S, wait_s)
         sending = asyncio.ensure_future(
-            self.services.asking.send_ask(
+            self.services.sender.send_ask(
                 to=to, from_=caller, content=content, key=key, timeout_s=send_s
             )
         )
@@ -555,7 +569,7 @@ class Desk:
     ) -> ToolResult:
         key = args.required_text("key")
         wait_s = args.seconds("wait_s", default=DEFAULT_WAIT_S)
-        mail = await self.services.asks.mail(key, timeout_s=STEP_TIMEOUT_S)
+        mail = await self.services.sender.mail(key, timeout_s=STEP_TIMEOUT_S)
         if mail is None or caller not in mail.reply_to:
             raise ToolRefused(
                 f"key: no mail with key {key!r} owes you a reply (send or ask gives a key)"
@@ -577,7 +591,7 @@ class Desk:
         while True:
             left = deadline - loop.time()
             try:
-                content = await self.services.asking.wait(
+                content = await self.services.sender.wait(
                     key, caller, timeout_s=max(min(left, PROGRESS_S), 0.0)
                 )
             except AskTimedOut:

@@ -5,8 +5,8 @@ connection, the metrics server and this process's row in ``birddog.daemons``, pr
 ready line, and runs the drain loop (:class:`birddog.daemon.DrainDaemon`, wired by
 :func:`birddog.bootstrap.build_daemon`) with its side tasks beside it
 (:class:`~birddog.processes.sides.SideTasks`): heartbeat, backlog gauges, the lease
-reaper, the queued-job reaper and, when retention is set, prune. If a side task dies,
-the daemon stops loudly.
+reaper, the queued-job reaper, the spool's forwarder and, when retention is set, prune.
+If a side task dies, the daemon stops loudly. With ``once`` the spool is forwarded first.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from birddog.bootstrap import (
     build_wake_listener,
     open_stack,
 )
+from birddog.core.errors import BirdDogError
 from birddog.ports import DaemonRow
-from birddog.processes.sides import SideTasks, metrics_server, reap_expired_jobs
+from birddog.processes.sides import SideTasks, forward_spool, metrics_server, reap_expired_jobs
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 
@@ -74,6 +75,7 @@ async def _drain_until_stopped(
             listener = await sides.enter(build_wake_listener(stack))
             daemon = build_daemon(stack, listener=listener, alerts=alerts, stop=stop)
             if once:
+                await _forward_first(stack)
                 await daemon.run(once=True)
                 return
             metrics_url = None
@@ -95,8 +97,16 @@ async def _drain_until_stopped(
                 log.warning("daemon_row_left", error=type(exc).__name__)
 
 
+async def _forward_first(stack: Stack) -> None:
+    """Forward the spool once before a ``--once`` drain; a failure is logged, not fatal."""
+    try:
+        await stack.sender.forward_waiting()
+    except BirdDogError as exc:
+        log.warning("spool_forward_failed", error=type(exc).__name__)
+
+
 def _start_side_tasks(sides: SideTasks, stack: Stack, *, row: DaemonRow) -> None:
-    """The daemon's side tasks: heartbeat, gauges, both reapers and (if set) prune."""
+    """The daemon's side tasks: heartbeat, gauges, reapers, the spool and (if set) prune."""
     settings = stack.settings
 
     async def heartbeat() -> None:
@@ -137,6 +147,7 @@ def _start_side_tasks(sides: SideTasks, stack: Stack, *, row: DaemonRow) -> None
     sides.every("gauges", HEARTBEAT_S, gauges)
     sides.every("reaper", reap_every_s, reap)
     sides.every("queued_reaper", reap_every_s, bounce)
+    forward_spool(sides, stack.sender, every_s=settings.spool_forward_s)
     if not policy.empty:
         sides.every("prune", settings.prune_every_s, prune)
 

@@ -4,11 +4,14 @@
 and serves it with the ``mcp`` SDK (:mod:`birddog.mcp.server`): over stdio until the
 client closes stdin, or over streamable HTTP on 127.0.0.1 until SIGTERM/SIGINT. The
 identity gets a mailbox route when it has none; a task it took stops being renewed when
-the server stops, so recovery applies.
+the server stops, so recovery applies. The server starts even while the database is
+unreachable (send and ask spool then), and forwards this host's spool beside serving
+(:func:`~birddog.processes.sides.forward_spool`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 
 import structlog
@@ -16,6 +19,7 @@ import structlog
 from birddog.bootstrap import MCP_POOL_SIZE, Announce, mcp_desk, open_stack
 from birddog.core.ask import parse_address
 from birddog.core.errors import InvalidSetting, StoreUnavailable
+from birddog.processes.sides import SideTasks, forward_spool
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 
@@ -62,13 +66,18 @@ async def run_mcp(
             "installation does not have yet: give --as AGENT:SESSION",
             field="--as",
         )
-    async with open_stack(settings, announce=announce, pool_size=MCP_POOL_SIZE) as stack:
+    done = asyncio.Event()
+    async with (
+        open_stack(settings, announce=announce, pool_size=MCP_POOL_SIZE, lazy=True) as stack,
+        SideTasks(stop=done) as sides,
+    ):
         desk = mcp_desk(stack)
         try:
             if await desk.prepare(identity):
                 log.info("mcp_mailbox_added", agent_id=identity.agent_id)
         except StoreUnavailable as exc:
             log.warning("mcp_database_unavailable", error=type(exc).__name__)
+        forward_spool(sides, stack.sender, every_s=settings.spool_forward_s)
         try:
             if not http:
                 await serve_stdio(desk, identity, channel=channel)
@@ -90,4 +99,5 @@ async def run_mcp(
                     stop=stop,
                 )
         finally:
+            done.set()
             await desk.close()

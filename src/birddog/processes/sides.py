@@ -24,7 +24,7 @@ When the body of the ``async with`` ends, the side tasks are cancelled and await
 what was entered is closed. An error of the body itself goes up unchanged.
 
 Side actions more than one process runs live here too (:func:`reap_expired_jobs`,
-:func:`metrics_server`).
+:func:`forward_spool`, :func:`metrics_server`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from birddog.core.errors import InvalidSetting
 from birddog.metrics import Registry, start_server
 from birddog.ports import JobReaper
 from birddog.runtime import error_class, every
+from birddog.sending import Sender
 from birddog.settings import Settings
 
 log = structlog.get_logger("birddog.processes")
@@ -152,6 +153,27 @@ async def reap_expired_jobs(jobs: JobReaper) -> None:
     """
     for job_id, what in await jobs.recover_expired():
         log.warning("job_lease_expired", job_id=job_id, outcome=what)
+
+
+def forward_spool(sides: SideTasks, sender: Sender, *, every_s: float) -> None:
+    """Forward this host's local spool at start and every ``every_s`` while mail waits in it.
+
+    An empty spool (or none) costs a look at one file; mail that waits is forwarded in
+    order as soon as the database answers again (after a reconnect, within ``every_s``).
+    While the database is away the side task logs it and retries with backoff.
+
+    Args:
+        sides: the process's side tasks.
+        sender: the process's sender (its spool and forwarder).
+        every_s: ``BIRDDOG_SPOOL_FORWARD_S``.
+    """
+
+    async def forward() -> None:
+        report = await sender.forward_waiting()
+        if report.quarantined:
+            log.error("spool_quarantined", mails=len(report.quarantined))
+
+    sides.every("spool_forward", every_s, forward)
 
 
 @contextlib.asynccontextmanager

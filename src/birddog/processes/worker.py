@@ -4,7 +4,7 @@
 birddog_jobs`` connection and the worker's metrics server, and runs the worker
 (:class:`birddog.worker.Worker`, wired by :func:`birddog.bootstrap.build_worker`) with its
 side tasks beside it (:class:`~birddog.processes.sides.SideTasks`): the heartbeat of its
-row in ``birddog.daemons``, the lease reaper and the queue gauges.
+row in ``birddog.daemons``, the lease reaper, the queue gauges and the spool's forwarder.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from birddog.bootstrap import (
 from birddog.core.errors import StoreUnavailable
 from birddog.metrics import WorkerMetrics
 from birddog.ports import Clock, JobBacklog
-from birddog.processes.sides import SideTasks, metrics_server, reap_expired_jobs
+from birddog.processes.sides import SideTasks, forward_spool, metrics_server, reap_expired_jobs
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 from birddog.worker import Handler
@@ -91,6 +91,7 @@ async def run_worker(
                 # frees their queues; one index probe when none expired.
                 sides.every("reaper", max(1.0, settings.job_lease_s / 2), reap)
                 sides.every("gauges", QUEUE_GAUGES_S, gauges)
+                forward_spool(sides, stack.sender, every_s=settings.spool_forward_s)
                 try:
                     await worker.run(once=once)
                 finally:
