@@ -33,10 +33,13 @@ from birddog.core.errors import (
     JobNotFound,
     NotAMailbox,
     RouteNotFound,
+    SpoolFailed,
+    SpoolFull,
     StaleClaim,
     StoreBusy,
     StoreRefused,
     StoreUnavailable,
+    StoreUnreachable,
     UnknownAgent,
     UnreadableRow,
 )
@@ -55,6 +58,7 @@ from birddog.core.mail import AgentAddress, Mail, Outcome, Reply, ReplyFacts, re
 from birddog.core.schedule import RetrySchedule
 from birddog.mailroom import PAGE_SIZE, DrainReport, MailRoom, has_pending_delivery
 from birddog.ports import Clock, Outbox, Page, Route, RouteBook, Transport, WakeScheduler
+from birddog.sending import Sender, open_sender
 
 decide = decide_delivery
 """The name :func:`decide_delivery` had before it was told apart from the job's decision."""
@@ -104,10 +108,14 @@ __all__ = [
     "RouteBook",
     "RouteNotFound",
     "RowState",
+    "Sender",
+    "SpoolFailed",
+    "SpoolFull",
     "StaleClaim",
     "StoreBusy",
     "StoreRefused",
     "StoreUnavailable",
+    "StoreUnreachable",
     "Transport",
     "UnknownAgent",
     "UnreadableRow",
@@ -120,6 +128,7 @@ __all__ = [
     "empty_reply_text",
     "has_pending_delivery",
     "open_asking",
+    "open_sender",
     "replies_for",
     "reply_key",
 ]

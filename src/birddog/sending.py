@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Final
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
@@ -63,7 +64,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("birddog.sending")
 
-__all__ = ["DATABASE_UNREACHABLE", "FORWARD_WRITE_TIMEOUT_S", "Sender"]
+__all__ = ["DATABASE_UNREACHABLE", "FORWARD_WRITE_TIMEOUT_S", "Sender", "open_sender"]
 
 DATABASE_UNREACHABLE: Final = "database unreachable"
 """Why a mail is spooled when no connection to the database could be opened."""
@@ -407,3 +408,35 @@ def _still_spooled(key: str, asker: AgentAddress, timeout_s: float) -> AskTimedO
         key=key,
         asker=text,
     )
+
+
+def open_sender(
+    pool: Any, listen_dsn: str | None, **options: Any
+) -> AbstractAsyncContextManager[Sender]:
+    """The process's :class:`Sender` over an asyncpg pool and the local spool.
+
+    Make one per process and send and ask through it; while the database cannot be
+    reached, mail goes to the spool and is forwarded (in order, exactly once) by the
+    sender itself while it is open, by a daemon on this host, or by ``birddog spool
+    forward``::
+
+        pool = await birddog.postgres.pool.create_pool(dsn, min_size=0)  # opens while away
+        async with birddog.open_sender(pool, dsn) as sender:
+            sent = await sender.send(to="upper:s-upper", from_="me:s-me", content="hi")
+
+    Args:
+        pool: an asyncpg pool on the BirdDog database; with ``min_size=0`` it can be made
+            while the database is away.
+        listen_dsn: the database for the listening connection (direct, not through
+            PgBouncer); None: waits poll only.
+        **options: ``spool_path``, ``spool_max_bytes``, ``spool_max_age_s`` (default: the
+            ``BIRDDOG_SPOOL_*`` settings), ``forward_every_s`` (default
+            ``BIRDDOG_SPOOL_FORWARD_S``; 0: no forwarding of its own), ``poll_s``,
+            ``clock``, ``max_content_bytes``.
+
+    Returns:
+        An async context manager yielding the :class:`Sender`.
+    """
+    from birddog.bootstrap import open_sender as wired  # noqa: PLC0415 - import birddog stays light
+
+    return wired(pool, listen_dsn, **options)
