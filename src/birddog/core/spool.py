@@ -157,7 +157,8 @@ class SpoolStatus:
         path: the spool file.
         mails: spooled mails waiting to be forwarded.
         quarantined: mails set aside, each with its reason.
-        bytes: the space the spool's rows take on disk.
+        bytes: the bytes of mail the spool holds, waiting or quarantined (what
+            ``BIRDDOG_SPOOL_MAX_BYTES`` bounds).
         oldest_at: when the oldest waiting mail was spooled; None when none waits.
         last_error: the last forward attempt's failure, None after a clean one.
         last_error_at: when that failure happened.
