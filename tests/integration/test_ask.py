@@ -20,7 +20,6 @@ from birddog import (
     JobConflict,
     NotAMailbox,
     Outcome,
-    Reply,
     UnknownAgent,
     open_asking,
 )
@@ -31,7 +30,7 @@ from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.mailbox import PostgresMailbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.support import at, deliver_to_mailbox, eventually, until_listening
+from tests.support import answer_next_job, until_listening
 
 TARGET = "upper:s-upper"
 ASKER = "asker:s-ask"
@@ -48,28 +47,6 @@ async def routes(pg_pool: Pool) -> PostgresRoutes:
     routes = PostgresRoutes(pg_pool, cache_s=0, clock=SystemClock())
     await routes.add("upper", kind="mailbox")
     return routes
-
-
-async def answer_next_job(
-    pool: Pool, jobs: PostgresJobs, outcome: Outcome, content: str, diagnostic: str | None = None
-) -> str:
-    """Play worker and daemon: settle the queued job, then deliver its reply to the mailbox."""
-    claimed = await eventually(
-        lambda: jobs.claim(lease_s=30),
-        "a job the ask enqueued",
-        until=lambda job: job is not None,
-        within_s=30,
-    )
-    [key] = await jobs.settle(
-        job_id=claimed.job.job_id,
-        claim_token=claimed.claim_token,
-        outcome=outcome,
-        content=content,
-        diagnostic=diagnostic,
-    )
-    stored = await pool.fetchval("SELECT reply::text FROM birddog.outbox WHERE key = $1", key)
-    await deliver_to_mailbox(pool, Reply.model_validate_json(stored), at=at(1))
-    return claimed.job.job_id
 
 
 async def counts(pool: Pool) -> tuple[int, int]:

@@ -293,6 +293,32 @@ async def deliver_to_mailbox(
             await conn.execute("SELECT pg_notify('birddog_mailbox', $1)", reply.to.agent_id)
 
 
+async def answer_next_job(
+    pool: Pool, jobs: PostgresJobs, outcome: Outcome, content: str, diagnostic: str | None = None
+) -> str:
+    """Play worker and daemon: settle the queued job, then deliver its reply to the mailbox.
+
+    Returns:
+        The job id.
+    """
+    claimed = await eventually(
+        lambda: jobs.claim(lease_s=30),
+        "a job the ask enqueued",
+        until=lambda job: job is not None,
+        within_s=30,
+    )
+    [key] = await jobs.settle(
+        job_id=claimed.job.job_id,
+        claim_token=claimed.claim_token,
+        outcome=outcome,
+        content=content,
+        diagnostic=diagnostic,
+    )
+    stored = await pool.fetchval("SELECT reply::text FROM birddog.outbox WHERE key = $1", key)
+    await deliver_to_mailbox(pool, Reply.model_validate_json(stored), at=at(1))
+    return claimed.job.job_id
+
+
 async def until_listening(pool: Pool, channel: str = "birddog_mailbox") -> None:
     """Wait (polling, with a deadline) until a session of this database LISTENs on ``channel``."""
     await eventually(
