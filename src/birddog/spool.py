@@ -109,7 +109,7 @@ _SCHEMA: Final = (
     *(
         f"""CREATE TRIGGER IF NOT EXISTS {table}_{event} AFTER {event} ON {table} BEGIN
             UPDATE usage SET bytes = bytes {change} WHERE id = 1;
-        END"""
+        END"""  # noqa: S608 - our own fixed table and event names, no input
         for table in ("mail", "quarantine")
         for event, change in (
             ("insert", "+ coalesce(length(CAST(NEW.body AS BLOB)), 0)"),
@@ -432,7 +432,7 @@ class SqliteSpool:
     def _full_disk_message(self) -> str:
         try:
             status = self._status()
-        except SpoolFailed:
+        except (SpoolFailed, SpoolFull):
             return f"spool full: the disk holding {self.path} is full; nothing was written"
         text = full_message(status, max_bytes=self.max_bytes, now=self.clock.now())
         return text.replace("spool full:", f"spool full (the disk holding {self.path} is full):")
@@ -760,7 +760,9 @@ def _disk_full(exc: sqlite3.Error) -> bool:
     )
 
 
-def _failed(path: Path, what: str, exc: sqlite3.Error) -> SpoolFailed:
+def _failed(path: Path, what: str, exc: sqlite3.Error) -> SpoolFailed | SpoolFull:
+    if _disk_full(exc):
+        return SpoolFull(f"spool full: the disk holding {path} is full; nothing was written")
     return SpoolFailed(f"cannot {what} the spool {path}: {exc}")
 
 

@@ -34,6 +34,7 @@ from birddog.settings import Settings
 from birddog.testing import InMemoryTokenBook
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
 from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env
+from tests.support.mcp import call, stdio_mcp
 
 SLOW_S = 6.0
 MAX_CONTENT_BYTES = 4096
@@ -98,30 +99,10 @@ def errlog() -> Iterator[Any]:
 async def mcp_session(
     dsn: str, identity: str, errlog: Any, *args: str
 ) -> AsyncIterator[ClientSession]:
-    """``birddog mcp --as IDENTITY`` as a subprocess, initialized, with the SDK's client."""
-    env = cli_env(
-        dsn,
-        BIRDDOG_MAX_CONTENT_BYTES=str(MAX_CONTENT_BYTES),
-        BIRDDOG_JOB_LEASE_S=str(LEASE_S),
-    )
-    params = StdioServerParameters(
-        command=BIRDDOG, args=["mcp", "--as", identity, *args], env=env, cwd=ROOT
-    )
-    async with (
-        stdio_client(params, errlog=errlog) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
+    """``birddog mcp --as IDENTITY`` with this module's limits, initialized."""
+    env = {"BIRDDOG_MAX_CONTENT_BYTES": str(MAX_CONTENT_BYTES), "BIRDDOG_JOB_LEASE_S": str(LEASE_S)}
+    async with stdio_mcp(dsn, identity, errlog, *args, **env) as session:
         yield session
-
-
-async def call(
-    session: ClientSession, tool: str, **arguments: Any
-) -> tuple[dict[str, Any], str, bool]:
-    """Call a tool; its structured content, its text and whether it is an error."""
-    result = await session.call_tool(tool, arguments)
-    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
-    return dict(result.structured_content or {}), text, result.is_error
 
 
 async def until_unread(

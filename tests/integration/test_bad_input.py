@@ -66,6 +66,7 @@ from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.testing import FrozenClock, ManualListener
 from birddog.worker import Worker
+from tests.support.cli import spool_path_for
 from tests.support.stacks import pg_room
 
 T = TypeVar("T")
@@ -713,6 +714,7 @@ def send(
     """Run ``birddog send`` with ``stdin`` as its input."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("BIRDDOG_")}
     environment |= {"DATABASE_URL": database_url, "BIRDDOG_LOG_FORMAT": "json", **env}
+    environment["BIRDDOG_SPOOL_PATH"] = str(spool_path_for(database_url))
     done = subprocess.run(  # noqa: S603 - our own console script
         [BIRDDOG, *SEND, *args], input=stdin, env=environment, cwd=ROOT, capture_output=True,
         timeout=60, check=False,

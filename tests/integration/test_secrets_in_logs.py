@@ -59,6 +59,7 @@ from birddog.postgres.routes import PostgresRoutes
 from birddog.testing import ManualListener
 from birddog.worker import Worker
 from tests.support import eventually
+from tests.support.cli import spool_path_for
 from tests.support.stacks import pg_room
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,7 +257,8 @@ async def test_a_full_delivery_logs_no_secret_token_or_content(
     dsn = await with_password(database_url, known.dsn_password)
     env = {k: v for k, v in os.environ.items() if not k.startswith("BIRDDOG_")}
     env |= {
-        "DATABASE_URL": dsn, "BIRDDOG_LOG_FORMAT": "json", "BIRDDOG_LOG_LEVEL": "debug",
+        "DATABASE_URL": dsn, "BIRDDOG_SPOOL_PATH": str(spool_path_for(dsn)),
+        "BIRDDOG_LOG_FORMAT": "json", "BIRDDOG_LOG_LEVEL": "debug",
         "BIRDDOG_METRICS_PORT": "0", "BIRDDOG_BASE_DELAY_S": "0.05", "BIRDDOG_MAX_DELAY_S": "0.2",
         "BIRDDOG_BACKSTOP_S": "1", "BIRDDOG_MAX_ATTEMPTS": "1000",
         "BIRDDOG_ALERT_SECRET": known.alert_secret, "BIRDDOG_ALERT_COALESCE_S": "0.2",

@@ -11,6 +11,8 @@ This module has what most suites use; the rest has a module of its own:
   the acceptance :class:`~tests.support.stacks.Harness`).
 - ``cli``: the ``birddog`` command and daemon as subprocesses, logins per role.
 - ``console``: a seeded database and a console served over it; ``browser``: pages.
+- ``proxy``: a TCP proxy in front of a test database that a test cuts and restores.
+- ``mcp``: ``birddog mcp`` over stdio with the SDK's client (:func:`~tests.support.mcp.stdio_mcp`).
 - ``chaos``: the fault run's plan, processes and misbehaving recipients.
 """
 

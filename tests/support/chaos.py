@@ -38,7 +38,7 @@ from birddog import (
 from birddog.core.mail import reply_key
 from birddog.http.inbox import Inbox, InboxRefused
 from tests.support import answer_for
-from tests.support.cli import BIRDDOG, ROOT
+from tests.support.cli import BIRDDOG, ROOT, spool_path_for
 from tests.support.inbox import InboxServer
 from tests.support.waiting import eventually
 
@@ -309,9 +309,11 @@ def _spread(rng: random.Random, count: int, start: float, end: float, *, gap: fl
 
 
 def birddog_env(dsn: str, **extra: str) -> dict[str, str]:
-    """A subprocess environment: this database, the fast settings, nothing inherited."""
+    """A subprocess environment: this database and its spool, the fast settings, nothing inherited."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BIRDDOG_", "CHAOS_"))}
-    env.update(DATABASE_URL=dsn, **FAST_SETTINGS, **extra)
+    env.update(
+        DATABASE_URL=dsn, BIRDDOG_SPOOL_PATH=str(spool_path_for(dsn)), **FAST_SETTINGS, **extra
+    )
     return env
 
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
+import hashlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,11 +21,26 @@ BIRDDOG = str(Path(sys.executable).parent / "birddog")
 """The console script of the running interpreter's environment."""
 
 
+_SPOOLS = Path(tempfile.mkdtemp(prefix="birddog-test-spools-"))
+atexit.register(shutil.rmtree, _SPOOLS, ignore_errors=True)
+
+
+def spool_path_for(database_url: str) -> Path:
+    """The local spool of the CLI processes of one test database (never the checkout's).
+
+    Every process a test starts on one database shares it, so a send spooled by one is
+    forwarded by another; tests on other databases never see it.
+    """
+    name = hashlib.sha256(database_url.encode()).hexdigest()[:16]
+    return _SPOOLS / name / "spool.db"
+
+
 def cli_env(database_url: str, **extra: str) -> dict[str, str]:
-    """The environment for a CLI subprocess: the test database, no metrics ports, JSON logs."""
+    """The environment for a CLI subprocess: the test database, its spool, no metrics, JSON logs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BIRDDOG_")}
     env.update(
         DATABASE_URL=database_url,
+        BIRDDOG_SPOOL_PATH=str(spool_path_for(database_url)),
         BIRDDOG_METRICS_PORT="0",
         BIRDDOG_WORKER_METRICS_PORT="0",
         BIRDDOG_LOG_FORMAT="json",

@@ -1,0 +1,301 @@
+"""The spool from the command line: send and ask while the database is away, status, check.
+
+Every command reaches the test database through a proxy the test cuts and restores, so
+"away" is a refused connection, as when the server or the network is gone. The commands'
+spool is the test database's own (``tests.support.cli.spool_path_for``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import subprocess
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from birddog.clock import SystemClock
+from birddog.postgres.pool import Pool
+from birddog.postgres.routes import PostgresRoutes
+from tests.support import eventually
+from tests.support.cli import BIRDDOG, ROOT, Daemon, cli, cli_env, spool_path_for
+from tests.support.mcp import call, stdio_mcp
+from tests.support.proxy import DatabaseProxy
+
+
+def mail(index: int) -> list[str]:
+    """``birddog send`` arguments for mail ``mail-<index>`` from alice to bob."""
+    return [
+        "send", "--job-id", f"job-{index}", "--to", "bob:s-bob", "--from", "alice:s-alice",
+        "--reply-to", "alice:s-alice", "--key", f"mail-{index}", "--command-id", f"cmd-{index}",
+    ]  # fmt: skip
+
+
+@pytest.fixture
+async def proxy(database_url: str) -> AsyncIterator[DatabaseProxy]:
+    """The test database behind a proxy that is up, its spool removed at the end."""
+    proxy = DatabaseProxy(database_url)
+    await proxy.up()
+    yield proxy
+    await proxy.down()
+
+
+async def jobs_of(pool: Pool) -> list[str]:
+    """Job ids in claim order."""
+    rows = await pool.fetch("SELECT job_id FROM birddog.jobs ORDER BY created_at, job_id")
+    return [row["job_id"] for row in rows]
+
+
+def integrity(path: Path) -> str:
+    """PRAGMA integrity_check of a spool file, on the test's own connection."""
+    db = sqlite3.connect(path)
+    try:
+        return str(db.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        db.close()
+
+
+async def spool_status(dsn: str, **env: str) -> dict[str, Any]:
+    """``birddog spool status --json``."""
+    done = await cli(dsn, "spool", "status", "--json", **env)
+    assert done.returncode == 0, done.stderr
+    status: dict[str, Any] = json.loads(done.stdout)
+    return status
+
+
+async def test_send_while_away_says_spooled_and_forward_sends_it_once(
+    proxy: DatabaseProxy, pg_pool: Pool
+) -> None:
+    """Send exits 0 saying spooled; status counts it; forward sends it once; check is green."""
+    await proxy.down()
+    sent = await cli(proxy.dsn, *mail(1), "--content", "while away")
+    assert (sent.returncode, sent.stdout.strip()) == (0, "spooled (database unreachable): job-1")
+    assert "Traceback" not in sent.stderr
+    status = await spool_status(proxy.dsn)
+    assert (status["mails"], status["quarantined"]) == (1, 0)
+    assert status["bytes"] > len("while away")
+    assert status["oldest_age_s"] is not None
+    away = await cli(proxy.dsn, "check")
+    assert away.returncode == 1
+    assert away.stdout.startswith("database unreachable: ")
+    await proxy.up()
+    waiting = await cli(proxy.dsn, "check")
+    assert waiting.returncode == 1
+    assert "1 spooled mails wait in" in waiting.stdout
+    forwarded = await cli(proxy.dsn, "spool", "forward")
+    assert (forwarded.returncode, forwarded.stdout.strip()) == (0, "forwarded 1 mail"), (
+        forwarded.stderr
+    )
+    assert await jobs_of(pg_pool) == ["job-1"]
+    again = await cli(proxy.dsn, *mail(1), "--content", "while away")
+    assert again.stdout.startswith("already sent: job-1")
+    green = await cli(proxy.dsn, "check")
+    assert (green.returncode, green.stdout.strip()) == (0, "ok"), green.stdout
+    assert (await spool_status(proxy.dsn))["mails"] == 0
+
+
+async def test_check_names_old_and_quarantined_spooled_mail(proxy: DatabaseProxy) -> None:
+    """Mail older than --spool-s and quarantined mail are each a problem line of check."""
+    await proxy.down()
+    assert (await cli(proxy.dsn, *mail(1), "--content", "one")).returncode == 0
+    path = spool_path_for(proxy.dsn)
+    db = sqlite3.connect(path)
+    try:  # an hour old, as if spooled then
+        db.execute("UPDATE mail SET spooled_at_ms = spooled_at_ms - 3600000")
+        db.commit()
+    finally:
+        db.close()
+    old = await cli(proxy.dsn, "check", "--spool-s", "10m", "--json")
+    checks = {problem["check"] for problem in json.loads(old.stdout)["problems"]}
+    assert checks == {"database", "spool_old"}
+    aged = await cli(proxy.dsn, "spool", "forward", BIRDDOG_SPOOL_MAX_AGE_S="30m")
+    assert aged.returncode == 1
+    assert "BIRDDOG_SPOOL_MAX_AGE_S" in aged.stderr
+    await proxy.up()
+    quarantined = await cli(proxy.dsn, "check")
+    assert quarantined.returncode == 1
+    assert "1 mails quarantined in" in quarantined.stdout
+    shown = await cli(proxy.dsn, "spool", "status")
+    assert "1 mail quarantined" in shown.stdout
+    assert "mail-1: spooled longer than BIRDDOG_SPOOL_MAX_AGE_S" in shown.stdout
+
+
+async def test_an_ask_whose_database_stays_away_exits_2_naming_the_key(
+    proxy: DatabaseProxy,
+) -> None:
+    """Ask spools the question, waits its timeout, and exits 2 naming the key."""
+    await proxy.down()
+    asked = await cli(
+        proxy.dsn, "ask", "--to", "bob:s-bob", "--from", "me:s-me", "--key", "q-1",
+        "--timeout", "2", "anyone there?",
+    )  # fmt: skip
+    assert asked.returncode == 2, asked.stderr
+    assert "spooled (database unreachable): q-1" in asked.stderr
+    assert "no reply to 'q-1' within 2 s: the mail is still in the local spool" in asked.stderr
+    assert asked.stdout == ""
+    assert (await spool_status(proxy.dsn))["mails"] == 1
+
+
+async def test_a_full_spool_refuses_with_exit_1_and_stays_intact(proxy: DatabaseProxy) -> None:
+    """Past BIRDDOG_SPOOL_MAX_BYTES send exits 1 'spool full: N mails, oldest ...'; file intact."""
+    await proxy.down()
+    small = {"BIRDDOG_SPOOL_MAX_BYTES": "8192"}
+    for index in range(2):
+        done = await cli(proxy.dsn, *mail(index), "--content", "x" * 3000, **small)
+        assert done.returncode == 0, done.stderr
+    full = await cli(proxy.dsn, *mail(2), "--content", "x" * 3000, **small)
+    assert full.returncode == 1
+    assert full.stdout == ""
+    [line] = full.stderr.strip().splitlines()
+    assert line.startswith("Error: spool full: 2 mails, oldest spooled ")
+    path = spool_path_for(proxy.dsn)
+    assert integrity(path) == "ok"
+    assert (await spool_status(proxy.dsn))["mails"] == 2
+
+
+@pytest.fixture
+def tiny_disk() -> Iterator[Path]:
+    """A 256 KiB tmpfs of the test's own (root only), unmounted at the end."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tiny tmpfs needs root")
+    where = Path(tempfile.mkdtemp(prefix="birddog-tiny-"))
+    mounted = subprocess.run(  # noqa: S603 - fixed arguments, a directory of our own
+        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(where)],  # noqa: S607
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        where.rmdir()
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=False)  # noqa: S603, S607
+        where.rmdir()
+
+
+async def test_a_full_disk_is_a_clear_refusal_and_the_spool_stays_intact(
+    proxy: DatabaseProxy, tiny_disk: Path
+) -> None:
+    """On a full 256 KiB disk send exits 1 naming the full disk; what was spooled stays sound."""
+    await proxy.down()
+    spool = tiny_disk / "spool.db"
+    env = {"BIRDDOG_SPOOL_PATH": str(spool)}
+    accepted = 0
+    for index in range(40):
+        done = await cli(proxy.dsn, *mail(index), "--content", "y" * 16000, **env)
+        if done.returncode != 0:
+            break
+        assert done.stdout.startswith("spooled"), done.stderr
+        accepted += 1
+    assert 0 < accepted < 40
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("Error: spool full")
+    assert f"the disk holding {spool} is full" in line
+    assert "Traceback" not in done.stderr
+    assert integrity(spool) == "ok"
+    status = await spool_status(proxy.dsn, **env)
+    assert status["mails"] == accepted
+
+
+async def test_spooled_is_printed_only_after_the_spool_commit_returned(
+    proxy: DatabaseProxy,
+) -> None:
+    """While the test holds the spool's write lock, send prints nothing; on release, 'spooled'."""
+    await proxy.down()
+    assert (await cli(proxy.dsn, *mail(0), "--content", "make the file")).returncode == 0
+    path = spool_path_for(proxy.dsn)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        proc = subprocess.Popen(  # noqa: S603, ASYNC220 - our own console script, polled below
+            [BIRDDOG, *mail(1), "--content", "blocked"],
+            env=cli_env(proxy.dsn),
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+        def opened_the_spool() -> bool:
+            fds = Path(f"/proc/{proc.pid}/fd")
+            return any(str(path) in os.readlink(fd) for fd in fds.iterdir())
+
+        await eventually(opened_the_spool, "send to open the spool file", within_s=60)
+        with pytest.raises(subprocess.TimeoutExpired):
+            await asyncio.to_thread(proc.communicate, timeout=1.0)
+        assert proc.poll() is None  # still waiting for the lock, nothing said
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    out, err = await asyncio.to_thread(proc.communicate, timeout=60)
+    assert (proc.returncode, out.strip()) == (0, "spooled (database unreachable): job-1"), err
+    assert (await spool_status(proxy.dsn))["mails"] == 2
+
+
+async def test_a_daemon_forwards_the_spool_when_the_database_is_back(
+    proxy: DatabaseProxy, pg_pool: Pool
+) -> None:
+    """Mail spooled while away is forwarded, in order, by a daemon on this host once it starts."""
+    await proxy.down()
+    for index in range(3):
+        assert (await cli(proxy.dsn, *mail(index), "--content", f"{index}")).returncode == 0
+    await proxy.up()
+    daemon = Daemon(proxy.dsn, BIRDDOG_SPOOL_FORWARD_S="0.2")
+    try:
+        await eventually(
+            lambda: jobs_of(pg_pool),
+            "the spooled jobs in the database",
+            until=lambda ids: len(ids) == 3,
+            within_s=60,
+        )
+        assert await jobs_of(pg_pool) == ["job-0", "job-1", "job-2"]
+        assert (await spool_status(proxy.dsn))["mails"] == 0
+    finally:
+        daemon.kill()
+
+
+@pytest.fixture
+def errlog() -> Iterator[Any]:
+    """Where the MCP server's stderr goes (every line must be JSON)."""
+    with tempfile.TemporaryFile(mode="w+") as log:
+        yield log
+        log.seek(0)
+        for line in log.read().splitlines():
+            assert isinstance(json.loads(line), dict), line
+
+
+async def test_the_mcp_server_starts_away_spools_and_forwards_when_back(
+    proxy: DatabaseProxy, pg_pool: Pool, errlog: Any
+) -> None:
+    """Started with the database away, send says spooled, ask pending; once back both arrive."""
+    await PostgresRoutes(pg_pool, clock=SystemClock()).add("bob", kind="mailbox")
+    await proxy.down()
+    async with stdio_mcp(
+        proxy.dsn, "alice:s-alice", errlog, BIRDDOG_SPOOL_FORWARD_S="0.2"
+    ) as session:
+        sent, text, error = await call(session, "send", to="bob:s-bob", content="hi", key="m-1")
+        assert not error, text
+        assert sent["status"] == "spooled"
+        assert text.startswith("spooled (database unreachable): m-1")
+        asked, text, error = await call(
+            session, "ask", to="bob:s-bob", content="and?", key="m-2", wait_s=1
+        )
+        assert not error, text
+        assert (asked["status"], asked["key"]) == ("pending", "m-2")
+        await proxy.up()
+        await eventually(
+            lambda: pg_pool.fetchval("SELECT count(*) FROM birddog.jobs"),
+            "both spooled mails in the database",
+            until=lambda count: count == 2,
+            within_s=60,
+        )
+    keys = await pg_pool.fetch("SELECT payload->'mail'->>'key' AS key FROM birddog.jobs")
+    assert sorted(row["key"] for row in keys) == ["m-1", "m-2"]

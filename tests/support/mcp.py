@@ -1,0 +1,47 @@
+"""``birddog mcp`` as a subprocess, driven by the mcp package's own client over stdio."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
+
+from tests.support.cli import BIRDDOG, ROOT, cli_env
+
+
+@contextlib.asynccontextmanager
+async def stdio_mcp(
+    dsn: str, identity: str, errlog: Any, *args: str, **env: str
+) -> AsyncIterator[ClientSession]:
+    """``birddog mcp --as IDENTITY`` as a subprocess, initialized, with the SDK's client.
+
+    Args:
+        dsn: the database the server uses.
+        identity: ``AGENT:SESSION``.
+        errlog: where the server's stderr goes.
+        *args: more arguments of ``birddog mcp``.
+        **env: more environment for the server.
+
+    Yields:
+        The initialized client session.
+    """
+    params = StdioServerParameters(
+        command=BIRDDOG, args=["mcp", "--as", identity, *args], env=cli_env(dsn, **env), cwd=ROOT
+    )
+    async with (
+        stdio_client(params, errlog=errlog) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+async def call(
+    session: ClientSession, tool: str, **arguments: Any
+) -> tuple[dict[str, Any], str, bool]:
+    """Call a tool; its structured content, its text and whether it is an error."""
+    result = await session.call_tool(tool, arguments)
+    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
+    return dict(result.structured_content or {}), text, result.is_error
