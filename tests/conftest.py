@@ -221,7 +221,7 @@ class DatabaseFactory:
     def give_back(self, dsn: str) -> None:
         """Drop a clone in the background."""
         name = urlsplit(dsn).path.lstrip("/")
-        task = asyncio.create_task(_admin(self.server_dsn, _drop(name)))
+        task = asyncio.create_task(self._drop_quietly(name))
         self._drops.add(task)
         task.add_done_callback(self._drops.discard)
 
@@ -233,6 +233,12 @@ class DatabaseFactory:
         self._ready.clear()
         if self._drops:
             await asyncio.gather(*self._drops, return_exceptions=True)
+
+    async def _drop_quietly(self, name: str) -> None:
+        # A drop that fails (a loaded machine's connect timing out) leaves one clone on a
+        # throwaway server; it must not surface as an unretrieved task error in a test.
+        with contextlib.suppress(Exception):
+            await _admin(self.server_dsn, _drop(name))
 
     async def _create(self) -> str:
         name = f"birddog_test_{uuid.uuid4().hex[:16]}"
