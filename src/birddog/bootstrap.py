@@ -37,6 +37,7 @@ from birddog.metrics import Metrics, Registry, TimedTransport, WorkerMetrics, st
 from birddog.ports import Clock, Listener
 from birddog.postgres import migrate
 from birddog.postgres.admin import PostgresAdmin
+from birddog.postgres.agents import PostgresAgents
 from birddog.postgres.daemons import PostgresDaemons
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.mailbox import Mailbox
@@ -98,6 +99,7 @@ class Stack:
         transport: the HTTP transport.
         room: the mail room.
         metrics: the daemon's metrics.
+        agents: the agents and their bearer tokens (``birddog agent``, HTTP endpoints).
         embedded: the embedded server, when no ``DATABASE_URL`` was given.
     """
 
@@ -117,6 +119,7 @@ class Stack:
     transport: HttpTransport
     room: MailRoom
     metrics: Metrics
+    agents: PostgresAgents
     embedded: EmbeddedPostgres | None = None
 
     async def enqueue(self, jobs: Sequence[Job]) -> list[bool]:
@@ -360,6 +363,7 @@ async def open_stack(
             transport=transport,
             room=room,
             metrics=metrics,
+            agents=PostgresAgents(pool),
             embedded=embedded,
         )
     finally:

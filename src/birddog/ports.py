@@ -1,4 +1,4 @@
-"""The ports BirdDog is written against: outbox, transport, wake, routes, clock, jobs, wakes.
+"""The ports BirdDog is written against: outbox, transport, wake, routes, tokens, clock, jobs.
 
 Each is a small ``Protocol`` with keyword-only arguments. ``birddog.testing`` has the
 in-memory fakes; ``birddog.postgres`` and ``birddog.http`` the real adapters.
@@ -22,7 +22,7 @@ from birddog.core.delivery import (
 )
 from birddog.core.jobs import Job
 from birddog.core.lifecycle import ClaimEvent, Finished
-from birddog.core.mail import Reply
+from birddog.core.mail import AgentAddress, Reply
 
 RouteKind = Literal["http", "mailbox"]
 """How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
@@ -359,6 +359,18 @@ class RouteBook(Protocol):
 
     async def route(self, agent_id: str) -> Route | None:
         """The route for ``agent_id``, or None when the agent is unknown."""
+        ...
+
+
+class TokenBook(Protocol):
+    """Tells which agent session a bearer token names (the caller of an HTTP endpoint)."""
+
+    async def authenticate(self, token: str) -> AgentAddress | None:
+        """The agent session ``token`` names; None for an unknown, revoked or malformed one.
+
+        Never raises for what the caller presented; only a database that is away raises
+        (:class:`~birddog.StoreUnavailable`).
+        """
         ...
 
 

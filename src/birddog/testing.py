@@ -1,4 +1,4 @@
-"""Fakes for tests: an in-memory outbox, a recording transport, a frozen clock, a manual wake.
+"""Fakes for tests: outbox, transport, clock, wake and token book, all in memory.
 
 They hold state you can inspect (``rows``, ``receipts``, ``sent``, ``scheduled``) and obey
 the same contract as the real adapters; one contract suite runs against both.
@@ -6,7 +6,9 @@ the same contract as the real adapters; one contract suite runs against both.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
+import secrets
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
@@ -22,7 +24,8 @@ from birddog.core.delivery import (
     RowState,
     UndecodableRow,
 )
-from birddog.core.mail import Reply
+from birddog.core.mail import AgentAddress, Reply
+from birddog.core.tokens import TOKEN_BYTES, make_token, token_digest
 from birddog.ports import Page, RouteHint, Settled, settled
 
 Answer = bool | DeliveryResult
@@ -326,3 +329,31 @@ class ManualWake:
     def earliest(self) -> datetime | None:
         """The earliest wake requested so far."""
         return min(self.scheduled, default=None)
+
+
+@dataclass
+class InMemoryTokenBook:
+    """A token book in memory: tokens issued here name the address they were issued for.
+
+    Attributes:
+        tokens: the live tokens' addresses, by the token's digest (never the token).
+    """
+
+    tokens: dict[bytes, AgentAddress] = field(default_factory=dict)
+
+    def issue(self, address: AgentAddress, *, raw: bytes | None = None) -> str:
+        """A new token for ``address`` (from ``raw``, 32 bytes, when given: reproducible)."""
+        token = make_token(raw if raw is not None else secrets.token_bytes(TOKEN_BYTES))
+        self.tokens[hashlib.sha256(token.encode("ascii")).digest()] = address
+        return token
+
+    def revoke(self, token: str) -> None:
+        """End ``token``; an unknown one is ignored."""
+        digest = token_digest(token)
+        if digest is not None:
+            self.tokens.pop(digest, None)
+
+    async def authenticate(self, token: str) -> AgentAddress | None:
+        """The address ``token`` names; None for an unknown, revoked or malformed one."""
+        digest = token_digest(token)
+        return None if digest is None else self.tokens.get(digest)

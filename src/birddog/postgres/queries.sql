@@ -592,6 +592,54 @@ WHERE (j.payload #>> '{mail,key}') = $1::text
 ORDER BY j.created_at, j.job_id
 LIMIT 1;
 
+-- ---------------------------------------------------------------------------------------
+-- agents: per-agent identity (birddog agent ...); a token is stored as its SHA-256 only
+-- ---------------------------------------------------------------------------------------
+
+-- name: agents_add
+-- Record an agent; nothing when it exists (then no row comes back).
+-- params: $1 agent_id text
+INSERT INTO birddog.agents AS a (agent_id)
+VALUES ($1::text)
+ON CONFLICT (agent_id) DO NOTHING
+RETURNING a.agent_id, a.created_at;
+
+-- name: agents_token_insert
+-- Store a new token of an existing agent by its digest; no row when the agent was never added.
+-- params: $1 token_id text, $2 agent_id text, $3 session_id text, $4 token_digest bytea
+INSERT INTO birddog.agent_tokens AS t (token_id, agent_id, session_id, token_digest)
+SELECT $1::text, a.agent_id, $3::text, $4::bytea
+FROM birddog.agents a
+WHERE a.agent_id = $2::text
+RETURNING t.token_id, t.created_at;
+
+-- name: agents_token_use
+-- The agent session a token digest names (no row: unknown or revoked), recording its use.
+-- params: $1 token_digest bytea
+SELECT u.token_id, u.agent_id, u.session_id FROM birddog.agent_token_use($1::bytea) AS u;
+
+-- name: agents_revoke
+-- Delete an agent's tokens (every one, or the one with id $2); returns the ids deleted.
+-- params: $1 agent_id text, $2 token_id text (null: every token of the agent)
+DELETE FROM birddog.agent_tokens t
+WHERE t.agent_id = $1::text AND ($2::text IS NULL OR t.token_id = $2::text)
+RETURNING t.token_id;
+
+-- name: agents_exists
+-- Whether an agent was added.
+-- params: $1 agent_id text
+SELECT EXISTS (SELECT 1 FROM birddog.agents a WHERE a.agent_id = $1::text);
+
+-- name: agents_list
+-- Every agent with its tokens' ids, sessions, creation and last use (never a digest), by agent id.
+-- params: none
+SELECT
+    a.agent_id, a.created_at, t.token_id, t.session_id, t.created_at AS token_created_at,
+    t.last_used_at
+FROM birddog.agents a
+LEFT JOIN birddog.agent_tokens t ON t.agent_id = a.agent_id
+ORDER BY a.agent_id, t.created_at, t.token_id;
+
 -- ===== daemons =====
 
 -- name: daemon_seen
@@ -1217,7 +1265,7 @@ JOIN pg_roles r ON r.oid = n.nspowner
 WHERE n.nspname = 'birddog';
 
 -- name: roles_own
--- Give the schema and everything in it to birddog_owner, so DDL needs that role and nothing else owns a table.
+-- Give the schema and everything in it (tables, views, sequences, functions) to birddog_owner, so DDL needs that role and nothing else owns a table.
 -- params: none
 DO $own$
 DECLARE
@@ -1242,6 +1290,15 @@ BEGIN
     LOOP
         EXECUTE format('ALTER %s birddog.%I OWNER TO birddog_owner', item.kind, item.relname);
     END LOOP;
+    -- The SECURITY DEFINER functions run as their owner: birddog_owner, never a superuser.
+    FOR item IN
+        SELECT p.oid::regprocedure::text AS signature
+        FROM pg_proc p
+        JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'birddog' AND pg_get_userbyid(p.proowner) <> 'birddog_owner'
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s OWNER TO birddog_owner', item.signature);
+    END LOOP;
 END
 $own$;
 
@@ -1253,6 +1310,8 @@ BEGIN
     REVOKE ALL ON ALL TABLES IN SCHEMA birddog
         FROM birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
     REVOKE ALL ON SCHEMA birddog FROM PUBLIC;
+    REVOKE ALL ON ALL FUNCTIONS IN SCHEMA birddog
+        FROM PUBLIC, birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
     GRANT USAGE ON SCHEMA birddog
         TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
     GRANT SELECT ON birddog.alembic_version
@@ -1264,6 +1323,12 @@ BEGIN
         birddog.mailbox, birddog.daemons
         TO birddog_daemon;
     GRANT SELECT ON birddog.pending, birddog.dead_letters TO birddog_daemon;
+    -- The operator's `birddog agent` commands: agents and their tokens (digests only).
+    GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.agents, birddog.agent_tokens
+        TO birddog_daemon;
+    -- The MCP and A2A servers name their caller by its token, through the function only.
+    GRANT EXECUTE ON FUNCTION birddog.agent_token_use(bytea)
+        TO birddog_daemon, birddog_worker, birddog_sender;
     -- The worker: claims and settles jobs, writes the replies they owe (dropping any a
     -- receipt already covers) and the wake; no
     -- route, no mailbox.

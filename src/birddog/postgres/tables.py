@@ -244,6 +244,35 @@ daemons = sa.Table(
 )
 """Drain daemons and workers that reported in, for ``birddog status``."""
 
+agents = sa.Table(
+    "agents",
+    metadata,
+    sa.Column("agent_id", sa.Text, primary_key=True),
+    _ts("created_at", now=True),
+)
+"""The agents ``birddog agent add`` made, each able to act as itself (migration 0006)."""
+
+agent_tokens = sa.Table(
+    "agent_tokens",
+    metadata,
+    sa.Column("token_id", sa.Text, primary_key=True),
+    sa.Column(
+        "agent_id",
+        sa.Text,
+        sa.ForeignKey("birddog.agents.agent_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("session_id", sa.Text, nullable=False),
+    # SHA-256 of the token: the token itself is shown once and never stored.
+    sa.Column("token_digest", sa.LargeBinary, nullable=False),
+    _ts("created_at", now=True),
+    _ts("last_used_at", nullable=True),
+    sa.CheckConstraint("octet_length(token_digest) = 32", name="agent_tokens_digest_check"),
+    sa.Index("agent_tokens_digest_idx", "token_digest", unique=True),
+    sa.Index("agent_tokens_agent_id_idx", "agent_id"),
+)
+"""Bearer tokens, each naming one agent session, looked up by their digest."""
+
 for _table in metadata.tables.values():
     # Every time stored is finite (migration 0005): PostgreSQL takes 'infinity' for a
     # timestamptz, Python has no such datetime, so no such row may be written.
