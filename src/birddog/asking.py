@@ -140,7 +140,7 @@ async def _enqueue_ask(
     conn: Connection, job: Job, *, target: AgentAddress, asker: AgentAddress
 ) -> tuple[bool, bool]:
     """Check, then write, inside the caller's transaction; returns (replay, mailbox_added)."""
-    from birddog.postgres.enqueue import enqueue_accepted_job  # noqa: PLC0415
+    from birddog.postgres.enqueue import enqueue_job  # noqa: PLC0415
     from birddog.postgres.sql import queries  # noqa: PLC0415
 
     mail = decode_agent_job(job).mail
@@ -169,13 +169,13 @@ async def _enqueue_ask(
                 "a repeat with the same key must be the same question (or use a new key)"
             )
         return True, False
-    added = False
-    if kind is None:
-        added = await conn.fetchval(queries["ask_add_mailbox_route"], asker.agent_id) is not None
-        if not added:  # another process added a route for the asker meanwhile
-            _check_mailbox(await conn.fetchval(queries["ask_route_kind"], asker.agent_id), asker)
-    await enqueue_accepted_job(conn, job)
-    return False, added
+    # The asker's mailbox route comes with the job (birddog.enqueue adds one only for the
+    # mail's own sender), so a sender's role needs no privilege on routes.
+    enqueued = await enqueue_job(conn, job, sender_mailbox=kind is None)
+    if kind is None and not enqueued.mailbox_added:
+        # Another process added a route for the asker meanwhile.
+        _check_mailbox(await conn.fetchval(queries["ask_route_kind"], asker.agent_id), asker)
+    return False, enqueued.mailbox_added
 
 
 def _check_mailbox(kind: str | None, asker: AgentAddress) -> None:
