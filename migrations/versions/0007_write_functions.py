@@ -26,9 +26,13 @@ the rows. Texts that need Python (the diagnostic masker) are computed by the cal
 passed in; the rest (the cut of an oversized cancellation, ids' control characters) is
 done here the way the core does it.
 
-Every function pins ``search_path`` (``pg_catalog, birddog, pg_temp``: a caller's
-temporary table never stands in for a BirdDog one) and names every object with its
-schema; ``EXECUTE`` is revoked from ``PUBLIC`` and granted per role by ``migrate --roles``.
+Every function a role may call pins ``search_path`` (``pg_catalog, birddog, pg_temp``: a
+caller's temporary table never stands in for a BirdDog one) and names every object with
+its schema; ``EXECUTE`` is revoked from ``PUBLIC`` and granted per role by ``migrate
+--roles``. The helpers (``birddog._*``) are granted to nobody: they run only inside those
+functions, under their pinned path, and pin none of their own so that the planner can
+inline the small ones (a ``SET`` clause on a function costs a configuration change at
+every call: most of a settlement, measured).
 
 Revision ID: 0007
 Revises: 0006
@@ -60,7 +64,7 @@ HELPERS = {
     # --- texts the core writes (birddog.core.lifecycle) ----------------------------------
     "_format_bytes(bigint)": """
 CREATE FUNCTION birddog._format_bytes(p_size bigint) RETURNS text
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, birddog, pg_temp
+LANGUAGE plpgsql IMMUTABLE
 AS $fn$
 DECLARE
     v_unit bigint;
@@ -85,7 +89,7 @@ END
 $fn$""",
     "_utf8_prefix(text,integer)": """
 CREATE FUNCTION birddog._utf8_prefix(p_text text, p_bytes integer) RETURNS text
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, birddog, pg_temp
+LANGUAGE plpgsql IMMUTABLE
 AS $fn$
 DECLARE
     v_raw bytea := substring(convert_to(p_text, 'UTF8') FROM 1 FOR greatest(p_bytes, 0));
@@ -116,7 +120,7 @@ $fn$""",
 CREATE FUNCTION birddog._cancelled(
     p_content text, p_diagnostic text, p_limit integer, OUT content text, OUT diagnostic text
 )
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, birddog, pg_temp
+LANGUAGE plpgsql IMMUTABLE
 AS $fn$
 DECLARE
     v_size bigint := octet_length(p_content);
@@ -141,147 +145,198 @@ BEGIN
                        ELSE left(p_diagnostic || '; ' || v_note, 200) END;
 END
 $fn$""",
+    # The small helpers are PL/pgSQL, not SQL: a SQL function the planner cannot inline is
+    # planned again at every call, which cost most of a settlement (measured).
     "_field(jsonb,text,text)": """
 CREATE FUNCTION birddog._field(p_object jsonb, p_json_name text, p_python_name text)
 RETURNS jsonb
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, birddog, pg_temp
+LANGUAGE plpgsql IMMUTABLE
 AS $fn$
+BEGIN
     -- A model field by its JSON name, else its Python name (models take both).
-    SELECT CASE WHEN p_object ? p_json_name THEN p_object -> p_json_name
-                ELSE p_object -> p_python_name END
+    IF p_object ? p_json_name THEN
+        RETURN p_object -> p_json_name;
+    END IF;
+    RETURN p_object -> p_python_name;
+END
 $fn$""",
     "_only_keys(jsonb,text[])": """
 CREATE FUNCTION birddog._only_keys(p_object jsonb, p_allowed text[]) RETURNS boolean
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, birddog, pg_temp
+LANGUAGE plpgsql IMMUTABLE
 AS $fn$
+BEGIN
     -- An object with no field a model does not know (extra="forbid").
-    SELECT CASE WHEN jsonb_typeof(p_object) = 'object' THEN NOT EXISTS (
-        SELECT 1 FROM jsonb_object_keys(p_object) AS k(name) WHERE NOT (k.name = ANY(p_allowed))
-    ) ELSE false END
+    IF jsonb_typeof(p_object) IS DISTINCT FROM 'object' THEN
+        RETURN false;
+    END IF;
+    RETURN (p_object - p_allowed) = '{}'::jsonb;
+END
 $fn$""",
     "_max_recoveries(jsonb)": """
 CREATE FUNCTION birddog._max_recoveries(p_recovery jsonb) RETURNS integer
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, birddog, pg_temp
+LANGUAGE plpgsql IMMUTABLE
 AS $fn$
+DECLARE
+    v_budget jsonb;
+BEGIN
     -- job_rows.max_recoveries: {"maxRecoveries": 0..1000} (or its Python name), else 0.
-    SELECT CASE
-        WHEN NOT birddog._only_keys(p_recovery, ARRAY['maxRecoveries', 'max_recoveries']) THEN 0
-        WHEN (SELECT count(*) FROM jsonb_object_keys(p_recovery)) <> 1 THEN 0
-        WHEN jsonb_typeof(birddog._field(p_recovery, 'maxRecoveries', 'max_recoveries')) = 'number'
-         AND (birddog._field(p_recovery, 'maxRecoveries', 'max_recoveries') #>> '{}')
-             ~ '^[0-9]{1,4}$'
-        THEN CASE WHEN (birddog._field(p_recovery, 'maxRecoveries', 'max_recoveries') #>> '{}')::int
-                       <= 1000
-                  THEN (birddog._field(p_recovery, 'maxRecoveries', 'max_recoveries') #>> '{}')::int
-                  ELSE 0 END
-        ELSE 0
-    END
+    IF NOT birddog._only_keys(p_recovery, ARRAY['maxRecoveries', 'max_recoveries'])
+       OR (SELECT count(*) FROM jsonb_object_keys(p_recovery)) <> 1 THEN
+        RETURN 0;
+    END IF;
+    v_budget := birddog._field(p_recovery, 'maxRecoveries', 'max_recoveries');
+    IF jsonb_typeof(v_budget) <> 'number' OR (v_budget #>> '{}') !~ '^[0-9]{1,4}$' THEN
+        RETURN 0;
+    END IF;
+    IF (v_budget #>> '{}')::integer > 1000 THEN
+        RETURN 0;
+    END IF;
+    RETURN (v_budget #>> '{}')::integer;
+END
 $fn$""",
     # --- reading an agent job's payload as the core does (core.jobs, core.mail) ----------
-    "_is_name(jsonb,integer)": """
-CREATE FUNCTION birddog._is_name(p_value jsonb, p_max integer) RETURNS boolean
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, birddog, pg_temp
-AS $fn$
-    -- An id (1 to 256 characters) or a mail key (1 to 512): a string, no control character.
-    SELECT jsonb_typeof(p_value) = 'string'
-       AND char_length(p_value #>> '{}') BETWEEN 1 AND p_max
-       AND (p_value #>> '{}') !~ '<controls>'
-$fn$""",
     "_address(jsonb)": """
 CREATE FUNCTION birddog._address(p_value jsonb) RETURNS jsonb
-LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, birddog, pg_temp
+LANGUAGE plpgsql IMMUTABLE
 AS $fn$
-    -- An AgentAddress as the core writes it, or NULL when the value is not one.
-    SELECT CASE
-        WHEN birddog._only_keys(p_value, ARRAY['kind', 'agentId', 'agent_id', 'sessionId',
-                                               'session_id'])
-         AND (NOT p_value ? 'kind' OR p_value -> 'kind' = '"agent"'::jsonb)
-         AND birddog._is_name(birddog._field(p_value, 'agentId', 'agent_id'), 256)
-         AND birddog._is_name(birddog._field(p_value, 'sessionId', 'session_id'), 256)
-        THEN jsonb_build_object(
-            'kind', 'agent',
-            'agentId', birddog._field(p_value, 'agentId', 'agent_id'),
-            'sessionId', birddog._field(p_value, 'sessionId', 'session_id')
-        )
-    END
+DECLARE
+    v_agent jsonb;
+    v_session jsonb;
+BEGIN
+    -- An AgentAddress as the core writes it ({kind, agentId, sessionId}), or NULL when the
+    -- value is not one: no unknown field, kind "agent" if given, both ids 1 to 256
+    -- characters without a control character.
+    IF jsonb_typeof(p_value) IS DISTINCT FROM 'object'
+       OR (p_value - ARRAY['kind', 'agentId', 'agent_id', 'sessionId', 'session_id']) <> '{}'
+       OR coalesce(p_value -> 'kind', '"agent"') <> '"agent"' THEN
+        RETURN NULL;
+    END IF;
+    v_agent := CASE WHEN p_value ? 'agentId' THEN p_value -> 'agentId'
+                    ELSE p_value -> 'agent_id' END;
+    v_session := CASE WHEN p_value ? 'sessionId' THEN p_value -> 'sessionId'
+                      ELSE p_value -> 'session_id' END;
+    IF jsonb_typeof(v_agent) IS DISTINCT FROM 'string'
+       OR jsonb_typeof(v_session) IS DISTINCT FROM 'string'
+       OR char_length(v_agent #>> '{}') NOT BETWEEN 1 AND 256
+       OR char_length(v_session #>> '{}') NOT BETWEEN 1 AND 256
+       OR ((v_agent #>> '{}') || (v_session #>> '{}')) ~ '<controls>' THEN
+        RETURN NULL;
+    END IF;
+    RETURN jsonb_build_object('kind', 'agent', 'agentId', v_agent, 'sessionId', v_session);
+END
 $fn$""",
-    "_mail_problem(text,text,jsonb)": """
-CREATE FUNCTION birddog._mail_problem(p_job_id text, p_queue text, p_payload jsonb)
-RETURNS text
-LANGUAGE plpgsql IMMUTABLE SET search_path = pg_catalog, birddog, pg_temp
+    "_agent_mail(text,text,jsonb)": """
+CREATE FUNCTION birddog._agent_mail(
+    p_job_id text, p_queue text, p_payload jsonb,
+    OUT problem text, OUT mail_key text, OUT command_id text, OUT recipient jsonb,
+    OUT reply_to jsonb
+)
+LANGUAGE plpgsql IMMUTABLE
 AS $fn$
 DECLARE
     v_mail jsonb;
     v_session jsonb;
+    v_command jsonb;
+    v_key jsonb;
+    v_reply_to jsonb;
+    v_created jsonb;
+    v_ids text;
 BEGIN
-    -- decode_agent_job: NULL when the payload is a BirdDog agent job (with mail or not),
-    -- else the field that is not. A job that is no agent job owes no reply.
-    IF NOT (birddog._is_name(to_jsonb(p_job_id), 256) AND birddog._is_name(to_jsonb(p_queue), 256))
+    -- decode_agent_job: the mail of a BirdDog agent job, its addresses as the core writes
+    -- them (recipient: the mail's to, which every reply is from; reply_to: the replyTo
+    -- list). problem is NULL for an agent job (mail_key NULL: it has no mail), else the
+    -- field that is not one: such a job owes no reply. Ids are 1 to 256 characters, the
+    -- mail key 1 to 512, none with a control character; no field a model does not know.
+    IF jsonb_typeof(p_payload) IS DISTINCT FROM 'object'
+       OR (p_payload - ARRAY['sessionId', 'session_id', 'commandFactId', 'command_fact_id',
+                             'mail']) <> '{}' THEN
+        problem := 'payload';
+        RETURN;
+    END IF;
+    v_session := CASE WHEN p_payload ? 'sessionId' THEN p_payload -> 'sessionId'
+                      ELSE p_payload -> 'session_id' END;
+    v_command := CASE WHEN p_payload ? 'commandFactId' THEN p_payload -> 'commandFactId'
+                      ELSE p_payload -> 'command_fact_id' END;
+    IF jsonb_typeof(v_session) IS DISTINCT FROM 'string'
+       OR jsonb_typeof(v_command) IS DISTINCT FROM 'string'
+       OR char_length(p_job_id) NOT BETWEEN 1 AND 256
+       OR char_length(p_queue) NOT BETWEEN 1 AND 256
+       OR char_length(v_session #>> '{}') NOT BETWEEN 1 AND 256
+       OR char_length(v_command #>> '{}') NOT BETWEEN 1 AND 256
+       OR (p_job_id || p_queue || (v_session #>> '{}') || (v_command #>> '{}')) ~ '<controls>'
     THEN
-        RETURN 'jobId';
+        problem := 'sessionId';
+        RETURN;
     END IF;
-    IF NOT birddog._only_keys(p_payload, ARRAY['sessionId', 'session_id', 'commandFactId',
-                                                'command_fact_id', 'mail']) THEN
-        RETURN 'payload';
-    END IF;
-    v_session := birddog._field(p_payload, 'sessionId', 'session_id');
-    IF NOT birddog._is_name(v_session, 256) THEN
-        RETURN 'sessionId';
-    END IF;
-    IF NOT birddog._is_name(birddog._field(p_payload, 'commandFactId', 'command_fact_id'), 256)
-    THEN
-        RETURN 'commandFactId';
+    IF v_session #>> '{}' <> p_queue THEN
+        problem := 'sessionId';
+        RETURN;
     END IF;
     v_mail := p_payload -> 'mail';
     IF v_mail IS NULL OR jsonb_typeof(v_mail) = 'null' THEN
-        IF v_session #>> '{}' <> p_queue THEN
-            RETURN 'sessionId';
-        END IF;
-        RETURN NULL;
+        RETURN;
     END IF;
-    IF NOT birddog._only_keys(v_mail, ARRAY['key', 'to', 'from', 'from_', 'replyTo', 'reply_to',
-                                             'content', 'createdAt', 'created_at']) THEN
-        RETURN 'mail';
+    IF jsonb_typeof(v_mail) <> 'object'
+       OR (v_mail - ARRAY['key', 'to', 'from', 'from_', 'replyTo', 'reply_to', 'content',
+                          'createdAt', 'created_at']) <> '{}' THEN
+        problem := 'mail';
+        RETURN;
     END IF;
-    IF NOT birddog._is_name(v_mail -> 'key', 512) THEN
-        RETURN 'mail.key';
+    v_key := v_mail -> 'key';
+    IF jsonb_typeof(v_key) IS DISTINCT FROM 'string'
+       OR char_length(v_key #>> '{}') NOT BETWEEN 1 AND 512
+       OR (v_key #>> '{}') ~ '<controls>' THEN
+        problem := 'mail.key';
+        RETURN;
     END IF;
-    IF birddog._address(v_mail -> 'to') IS NULL THEN
-        RETURN 'mail.to';
+    recipient := birddog._address(v_mail -> 'to');
+    IF recipient IS NULL THEN
+        problem := 'mail.to';
+        RETURN;
     END IF;
-    IF birddog._address(birddog._field(v_mail, 'from', 'from_')) IS NULL THEN
-        RETURN 'mail.from';
+    IF birddog._address(CASE WHEN v_mail ? 'from' THEN v_mail -> 'from'
+                             ELSE v_mail -> 'from_' END) IS NULL THEN
+        problem := 'mail.from';
+        RETURN;
     END IF;
-    IF jsonb_typeof(birddog._field(v_mail, 'replyTo', 'reply_to')) IS DISTINCT FROM 'array' THEN
-        RETURN 'mail.replyTo';
+    v_reply_to := CASE WHEN v_mail ? 'replyTo' THEN v_mail -> 'replyTo'
+                       ELSE v_mail -> 'reply_to' END;
+    IF jsonb_typeof(v_reply_to) IS DISTINCT FROM 'array' THEN
+        problem := 'mail.replyTo';
+        RETURN;
     END IF;
-    IF EXISTS (
-        SELECT 1 FROM jsonb_array_elements(birddog._field(v_mail, 'replyTo', 'reply_to')) AS a(v)
-        WHERE birddog._address(a.v) IS NULL
-    ) THEN
-        RETURN 'mail.replyTo';
+    SELECT coalesce(jsonb_agg(birddog._address(a.value) ORDER BY a.n), '[]'::jsonb)
+    INTO reply_to
+    FROM jsonb_array_elements(v_reply_to) WITH ORDINALITY AS a(value, n);
+    IF EXISTS (SELECT 1 FROM jsonb_array_elements(reply_to) AS a(value)
+               WHERE jsonb_typeof(a.value) = 'null') THEN
+        problem := 'mail.replyTo';
+        reply_to := NULL;
+        RETURN;
     END IF;
+    v_created := CASE WHEN v_mail ? 'createdAt' THEN v_mail -> 'createdAt'
+                      ELSE v_mail -> 'created_at' END;
     IF jsonb_typeof(v_mail -> 'content') IS DISTINCT FROM 'string' THEN
-        RETURN 'mail.content';
+        problem := 'mail.content';
+    ELSIF jsonb_typeof(v_created) IS DISTINCT FROM 'number'
+          OR (v_created #>> '{}') !~ '^[0-9]+$' THEN
+        problem := 'mail.createdAt';
+    ELSIF recipient ->> 'sessionId' <> v_session #>> '{}' THEN
+        problem := 'mail.to.sessionId';
     END IF;
-    IF jsonb_typeof(birddog._field(v_mail, 'createdAt', 'created_at')) IS DISTINCT FROM 'number'
-       OR (birddog._field(v_mail, 'createdAt', 'created_at') #>> '{}') !~ '^[0-9]+$'
-    THEN
-        RETURN 'mail.createdAt';
+    IF problem IS NOT NULL THEN
+        recipient := NULL;
+        reply_to := NULL;
+        RETURN;
     END IF;
-    IF v_session #>> '{}' <> p_queue THEN
-        RETURN 'sessionId';
-    END IF;
-    IF birddog._address(v_mail -> 'to') ->> 'sessionId' <> v_session #>> '{}' THEN
-        RETURN 'mail.to.sessionId';
-    END IF;
-    RETURN NULL;
+    mail_key := v_key #>> '{}';
+    command_id := v_command #>> '{}';
 END
 $fn$""",
     # --- carrying out a decision on a locked job ------------------------------------------
     "_requeue(text,text)": """
 CREATE FUNCTION birddog._requeue(p_job_id text, p_diagnostic text) RETURNS void
-LANGUAGE plpgsql SET search_path = pg_catalog, birddog, pg_temp
+LANGUAGE plpgsql
 AS $fn$
 DECLARE
     v_queue text;
@@ -299,17 +354,20 @@ BEGIN
     END IF;
 END
 $fn$""",
-    "_settle_job(birddog.jobs,text,text,text,text,boolean,timestamptz,integer,text,boolean)": """
+    (
+        "_settle_job(text,text,jsonb,text,text,text,text,text,boolean,timestamptz,integer,text,"
+        "boolean)"
+    ): """
 CREATE FUNCTION birddog._settle_job(
-    p_job birddog.jobs, p_outcome text, p_content text, p_diagnostic text,
-    p_reply_diagnostic text, p_records_cancellation boolean, p_now timestamptz,
-    p_max_content_bytes integer, p_traceparent text, p_wake boolean,
+    p_job_id text, p_queue text, p_payload jsonb, p_job_traceparent text, p_outcome text,
+    p_content text, p_diagnostic text, p_reply_diagnostic text, p_records_cancellation boolean,
+    p_now timestamptz, p_max_content_bytes integer, p_traceparent text, p_wake boolean,
     OUT keys text[], OUT unreadable text
 )
-LANGUAGE plpgsql SET search_path = pg_catalog, birddog, pg_temp
+LANGUAGE plpgsql
 AS $fn$
 DECLARE
-    v_mail jsonb := p_job.payload -> 'mail';
+    v_mail record;
     v_keys text[];
     v_agents text[];
     v_sessions text[];
@@ -329,46 +387,44 @@ BEGIN
         cancel_content = CASE WHEN NOT p_records_cancellation OR j.cancel_requested_at IS NOT NULL
                               THEN j.cancel_content ELSE p_content END,
         settled_at = p_now, lease_expires_at = NULL, slot = NULL, updated_at = now()
-    WHERE j.job_id = p_job.job_id;
+    WHERE j.job_id = p_job_id;
     keys := '{}';
-    unreadable := birddog._mail_problem(p_job.job_id, p_job.queue, p_job.payload);
+    SELECT * INTO v_mail FROM birddog._agent_mail(p_job_id, p_queue, p_payload);
+    unreadable := v_mail.problem;
     IF unreadable IS NULL AND octet_length(p_content) > p_max_content_bytes THEN
         unreadable := 'content';
     END IF;
-    IF unreadable IS NOT NULL OR v_mail IS NULL OR jsonb_typeof(v_mail) = 'null' THEN
+    IF unreadable IS NOT NULL OR v_mail.mail_key IS NULL THEN
         RETURN;
     END IF;
     SELECT
-        array_agg('outbox:' || (v_mail ->> 'key') || ':reply:' || (r.n - 1) ORDER BY r.n),
-        array_agg(birddog._address(r.address) ->> 'agentId' ORDER BY r.n),
-        array_agg(birddog._address(r.address) ->> 'sessionId' ORDER BY r.n),
+        array_agg('outbox:' || v_mail.mail_key || ':reply:' || (r.n - 1) ORDER BY r.n),
+        array_agg(r.address ->> 'agentId' ORDER BY r.n),
+        array_agg(r.address ->> 'sessionId' ORDER BY r.n),
         array_agg(
             jsonb_build_object(
-                'key', 'outbox:' || (v_mail ->> 'key') || ':reply:' || (r.n - 1),
-                'inReplyTo', v_mail -> 'key',
-                'to', birddog._address(r.address),
-                'from', birddog._address(v_mail -> 'to'),
+                'key', 'outbox:' || v_mail.mail_key || ':reply:' || (r.n - 1),
+                'inReplyTo', v_mail.mail_key,
+                'to', r.address,
+                'from', v_mail.recipient,
                 'replyTo', '[]'::jsonb,
                 'content', CASE WHEN p_content = ''
                                 THEN 'The delegated work ended ' || p_outcome
                                      || ' without reply text.'
                                 ELSE p_content END,
                 'createdAt', floor(extract(epoch FROM p_now) * 1000)::bigint,
-                'reply', jsonb_build_object(
-                    'commandId', birddog._field(p_job.payload, 'commandFactId', 'command_fact_id'),
-                    'outcome', p_outcome
-                ) || CASE
-                    WHEN p_reply_diagnostic IS NOT NULL
-                     AND p_outcome IN ('failed', 'interrupted', 'outcome_unknown')
-                    THEN jsonb_build_object('diagnostic', p_reply_diagnostic)
-                    ELSE '{}'::jsonb
-                END
+                'reply', jsonb_build_object('commandId', v_mail.command_id, 'outcome', p_outcome)
+                    || CASE
+                        WHEN p_reply_diagnostic IS NOT NULL
+                         AND p_outcome IN ('failed', 'interrupted', 'outcome_unknown')
+                        THEN jsonb_build_object('diagnostic', p_reply_diagnostic)
+                        ELSE '{}'::jsonb
+                    END
             )
             ORDER BY r.n
         )
     INTO v_keys, v_agents, v_sessions, v_replies
-    FROM jsonb_array_elements(birddog._field(v_mail, 'replyTo', 'reply_to'))
-        WITH ORDINALITY AS r(address, n);
+    FROM jsonb_array_elements(v_mail.reply_to) WITH ORDINALITY AS r(address, n);
     IF v_keys IS NULL THEN
         RETURN;
     END IF;
@@ -380,10 +436,9 @@ BEGIN
             key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome,
             reply, state, attempts, deferrals, due_at, created_at, traceparent
         )
-        SELECT r.key, r.agent_id, r.session_id, v_mail ->> 'key',
-               birddog._field(p_job.payload, 'commandFactId', 'command_fact_id') #>> '{}',
+        SELECT r.key, r.agent_id, r.session_id, v_mail.mail_key, v_mail.command_id,
                p_outcome, r.reply, 'pending', 0, 0, p_now, p_now,
-               coalesce(p_traceparent, p_job.traceparent)
+               coalesce(p_traceparent, p_job_traceparent)
         FROM unnest(v_keys, v_agents, v_sessions, v_replies) AS r(key, agent_id, session_id, reply)
         WHERE NOT EXISTS (SELECT 1 FROM birddog.receipts rc WHERE rc.key = r.key)
         ON CONFLICT (key) DO NOTHING
@@ -693,7 +748,8 @@ BEGIN
         cause := 'interrupted';
     END IF;
     SELECT * INTO v_done FROM birddog._settle_job(
-        v_job, v_outcome, v_content, v_diagnostic, v_reply_diagnostic, false, p_now,
+        v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
+        v_outcome, v_content, v_diagnostic, v_reply_diagnostic, false, p_now,
         p_max_content_bytes, p_traceparent, p_wake
     );
     outcome := v_outcome;
@@ -745,7 +801,8 @@ BEGIN
                         coalesce(v_job.cancel_content, ''), p_lease_diagnostic, p_max_content_bytes
                     );
                     SELECT * INTO v_done FROM birddog._settle_job(
-                        v_job, 'cancelled', v_cancel.content, v_cancel.diagnostic, NULL, false,
+                        v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
+                        'cancelled', v_cancel.content, v_cancel.diagnostic, NULL, false,
                         p_now, p_max_content_bytes, NULL, p_wake
                     );
                     what := 'cancelled';
@@ -755,7 +812,8 @@ BEGIN
                     what := 'requeued';
                 ELSE
                     SELECT * INTO v_done FROM birddog._settle_job(
-                        v_job, 'outcome_unknown', '', p_lease_diagnostic,
+                        v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
+                        'outcome_unknown', '', p_lease_diagnostic,
                         p_lease_reply_diagnostic, false, p_now, p_max_content_bytes, NULL, p_wake
                     );
                     what := 'outcome_unknown';
@@ -767,7 +825,8 @@ BEGIN
             IF v_job.state = 'queued' AND v_job.created_at <= p_since
                AND v_job.recovery_count = p_recovery_counts[v_at] THEN
                 SELECT * INTO v_done FROM birddog._settle_job(
-                    v_job, 'cancelled', p_contents[v_at], p_diagnostics[v_at], NULL, true,
+                    v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
+                    'cancelled', p_contents[v_at], p_diagnostics[v_at], NULL, true,
                     p_now, p_max_content_bytes, NULL, p_wake
                 );
                 what := 'cancelled';
@@ -810,7 +869,8 @@ BEGIN
             NULL, p_max_content_bytes
         );
         SELECT * INTO v_done FROM birddog._settle_job(
-            v_job, 'cancelled', v_cancel.content, v_cancel.diagnostic, NULL,
+            v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
+            'cancelled', v_cancel.content, v_cancel.diagnostic, NULL,
             v_job.cancel_requested_at IS NULL, p_now, p_max_content_bytes, NULL, p_wake
         );
         decision := 'settle';

@@ -1218,10 +1218,12 @@ BEGIN
         TO birddog_daemon;
     -- The worker: claims, heartbeats and settles jobs and reaps lost ones, only through
     -- the functions (the claim token checked, the replies derived from the job's stored
-    -- mail); reads jobs; no outbox, route, mailbox or wake row of its own making.
+    -- mail), and enqueues what a handler sends on; reads jobs; no outbox, route, mailbox
+    -- or wake row of its own making.
     GRANT SELECT ON birddog.jobs TO birddog_worker;
     GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.daemons TO birddog_worker;
     GRANT EXECUTE ON FUNCTION
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
         birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text),
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
