@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
@@ -61,6 +62,17 @@ CONTROLS = (
 )
 
 HELPERS = {
+    # --- who the caller is (migration 0008 makes these real: agent logins, RLS) ----------
+    "_caller_agent()": """
+CREATE FUNCTION birddog._caller_agent() RETURNS text
+LANGUAGE plpgsql STABLE
+AS $fn$
+BEGIN
+    -- The agent the session's login acts as (NULL: the caller is no agent login, and the
+    -- functions' rules are the only bound). Nobody is one until agent logins exist.
+    RETURN NULL;
+END
+$fn$""",
     # --- texts the core writes (birddog.core.lifecycle) ----------------------------------
     "_format_bytes(bigint)": """
 CREATE FUNCTION birddog._format_bytes(p_size bigint) RETURNS text
@@ -478,6 +490,16 @@ $fn$""",
 }
 
 FUNCTIONS = {
+    "mailbox_visible(text,text)": """
+CREATE FUNCTION birddog.mailbox_visible(p_agent_id text, p_in_reply_to text) RETURNS boolean
+LANGUAGE plpgsql STABLE SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+BEGIN
+    -- Whether the caller may read (and acknowledge) a mailbox row of p_agent_id answering
+    -- mail p_in_reply_to. Everyone may, until agent logins exist (migration 0008).
+    RETURN true;
+END
+$fn$""",
     "enqueue(text,text,text,smallint,text,text,timestamptz,text,boolean)": """
 CREATE FUNCTION birddog.enqueue(
     p_job_id text, p_queue text, p_lane text, p_priority smallint, p_payload text,
@@ -492,14 +514,25 @@ DECLARE
     v_recovery jsonb := p_recovery::jsonb;
     v_stored birddog.jobs%ROWTYPE;
     v_from text;
+    v_agent text := birddog._caller_agent();
 BEGIN
-    -- A queued job, nothing else: state, lease and claim are not the caller's to give.
+    -- An agent's login sends as itself only: the mail's from is its agent.
+    IF v_agent IS NOT NULL
+       AND (birddog._field(v_payload -> 'mail', 'from', 'from_') ->> 'agentId')
+           IS DISTINCT FROM v_agent
+    THEN
+        RAISE EXCEPTION 'an agent enqueues mail from itself only (from.agentId %)', v_agent
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- A queued job, nothing else: state, lease and claim are not the caller's to give. The
+    -- login that enqueued it is kept (sent_by): a sender reads the jobs it sent.
     INSERT INTO birddog.jobs AS j (
-        job_id, queue, lane, priority, state, payload, recovery, created_at, traceparent
+        job_id, queue, lane, priority, state, payload, recovery, created_at, traceparent,
+        sent_by
     )
     VALUES (
         p_job_id, p_queue, p_lane, p_priority, 'queued', v_payload, v_recovery,
-        coalesce(p_created_at, clock_timestamp()), p_traceparent
+        coalesce(p_created_at, clock_timestamp()), p_traceparent, session_user
     )
     ON CONFLICT (job_id) DO NOTHING;
     IF FOUND THEN
@@ -556,8 +589,15 @@ RETURNS TABLE (
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
 AS $fn$
 #variable_conflict use_column
+DECLARE
+    v_agent text := birddog._caller_agent();
 BEGIN
-    -- jobs_claim, as it was: the head of each queue (priority, age, id) with a free slot.
+    -- The head of each queue (priority, age, id) with a free slot. An agent's login names
+    -- its sessions, and takes only the heads whose mail is addressed to its agent.
+    IF v_agent IS NOT NULL AND p_queues IS NULL THEN
+        RAISE EXCEPTION 'an agent claims from the sessions it names only'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     RETURN QUERY
     WITH RECURSIVE every_head AS (
         -- A skip scan of the claim index (queue, priority DESC, created_at, job_id): each
@@ -609,6 +649,7 @@ BEGIN
         FROM heads h
         JOIN birddog.jobs j ON j.job_id = h.job_id
         WHERE j.state = 'queued' AND NOT EXISTS (SELECT 1 FROM busy b WHERE b.queue = h.queue)
+          AND (v_agent IS NULL OR (j.payload #>> '{mail,to,agentId}') = v_agent)
         ORDER BY h.priority DESC, h.created_at, h.job_id
         LIMIT p_limit
         FOR UPDATE OF j SKIP LOCKED
@@ -642,12 +683,15 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
 AS $fn$
 DECLARE
     v_cancel boolean;
+    v_agent text := birddog._caller_agent();
 BEGIN
-    -- The lease of a job still running under this claim; whether a cancellation was asked
+    -- The lease of a job still running under this claim (an agent's own job, for an
+    -- agent's login); whether a cancellation was asked
     -- (NULL: the claim holds nothing).
     UPDATE birddog.jobs j
     SET lease_expires_at = p_lease_until, updated_at = now()
     WHERE j.job_id = p_job_id AND j.state = 'running' AND j.claim_token = p_claim_token
+      AND (v_agent IS NULL OR (j.payload #>> '{mail,to,agentId}') = v_agent)
     RETURNING j.cancel_requested_at IS NOT NULL INTO v_cancel;
     RETURN v_cancel;
 END
@@ -675,6 +719,7 @@ DECLARE
     v_content text;
     v_diagnostic text;
     v_reply_diagnostic text;
+    v_agent text := birddog._caller_agent();
 BEGIN
     -- What a worker reports about a job it holds (lifecycle.decide for a result, p_event
     -- 'result', or a stop, 'stop'), carried out in one call. The caller gives the texts
@@ -685,6 +730,13 @@ BEGIN
     SELECT * INTO v_job FROM birddog.jobs j WHERE j.job_id = p_job_id FOR UPDATE;
     IF NOT FOUND THEN
         decision := 'missing';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF v_agent IS NOT NULL AND (v_job.payload #>> '{mail,to,agentId}') IS DISTINCT FROM v_agent
+    THEN
+        decision := 'refuse';
+        reason := 'the job is not addressed to this agent';
         RETURN NEXT;
         RETURN;
     END IF;
@@ -895,11 +947,13 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
 AS $fn$
 #variable_conflict use_column
 BEGIN
-    -- Mark mailbox replies read; returns the keys that were unread.
+    -- Mark mailbox replies read; returns the keys that were unread. Only rows the caller
+    -- may read (mailbox_visible): an agent's login acknowledges its own mailbox only.
     RETURN QUERY
     UPDATE birddog.mailbox m
     SET read_at = p_read_at
     WHERE m.key = ANY(p_keys) AND m.read_at IS NULL
+      AND birddog.mailbox_visible(m.agent_id, m.in_reply_to)
     RETURNING m.key;
 END
 $fn$""",
@@ -907,6 +961,9 @@ $fn$""",
 
 
 def upgrade() -> None:
+    # Who enqueued each job (the session's login): a sender reads the jobs it sent, and
+    # the replies to them, once mailboxes and jobs are private (migration 0008).
+    op.add_column("jobs", sa.Column("sent_by", sa.Text(), nullable=True), schema="birddog")
     for signature, body in {**HELPERS, **FUNCTIONS}.items():
         op.execute(body.replace("<controls>", CONTROLS))
         # Functions are created executable by PUBLIC; migrate --roles grants EXECUTE.
@@ -916,3 +973,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     for signature in reversed([*HELPERS, *FUNCTIONS]):
         op.execute(f"DROP FUNCTION birddog.{signature}")
+    op.drop_column("jobs", "sent_by", schema="birddog")

@@ -9,7 +9,7 @@ mailbox. Then the same roles do their work through the CLI and the library.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -262,13 +262,20 @@ async def test_the_library_enqueues_as_the_sender_on_asyncpg_and_sqlalchemy(
     assert ids == ["a", "c"]
 
 
-async def test_every_path_works_under_its_role(logins: dict[str, str], pg_pool: Pool) -> None:
-    """Send and its replay, worker --handler and --command, the drain into a mailbox, inbox --ack, replay, cancel."""
+def as_role(logins: dict[str, str]) -> Callable[..., Awaitable[str]]:
+    """Run ``birddog ARGS`` as one role's login; it must succeed; its stdout."""
 
     async def as_(kind: str, *args: str) -> str:
         done = await cli(logins[kind], *args)
         assert done.returncode == 0, f"{kind}: {args}: {done.stderr}"
         return done.stdout
+
+    return as_
+
+
+async def test_every_path_works_under_its_role(logins: dict[str, str], pg_pool: Pool) -> None:
+    """Send and its replay, worker --handler and --command, the drain into a mailbox, inbox --ack."""
+    as_ = as_role(logins)
 
     await as_("daemon", "route", "add", "alice", "--mailbox")
     send = (
@@ -287,6 +294,13 @@ async def test_every_path_works_under_its_role(logins: dict[str, str], pg_pool: 
     contents = sorted(json.loads(line)["content"] for line in listed)
     assert contents == ["WHAT IS DUE?", "echo: What is due?"]
     assert (await as_("sender", "inbox", "alice", "--json")).strip() == ""
+
+
+async def test_the_operators_paths_work_under_their_roles(
+    logins: dict[str, str], pg_pool: Pool
+) -> None:
+    """A dead letter replayed and a job cancelled by the daemon role, after a worker's settlement."""
+    as_ = as_role(logins)
     # A dead letter goes back to pending by the operator's hand (the daemon role).
     await enqueue(pg_pool, make_job("job-3", reply_to=(CAROL,)))
     await as_("worker", "worker", "--handler", "tests.acceptance.handlers:echo", "--once")

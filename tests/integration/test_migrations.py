@@ -25,6 +25,7 @@ TABLES = {
     "daemons",
     "agents",
     "agent_tokens",
+    "agent_logins",
 }
 VIEWS = {"pending", "dead_letters"}
 

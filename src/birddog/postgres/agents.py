@@ -20,6 +20,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 from datetime import datetime
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import structlog
 
@@ -30,7 +31,14 @@ from birddog.core.tokens import TOKEN_BYTES, make_token, token_digest
 from birddog.postgres.pool import Connection, Pool, store_errors
 from birddog.postgres.sql import queries
 
-__all__ = ["AgentAdded", "AgentInfo", "IssuedToken", "PostgresAgents", "TokenInfo"]
+__all__ = [
+    "AgentAdded",
+    "AgentInfo",
+    "AgentLogin",
+    "IssuedToken",
+    "PostgresAgents",
+    "TokenInfo",
+]
 
 log = structlog.get_logger("birddog.agents")
 
@@ -57,16 +65,51 @@ class IssuedToken:
 
 
 @dataclass(frozen=True, slots=True)
+class AgentLogin:
+    """A database login made for one agent: the only moment its password exists.
+
+    Attributes:
+        login: the role's name (a member of ``birddog_agent``).
+        password: its password; show it once, store it nowhere.
+    """
+
+    login: str
+    password: str
+
+    def __repr__(self) -> str:
+        # Never the password: a repr ends up in logs and tracebacks.
+        return f"AgentLogin(login={self.login!r})"
+
+    def dsn(self, dsn: str) -> str:
+        """``dsn`` (the operator's database URL) logged in as this login instead.
+
+        Args:
+            dsn: a ``postgresql://`` URL of the same database.
+
+        Returns:
+            The same host, port and database with this login and password (and no
+            ``passfile``: the password is in the URL).
+        """
+        parts = urlsplit(dsn)
+        host = parts.netloc.rpartition("@")[2]
+        user = f"{quote(self.login, safe='')}:{quote(self.password, safe='')}"
+        query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "passfile"])
+        return urlunsplit(parts._replace(netloc=f"{user}@{host}", query=query))
+
+
+@dataclass(frozen=True, slots=True)
 class AgentAdded:
     """What ``birddog agent add`` made for one agent.
 
     Attributes:
         issued: its first token.
         mailbox_added: the agent had no route and got a mailbox route.
+        login: its database login, when one was asked for.
     """
 
     issued: IssuedToken
     mailbox_added: bool
+    login: AgentLogin | None = None
 
     @property
     def address(self) -> AgentAddress:
@@ -104,11 +147,13 @@ class AgentInfo:
         agent_id: the agent.
         created_at: when it was added.
         tokens: its tokens, oldest first.
+        login: its database login (None: it has none).
     """
 
     agent_id: str
     created_at: datetime
     tokens: tuple[TokenInfo, ...]
+    login: str | None = None
 
 
 class PostgresAgents:
@@ -121,22 +166,28 @@ class PostgresAgents:
     def __init__(self, pool: Pool) -> None:
         self.pool = pool
 
-    async def add(self, address: AgentAddress) -> AgentAdded:
-        """Add an agent: its mailbox route when it has no route, and its first token.
+    async def add(self, address: AgentAddress, *, login: bool = False) -> AgentAdded:
+        """Add an agent: its mailbox route when it has no route, its first token, a login.
 
         All in one transaction: nothing is written when any part fails.
 
         Args:
             address: the agent and the session its first token names.
+            login: also make a database login for the agent, a member of ``birddog_agent``
+                (``birddog migrate --roles`` must have run, and this login must be allowed
+                to create roles): it reads its own mailbox and jobs only.
 
         Returns:
-            The token (shown once) and whether a mailbox route was added.
+            The token and the login's password (each shown once), and whether a mailbox
+            route was added.
 
         Raises:
             InvalidInput: the agent was added before (issue another token instead).
-            StoreUnavailable: the database is unreachable or refused; nothing was written.
+            StoreUnavailable: the database is unreachable or refused (no roles, no right to
+                create one); nothing was written.
         """
         address = _address(address)
+        made: AgentLogin | None = None
         with store_errors("agent add"):
             async with self.pool.acquire() as conn, conn.transaction():
                 if await conn.fetchrow(queries["agents_add"], address.agent_id) is None:
@@ -147,13 +198,20 @@ class PostgresAgents:
                     )
                 route = await conn.fetchval(queries["ask_add_mailbox_route"], address.agent_id)
                 issued = await self._insert_token(conn, address)
+                if login:
+                    password = secrets.token_urlsafe(24)
+                    name = await conn.fetchval(
+                        queries["agents_create_login"], address.agent_id, password
+                    )
+                    made = AgentLogin(login=name, password=password)
         log.info(
             "agent_added",
             agent_id=inert(address.agent_id),
             token_id=issued.token_id,
             mailbox_added=route is not None,
+            login=None if made is None else made.login,
         )
-        return AgentAdded(issued=issued, mailbox_added=route is not None)
+        return AgentAdded(issued=issued, mailbox_added=route is not None, login=made)
 
     async def issue(self, address: AgentAddress) -> IssuedToken:
         """Issue another token for an agent that was added.
@@ -221,6 +279,25 @@ class PostgresAgents:
         log.info("agent_tokens_revoked", agent_id=inert(agent_id), token_ids=revoked)
         return revoked
 
+    async def revoke_login(self, agent_id: str) -> str | None:
+        """End an agent's database login: forgotten and dropped, so it connects no more.
+
+        Args:
+            agent_id: the agent.
+
+        Returns:
+            The login dropped, or None when the agent had none.
+
+        Raises:
+            StoreUnavailable: the database is unreachable or refused (this login may not
+                drop roles).
+        """
+        with store_errors("agent revoke"):
+            login: str | None = await self.pool.fetchval(queries["agents_drop_login"], agent_id)
+        if login is not None:
+            log.info("agent_login_dropped", agent_id=inert(agent_id), login=login)
+        return login
+
     async def list(self) -> list[AgentInfo]:
         """Every agent that was added, with its live tokens (never a token's text).
 
@@ -232,9 +309,11 @@ class PostgresAgents:
         """
         with store_errors("agent list"):
             records = await self.pool.fetch(queries["agents_list"])
-        agents: dict[str, tuple[datetime, list[TokenInfo]]] = {}
+        agents: dict[str, tuple[datetime, str | None, list[TokenInfo]]] = {}
         for record in records:
-            _, tokens = agents.setdefault(record["agent_id"], (record["created_at"], []))
+            _, _, tokens = agents.setdefault(
+                record["agent_id"], (record["created_at"], record["login"], [])
+            )
             if record["token_id"] is not None:
                 tokens.append(
                     TokenInfo(
@@ -245,8 +324,8 @@ class PostgresAgents:
                     )
                 )
         return [
-            AgentInfo(agent_id=agent_id, created_at=created_at, tokens=tuple(tokens))
-            for agent_id, (created_at, tokens) in agents.items()
+            AgentInfo(agent_id=agent_id, created_at=created_at, tokens=tuple(tokens), login=login)
+            for agent_id, (created_at, login, tokens) in agents.items()
         ]
 
     async def authenticate(self, token: str) -> AgentAddress | None:

@@ -575,10 +575,9 @@ ON CONFLICT (agent_id) DO NOTHING
 RETURNING r.agent_id;
 
 -- name: ask_target_known
--- Whether an agent session can be asked: the agent has a route, or the session was sent work before.
+-- Whether an agent session can be asked: the agent has a route, or the session was sent work before (by anyone: birddog.session_known shows no job).
 -- params: $1 agent_id text, $2 session_id text
-SELECT EXISTS (SELECT 1 FROM birddog.routes r WHERE r.agent_id = $1::text)
-    OR EXISTS (SELECT 1 FROM birddog.jobs j WHERE j.queue = $2::text);
+SELECT birddog.session_known($1::text, $2::text);
 
 -- name: ask_job_by_mail_key
 -- The job that carries the mail with key $1, its payload as text (jobs_mail_key_idx).
@@ -628,14 +627,25 @@ RETURNING t.token_id;
 SELECT EXISTS (SELECT 1 FROM birddog.agents a WHERE a.agent_id = $1::text);
 
 -- name: agents_list
--- Every agent with its tokens' ids, sessions, creation and last use (never a digest), by agent id.
+-- Every agent with its database login (if any) and its tokens' ids, sessions, creation and last use (never a digest), by agent id.
 -- params: none
 SELECT
-    a.agent_id, a.created_at, t.token_id, t.session_id, t.created_at AS token_created_at,
-    t.last_used_at
+    a.agent_id, a.created_at, l.login, t.token_id, t.session_id,
+    t.created_at AS token_created_at, t.last_used_at
 FROM birddog.agents a
+LEFT JOIN birddog.agent_logins l ON l.agent_id = a.agent_id
 LEFT JOIN birddog.agent_tokens t ON t.agent_id = a.agent_id
 ORDER BY a.agent_id, t.created_at, t.token_id;
+
+-- name: agents_create_login
+-- Make a database login for an agent, a member of birddog_agent (needs CREATEROLE: the caller's rights); returns its name.
+-- params: $1 agent_id text, $2 password text
+SELECT birddog.create_agent_login($1::text, $2::text);
+
+-- name: agents_drop_login
+-- Forget and drop an agent's database login; returns it (null: it had none).
+-- params: $1 agent_id text
+SELECT birddog.drop_agent_login($1::text);
 
 -- ===== daemons =====
 
@@ -943,12 +953,12 @@ FROM birddog.enqueue(
 ) AS e;
 
 -- name: jobs_get
--- One job, its JSON as text.
+-- One job, its JSON as text (never its claim token: an agent's login may not read it).
 -- params: $1 job_id text
 SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
-    j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at
+    j.recovery::text AS recovery, j.outcome, j.lease_expires_at, j.recovery_count,
+    j.cancel_requested_at, j.cancel_content, j.created_at
 FROM birddog.jobs j
 WHERE j.job_id = $1::text;
 
@@ -1110,14 +1120,15 @@ WHERE m.key IN (
 -- ---------------------------------------------------------------------------------------
 
 -- name: roles_create
--- Create the five group roles (NOLOGIN) that do not exist yet; needs CREATEROLE only then.
+-- Create the six group roles (NOLOGIN) that do not exist yet; needs CREATEROLE only then.
 -- params: none
 DO $roles$
 DECLARE
     wanted text;
 BEGIN
     FOREACH wanted IN ARRAY ARRAY[
-        'birddog_owner', 'birddog_daemon', 'birddog_worker', 'birddog_sender', 'birddog_reader'
+        'birddog_owner', 'birddog_daemon', 'birddog_worker', 'birddog_sender', 'birddog_reader',
+        'birddog_agent'
     ] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = wanted) THEN
             BEGIN
@@ -1184,14 +1195,15 @@ $own$;
 DO $grant$
 BEGIN
     REVOKE ALL ON ALL TABLES IN SCHEMA birddog
-        FROM birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
+        FROM birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
     REVOKE ALL ON SCHEMA birddog FROM PUBLIC;
     REVOKE ALL ON ALL FUNCTIONS IN SCHEMA birddog
-        FROM PUBLIC, birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
+        FROM PUBLIC, birddog_daemon, birddog_worker, birddog_sender, birddog_reader,
+             birddog_agent;
     GRANT USAGE ON SCHEMA birddog
-        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
+        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
     GRANT SELECT ON birddog.alembic_version
-        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
+        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
     -- The daemon and the operator's commands (route, replay, prune, probe, secrets rekey,
     -- jobs cancel, the console): every row, no DDL.
     GRANT SELECT, INSERT, UPDATE, DELETE ON
@@ -1200,7 +1212,8 @@ BEGIN
         TO birddog_daemon;
     GRANT SELECT ON birddog.pending, birddog.dead_letters TO birddog_daemon;
     -- The operator's `birddog agent` commands: agents and their tokens (digests only).
-    GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.agents, birddog.agent_tokens
+    GRANT SELECT, INSERT, UPDATE, DELETE
+        ON birddog.agents, birddog.agent_tokens, birddog.agent_logins
         TO birddog_daemon;
     -- Jobs and mailboxes change through the rules (migration 0007's SECURITY DEFINER
     -- functions) for every role; the daemon (the operators' commands) may also cancel.
@@ -1214,7 +1227,12 @@ BEGIN
                      text, integer, boolean),
         birddog.cancel(text, text, timestamptz, integer, boolean),
         birddog.ack(text[], timestamptz),
-        birddog.agent_token_use(bytea)
+        birddog.agent_token_use(bytea),
+        birddog.mailbox_visible(text, text),
+        birddog.job_visible(text, jsonb),
+        birddog.session_known(text, text),
+        birddog.create_agent_login(text, text),
+        birddog.drop_agent_login(text)
         TO birddog_daemon;
     -- The worker: claims, heartbeats and settles jobs and reaps lost ones, only through
     -- the functions (the claim token checked, the replies derived from the job's stored
@@ -1230,20 +1248,64 @@ BEGIN
                        text, boolean),
         birddog.reap(text, text[], integer[], text[], text[], timestamptz, timestamptz, text,
                      text, integer, boolean),
-        birddog.agent_token_use(bytea)
+        birddog.agent_token_use(bytea),
+        birddog.session_known(text, text)
         TO birddog_worker;
     -- The sender (send, ask, inbox, the library's enqueue): enqueues queued jobs (with a
     -- mailbox route for an asker without a route) and acknowledges replies through the
-    -- functions; reads jobs and mailboxes, and which agents have a route; never a secret
-    -- or a URL, and no row of its own making.
+    -- functions; reads the jobs its login sent and the replies to them (row-level security,
+    -- below), and which agents have a route; never a secret or a URL, and no row of its own
+    -- making.
     GRANT SELECT ON birddog.jobs TO birddog_sender;
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
     GRANT SELECT ON birddog.mailbox TO birddog_sender;
     GRANT EXECUTE ON FUNCTION
         birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
         birddog.ack(text[], timestamptz),
-        birddog.agent_token_use(bytea)
+        birddog.agent_token_use(bytea),
+        birddog.mailbox_visible(text, text),
+        birddog.job_visible(text, jsonb),
+        birddog.session_known(text, text)
         TO birddog_sender;
+    -- An agent's own login (birddog agent add AGENT --login): what a sender may, for its
+    -- own agent only (mail from itself, its own mailbox, the jobs it sent or serves), and
+    -- claim, heartbeat and settle its own jobs; never another claim's token.
+    GRANT SELECT (
+        job_id, queue, lane, priority, state, payload, recovery, outcome, lease_expires_at,
+        recovery_count, cancel_requested_at, cancel_content, result_content, diagnostic,
+        worker_id, created_at, updated_at, settled_at, slot, started_at, traceparent, sent_by
+    ) ON birddog.jobs TO birddog_agent;
+    GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_agent;
+    GRANT SELECT ON birddog.mailbox TO birddog_agent;
+    GRANT EXECUTE ON FUNCTION
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
+        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text),
+        birddog.heartbeat(text, uuid, timestamptz),
+        birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
+                       text, boolean),
+        birddog.ack(text[], timestamptz),
+        birddog.mailbox_visible(text, text),
+        birddog.job_visible(text, jsonb),
+        birddog.session_known(text, text)
+        TO birddog_agent;
+    -- Mailboxes and jobs are private (row-level security; the owner, whose functions
+    -- write them, is not bound by it): operators see every row, a sender the jobs its
+    -- login sent and the replies to them, an agent's login its own mailbox and the jobs
+    -- it sent or serves.
+    ALTER TABLE birddog.mailbox ENABLE ROW LEVEL SECURITY;
+    ALTER TABLE birddog.jobs ENABLE ROW LEVEL SECURITY;
+    DROP POLICY IF EXISTS mailbox_operators ON birddog.mailbox;
+    DROP POLICY IF EXISTS mailbox_own ON birddog.mailbox;
+    DROP POLICY IF EXISTS jobs_operators ON birddog.jobs;
+    DROP POLICY IF EXISTS jobs_own ON birddog.jobs;
+    CREATE POLICY mailbox_operators ON birddog.mailbox TO birddog_daemon
+        USING (true) WITH CHECK (true);
+    CREATE POLICY mailbox_own ON birddog.mailbox FOR SELECT TO birddog_sender, birddog_agent
+        USING (birddog.mailbox_visible(agent_id, in_reply_to));
+    CREATE POLICY jobs_operators ON birddog.jobs TO birddog_daemon, birddog_worker, birddog_reader
+        USING (true) WITH CHECK (true);
+    CREATE POLICY jobs_own ON birddog.jobs FOR SELECT TO birddog_sender, birddog_agent
+        USING (birddog.job_visible(sent_by, payload));
     -- The reader (status, check, pending, dead): the views and counts; no content, no
     -- secret, no URL.
     GRANT SELECT ON birddog.pending, birddog.dead_letters, birddog.daemons TO birddog_reader;
