@@ -41,7 +41,8 @@ from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.jobs import enqueue_accepted_job
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.chaos.support import (
+from tests.support import eventually
+from tests.support.chaos import (
     CROWDED_SESSION,
     DAEMONS,
     DATABASE_AWAY,
@@ -58,7 +59,6 @@ from tests.chaos.support import (
     expected_contents,
     make_plan,
     retrying,
-    wait_for,
 )
 
 SIZE = FULL if os.environ.get("BIRDDOG_CHAOS_FULL") == "1" else REDUCED
@@ -264,7 +264,7 @@ async def _chaos(
         return run.marker.exists()
 
     async def kill_worker_mid_job() -> None:
-        await wait_for(blocking_job_running, timeout_s=30, what="the blocking job to start")
+        await eventually(blocking_job_running, "the blocking job to start", within_s=30)
         await asyncio.sleep(plan.worker_kill_delay_s)  # a random moment into the job
         row = await retrying(lambda: _job_row(pool, plan.blocking.job.job_id), what="the job")
         assert row["state"] == "running", f"the blocking job is {row['state']}, not running"
@@ -323,10 +323,10 @@ async def test_no_reply_vanishes_under_crashes_restarts_and_bad_recipients() -> 
         await _chaos(
             run=run, plan=plan, pool=pool, routes=routes, server=server, recipients=recipients
         )
-        await wait_for(
+        await eventually(
             lambda: _all_ended(run, pool, len(plan.jobs)),
-            timeout_s=plan.size.settle_s,
-            what="every job settled and no reply pending",
+            "every job settled and no reply pending",
+            within_s=plan.size.settle_s,
             every_s=0.25,
         )
         elapsed = time.monotonic() - chaos_started
