@@ -621,7 +621,10 @@ BEGIN
             LIMIT 1
         ) next
     ),
-    heads AS (
+    -- MATERIALIZED, heads and busy: each is made once. Planned from statistics taken while
+    -- every job ran (a fleet that had claimed them all), the planner otherwise thinks one
+    -- job is queued and runs the heads again for each queued job (minutes at 2,000).
+    heads AS MATERIALIZED (
         SELECT h.queue, h.priority, h.created_at, h.job_id
         FROM every_head h
         WHERE NOT starts_with(h.queue, p_reserved_prefix)
@@ -636,7 +639,7 @@ BEGIN
             LIMIT 1
         ) named
     ),
-    busy AS (
+    busy AS MATERIALIZED (
         SELECT r.queue FROM birddog.jobs r
         WHERE r.state = 'running'
         GROUP BY r.queue
@@ -831,7 +834,7 @@ DECLARE
     v_done record;
 BEGIN
     -- The reapers, for the jobs p_job_ids (a job another transaction holds is skipped and
-    -- not returned). 'lease_expired': a running job whose lease ended by p_now is queued
+    -- not returned). 'lease_expired': a running job whose lease ended by p_since is queued
     -- again while its budget lasts, else settles outcome_unknown (a recorded cancellation:
     -- cancelled). 'queued_too_long': a job still queued, enqueued by p_since, settles
     -- cancelled with the caller's text for its recovery count (p_contents, p_diagnostics,
@@ -847,7 +850,7 @@ BEGIN
         what := 'keep';
         IF p_event = 'lease_expired' THEN
             IF v_job.state = 'running'
-               AND (v_job.lease_expires_at IS NULL OR v_job.lease_expires_at <= p_now) THEN
+               AND (v_job.lease_expires_at IS NULL OR v_job.lease_expires_at <= p_since) THEN
                 IF v_job.cancel_requested_at IS NOT NULL THEN
                     SELECT * INTO v_cancel FROM birddog._cancelled(
                         coalesce(v_job.cancel_content, ''), p_lease_diagnostic, p_max_content_bytes

@@ -7,7 +7,7 @@ import json
 from birddog import AgentAddress
 from birddog.postgres.agents import PostgresAgents
 from birddog.postgres.pool import Pool
-from tests.acceptance.conftest import cli
+from tests.support.cli import cli
 
 
 def token_of(stdout: str) -> str:

@@ -24,8 +24,8 @@ from birddog.postgres.agents import AgentLogin, PostgresAgents
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.mailbox import Mailbox
 from birddog.postgres.pool import Pool, create_pool
-from tests.acceptance.conftest import BIRDDOG, ROOT, cli, cli_env
 from tests.support import deliver_to_mailbox
+from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
 
 GUIDE = ROOT / "docs" / "deployment.md"
 MARKER = "<!-- run by tests/acceptance/test_private_mailboxes.py -->"

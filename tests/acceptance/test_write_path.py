@@ -21,8 +21,8 @@ from birddog import AgentAddress, AgentWork, Mail, Outcome, agent_job
 from birddog.postgres import sqlalchemy_url
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool, create_pool
-from tests.acceptance.conftest import cli
 from tests.support import ALICE, CAROL, enqueue, job_row, make_job, outbox_rows
+from tests.support.cli import cli
 
 FAR = datetime(2099, 1, 1, tzinfo=UTC)
 REPLY = json.dumps(

@@ -998,7 +998,7 @@ FROM birddog.cancel($1::text, $2::text, $3::timestamptz, $4::int, $5::boolean) A
 
 -- name: jobs_reap
 -- Carry out a reaper event for jobs $2 (birddog.reap): what became of each job it locked (requeued, an outcome, or keep).
--- params: $1 event text ('lease_expired' or 'queued_too_long'), $2 job_ids text[], $3 recovery_counts int4[], $4 bounce contents text[], $5 bounce diagnostics text[], $6 now timestamptz, $7 since timestamptz (enqueued by, for a bounce), $8 lease diagnostic text, $9 lease reply diagnostic text, $10 max_content_bytes int, $11 wake boolean
+-- params: $1 event text ('lease_expired' or 'queued_too_long'), $2 job_ids text[], $3 recovery_counts int4[], $4 bounce contents text[], $5 bounce diagnostics text[], $6 now timestamptz (the settlement time), $7 since timestamptz (lease ended by, or enqueued by for a bounce), $8 lease diagnostic text, $9 lease reply diagnostic text, $10 max_content_bytes int, $11 wake boolean
 SELECT r.job_id, r.what, r.unreadable
 FROM birddog.reap(
     $1::text, $2::text[], $3::int4[], $4::text[], $5::text[], $6::timestamptz, $7::timestamptz,
@@ -1215,25 +1215,10 @@ BEGIN
     GRANT SELECT, INSERT, UPDATE, DELETE
         ON birddog.agents, birddog.agent_tokens, birddog.agent_logins
         TO birddog_daemon;
-    -- Jobs and mailboxes change through the rules (migration 0007's SECURITY DEFINER
-    -- functions) for every role; the daemon (the operators' commands) may also cancel.
-    GRANT EXECUTE ON FUNCTION
-        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
-        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text),
-        birddog.heartbeat(text, uuid, timestamptz),
-        birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
-                       text, boolean),
-        birddog.reap(text, text[], integer[], text[], text[], timestamptz, timestamptz, text,
-                     text, integer, boolean),
-        birddog.cancel(text, text, timestamptz, integer, boolean),
-        birddog.ack(text[], timestamptz),
-        birddog.agent_token_use(bytea),
-        birddog.mailbox_visible(text, text),
-        birddog.job_visible(text, jsonb),
-        birddog.session_known(text, text),
-        birddog.create_agent_login(text, text),
-        birddog.drop_agent_login(text)
-        TO birddog_daemon;
+    -- Jobs and mailboxes change through the rules (the SECURITY DEFINER functions of
+    -- migrations 0007 and 0008) for every role; the daemon, which may write every row
+    -- anyway, may call each of them (the operators' cancel and agent logins among them).
+    GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA birddog TO birddog_daemon;
     -- The worker: claims, heartbeats and settles jobs and reaps lost ones, only through
     -- the functions (the claim token checked, the replies derived from the job's stored
     -- mail), and enqueues what a handler sends on; reads jobs; no outbox, route, mailbox
