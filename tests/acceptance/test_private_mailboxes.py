@@ -19,10 +19,11 @@ import asyncpg
 import pytest
 
 from birddog import AgentAddress, AgentWork, Job, Mail, Outcome, Reply, ReplyFacts, agent_job
+from birddog.clock import SystemClock
 from birddog.core.errors import StaleClaim, StoreUnavailable
 from birddog.postgres.agents import AgentLogin, PostgresAgents
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
-from birddog.postgres.mailbox import Mailbox
+from birddog.postgres.mailbox import PostgresMailbox
 from birddog.postgres.pool import Pool, create_pool
 from tests.support import deliver_to_mailbox
 from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
@@ -30,6 +31,7 @@ from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
 GUIDE = ROOT / "docs" / "deployment.md"
 MARKER = "<!-- run by tests/acceptance/test_private_mailboxes.py -->"
 DENIED = "42501"
+CLOCK = SystemClock()
 
 ALICE = AgentAddress(agent_id="alice", session_id="s-alice")
 BOB = AgentAddress(agent_id="bob", session_id="s-bob")
@@ -168,25 +170,25 @@ async def test_an_agents_login_reads_and_writes_only_its_own(
         }
         assert seen == {"alice": ["q1"], "bob": ["q1"], "carol": []}
         # Only bob's login takes bob's job, and only bob's claim settles it.
-        assert await PostgresJobs(pools["alice"]).claim(queues=["s-bob"]) is None
+        assert await PostgresJobs(pools["alice"], clock=CLOCK).claim(queues=["s-bob"]) is None
         with pytest.raises(StoreUnavailable, match="InsufficientPrivilege"):
-            await PostgresJobs(pools["bob"]).claim()
-        claimed = await PostgresJobs(pools["bob"]).claim(queues=["s-bob"])
+            await PostgresJobs(pools["bob"], clock=CLOCK).claim()
+        claimed = await PostgresJobs(pools["bob"], clock=CLOCK).claim(queues=["s-bob"])
         assert claimed is not None
         with pytest.raises(StaleClaim, match="not addressed to this agent"):
-            await PostgresJobs(pools["alice"]).settle(
+            await PostgresJobs(pools["alice"], clock=CLOCK).settle(
                 job_id="q1", claim_token=claimed.claim_token, outcome="completed", content="x"
             )
         with pytest.raises(StaleClaim):
-            await PostgresJobs(pools["alice"]).heartbeat(
+            await PostgresJobs(pools["alice"], clock=CLOCK).heartbeat(
                 job_id="q1", claim_token=claimed.claim_token, lease_s=60
             )
-        keys = await PostgresJobs(pools["bob"]).settle(
+        keys = await PostgresJobs(pools["bob"], clock=CLOCK).settle(
             job_id="q1", claim_token=claimed.claim_token, outcome="completed", content="HELLO"
         )
         assert keys == ["outbox:m-q1:reply:0"]
         await deliver_to_mailbox(pg_pool, reply_to_alice("m-q1"), at=datetime.now(UTC))
-        mailboxes = {agent: Mailbox(pool) for agent, pool in pools.items()}
+        mailboxes = {agent: PostgresMailbox(pool, clock=CLOCK) for agent, pool in pools.items()}
         assert [e.content for e in await mailboxes["alice"].read("alice")] == ["HELLO"]
         assert await mailboxes["bob"].read("alice") == []
         assert await mailboxes["bob"].answer("m-q1") is None
@@ -237,10 +239,10 @@ async def test_a_shared_senders_login_reads_only_what_it_sent(
     try:
         jobs = [r["job_id"] for r in await sender.fetch("SELECT job_id FROM birddog.jobs")]
         assert jobs == ["by-sender"]
-        own = await Mailbox(sender).answer("m-by-sender")
+        own = await PostgresMailbox(sender, clock=CLOCK).answer("m-by-sender")
         assert own is not None
         assert own.content == "HELLO"
-        assert await Mailbox(sender).answer("m-by-alice") is None
+        assert await PostgresMailbox(sender, clock=CLOCK).answer("m-by-alice") is None
     finally:
         await sender.close()
 

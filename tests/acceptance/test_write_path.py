@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from birddog import AgentAddress, AgentWork, Mail, Outcome, agent_job
+from birddog.clock import SystemClock
 from birddog.postgres import sqlalchemy_url
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool, create_pool
@@ -73,7 +74,7 @@ async def pools(logins: dict[str, str]) -> AsyncIterator[dict[str, Pool]]:
 
 async def a_pending_and_a_dead_reply(pg_pool: Pool) -> None:
     """One settled job's two replies: the first left pending, the second dead."""
-    jobs = PostgresJobs(pg_pool)
+    jobs = PostgresJobs(pg_pool, clock=SystemClock())
     await enqueue(pg_pool, make_job())
     claimed = await jobs.claim()
     assert claimed is not None
@@ -187,7 +188,7 @@ async def test_the_worker_settles_only_with_its_claim_and_only_the_stored_mail(
 ) -> None:
     """As the worker: a wrong token is refused; a settlement's replies go where the stored mail says."""
     await enqueue(pg_pool, make_job(reply_to=(ALICE, CAROL)))
-    jobs = PostgresJobs(pools["worker"])
+    jobs = PostgresJobs(pools["worker"], clock=SystemClock())
     claimed = await jobs.claim()
     assert claimed is not None
     conn = await pools["worker"].acquire()
@@ -226,12 +227,12 @@ async def test_the_reapers_run_as_the_daemon_and_the_worker(
     await pg_pool.execute(
         "UPDATE birddog.jobs SET created_at = now() - interval '2 days' WHERE job_id = 'old'"
     )
-    worker = PostgresJobs(pools["worker"], max_queued_s=86_400)
+    worker = PostgresJobs(pools["worker"], max_queued_s=86_400, clock=SystemClock())
     claimed = await worker.claim(queues=["s-1"], lease_s=0.001)
     assert claimed is not None
     later = datetime.now(UTC) + timedelta(seconds=1)
     assert await worker.recover_expired(now=later) == [("lost", "outcome_unknown")]
-    daemon = PostgresJobs(pools["daemon"], max_queued_s=86_400)
+    daemon = PostgresJobs(pools["daemon"], max_queued_s=86_400, clock=SystemClock())
     assert await daemon.cancel_queued_too_long() == [("old", "cancelled")]
     assert len(await outbox_rows(pg_pool)) == 4
 

@@ -11,6 +11,7 @@ import pytest
 import structlog
 
 from birddog import AgentAddress, InvalidInput
+from birddog.clock import SystemClock
 from birddog.core.errors import AgentNotFound
 from birddog.core.tokens import DEFAULT_SESSION, TOKEN_PREFIX, agent_address, make_token
 from birddog.ports import TokenBook
@@ -83,7 +84,7 @@ async def test_unknown_agents_and_a_second_add_are_refused(pg_pool: Pool) -> Non
 
 async def test_add_gives_a_mailbox_only_to_an_agent_without_a_route(pg_pool: Pool) -> None:
     """An agent without a route gets a mailbox route; one with an inbox URL keeps it."""
-    routes = PostgresRoutes(pg_pool)
+    routes = PostgresRoutes(pg_pool, clock=SystemClock())
     await routes.add("bob", "http://127.0.0.1:9/inbox")
     agents = PostgresAgents(pg_pool)
     assert (await agents.add(ALICE)).mailbox_added

@@ -2,7 +2,7 @@
 
 Each case settles one job through PostgreSQL (``birddog.settle``, ``birddog.reap``,
 ``birddog.cancel``, as :class:`PostgresJobs` calls them) and works out, from the same stored
-facts, what the pure core says: :func:`birddog.core.lifecycle.decide` for the decision and
+facts, what the pure core says: :func:`birddog.core.lifecycle.decide_job` for the decision and
 :func:`birddog.core.fanout.replies_for` for the replies. The decision, the settled job's
 columns and every reply row (its reply as stored JSON) must be equal.
 """
@@ -43,7 +43,7 @@ from birddog.core.lifecycle import (
     Settle,
     SettleRequested,
     WorkerStopped,
-    decide,
+    decide_job,
 )
 from birddog.postgres.job_rows import claim_token, facts_from_row, settled_job
 from birddog.postgres.jobs import PostgresJobs
@@ -328,13 +328,13 @@ def comparable(decision: Decision) -> Decision:
 
 @pytest.mark.parametrize("name", list(CASES))
 async def test_the_function_settles_as_the_python_rules_do(pg_pool: Pool, name: str) -> None:
-    """The decision, the settled job and every reply row are what decide and replies_for say."""
+    """The decision, the settled job and every reply row are what decide_job and replies_for say."""
     case = CASES[name]
     clock = FrozenClock(T0 + timedelta(microseconds=123_456))
     store = PostgresJobs(pg_pool, clock=clock, max_content_bytes=LIMIT, max_queued_s=86_400)
     token = await _prepare(pg_pool, case, clock, store)
     before = await stored_job(pg_pool, "j")
-    expected = decide(
+    expected = decide_job(
         facts_from_row(before, token=claim_token(token) if token else None),
         case.event,
         now=clock.now(),

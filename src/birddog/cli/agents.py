@@ -22,7 +22,7 @@ from birddog.core.tokens import DEFAULT_SESSION, agent_address
 
 if TYPE_CHECKING:
     from birddog.bootstrap import Stack
-    from birddog.postgres.agents import AgentAdded, AgentInfo, IssuedToken
+    from birddog.core.tokens import AgentAdded, AgentInfo, IssuedToken
 
 ADDRESS_HELP = f"AGENT or AGENT:SESSION; without a session the token names {DEFAULT_SESSION!r}."
 

@@ -1,4 +1,4 @@
-"""Agent tokens, the pure part: their shape, their digest, and the address they name.
+"""Agent identity, the pure part: tokens, the addresses they name, what agents are given.
 
 A token is a bearer credential for one agent session (``AGENT:SESSION``): the MCP and A2A
 HTTP endpoints take it as the caller's identity. It is ``bd_`` followed by 43 URL-safe
@@ -14,7 +14,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Final
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from birddog.core.errors import InvalidInput
 from birddog.core.mail import AgentAddress
@@ -93,10 +96,128 @@ def agent_address(value: str, *, field: str = "agent") -> AgentAddress:
         raise InvalidInput(f"invalid {field}: {exc}", field=f"{field}.{exc.field}") from None
 
 
+@dataclass(frozen=True, slots=True)
+class IssuedToken:
+    """A token just issued: the only moment its text exists outside the caller.
+
+    Attributes:
+        token_id: the token's public id (for ``birddog agent revoke --token-id``).
+        address: the agent session it names.
+        token: the bearer token itself; show it once, store it nowhere.
+        created_at: when it was issued.
+    """
+
+    token_id: str
+    address: AgentAddress
+    token: str
+    created_at: datetime
+
+    def __repr__(self) -> str:
+        # Never the token: a repr ends up in logs and tracebacks.
+        return f"IssuedToken(token_id={self.token_id!r}, address={self.address!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentLogin:
+    """A database login made for one agent: the only moment its password exists.
+
+    Attributes:
+        login: the role's name (a member of ``birddog_agent``).
+        password: its password; show it once, store it nowhere.
+    """
+
+    login: str
+    password: str
+
+    def __repr__(self) -> str:
+        # Never the password: a repr ends up in logs and tracebacks.
+        return f"AgentLogin(login={self.login!r})"
+
+    def dsn(self, dsn: str) -> str:
+        """``dsn`` (the operator's database URL) logged in as this login instead.
+
+        Args:
+            dsn: a ``postgresql://`` URL of the same database.
+
+        Returns:
+            The same host, port and database with this login and password (and no
+            ``passfile``: the password is in the URL).
+        """
+        parts = urlsplit(dsn)
+        host = parts.netloc.rpartition("@")[2]
+        user = f"{quote(self.login, safe='')}:{quote(self.password, safe='')}"
+        query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "passfile"])
+        return urlunsplit(parts._replace(netloc=f"{user}@{host}", query=query))
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAdded:
+    """What ``birddog agent add`` made for one agent.
+
+    Attributes:
+        issued: its first token.
+        mailbox_added: the agent had no route and got a mailbox route.
+        login: its database login, when one was asked for.
+    """
+
+    issued: IssuedToken
+    mailbox_added: bool
+    login: AgentLogin | None = None
+
+    @property
+    def address(self) -> AgentAddress:
+        """The agent session the token names."""
+        return self.issued.address
+
+    @property
+    def token(self) -> str:
+        """The bearer token, shown once."""
+        return self.issued.token
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """A token as ``birddog agent list`` shows it: never its text.
+
+    Attributes:
+        token_id: the token's public id.
+        session_id: the session it names.
+        created_at: when it was issued.
+        last_used_at: when it last authenticated a caller (to the minute); None: never.
+    """
+
+    token_id: str
+    session_id: str
+    created_at: datetime
+    last_used_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class AgentInfo:
+    """An agent and its live tokens.
+
+    Attributes:
+        agent_id: the agent.
+        created_at: when it was added.
+        tokens: its tokens, oldest first.
+        login: its database login (None: it has none).
+    """
+
+    agent_id: str
+    created_at: datetime
+    tokens: tuple[TokenInfo, ...]
+    login: str | None = None
+
+
 __all__ = [
     "DEFAULT_SESSION",
     "TOKEN_BYTES",
     "TOKEN_PREFIX",
+    "AgentAdded",
+    "AgentInfo",
+    "AgentLogin",
+    "IssuedToken",
+    "TokenInfo",
     "agent_address",
     "make_token",
     "token_digest",

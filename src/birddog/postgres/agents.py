@@ -18,16 +18,23 @@ token (malformed, another prefix) never reaches the database.
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from datetime import datetime
-from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 import structlog
 
 from birddog.core.errors import AgentNotFound, InvalidInput
 from birddog.core.mail import AgentAddress
 from birddog.core.text import inert
-from birddog.core.tokens import TOKEN_BYTES, make_token, token_digest
+from birddog.core.tokens import (
+    TOKEN_BYTES,
+    AgentAdded,
+    AgentInfo,
+    AgentLogin,
+    IssuedToken,
+    TokenInfo,
+    make_token,
+    token_digest,
+)
 from birddog.postgres.pool import Connection, Pool, store_errors
 from birddog.postgres.sql import queries
 
@@ -41,119 +48,6 @@ __all__ = [
 ]
 
 log = structlog.get_logger("birddog.agents")
-
-
-@dataclass(frozen=True, slots=True)
-class IssuedToken:
-    """A token just issued: the only moment its text exists outside the caller.
-
-    Attributes:
-        token_id: the token's public id (for ``birddog agent revoke --token-id``).
-        address: the agent session it names.
-        token: the bearer token itself; show it once, store it nowhere.
-        created_at: when it was issued.
-    """
-
-    token_id: str
-    address: AgentAddress
-    token: str
-    created_at: datetime
-
-    def __repr__(self) -> str:
-        # Never the token: a repr ends up in logs and tracebacks.
-        return f"IssuedToken(token_id={self.token_id!r}, address={self.address!r})"
-
-
-@dataclass(frozen=True, slots=True)
-class AgentLogin:
-    """A database login made for one agent: the only moment its password exists.
-
-    Attributes:
-        login: the role's name (a member of ``birddog_agent``).
-        password: its password; show it once, store it nowhere.
-    """
-
-    login: str
-    password: str
-
-    def __repr__(self) -> str:
-        # Never the password: a repr ends up in logs and tracebacks.
-        return f"AgentLogin(login={self.login!r})"
-
-    def dsn(self, dsn: str) -> str:
-        """``dsn`` (the operator's database URL) logged in as this login instead.
-
-        Args:
-            dsn: a ``postgresql://`` URL of the same database.
-
-        Returns:
-            The same host, port and database with this login and password (and no
-            ``passfile``: the password is in the URL).
-        """
-        parts = urlsplit(dsn)
-        host = parts.netloc.rpartition("@")[2]
-        user = f"{quote(self.login, safe='')}:{quote(self.password, safe='')}"
-        query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "passfile"])
-        return urlunsplit(parts._replace(netloc=f"{user}@{host}", query=query))
-
-
-@dataclass(frozen=True, slots=True)
-class AgentAdded:
-    """What ``birddog agent add`` made for one agent.
-
-    Attributes:
-        issued: its first token.
-        mailbox_added: the agent had no route and got a mailbox route.
-        login: its database login, when one was asked for.
-    """
-
-    issued: IssuedToken
-    mailbox_added: bool
-    login: AgentLogin | None = None
-
-    @property
-    def address(self) -> AgentAddress:
-        """The agent session the token names."""
-        return self.issued.address
-
-    @property
-    def token(self) -> str:
-        """The bearer token, shown once."""
-        return self.issued.token
-
-
-@dataclass(frozen=True, slots=True)
-class TokenInfo:
-    """A token as ``birddog agent list`` shows it: never its text.
-
-    Attributes:
-        token_id: the token's public id.
-        session_id: the session it names.
-        created_at: when it was issued.
-        last_used_at: when it last authenticated a caller (to the minute); None: never.
-    """
-
-    token_id: str
-    session_id: str
-    created_at: datetime
-    last_used_at: datetime | None
-
-
-@dataclass(frozen=True, slots=True)
-class AgentInfo:
-    """An agent and its live tokens.
-
-    Attributes:
-        agent_id: the agent.
-        created_at: when it was added.
-        tokens: its tokens, oldest first.
-        login: its database login (None: it has none).
-    """
-
-    agent_id: str
-    created_at: datetime
-    tokens: tuple[TokenInfo, ...]
-    login: str | None = None
 
 
 class PostgresAgents:
@@ -196,7 +90,9 @@ class PostgresAgents:
                         f"with: birddog agent token {address.agent_id}",
                         field="agentId",
                     )
-                route = await conn.fetchval(queries["ask_add_mailbox_route"], address.agent_id)
+                route: bool = await conn.fetchval(
+                    queries["routes_ensure_mailbox"], address.agent_id
+                )
                 issued = await self._insert_token(conn, address)
                 if login:
                     password = secrets.token_urlsafe(24)
@@ -208,10 +104,10 @@ class PostgresAgents:
             "agent_added",
             agent_id=inert(address.agent_id),
             token_id=issued.token_id,
-            mailbox_added=route is not None,
+            mailbox_added=route,
             login=None if made is None else made.login,
         )
-        return AgentAdded(issued=issued, mailbox_added=route is not None, login=made)
+        return AgentAdded(issued=issued, mailbox_added=route, login=made)
 
     async def issue(self, address: AgentAddress) -> IssuedToken:
         """Issue another token for an agent that was added.

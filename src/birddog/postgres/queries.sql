@@ -535,16 +535,42 @@ WHERE m.agent_id = $1::text
 ORDER BY m.delivered_at, m.key
 LIMIT $5::int;
 
--- name: mailbox_answer
--- The first reply (read or not) that answers mail $1, if it has been delivered.
--- params: $1 in_reply_to text
+-- name: mailbox_answers
+-- Every reply (read or not) to the mails $1, by mail key then reply key: one look for many waiters.
+-- params: $1 in_reply_to text[]
 SELECT
     m.key, m.agent_id, m.session_id, m.in_reply_to, m.command_id, m.outcome,
     m.reply::text AS reply, m.delivered_at, m.read_at
 FROM birddog.mailbox m
-WHERE m.in_reply_to = $1::text
-ORDER BY m.key
-LIMIT 1;
+WHERE m.in_reply_to = ANY($1::text[])
+ORDER BY m.in_reply_to, m.key;
+
+-- name: mailbox_owned
+-- The replies among keys $1 (read or not) in the mailbox of agent $2, session $3.
+-- params: $1 keys text[], $2 agent_id text, $3 session_id text
+SELECT
+    m.key, m.agent_id, m.session_id, m.in_reply_to, m.command_id, m.outcome,
+    m.reply::text AS reply, m.delivered_at, m.read_at
+FROM birddog.mailbox m
+WHERE m.key = ANY($1::text[]) AND m.agent_id = $2::text AND m.session_id = $3::text
+ORDER BY m.key;
+
+-- name: mailbox_latest
+-- The latest replies (read or not) in the mailbox of agent $1, session $2, newest first.
+-- params: $1 agent_id text, $2 session_id text, $3 limit int
+SELECT
+    m.key, m.agent_id, m.session_id, m.in_reply_to, m.command_id, m.outcome,
+    m.reply::text AS reply, m.delivered_at, m.read_at
+FROM birddog.mailbox m
+WHERE m.agent_id = $1::text AND m.session_id = $2::text
+ORDER BY m.delivered_at DESC, m.key DESC
+LIMIT $3::int;
+
+-- name: mailbox_unread_count
+-- How many unread replies the mailbox of agent $1, session $2 holds.
+-- params: $1 agent_id text, $2 session_id text
+SELECT count(*) FROM birddog.mailbox m
+WHERE m.agent_id = $1::text AND m.session_id = $2::text AND m.read_at IS NULL;
 
 -- name: mailbox_ack
 -- Mark replies read at $2 (birddog.ack); returns the keys that were unread.
@@ -565,14 +591,10 @@ SELECT pg_advisory_xact_lock(hashtextextended('birddog.ask:' || $1::text, 0));
 -- params: $1 agent_id text
 SELECT r.kind FROM birddog.routes r WHERE r.agent_id = $1::text;
 
--- name: ask_add_mailbox_route
--- Give an agent without a route a mailbox route (enabled); nothing when it has one.
+-- name: routes_ensure_mailbox
+-- Give an agent without a route a mailbox route (birddog.ensure_mailbox: an operator, or the agent's own login); whether one was added.
 -- params: $1 agent_id text
--- Only the columns the sender role may insert: no URL, no secret.
-INSERT INTO birddog.routes AS r (agent_id, kind, enabled)
-VALUES ($1::text, 'mailbox', true)
-ON CONFLICT (agent_id) DO NOTHING
-RETURNING r.agent_id;
+SELECT birddog.ensure_mailbox($1::text);
 
 -- name: ask_target_known
 -- Whether an agent session can be asked: the agent has a route, or the session was sent work before (by anyone: birddog.session_known shows no job).
@@ -1234,7 +1256,8 @@ BEGIN
         birddog.reap(text, text[], integer[], text[], text[], timestamptz, timestamptz, text,
                      text, integer, boolean),
         birddog.agent_token_use(bytea),
-        birddog.session_known(text, text)
+        birddog.session_known(text, text),
+        birddog.ensure_mailbox(text)
         TO birddog_worker;
     -- The sender (send, ask, inbox, the library's enqueue): enqueues queued jobs (with a
     -- mailbox route for an asker without a route) and acknowledges replies through the
@@ -1250,7 +1273,8 @@ BEGIN
         birddog.agent_token_use(bytea),
         birddog.mailbox_visible(text, text),
         birddog.job_visible(text, jsonb),
-        birddog.session_known(text, text)
+        birddog.session_known(text, text),
+        birddog.ensure_mailbox(text)
         TO birddog_sender;
     -- An agent's own login (birddog agent add AGENT --login): what a sender may, for its
     -- own agent only (mail from itself, its own mailbox, the jobs it sent or serves), and
@@ -1271,7 +1295,8 @@ BEGIN
         birddog.ack(text[], timestamptz),
         birddog.mailbox_visible(text, text),
         birddog.job_visible(text, jsonb),
-        birddog.session_known(text, text)
+        birddog.session_known(text, text),
+        birddog.ensure_mailbox(text)
         TO birddog_agent;
     -- Mailboxes and jobs are private (row-level security; the owner, whose functions
     -- write them, is not bound by it): operators see every row, a sender the jobs its
