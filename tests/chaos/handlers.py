@@ -49,3 +49,8 @@ def _first_run() -> bool:
         return False
     marker.write_text(str(os.getpid()))
     return True
+
+
+async def echo(payload: AgentJobPayload) -> str:
+    """Answer every job at once with ``answer:<command fact id>`` (the spool outage run)."""
+    return answer_for(payload.command_fact_id)
