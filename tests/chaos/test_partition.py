@@ -6,7 +6,10 @@ inside them; it removes all of them at the end and touches nothing else. Postgre
 the database's namespace, listening only on its bridge address (the test itself reads the
 database through the server's unix socket, which no network cut reaches). A ``birddog
 send`` in the sender's namespace whose link is down spools the mail; once the link is
-back, ``birddog spool forward`` there sends it, once.
+back, ``birddog spool forward`` there sends it, once. A daemon in a third namespace is cut
+off while it drains replies to a slow inbox (a process in the database's namespace): its
+leases end, a daemon in a fourth namespace finishes the work, nothing is lost, and no
+reply is posted twice unless the cut-off daemon had it in flight.
 
 Skipped, with the reason, where namespaces cannot be made (not root, no ``ip``).
 """
@@ -19,16 +22,23 @@ import os
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from birddog import AgentAddress, AgentWork, Mail, Outcome, agent_job
+from birddog.clock import SystemClock
 from birddog.postgres import migrate
 from birddog.postgres.embedded import POSTGRES_BIN_PATH, SERVER_USER, EmbeddedPostgres
-from birddog.postgres.pool import create_pool
+from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
+from birddog.postgres.pool import Pool, create_pool
+from birddog.postgres.routes import PostgresRoutes
+from tests.support import eventually
 from tests.support.chaos import birddog_env
 from tests.support.cli import BIRDDOG, ROOT
 
@@ -88,6 +98,16 @@ class Hosts:
         """Delete every namespace this run made (their veths go with them)."""
         for name in self.names.values():
             subprocess.run([IP, "netns", "delete", name], capture_output=True, check=False)  # noqa: S603
+
+    def start(
+        self, host: str, argv: list[str], env: dict[str, str], log: Path
+    ) -> subprocess.Popen[bytes]:
+        """Start ``argv`` on ``host``, output to ``log`` (``ip netns exec`` execs it: one pid)."""
+        with log.open("wb") as out:
+            return subprocess.Popen(  # noqa: S603 - our own programs, in our own namespace
+                [IP, "netns", "exec", self.names[host], *argv],
+                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
 
     def run(
         self, host: str, args: list[str], env: dict[str, str]
@@ -213,5 +233,116 @@ async def test_a_cut_off_sender_spools_and_forwards_once_its_link_returns(hosts:
         status = json.loads(hosts.run("sender", ["spool", "status", "--json"], env).stdout)
         assert (status["mails"], status["quarantined"]) == (0, 0)
     finally:
+        await asyncio.to_thread(server.stop)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+REPLIES = 48
+PAGE = "6"
+"""A drain page: what one daemon holds leased at a time."""
+INBOX_PORT = 8088
+INBOX_DELAY_S = "0.15"
+
+
+async def pending_replies(pool: Pool, count: int) -> None:
+    """``count`` settled jobs whose replies to carol wait in the outbox."""
+    carol = AgentAddress(agent_id="carol", session_id="s-carol")
+    async with pool.acquire() as conn:
+        for index in range(count):
+            mail = Mail(
+                key=f"ask-{index}", to=AgentAddress(agent_id="bob", session_id=f"s-{index}"),
+                from_=carol, reply_to=[carol], content=f"question {index}", created_at=index,
+            )  # fmt: skip
+            work = AgentWork(
+                job_id=f"d-{index}", session_id=f"s-{index}", command_fact_id=f"c-{index}"
+            )
+            await enqueue_accepted_job(conn, agent_job(work, mail))
+    jobs = PostgresJobs(pool, clock=SystemClock())
+    claimed_jobs = await jobs.claim_many(lease_s=60, limit=count)  # one queue each: all at once
+    assert len(claimed_jobs) == count
+    for claimed in claimed_jobs:
+        await jobs.settle(
+            job_id=claimed.job.job_id, claim_token=claimed.claim_token,
+            outcome=Outcome.COMPLETED, content="answer",
+        )  # fmt: skip
+
+
+def print_logs(root: Path) -> None:
+    """The end of every process's log, for a failure."""
+    for log in sorted(root.glob("*.log")) + sorted(root.glob("*.out")):
+        print(f"----- {log.name} -----\n" + "\n".join(log.read_text().splitlines()[-15:]))
+
+
+def posted(log: Path) -> Counter[str]:
+    """Posts the inbox took, per reply key."""
+    return Counter(log.read_text().split()) if log.exists() else Counter()
+
+
+async def test_a_daemon_cut_off_mid_drain_loses_its_lease_and_another_finishes(
+    hosts: Hosts,
+) -> None:
+    """Cut mid-drain, a daemon's leased rows go to another daemon: 0 lost, repeats only in flight."""
+    hosts.make(["daemon1", "daemon2"])
+    root = Path(tempfile.mkdtemp(prefix="bd-part-"))
+    server = NamespacedServer(root, hosts)
+    processes: list[subprocess.Popen[bytes]] = []
+    pool: Pool | None = None
+    try:
+        unix_dsn = await asyncio.to_thread(server.prepare)
+        await asyncio.wait_for(migrate(unix_dsn), 60)
+        await asyncio.to_thread(server.start_in_namespace)
+        pool = await create_pool(unix_dsn, min_size=1, max_size=2)
+        inbox_log = root / "inbox.log"
+        inbox = [sys.executable, "-m", "tests.support.netns_inbox"]
+        db_host = hosts.addresses["db"]
+        inbox_args = [*inbox, db_host, str(INBOX_PORT), str(inbox_log), INBOX_DELAY_S]
+        processes.append(hosts.start("db", inbox_args, dict(os.environ), root / "inbox.out"))
+        await PostgresRoutes(pool, clock=SystemClock()).add(
+            "carol", f"http://{db_host}:{INBOX_PORT}/inbox/carol"
+        )
+        await pending_replies(pool, REPLIES)
+        env = birddog_env(server.tcp_dsn(), BIRDDOG_PAGE_SIZE=PAGE)
+
+        first = hosts.start("daemon1", [BIRDDOG, "run"], env, root / "daemon1.log")
+        processes.append(first)
+        await eventually(
+            lambda: asyncio.to_thread(lambda: sum(posted(inbox_log).values())),
+            "the first daemon's first posts",
+            until=lambda n: n >= 2 * int(PAGE),
+            within_s=120,
+        )
+        hosts.link("daemon1", up=False)
+        in_flight = await pool.fetchval(
+            "SELECT count(*) FROM birddog.outbox WHERE lease_expires_at > now()"
+        )
+        assert in_flight > 0  # leased by the cut-off daemon, their outcome not stored
+        second = hosts.start("daemon2", [BIRDDOG, "run"], env, root / "daemon2.log")
+        processes.append(second)
+        await eventually(
+            lambda: pool.fetchval("SELECT count(*) FROM birddog.receipts") if pool else 0,
+            "every reply's receipt",
+            until=lambda n: n == REPLIES,
+            within_s=180,
+        )
+        assert first.poll() is None  # cut off, not dead: its leases simply ran out
+        assert await pool.fetchval("SELECT count(*) FROM birddog.outbox") == 0
+        counts = posted(inbox_log)
+        receipts = await pool.fetch("SELECT key FROM birddog.receipts")
+        assert set(counts) == {row["key"] for row in receipts}  # every reply posted: 0 lost
+        repeated = sum(n - 1 for n in counts.values())
+        assert repeated <= in_flight, (repeated, in_flight)
+        print(
+            f"partition: {REPLIES} replies, {in_flight} in flight at the cut, {repeated} repeated"
+        )
+    except BaseException:
+        print_logs(root)
+        raise
+    finally:
+        for proc in processes:
+            if proc.poll() is None:
+                proc.kill()  # our own children, by their pids
+                proc.wait(timeout=30)
+        if pool is not None:
+            await pool.close()
         await asyncio.to_thread(server.stop)
         shutil.rmtree(root, ignore_errors=True)

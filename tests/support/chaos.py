@@ -311,9 +311,8 @@ def _spread(rng: random.Random, count: int, start: float, end: float, *, gap: fl
 def birddog_env(dsn: str, **extra: str) -> dict[str, str]:
     """A subprocess environment: this database and its spool, the fast settings, nothing inherited."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BIRDDOG_", "CHAOS_"))}
-    env.update(
-        DATABASE_URL=dsn, BIRDDOG_SPOOL_PATH=str(spool_path_for(dsn)), **FAST_SETTINGS, **extra
-    )
+    spool = {"BIRDDOG_SPOOL_PATH": str(spool_path_for(dsn))}
+    env |= {"DATABASE_URL": dsn, **spool, **FAST_SETTINGS, **extra}  # extra overrides
     return env
 
 
