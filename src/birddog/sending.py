@@ -48,6 +48,7 @@ from birddog.asking import (
 from birddog.core.ask import address_text
 from birddog.core.errors import (
     AskTimedOut,
+    DatabaseRefused,
     SpoolFailed,
     StoreBusy,
     StoreRefused,
@@ -74,6 +75,9 @@ BEHIND_SPOOLED: Final = "behind mail still waiting in the spool"
 
 FORWARD_WRITE_TIMEOUT_S: Final = 30.0
 """The longest a forwarded mail waits for a database connection."""
+
+INSUFFICIENT_PRIVILEGE: Final = "42501"
+"""The SQLSTATE of a statement this login may not run: a concern of the login, not the mail."""
 
 WAIT_POLL_S: Final = 2.0
 """While the database is away, a wait looks again at least this often."""
@@ -241,7 +245,18 @@ class Sender:
         return Asked.of(outgoing, replay=False, mailbox_added=False, spooled=reason)
 
     async def _forward_one(self, outgoing: Outgoing) -> None:
-        await self._write(outgoing, timeout_s=FORWARD_WRITE_TIMEOUT_S)
+        try:
+            await self._write(outgoing, timeout_s=FORWARD_WRITE_TIMEOUT_S)
+        except StoreRefused as exc:
+            if getattr(exc.__cause__, "sqlstate", None) != INSUFFICIENT_PRIVILEGE:
+                raise
+            # This process's login may not do what the mail needs (a worker's role reads no
+            # routes, which a checked send looks at): the mail is sound, so it waits, in
+            # order, for a forwarder whose login may (the daemon, a sender).
+            raise DatabaseRefused(
+                f"this process's database login may not forward {outgoing.mail.key!r} ({exc}); "
+                "it waits for the daemon, a sender or birddog spool forward"
+            ) from exc
 
     async def forward(self, *, wait_s: float = 0.0) -> ForwardReport:
         """Forward the spool into the database once, in order (``birddog spool forward``).

@@ -19,9 +19,11 @@ from typing import Any
 
 import pytest
 
+from birddog import open_sender
 from birddog.clock import SystemClock
-from birddog.postgres.pool import Pool
+from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
+from birddog.spool import ForwardReport
 from tests.support import eventually
 from tests.support.cli import BIRDDOG, ROOT, Daemon, cli, cli_env, spool_path_for
 from tests.support.mcp import call, stdio_mcp
@@ -299,3 +301,31 @@ async def test_the_mcp_server_starts_away_spools_and_forwards_when_back(
         )
     keys = await pg_pool.fetch("SELECT payload->'mail'->>'key' AS key FROM birddog.jobs")
     assert sorted(row["key"] for row in keys) == ["m-1", "m-2"]
+
+
+async def test_a_login_that_may_not_forward_a_mail_leaves_it_for_one_that_may(
+    logins: dict[str, str], pg_pool: Pool, tmp_path: Path
+) -> None:
+    """Under the worker's role a checked send is kept, not quarantined; the sender's forwards it."""
+    await PostgresRoutes(pg_pool, clock=SystemClock()).add("bob", kind="mailbox")
+    path = tmp_path / "spool.db"
+
+    async def forward_as(kind: str, *, put: bool = False) -> ForwardReport:
+        pool = await create_pool(logins[kind], min_size=0, max_size=2)
+        try:
+            async with open_sender(pool, None, spool_path=path, forward_every_s=0) as sender:
+                if put:
+                    await sender.spool.put(
+                        sender.asking.outgoing(to="bob:s-bob", from_="alice:s-alice", content="hi")
+                    )
+                return await sender.forward()
+        finally:
+            await pool.close()
+
+    kept = await forward_as("worker", put=True)
+    assert (kept.kept, kept.forwarded, kept.quarantined) == (True, [], {})
+    assert "may not forward" in (kept.error or "")
+    forwarded = await forward_as("sender")
+    assert len(forwarded.forwarded) == 1
+    assert forwarded.complete
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.jobs") == 1
