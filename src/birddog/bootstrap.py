@@ -56,6 +56,7 @@ from birddog.postgres.scratch import create_demo_database, drop_demo_database
 from birddog.postgres.wake import PostgresWake, WakeListener
 from birddog.runtime import Backoff, every, sleep_unless_stopped, stop_on_signals
 from birddog.settings import Settings
+from birddog.spawn import end_leftover_turns
 from birddog.worker import Handler, Worker
 
 if TYPE_CHECKING:
@@ -341,6 +342,7 @@ async def open_stack(
         max_queued_s=settings.job_max_queued_s,
         queue_concurrency=settings.queue_concurrency,
         clock=clock,
+        kill_grace_s=settings.kill_grace_s,
     )
     try:
         yield Stack(
@@ -748,6 +750,8 @@ async def run_worker(
                 worker = build_worker(
                     stack, handler, listener=listener, queues=queues, stop=stop, metrics=metrics
                 )
+                # No job runs again here while a turn of it, whose worker died, still does.
+                await end_leftover_turns(stack.jobs, grace_s=settings.kill_grace_s)
                 server = None
                 if not once and settings.worker_metrics_port:
                     server = await start_metrics(

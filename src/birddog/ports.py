@@ -23,6 +23,7 @@ from birddog.core.delivery import (
 from birddog.core.jobs import Job
 from birddog.core.lifecycle import ClaimEvent, Finished
 from birddog.core.mail import Reply
+from birddog.core.turns import Turn
 
 RouteKind = Literal["http", "mailbox"]
 """How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
@@ -410,6 +411,10 @@ class JobStore(Protocol):
         """Extend the lease; True when a cancellation was requested."""
         ...
 
+    async def record_turn(self, *, job_id: str, claim_token: str, turn: Turn) -> None:
+        """Record where the claimed job's turn runs (its supervisor), under the claim."""
+        ...
+
     async def finish(
         self, *, job_id: str, claim_token: str, event: ClaimEvent, traceparent: str | None = None
     ) -> Finished:
@@ -417,4 +422,12 @@ class JobStore(Protocol):
 
         The replies' posts continue ``traceparent`` (the settlement's span), if given.
         """
+        ...
+
+
+class TurnRecords(Protocol):
+    """Where running jobs' turns run, as workers recorded them (``PostgresJobs``)."""
+
+    async def turns_on_host(self, *, host: str, boot_id: str) -> list[tuple[str, Turn]]:
+        """``(job_id, turn)`` of every running job whose turn was recorded on this host."""
         ...

@@ -1011,6 +1011,24 @@ SET lease_expires_at = $3::timestamptz, updated_at = now()
 WHERE j.job_id = $1::text AND j.state = 'running' AND j.claim_token = $2::uuid
 RETURNING j.cancel_requested_at IS NOT NULL AS cancel_requested;
 
+-- name: jobs_record_turn
+-- Record where the turn of a job still running under claim $2 runs: its supervisor's host, boot, pid and start time; returns the job id (none: the claim is gone).
+-- params: $1 job_id text, $2 claim_token uuid, $3 host text, $4 boot_id text, $5 pid int, $6 start_ticks bigint
+UPDATE birddog.jobs j
+SET turn_host = $3::text, turn_boot_id = $4::text, turn_pid = $5::int,
+    turn_start_ticks = $6::bigint
+WHERE j.job_id = $1::text AND j.state = 'running' AND j.claim_token = $2::uuid
+RETURNING j.job_id;
+
+-- name: jobs_turns_on_host
+-- The recorded turns of running jobs on host $1 in its boot $2 (a worker starting there ends those whose worker is gone).
+-- params: $1 host text, $2 boot_id text
+SELECT j.job_id, j.turn_host, j.turn_boot_id, j.turn_pid, j.turn_start_ticks
+FROM birddog.jobs j
+WHERE j.state = 'running' AND j.turn_host = $1::text AND j.turn_boot_id = $2::text
+  AND j.turn_pid IS NOT NULL AND j.turn_start_ticks IS NOT NULL
+ORDER BY j.job_id;
+
 -- name: jobs_settle
 -- Settle running or queued jobs from parallel arrays at $6, recording a first cancellation where $5 has one; the claim token stays (it proves a replay), the lease and slot go.
 -- params: $1 job_ids text[], $2 outcomes text[], $3 contents text[], $4 diagnostics text[], $5 cancel_contents text[] (null: none to record), $6 settled_at timestamptz
