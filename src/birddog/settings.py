@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 import platformdirs
 from pydantic import (
     AliasChoices,
+    AliasGenerator,
     Field,
     SecretStr,
     ValidationInfo,
@@ -54,10 +55,33 @@ def data_dir_for(package_dir: Path) -> Path:
     return Path(platformdirs.user_data_dir("birddog"))
 
 
-class Settings(BaseSettings):
-    """BirdDog's settings; each field reads ``BIRDDOG_<NAME>`` (``DATABASE_URL`` as is)."""
+def variable_of(field: str) -> str:
+    """The environment variable a setting is read from: ``BIRDDOG_PAGE_SIZE``.
 
-    model_config = SettingsConfigDict(env_prefix="BIRDDOG_", extra="ignore", frozen=True)
+    Args:
+        field: the setting's field name (``page_size``).
+
+    Returns:
+        Its variable, upper case (``DATABASE_URL`` for the database).
+    """
+    return "DATABASE_URL" if field == "database_url" else f"BIRDDOG_{field.upper()}"
+
+
+class Settings(BaseSettings):
+    """BirdDog's settings; each field reads ``BIRDDOG_<NAME>`` (``DATABASE_URL`` as is).
+
+    Only the upper-case names count: ``database_url`` or ``birddog_secret_key`` in the
+    environment are someone else's variables, never BirdDog's settings. Build one in
+    code with ``Settings().model_copy(update={...})`` (field names), or by variable name.
+    """
+
+    model_config = SettingsConfigDict(
+        env_prefix="BIRDDOG_",
+        case_sensitive=True,
+        alias_generator=AliasGenerator(validation_alias=variable_of),
+        extra="forbid",
+        frozen=True,
+    )
 
     database_url: str | None = Field(
         default=None,

@@ -24,7 +24,7 @@ from birddog.core.errors import BirdDogError, DatabaseRefused, InvalidInput, Inv
 from birddog.display import dump_json, render_table
 from birddog.logs import configure, renders_json
 from birddog.runtime import event_loop_factory
-from birddog.settings import Settings
+from birddog.settings import Settings, variable_of
 
 if TYPE_CHECKING:
     from birddog.bootstrap import Stack
@@ -134,7 +134,8 @@ def settings_error(exc: ValidationError) -> str:
     for error in exc.errors(include_input=False, include_url=False):
         location = [str(part) for part in error["loc"]]
         name = location[0] if location else ""
-        variable = "DATABASE_URL" if name == "database_url" else f"BIRDDOG_{name.upper()}"
+        # Settings are read by their variable names, so pydantic names those already.
+        variable = name if name.isupper() else variable_of(name)
         reason = str(error["msg"]).removeprefix("Value error, ")
         problems.append(f"{variable}: {reason}" if name else reason)
     return "invalid setting " + "; ".join(problems)
