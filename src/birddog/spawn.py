@@ -846,8 +846,8 @@ async def end_leftover_turn(turn: Turn, *, grace_s: float = DEFAULT_KILL_GRACE_S
     Nothing is signalled unless the recorded supervisor is this host's, of this boot,
     with the recorded start time (a reused pid has another), is a BirdDog supervisor, and
     its worker is gone (it was re-parented). Then it is asked to end its tree
-    (``SIGTERM``); what is left after the grace and a margin gets ``SIGKILL`` with its
-    whole group.
+    (``SIGTERM``, and ``SIGCONT`` should it be stopped); what is left after the grace and
+    a margin gets ``SIGKILL`` with its whole group.
 
     Args:
         turn: where the turn was recorded to run.
@@ -866,6 +866,7 @@ async def end_leftover_turn(turn: Turn, *, grace_s: float = DEFAULT_KILL_GRACE_S
     loop = asyncio.get_running_loop()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(turn.pid, signal.SIGTERM)
+        os.kill(turn.pid, signal.SIGCONT)  # a stopped supervisor must run to end its tree
     deadline = loop.time() + grace_s + SUPERVISOR_SLACK_S
     while process_start_ticks(turn.pid) == turn.start_ticks:
         if loop.time() >= deadline:
