@@ -150,7 +150,9 @@ async def test_a_worker_taking_every_queue_never_steals_the_probe(
 
     # A probe that ran before the worker started would prove nothing.
     await wait_until(both_running, timeout_s=60, what="the worker and the daemon")
-    async with open_stack(Settings().model_copy(update={"database_url": database_url}), pool_size=4) as stack:
+    async with open_stack(
+        Settings().model_copy(update={"database_url": database_url}), pool_size=4
+    ) as stack:
         results = [await run_probe(stack, timeout_s=30) for _ in range(10)]
     assert [r.ok for r in results] == [True] * 10, [r.message for r in results]
     for process in (worker, daemon):

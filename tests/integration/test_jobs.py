@@ -20,12 +20,12 @@ from birddog import (
     StoreUnavailable,
     UnreadableRow,
 )
+from birddog.core.turns import DEFAULT_KILL_GRACE_S, Turn
 from birddog.postgres.jobs import (
     LEASE_EXPIRED_DIAGNOSTIC,
     PostgresJobs,
 )
 from birddog.postgres.pool import Pool, create_pool
-from birddog.core.turns import DEFAULT_KILL_GRACE_S
 from birddog.testing import FrozenClock
 from tests.support import ALICE, CAROL, T0, claim, enqueue, job_row, make_job, outbox_rows, wake_at
 
@@ -720,3 +720,30 @@ async def test_a_job_queued_past_its_maximum_age_is_cancelled_and_its_sender_hea
     assert (await job_row(pg_pool, "young"))["state"] == "queued"
     assert (await job_row(pg_pool, "busy"))["state"] == "running"
     assert await jobs.cancel_queued_too_long() == []
+
+
+# ---- where a turn runs -----------------------------------------------------------------
+
+
+async def test_a_turn_is_recorded_under_its_claim_only_and_listed_by_host_while_running(
+    jobs: PostgresJobs, pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """record_turn needs the current claim; turns_on_host lists running jobs of that host and boot."""
+    await enqueue(pg_pool, make_job("job-1", max_recoveries=1), make_job("job-2", session="s-2"))
+    first = await claim(jobs, lease_s=10)
+    other = await claim(jobs, lease_s=10)
+    here = Turn(host="host-a", boot_id="boot-1", pid=4242, start_ticks=987654321012)
+    await jobs.record_turn(job_id=first.job.job_id, claim_token=first.claim_token, turn=here)
+    elsewhere = Turn(host="host-b", boot_id="boot-1", pid=4243, start_ticks=5)
+    await jobs.record_turn(job_id=other.job.job_id, claim_token=other.claim_token, turn=elsewhere)
+    with pytest.raises(StaleClaim):
+        await jobs.record_turn(job_id=first.job.job_id, claim_token=other.claim_token, turn=here)
+    assert await jobs.turns_on_host(host="host-a", boot_id="boot-1") == [(first.job.job_id, here)]
+    assert await jobs.turns_on_host(host="host-a", boot_id="boot-2") == []
+    clock.advance(10 + DEFAULT_KILL_GRACE_S)
+    assert (first.job.job_id, "requeued") in await jobs.recover_expired()
+    # Requeued, the job keeps its last record (the next claim's replaces it), but is not listed.
+    assert (await job_row(pg_pool, first.job.job_id))["turn_pid"] == 4242
+    assert await jobs.turns_on_host(host="host-a", boot_id="boot-1") == []
+    with pytest.raises(StaleClaim):
+        await jobs.record_turn(job_id=first.job.job_id, claim_token=first.claim_token, turn=here)
