@@ -234,3 +234,37 @@ async def test_route_writes_are_checked_against_the_policy(pg_pool: Pool) -> Non
         await public.add("other", "http://localhost:9/hook")
     assert (await routes.route(AGENT)) is not None
     assert (await routes.route("other")) is None
+
+
+@pytest.mark.parametrize(
+    "host", ["64:ff9b:1::a9fe:a9fe", "::ffff:0:a9fe:a9fe", "64:ff9b::a9fe:a9fe"]
+)
+async def test_an_ipv6_spelling_of_the_metadata_address_is_never_connected_to(
+    inbox: Inbox, host: str
+) -> None:
+    """Stored unchecked, or answered by DNS, a NAT64/SIIT metadata address is refused at connect."""
+    async with transport_to(f"http://[{host}]:{inbox.port}/hook") as transport:
+        literal = await transport.post(reply(0))
+    dns = FakeDns({"inbox.test": [host]})
+    async with transport_to(f"http://inbox.test:{inbox.port}/hook", dns=dns) as transport:
+        resolved = await transport.post(reply(1))
+    for result in (literal, resolved):
+        assert isinstance(result, Rejected)
+        assert result.dead_reason is DeadReason.EGRESS_REFUSED
+        assert "carries 169.254.169.254" in result.reason
+    assert inbox.seen == []
+
+
+async def test_route_add_refuses_every_spelling_of_the_metadata_address(pg_pool: Pool) -> None:
+    """Adding a route: the issue's NAT64 and SIIT spellings and the ideographic dots, all refused."""
+    routes = PostgresRoutes(pg_pool)
+    for bad in [
+        "http://[64:ff9b:1::a9fe:a9fe]/",
+        "http://[::ffff:0:a9fe:a9fe]/",
+        "http://169\u3002254\u3002169\u3002254/",
+    ]:
+        with pytest.raises(InvalidInput) as caught:
+            await routes.add(AGENT, bad)
+        assert caught.value.field == "url"
+        assert "169.254.169.254" in str(caught.value)
+    assert (await routes.route(AGENT)) is None
