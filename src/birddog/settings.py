@@ -81,6 +81,8 @@ class Settings(BaseSettings):
         alias_generator=AliasGenerator(validation_alias=variable_of),
         extra="forbid",
         frozen=True,
+        # A duration or a ratio of nan or inf is no setting: refused like any bad value.
+        allow_inf_nan=False,
     )
 
     database_url: str | None = Field(

@@ -21,6 +21,8 @@ from pydantic import ValidationError
 
 from birddog.core.duration import parse_duration
 from birddog.core.errors import BirdDogError, DatabaseRefused, InvalidInput, InvalidSetting
+from birddog.core.model import ID_MAX_LENGTH, check_name
+from birddog.core.text import shown_key
 from birddog.display import dump_json, render_table
 from birddog.logs import configure, renders_json
 from birddog.runtime import event_loop_factory
@@ -65,6 +67,20 @@ def duration(value: str | float) -> float:
 
 DURATION = duration
 """The parameter type of every ``--...-s`` option that takes a duration."""
+
+
+def wait_duration(value: str | float) -> float:
+    """How long to wait: a :func:`duration`, or ``0`` (do not wait at all).
+
+    Raises:
+        ValueError: not such a duration (``nan``, ``inf`` and negatives included).
+    """
+    if isinstance(value, float):
+        return value
+    try:
+        return parse_duration(str(value), field="it")
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from None
 
 
 class BirdDogGroup(click.Group):
@@ -225,12 +241,45 @@ def parse_address(value: str, field: str) -> dict[str, str]:
     """An ``AGENT_ID:SESSION_ID`` option as address JSON (validated later, by the model).
 
     Raises:
-        click.BadParameter: there is no colon.
+        click.BadParameter: there is no colon, or an id is empty, longer than 256
+            characters or holds a control character.
     """
     agent, sep, session = value.partition(":")
     if not sep:
-        raise click.BadParameter(f"{field} must be AGENT_ID:SESSION_ID, got {value!r}")
+        raise click.BadParameter(f"{field} must be AGENT_ID:SESSION_ID, got {shown_key(value)}")
+    checked_id(agent, f"{field}'s AGENT_ID")
+    checked_id(session, f"{field}'s SESSION_ID")
     return {"kind": "agent", "agentId": agent, "sessionId": session}
+
+
+def checked_id(value: str, what: str) -> str:
+    """An agent, session or job id from the command line, refused in one line when invalid.
+
+    Args:
+        value: the id as given.
+        what: how the message names it (``AGENT_ID``).
+
+    Returns:
+        The id.
+
+    Raises:
+        click.BadParameter: it is empty, longer than 256 characters, or holds a control
+            character; the message shows at most 200 characters of it.
+    """
+    if not 1 <= len(value) <= ID_MAX_LENGTH:
+        raise click.BadParameter(
+            f"{what} must be 1 to {ID_MAX_LENGTH} characters, not {len(value)}: {shown_key(value)}"
+        )
+    try:
+        check_name(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{what} {exc}") from None
+    return value
+
+
+def agent_id_argument(_ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Click callback for an ``AGENT_ID`` argument: see :func:`checked_id`."""
+    return checked_id(value, (param.human_readable_name or "AGENT_ID").upper())
 
 
 def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> None:
@@ -324,8 +373,10 @@ __all__ = [
     "BirdDogGroup",
     "ConfigurationError",
     "Duration",
+    "agent_id_argument",
     "announce",
     "announcer",
+    "checked_id",
     "duration",
     "main",
     "name_environment_twins",
@@ -334,5 +385,6 @@ __all__ = [
     "run",
     "settings_error",
     "settings_of",
+    "wait_duration",
     "with_stack",
 ]

@@ -73,7 +73,7 @@ from birddog.core.lifecycle import (
 )
 from birddog.core.mail import Outcome, Reply
 from birddog.core.model import check_text
-from birddog.core.text import inert
+from birddog.core.text import inert, shown_key
 from birddog.core.turns import DEFAULT_KILL_GRACE_S, Turn
 from birddog.ports import Clock
 from birddog.postgres.enqueue import SenderConnection, enqueue_accepted_job
@@ -329,7 +329,7 @@ class PostgresJobs:
                 queries["jobs_heartbeat"], job_id, token, lease_until
             )
         if cancel_requested is None:
-            raise StaleClaim(f"job {job_id!r} is no longer held by this claim")
+            raise StaleClaim(f"job {shown_key(job_id)} is no longer held by this claim")
         return bool(cancel_requested)
 
     async def record_turn(self, *, job_id: str, claim_token: str, turn: Turn) -> None:
@@ -358,7 +358,7 @@ class PostgresJobs:
                 turn.start_ticks,
             )
         if recorded is None:
-            raise StaleClaim(f"job {job_id!r} is no longer held by this claim")
+            raise StaleClaim(f"job {shown_key(job_id)} is no longer held by this claim")
 
     async def turns_on_host(self, *, host: str, boot_id: str) -> list[tuple[str, Turn]]:
         """The recorded turns of running jobs on one host, in one boot of it.
@@ -428,7 +428,7 @@ class PostgresJobs:
                     facts_from_row(row, token=token), event, now=now, limits=self.limits
                 )
                 if isinstance(decision, Refuse):
-                    raise StaleClaim(f"job {job_id!r}: {decision.reason}")
+                    raise StaleClaim(f"job {shown_key(job_id)}: {decision.reason}")
                 keys = await self._carry_out(conn, [(row, decision)], now, traceparent)
         return Finished(job_id, decision, _outcome_after(row, decision), keys)
 
@@ -617,7 +617,7 @@ class PostgresJobs:
         with store_errors("get"):
             row = await self.pool.fetchrow(queries["jobs_get"], job_id)
         if row is None:
-            raise JobNotFound(f"no job has id {job_id!r}")
+            raise JobNotFound(f"no job has id {shown_key(job_id)}")
         return job_from_row(row)
 
     async def counts(self) -> dict[str, int]:
@@ -716,7 +716,7 @@ class PostgresJobs:
     async def _lock(self, conn: Connection, job_id: str) -> Row:
         row = await conn.fetchrow(queries["jobs_lock"], job_id)
         if row is None:
-            raise JobNotFound(f"no job has id {job_id!r}")
+            raise JobNotFound(f"no job has id {shown_key(job_id)}")
         return row
 
     async def _carry_out(

@@ -336,10 +336,12 @@ async def _notifications(pool: Pool, channel: str) -> AsyncIterator[_Hints]:
         with store_errors("mailbox listen"):
             await conn.add_listener(channel, hints.heard)
         yield hints
+    finally:
+        # Also when the wait was cancelled (an interrupted ask): a connection released
+        # with its listener still on makes the driver warn on the user's terminal.
         if not conn.is_closed():
             try:
                 await conn.remove_listener(channel, hints.heard)
             except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as error:
                 log.warning("mailbox_unlisten_failed", error=type(error).__name__)
-    finally:
         await pool.release(conn)
