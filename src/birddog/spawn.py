@@ -56,7 +56,7 @@ from typing import Final
 import structlog
 
 from birddog.core.diagnostic import DIAGNOSTIC_MAX_LENGTH
-from birddog.core.errors import BirdDogError
+from birddog.core.errors import BirdDogError, StoreUnavailable
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, AgentJobPayload
 from birddog.core.turns import DEFAULT_KILL_GRACE_S, Turn
 from birddog.ports import TurnRecords
@@ -635,8 +635,10 @@ async def _exited(proc: asyncio.subprocess.Process) -> int:
     Not ``proc.wait()``: that also waits for the child's pipes to close, which a process
     it left behind may keep open for ever.
     """
-    while proc.returncode is None:  # noqa: ASYNC110 - asyncio has no exit event apart from wait()
-        await asyncio.sleep(_POLL_S)
+    delay_s = 0.002  # a quick command is seen to end at once, a long one costs ~20 looks/s
+    while proc.returncode is None:
+        await asyncio.sleep(delay_s)
+        delay_s = min(delay_s * 2, 0.05)
     return proc.returncode
 
 
@@ -825,7 +827,7 @@ def _supervised_by(pid: int) -> int | None:
         words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return None
-    if str(SCRIPT).encode() not in words or b"--parent" not in words[:-1]:
+    if os.fsencode(SCRIPT) not in words or b"--parent" not in words[:-1]:
         return None
     value = words[words.index(b"--parent") + 1]
     return int(value) if value.isdigit() else None
@@ -889,14 +891,19 @@ async def end_leftover_turns(
     Returns:
         The ids of the jobs whose leftover turn was ended.
 
-    Raises:
-        StoreUnavailable: the database could not be reached.
+    A database that cannot be reached is logged (``leftover_turns_unchecked``) and
+    nothing is ended: the reaper's kill grace still keeps the jobs from running again.
     """
     booted = boot_id()
     if booted is None:
         return []  # no /proc: no turn was recorded here
+    try:
+        recorded = await jobs.turns_on_host(host=socket.gethostname(), boot_id=booted)
+    except StoreUnavailable as exc:
+        log.warning("leftover_turns_unchecked", error=type(exc.__cause__ or exc).__name__)
+        return []
     ended = []
-    for job_id, turn in await jobs.turns_on_host(host=socket.gethostname(), boot_id=booted):
+    for job_id, turn in recorded:
         if await end_leftover_turn(turn, grace_s=grace_s):
             log.warning("leftover_turn_ended", job_id=job_id, pid=turn.pid)
             ended.append(job_id)

@@ -43,18 +43,13 @@ it.
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import ctypes
 import os
-import resource
 import select
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from types import FrameType
 from typing import Final
 
@@ -68,7 +63,7 @@ __all__ = [
     "supervisor_argv",
 ]
 
-SCRIPT: Final = Path(__file__).resolve()
+SCRIPT: Final = os.path.realpath(__file__)
 """This file: what the worker's interpreter runs."""
 
 EXIT_CANNOT_START: Final = 127
@@ -82,7 +77,7 @@ _POLL_PARENT_S: Final = 0.25
 """How often the parent is looked at where the kernel does not say it died."""
 _ROUND_S: Final = 0.02
 """How often, while ending, descendants are looked for and reaped."""
-_PROC: Final = Path("/proc")
+_PROC: Final = "/proc"
 
 
 def supervisor_argv(
@@ -109,7 +104,7 @@ def supervisor_argv(
     Returns:
         The argument vector, starting with this interpreter.
     """
-    line = [sys.executable, "-I", "-S", str(SCRIPT), "--parent", str(parent_pid)]
+    line = [sys.executable, "-I", "-S", SCRIPT, "--parent", str(parent_pid)]
     line += ["--grace", repr(float(grace_s)), "--status-fd", str(status_fd)]
     if uid is not None:
         line += ["--uid", str(uid), "--gid", str(uid if gid is None else gid)]
@@ -123,7 +118,8 @@ def supervisor_argv(
 def _stat_fields(pid: int) -> list[str] | None:
     """The fields of ``/proc/PID/stat`` after the command name (field 3 onwards)."""
     try:
-        text = (_PROC / str(pid) / "stat").read_text()
+        with open(f"{_PROC}/{pid}/stat", encoding="utf-8", errors="replace") as stat:
+            text = stat.read()
     except OSError:
         return None
     # The command name may hold spaces and parentheses: the fields follow the last ')'.
@@ -149,8 +145,9 @@ def process_start_ticks(pid: int) -> int | None:
 def boot_id() -> str | None:
     """This boot of this host (``/proc/sys/kernel/random/boot_id``); None without it."""
     try:
-        return (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip() or None
-    except OSError:
+        with open(f"{_PROC}/sys/kernel/random/boot_id", encoding="ascii") as boot:
+            return boot.read().strip() or None
+    except (OSError, UnicodeDecodeError):
         return None
 
 
@@ -167,16 +164,16 @@ def descendants(root: int) -> list[int]:
     """
     children: dict[int, list[int]] = {}
     try:
-        entries = list(_PROC.iterdir())
+        entries = os.listdir(_PROC)
     except OSError:
         return []
-    for entry in entries:
-        if not entry.name.isdigit():
+    for name in entries:
+        if not name.isdigit():
             continue
-        fields = _stat_fields(int(entry.name))
+        fields = _stat_fields(int(name))
         if fields is None or len(fields) < 2 or fields[0] in {"Z", "X"}:
             continue
-        children.setdefault(int(fields[1]), []).append(int(entry.name))
+        children.setdefault(int(fields[1]), []).append(int(name))
     found: list[int] = []
     todo = [root]
     while todo:
@@ -187,6 +184,25 @@ def descendants(root: int) -> list[int]:
 
 
 # ---- the supervisor ------------------------------------------------------------------
+
+_MAX_FD: Final = 1 << 20
+"""Above every fd a process may hold (``closerange`` skips what is not open)."""
+
+
+def _read(fd: int) -> bytes:
+    """What a pipe holds now (empty at its end, or when a non-blocking pipe is empty)."""
+    try:
+        return os.read(fd, 4096)
+    except (BlockingIOError, InterruptedError):
+        return b""
+
+
+def _send(target: int, sig: int, *, group: bool = False) -> None:
+    """Send a signal to a process (or group); one already gone, or not ours, is no error."""
+    try:  # noqa: SIM105 - contextlib is not imported here: it would slow every start
+        (os.killpg if group else os.kill)(target, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _prctl(option: int, value: int) -> bool:
@@ -203,7 +219,7 @@ def _prctl(option: int, value: int) -> bool:
 class _Supervisor:
     """One command, watched until it and everything it started have ended."""
 
-    def __init__(self, options: argparse.Namespace) -> None:
+    def __init__(self, options: _Options) -> None:
         self.parent_pid: int = options.parent
         self.grace_s: float = options.grace
         self.status_fd: int = options.status_fd
@@ -224,8 +240,8 @@ class _Supervisor:
         signal.signal(signal.SIGCHLD, lambda _sig, _frame: None)
         self.pdeathsig = _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
         self.subreaper = _prctl(PR_SET_CHILD_SUBREAPER, 1)
-        self.walks = self.subreaper and _PROC.joinpath("self", "stat").exists()
-        self.child: subprocess.Popen[bytes] | None = None
+        self.walks = self.subreaper and os.path.exists(f"{_PROC}/self/stat")
+        self.child: int | None = None
         self.status: int | None = None
         self.terminated: set[int] = set()
 
@@ -244,10 +260,11 @@ class _Supervisor:
         """Tell the worker whether the command started, once."""
         if self.status_fd < 0:
             return
-        with contextlib.suppress(OSError):
+        try:
             os.write(self.status_fd, line.encode("utf-8", "replace") + b"\n")
-        with contextlib.suppress(OSError):
             os.close(self.status_fd)
+        except OSError:
+            pass  # the worker is gone: the loop finds out and ends the command
         self.status_fd = -1
 
     def start(self, argv: Sequence[str]) -> bool:
@@ -255,21 +272,11 @@ class _Supervisor:
         if self.parent_gone() or self.stop_requested:
             self.report("failed 0 the worker stopped before the command started")
             return False
-        try:
-            self.child = subprocess.Popen(  # noqa: S603 - the worker's command, as given
-                list(argv),
-                close_fds=True,
-                user=self.uid,
-                group=self.gid if self.uid is not None else None,
-                extra_groups=self.groups if self.uid is not None else None,
-            )
-        except OSError as exc:
-            self.report(f"failed {exc.errno or 0} {exc.strerror or exc}")
+        failure = self._fork_exec(list(argv))
+        if failure is not None:
+            self.report(f"failed {failure}")
             return False
-        except (subprocess.SubprocessError, ValueError) as exc:
-            self.report(f"failed 0 {exc}")
-            return False
-        self.report(f"started {self.child.pid}")
+        self.report(f"started {self.child}")
         # The command holds the pipes now; the supervisor lets go of stdin and stdout so
         # that their ends are the command's (stderr stays, for its last words).
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -277,6 +284,43 @@ class _Supervisor:
         os.dup2(devnull, 1)
         os.close(devnull)
         return True
+
+    def _fork_exec(self, argv: list[str]) -> str | None:
+        """Fork and exec the command; ``"<errno> <reason>"`` when it could not start.
+
+        By hand rather than with :mod:`subprocess`, whose import is most of what this
+        script would cost to start: fork, then in the child restore the signals Python
+        ignores, become the other user if asked, close every fd but 0-2 and exec; an
+        error before the exec comes back through a pipe that the exec closes.
+        """
+        errors_r, errors_w = os.pipe()  # both close on exec
+        pid = os.fork()
+        if pid == 0:  # the child: no return from here
+            try:
+                for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+                    signal.signal(sig, signal.SIG_DFL)
+                if self.uid is not None:
+                    os.setgroups(self.groups)
+                    os.setgid(self.uid if self.gid is None else self.gid)
+                    os.setuid(self.uid)
+                os.closerange(3, errors_w)
+                os.closerange(errors_w + 1, _MAX_FD)
+                os.execvp(argv[0], argv)  # noqa: S606 - the worker's command, as given
+            except OSError as exc:
+                os.write(errors_w, f"{exc.errno or 0} {exc.strerror or exc}".encode())
+            except BaseException as exc:  # nothing may unwind in the child: it would run on
+                os.write(errors_w, f"0 {type(exc).__name__}".encode())
+            os._exit(EXIT_CANNOT_START)
+        os.close(errors_w)
+        chunks = []
+        while chunk := _read(errors_r):
+            chunks.append(chunk)
+        os.close(errors_r)
+        if chunks:
+            os.waitpid(pid, 0)
+            return b"".join(chunks).decode("utf-8", "replace")
+        self.child = pid
+        return None
 
     def reap(self) -> bool:
         """Collect every exited child; True while any child is left (running or not)."""
@@ -287,18 +331,14 @@ class _Supervisor:
                 return False
             if pid == 0:
                 return True
-            if self.child is not None and pid == self.child.pid:
+            if pid == self.child:
                 self.status = status
-                # Popen must not wait for a child reaped here (nor warn that it runs).
-                self.child.returncode = os.waitstatus_to_exitcode(status)
 
     def wait(self, timeout_s: float) -> None:
         """Sleep until a signal arrives or ``timeout_s`` has passed."""
-        with contextlib.suppress(InterruptedError):
-            select.select([self.wakeup_r], [], [], max(0.0, timeout_s))
-        with contextlib.suppress(BlockingIOError, OSError):
-            while os.read(self.wakeup_r, 512):
-                pass
+        select.select([self.wakeup_r], [], [], max(0.0, timeout_s))  # a signal ends it
+        while _read(self.wakeup_r):
+            pass
 
     def signal_all(self, sig: signal.Signals) -> None:
         """Send ``sig`` to every descendant (Linux), else to the process group.
@@ -312,12 +352,10 @@ class _Supervisor:
                     if pid in self.terminated:
                         continue
                     self.terminated.add(pid)
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
+                _send(pid, sig)
             return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            # SIGKILL here ends the supervisor too: it is its last act (see end()).
-            os.killpg(os.getpgrp(), sig)
+        # SIGKILL here ends the supervisor too: it is its last act (see end()).
+        _send(os.getpgrp(), sig, group=True)
 
     def run(self) -> None:
         """Watch the command until it exits, or the worker dies or asks to stop."""
@@ -367,32 +405,67 @@ class _Supervisor:
         if code >= 0:
             os._exit(code)
         # Die of the same signal, without a core dump of the supervisor.
-        with contextlib.suppress(ValueError, OSError):
+        import resource  # noqa: PLC0415 - needed only here
+
+        try:
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        signal.set_wakeup_fd(-1)
-        with contextlib.suppress(OSError, ValueError):
+            signal.set_wakeup_fd(-1)
             signal.signal(-code, signal.SIG_DFL)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {-code})
             os.kill(os.getpid(), -code)
+        except (OSError, ValueError):
+            pass  # a signal that cannot be raised: its number says it below
         os._exit(128 - code)
 
 
-def _options(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-    parser = argparse.ArgumentParser(prog="birddog-supervisor", add_help=False)
-    parser.add_argument("--parent", type=int, required=True)
-    parser.add_argument("--grace", type=float, required=True)
-    parser.add_argument("--status-fd", type=int, default=-1)
-    parser.add_argument("--uid", type=int, default=None)
-    parser.add_argument("--gid", type=int, default=None)
-    parser.add_argument("--groups", default="")
+class _Options:
+    """The supervisor's command line.
+
+    Parsed by hand, with no dataclass: argparse and dataclasses each cost a tenth of the
+    supervisor's start-up, which every job waits for.
+    """
+
+    def __init__(self) -> None:
+        self.parent = -1
+        self.grace = 5.0
+        self.status_fd = -1
+        self.uid: int | None = None
+        self.gid: int | None = None
+        self.groups = ""
+
+    def set(self, name: str, value: str) -> None:
+        """Take one ``--name value`` pair; ValueError for an unknown name or bad value."""
+        if name == "--parent":
+            self.parent = int(value)
+        elif name == "--grace":
+            self.grace = float(value)
+        elif name == "--status-fd":
+            self.status_fd = int(value)
+        elif name == "--uid":
+            self.uid = int(value)
+        elif name == "--gid":
+            self.gid = int(value)
+        elif name == "--groups":
+            self.groups = value
+        else:
+            raise ValueError(name)
+
+
+def _options(argv: Sequence[str]) -> tuple[_Options, list[str]]:
     args = list(argv)
-    if "--" not in args:
-        parser.error("the command follows --")
+    if "--" not in args or args.index("--") == len(args) - 1:
+        sys.stderr.write("birddog-supervisor: the command follows --\n")
+        os._exit(EXIT_CANNOT_START)
     split = args.index("--")
-    command = args[split + 1 :]
-    if not command:
-        parser.error("no command after --")
-    return parser.parse_args(args[:split]), command
+    options = _Options()
+    flags = args[:split]
+    try:
+        for name, value in zip(flags[::2], flags[1::2], strict=True):
+            options.set(name, value)
+    except ValueError as exc:
+        sys.stderr.write(f"birddog-supervisor: bad arguments ({exc})\n")
+        os._exit(EXIT_CANNOT_START)
+    return options, args[split + 1 :]
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -207,17 +207,34 @@ async def main() -> None:
 asyncio.run(main())
 """
 
+# Between the test and the worker: a subreaper, so that the worker's orphaned supervisor
+# is re-parented here and its process group stays in this session. (Re-parented to PID 1,
+# its stopped group would be orphaned, and the kernel would SIGCONT it at once.)
+HOST = """
+import ctypes, os, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
+caller = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]])
+with open(sys.argv[3] + ".caller", "w") as out:
+    out.write(f"{caller.pid}\\n")
+while True:
+    try:
+        os.wait()
+    except ChildProcessError:
+        time.sleep(0.05)
+"""
+
 
 async def test_a_leftover_turn_of_a_dead_worker_is_ended_and_a_live_one_is_not(
     tmp_path: Path,
 ) -> None:
-    """A supervisor whose worker died (kept stopped, so it could not act) is ended by the next."""
+    """A supervisor that could not act on its worker's death is ended by the next worker."""
     pids = tmp_path / "pids"
     command = f'{sys.executable} -c "{ESCAPE}" "$PIDS"; sleep 300 & echo $! >> "$PIDS"; sleep 300'
-    caller = start_caller(LEFTOVER, command, str(pids))
+    host = start_caller(HOST, LEFTOVER, command, str(pids))
     try:
         spawned = await asyncio.to_thread(pids_in, pids, 2, within_s=60)
         [supervisor] = await asyncio.to_thread(pids_in, Path(f"{pids}.group"), 1)
+        [worker] = await asyncio.to_thread(pids_in, Path(f"{pids}.caller"), 1)
         ticks = process_start_ticks(supervisor)
         booted = boot_id()
         assert ticks is not None
@@ -225,16 +242,13 @@ async def test_a_leftover_turn_of_a_dead_worker_is_ended_and_a_live_one_is_not(
         turn = Turn(host=socket.gethostname(), boot_id=booted, pid=supervisor, start_ticks=ticks)
         # Its worker runs: the turn is not a leftover, and another start time is another process.
         assert await end_leftover_turn(turn, grace_s=0.5) is False
-        assert (
-            await end_leftover_turn(
-                Turn(turn.host, turn.boot_id, turn.pid, turn.start_ticks + 1), grace_s=0.5
-            )
-            is False
-        )
-        os.kill(supervisor, signal.SIGSTOP)  # a supervisor that cannot act on its worker's death
-        stop_caller(caller)
+        reused = Turn(turn.host, turn.boot_id, turn.pid, turn.start_ticks + 1)
+        assert await end_leftover_turn(reused, grace_s=0.5) is False
+        os.kill(supervisor, signal.SIGSTOP)  # it cannot act on its worker's death
+        os.kill(worker, signal.SIGKILL)
+        await all_dead([worker], within_s=10)
         assert all(process_running(pid) for pid in [supervisor, *spawned])
         assert await end_leftover_turn(turn, grace_s=0.5) is True
         await all_dead([supervisor, *spawned], within_s=5)
     finally:
-        stop_caller(caller)
+        stop_caller(host)
