@@ -1,5 +1,8 @@
 """Shared fixtures: one PostgreSQL server per session, one fresh database per test.
 
+Also the seeded console both the HTTP and the browser tests look at. Helpers live in
+``tests.support``; fixtures here and in each suite's ``conftest.py`` are built on them.
+
 The server is, in order: ``DATABASE_URL`` when set; a testcontainers PostgreSQL when a
 Docker daemon answers; else the embedded server (``birddog.postgres.embedded``) in a
 temporary directory. The schema is migrated once into ``birddog_template``; each test
@@ -17,6 +20,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -28,6 +32,7 @@ from hypothesis import settings
 from birddog.postgres import migrate
 from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.pool import Pool, create_pool
+from tests.support.console import ConsoleServer, Seeded, seed, start_console
 
 # Example durations vary with the machine's load (CI shares 2 cores with PostgreSQL and
 # subprocesses); a slow example is not a failure, so no property test has a deadline.
@@ -234,3 +239,18 @@ async def pg_conn(database_url: str) -> AsyncIterator[Any]:
         yield conn
     finally:
         await conn.close()
+
+
+@pytest.fixture
+async def seeded(pg_pool: Pool) -> Seeded:
+    """The test database, with something in every state."""
+    return await seed(pg_pool, now=datetime.now(UTC))
+
+
+@pytest.fixture
+async def console(pg_pool: Pool, seeded: Seeded) -> AsyncIterator[ConsoleServer]:
+    """A console with actions over the seeded database, on 127.0.0.1."""
+    del seeded
+    server = await start_console(pg_pool)
+    yield server
+    await server.runner.cleanup()

@@ -18,8 +18,8 @@ import pytest
 
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.acceptance.conftest import BIRDDOG, ROOT, Daemon, cli, cli_env
-from tests.support import until_listening
+from tests.support import eventually, until_listening
+from tests.support.cli import BIRDDOG, ROOT, Daemon, cli, cli_env
 
 ASKER = "asker:s-ask"
 TARGET = "upper:s-upper"
@@ -57,11 +57,11 @@ async def job_count(pool: Pool) -> int:
 
 
 async def until_a_job_is_queued(pool: Pool) -> None:
-    for _ in range(1200):
-        if await pool.fetchval("SELECT count(*) FROM birddog.jobs WHERE state = 'queued'"):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the ask never enqueued its job")
+    await eventually(
+        lambda: pool.fetchval("SELECT count(*) FROM birddog.jobs WHERE state = 'queued'"),
+        "the ask to enqueue its job",
+        within_s=60,
+    )
 
 
 @pytest.fixture
@@ -161,10 +161,11 @@ async def test_an_ask_that_times_out_exits_2_and_the_reply_lands_later(
     assert "birddog inbox asker:s-ask" in late.stderr
     worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
     assert worked.returncode == 0, worked.stderr
-    for _ in range(1200):
-        if await pg_pool.fetchval("SELECT count(*) FROM birddog.mailbox"):
-            break
-        await asyncio.sleep(0.05)
+    await eventually(
+        lambda: pg_pool.fetchval("SELECT count(*) FROM birddog.mailbox"),
+        "the reply in the mailbox",
+        within_s=60,
+    )
     listed = await cli(database_url, "inbox", ASKER, "--json")
     [entry] = [json.loads(line) for line in listed.stdout.splitlines()]
     assert (entry["inReplyTo"], entry["content"], entry["outcome"]) == ("slow-1", "HI", "completed")

@@ -9,8 +9,9 @@ from birddog.clock import SystemClock
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.acceptance.conftest import Harness, cli, fan_out
 from tests.support import claim, enqueue, make_job
+from tests.support.cli import cli
+from tests.support.stacks import Harness, fan_out
 
 RELAXED = {
     "BIRDDOG_CHECK_JOB_QUEUED_S": "999999",

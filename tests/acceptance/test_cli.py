@@ -10,8 +10,10 @@ import aiohttp
 from aiohttp import web
 
 from birddog import Outcome, Reply
-from tests.acceptance.conftest import Daemon, Harness, TestInbox, cli, fan_out, wait_until
-from tests.support import free_port
+from tests.support import eventually, free_port
+from tests.support.cli import Daemon, cli
+from tests.support.inbox import TestInbox
+from tests.support.stacks import Harness, fan_out
 
 
 async def test_send_work_run_delivers_end_to_end(
@@ -88,9 +90,9 @@ async def test_two_daemons_share_the_work_without_double_delivery(
     async def both_running() -> bool:
         return await harness.drain_daemons() == 2
 
-    await wait_until(both_running, timeout_s=60, what="two daemons running")
+    await eventually(both_running, "two daemons running", within_s=60)
     keys = await fan_out(harness, 150, ["alice", "carol"])
-    await wait_until(lambda: _count(harness, len(keys)), timeout_s=60, what="all receipts")
+    await eventually(lambda: _count(harness, len(keys)), "all receipts", within_s=60)
     assert set(inbox.posts) == set(keys)
     assert max(inbox.posts.values()) == 1
     assert first.terminate()[0] == 0
@@ -126,7 +128,7 @@ async def test_sigterm_mid_page_loses_nothing(
     inbox.behaviour = None
     release.set()
     daemons("--once")
-    await wait_until(lambda: _count(harness, len(keys)), timeout_s=60, what="all receipts")
+    await eventually(lambda: _count(harness, len(keys)), "all receipts", within_s=60)
 
 
 async def test_probe_and_check_exit_codes(
@@ -229,13 +231,13 @@ async def test_metrics_and_healthz_are_served_on_loopback(
             except aiohttp.ClientError:
                 return False
 
-        await wait_until(healthy, timeout_s=30, what="/healthz")
+        await eventually(healthy, "/healthz", within_s=30)
         keys = await fan_out(harness, 3, ["alice"], prefix="metric")
-        await wait_until(lambda: _count(harness, len(keys)), timeout_s=30, what="receipts")
+        await eventually(lambda: _count(harness, len(keys)), "receipts", within_s=30)
 
         async def counted() -> bool:
             async with session.get(f"{base}/metrics") as resp:
                 return "birddog_delivered_total 3.0" in await resp.text()
 
-        await wait_until(counted, timeout_s=10, what="the delivered counter")
+        await eventually(counted, "the delivered counter", within_s=10)
     assert daemon.terminate()[0] == 0

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.acceptance.conftest import BIRDDOG, ROOT, cli, cli_env
+from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
 
 SECRET_LOOKING = "sk-not-to-be-echoed-4417"
 

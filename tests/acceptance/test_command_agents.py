@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.conftest import Harness, cli
 from tests.support import process_running
+from tests.support.cli import cli
+from tests.support.stacks import Harness
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 

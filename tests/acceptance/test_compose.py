@@ -21,8 +21,8 @@ from click.testing import CliRunner
 
 from birddog.cli import main
 from birddog.settings import Settings
-from tests.acceptance.conftest import ROOT, Daemon, cli, wait_until
-from tests.support import free_port
+from tests.support import eventually, free_port
+from tests.support.cli import ROOT, Daemon, cli
 
 COMPOSE: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 DOCKERFILE = (ROOT / "Dockerfile").read_text(encoding="utf-8")
@@ -117,7 +117,7 @@ async def test_health_answers_for_a_running_daemon_and_fails_without_one(
         done = await cli(database_url, "health", BIRDDOG_METRICS_PORT=str(port))
         return done.returncode == 0 and done.stdout.strip() == "daemon healthy"
 
-    await wait_until(healthy, timeout_s=60, what="birddog health to pass")
+    await eventually(healthy, "birddog health to pass", within_s=60)
     assert daemon.terminate()[0] == 0
 
 

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from tests.acceptance.conftest import Daemon, cli, wait_until
-from tests.support import free_port
+from tests.support import eventually, free_port
+from tests.support.cli import Daemon, cli
 
 PASSWORD = "not-in-any-output-7f3a"
 
@@ -92,7 +92,7 @@ async def test_the_daemon_waits_for_an_unreachable_server_saying_why(
     async def logged_twice() -> bool:
         return daemon.log().count('"database_unavailable"') >= 2
 
-    await wait_until(logged_twice, timeout_s=30, what="two database_unavailable lines")
+    await eventually(logged_twice, "two database_unavailable lines", within_s=30)
     code, log = daemon.terminate()
     assert code == 0
     assert PASSWORD not in log
@@ -111,7 +111,7 @@ async def test_only_the_daemon_says_where_the_embedded_server_is(
     async def ready() -> bool:
         return "birddog is ready: " in daemon.log()
 
-    await wait_until(ready, timeout_s=60, what="the daemon's ready line")
+    await eventually(ready, "the daemon's ready line", within_s=60)
     assert f"; embedded PostgreSQL in {embedded_dir}; " in daemon.log()
     assert all(json.loads(line)["event"] for line in daemon.log().splitlines())
     done = await cli("", "status", timeout_s=60, BIRDDOG_DATA_DIR=str(embedded_dir))

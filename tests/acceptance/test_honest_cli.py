@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tests.acceptance.conftest import Harness, cli
+from tests.support.cli import cli
+from tests.support.stacks import Harness
 
 
 async def test_replaying_an_unknown_key_or_agent_exits_1_naming_it(database_url: str) -> None:

@@ -13,9 +13,9 @@ from datetime import UTC, datetime
 import aiohttp
 
 from birddog.postgres.pool import Pool
-from tests.acceptance.conftest import BIRDDOG, cli, cli_env, wait_until
-from tests.seed import HOSTILE_ERROR, HOSTILE_JOB, seed
-from tests.support import job_row
+from tests.support import eventually, job_row
+from tests.support.cli import BIRDDOG, cli, cli_env
+from tests.support.console import HOSTILE_ERROR, HOSTILE_JOB, seed
 
 
 def assert_inert(text: str) -> None:
@@ -144,7 +144,7 @@ async def test_console_command_prints_its_url_serves_and_stops(database_url: str
                 found[:] = re.findall(pattern, log.read())
                 return bool(found)
 
-            await wait_until(announced, timeout_s=60, what="the console's URL")
+            await eventually(announced, "the console's URL", within_s=60)
             jar = aiohttp.CookieJar(unsafe=True)
             async with aiohttp.ClientSession(cookie_jar=jar) as http, http.get(found[0]) as page:
                 assert page.status == 200

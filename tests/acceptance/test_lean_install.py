@@ -9,7 +9,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from tests.acceptance.conftest import ROOT, cli_env
+from tests.support.cli import ROOT, cli_env
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 

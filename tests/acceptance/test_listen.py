@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.conftest import BIRDDOG, ROOT, Harness, cli, cli_env, fan_out, wait_until
-from tests.support import free_port
+from tests.support import eventually, free_port
+from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
+from tests.support.stacks import Harness, fan_out
 
 Spawn = Callable[..., subprocess.Popen[str]]
 
@@ -49,7 +50,7 @@ async def test_listen_prints_each_reply_and_acknowledges_it(
     async def listening() -> bool:
         return "listening for alice's replies" in err.read_text()
 
-    await wait_until(listening, timeout_s=30, what="the listener")
+    await eventually(listening, "the listener", within_s=30)
     [key] = await fan_out(harness, 1, ["alice"], prefix="listen")
     assert (await cli(database_url, "run", "--once")).returncode == 0
     assert listener.wait(timeout=30) == 0
@@ -83,6 +84,6 @@ async def test_the_receiving_example_stores_a_reply_before_acknowledging_it(
         await cli(database_url, "run", "--once")
         return store.exists() and await harness.states() == {key: "receipt"}
 
-    await wait_until(received, timeout_s=60, what="the example to take the reply")
+    await eventually(received, "the example to take the reply", within_s=60)
     [stored] = [json.loads(line) for line in store.read_text().splitlines()]
     assert (stored["key"], stored["content"]) == (key, "reply 0")

@@ -8,8 +8,9 @@ import signal
 from datetime import UTC, datetime
 
 from birddog import AgentAddress, Outcome, Reply, ReplyFacts, reply_key
-from tests.acceptance.conftest import BIRDDOG, ROOT, Harness, cli, cli_env
 from tests.support import deliver_to_mailbox, until_listening
+from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
+from tests.support.stacks import Harness
 
 ASKER = AgentAddress(agent_id="asker", session_id="s-ask")
 AGENT = AgentAddress(agent_id="upper", session_id="s-upper")

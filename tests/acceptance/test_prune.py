@@ -6,7 +6,8 @@ import json
 from collections.abc import Callable
 
 from birddog.postgres.pool import Pool
-from tests.acceptance.conftest import Daemon, cli, wait_until
+from tests.support import eventually
+from tests.support.cli import Daemon, cli
 
 
 async def _old_receipts(pool: Pool, count: int, *, days: int) -> None:
@@ -52,7 +53,7 @@ async def test_the_daemon_prunes_when_a_retention_is_set(
     async def pruned() -> bool:
         return await pg_pool.fetchval("SELECT count(*) FROM birddog.receipts") == 1
 
-    await wait_until(pruned, what="old receipts pruned by the daemon")
+    await eventually(pruned, "old receipts pruned by the daemon", within_s=30)
     code, log = daemon.terminate()
     assert code == 0
     assert '"event": "pruned"' in log

@@ -18,19 +18,18 @@ and every background process must still be running.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.acceptance.conftest import BIRDDOG, ROOT
-from tests.support import free_port
+from tests.support import eventually, free_port
+from tests.support.cli import BIRDDOG, ROOT
 
 README = ROOT / "README.md"
 SKIP = "<!-- not run by the README test"
@@ -109,16 +108,13 @@ def test_the_readme_has_shell_blocks_and_runs_the_tour() -> None:
     assert " ask --to " in lines
 
 
-def _poll(predicate: Callable[[], bool], *, timeout_s: float, what: str) -> None:
-    """Poll ``predicate`` until it holds, failing after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.1)  # polling with a deadline, not synchronisation
+def _assert_no_traceback(logs: Path) -> None:
+    """No background command's log in ``logs`` shows a traceback."""
+    for log_path in logs.glob("background-*.log"):
+        assert "Traceback" not in log_path.read_text(), log_path.read_text()[-2000:]
 
 
-def test_every_readme_shell_block_runs_on_a_fresh_embedded_server(
+async def test_every_readme_shell_block_runs_on_a_fresh_embedded_server(
     embedded_dir: Path, tmp_path: Path
 ) -> None:
     """The README's commands all succeed, and the tour's reply ends as a receipt."""
@@ -134,24 +130,25 @@ def test_every_readme_shell_block_runs_on_a_fresh_embedded_server(
         BIRDDOG_MAX_DELAY_S="1",
     )
 
-    def birddog(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(  # noqa: S603 - our own console script
-            [BIRDDOG, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60,
-            check=False,
+    async def birddog(*args: str) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(
+            subprocess.run, [BIRDDOG, *args], env=env, cwd=ROOT, capture_output=True, text=True,
+            timeout=60, check=False,
         )  # fmt: skip
 
     pids = tmp_path / "pids"
     pids.touch()
     daemon_log = tmp_path / "daemon.log"
     with daemon_log.open("w") as log:
-        daemon = subprocess.Popen(  # noqa: S603 - our own console script
-            [BIRDDOG, "run"], env=env, cwd=ROOT, stdout=log, stderr=log
+        daemon = await asyncio.to_thread(
+            subprocess.Popen, [BIRDDOG, "run"], env=env, cwd=ROOT, stdout=log, stderr=log
         )
     try:
-        _poll(
+        await eventually(
             lambda: "birddog is ready" in daemon_log.read_text() or daemon.poll() is not None,
-            timeout_s=90,
-            what="the daemon (make run's stand-in)",
+            "the daemon (make run's stand-in)",
+            within_s=90,
+            every_s=0.1,
         )
         assert daemon.poll() is None, daemon_log.read_text()[-2000:]
         text = script(
@@ -160,20 +157,20 @@ def test_every_readme_shell_block_runs_on_a_fresh_embedded_server(
             pids=pids,
             logs=tmp_path,
         )
-        done = subprocess.run(  # noqa: S603 - the README's own commands, as a reader runs them
-            ["bash", "-c", text],  # noqa: S607 - bash from PATH
+        done = await asyncio.to_thread(  # the README's own commands, as a reader runs them
+            subprocess.run, ["bash", "-c", text],
             env=env, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
             stdin=subprocess.DEVNULL,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
         assert "WHAT IS DUE?" in done.stdout  # the tour's ask, answered by worker --command
 
-        def delivered() -> bool:
-            shown = birddog("pending", "--json")
+        async def delivered() -> bool:
+            shown = await birddog("pending", "--json")
             return shown.returncode == 0 and json.loads(shown.stdout) == []
 
-        _poll(delivered, timeout_s=60, what="nothing pending")
-        receipts = birddog("psql", "-At", "-c", "SELECT count(*) FROM birddog.receipts")
+        await eventually(delivered, "nothing pending", within_s=60, every_s=0.1)
+        receipts = await birddog("psql", "-At", "-c", "SELECT count(*) FROM birddog.receipts")
         assert int(receipts.stdout.strip()) >= 1, receipts.stderr
         for pid in [int(p) for p in pids.read_text().split()]:
             os.kill(pid, 0)  # still running: raises if it died
@@ -183,6 +180,5 @@ def test_every_readme_shell_block_runs_on_a_fresh_embedded_server(
                 os.kill(pid, signal.SIGTERM)
         if daemon.poll() is None:
             daemon.send_signal(signal.SIGTERM)
-        daemon.wait(timeout=30)
-    for log_path in tmp_path.glob("background-*.log"):
-        assert "Traceback" not in log_path.read_text(), log_path.read_text()[-2000:]
+        await asyncio.to_thread(daemon.wait, timeout=30)
+    _assert_no_traceback(tmp_path)

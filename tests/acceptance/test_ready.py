@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import aiohttp
 
-from tests.acceptance.conftest import Daemon, cli, wait_until
-from tests.support import free_port
+from tests.support import eventually, free_port
+from tests.support.cli import Daemon, cli
 
 
 def _ready_lines(log: str) -> list[str]:
@@ -38,7 +38,7 @@ async def test_several_daemons_on_one_host_each_with_its_own_metrics_port(
     async def first_ready() -> bool:
         return bool(_ready_lines(first.log()))
 
-    await wait_until(first_ready, timeout_s=30, what="the first daemon's ready line")
+    await eventually(first_ready, "the first daemon's ready line", within_s=30)
     [line] = _ready_lines(first.log())
     assert line.startswith(f"birddog is ready: metrics at http://127.0.0.1:{first_port}/metrics; ")
     assert line.endswith("; look inside: birddog psql")
@@ -56,7 +56,7 @@ async def test_several_daemons_on_one_host_each_with_its_own_metrics_port(
     async def second_ready() -> bool:
         return bool(_ready_lines(second.log()))
 
-    await wait_until(second_ready, timeout_s=30, what="the second daemon's ready line")
+    await eventually(second_ready, "the second daemon's ready line", within_s=30)
     assert await _healthy(first_port)
     assert await _healthy(second_port)
     for daemon in (first, second):
@@ -74,7 +74,7 @@ async def test_the_ready_line_says_when_metrics_are_off(
     async def ready() -> bool:
         return bool(_ready_lines(daemon.log()))
 
-    await wait_until(ready, timeout_s=30, what="the ready line")
+    await eventually(ready, "the ready line", within_s=30)
     assert _ready_lines(daemon.log())[0].startswith("birddog is ready: metrics off; database ")
     assert daemon.terminate()[0] == 0
 

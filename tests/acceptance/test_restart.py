@@ -13,7 +13,10 @@ import pytest
 from birddog.postgres import migrate
 from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.pool import create_pool
-from tests.acceptance.conftest import Daemon, Harness, TestInbox, fan_out, wait_until
+from tests.support import eventually
+from tests.support.cli import Daemon
+from tests.support.inbox import TestInbox
+from tests.support.stacks import Harness, fan_out
 
 
 @pytest.fixture
@@ -38,18 +41,16 @@ async def own_harness(own_server: EmbeddedPostgres, inbox: TestInbox) -> AsyncIt
     await pool.close()
 
 
-async def retrying(action: Callable[[], object], attempts: int = 50) -> None:
+async def retrying(action: Callable[[], object]) -> None:
     """Run a database action, retrying while the server comes back."""
-    for _ in range(attempts):
-        try:
-            result = action()
-            if asyncio.iscoroutine(result):
-                await result
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
-            await asyncio.sleep(0.1)
-        else:
-            return
-    raise AssertionError("the database did not come back")
+    await eventually(
+        action,
+        "the database to come back",
+        until=lambda _: True,
+        within_s=10,
+        every_s=0.1,
+        ignoring=(OSError, asyncpg.PostgresError, asyncpg.InterfaceError),
+    )
 
 
 async def test_daemon_survives_a_database_restart(
@@ -60,7 +61,7 @@ async def test_daemon_survives_a_database_restart(
     daemon = Daemon(own_server.dsn(), BIRDDOG_BACKSTOP_S="60")
     try:
         before = await fan_out(own_harness, 5, ["alice"], prefix="before")
-        await wait_until(lambda: _receipts(own_harness, 5), timeout_s=30, what="first receipts")
+        await eventually(lambda: _receipts(own_harness, 5), "first receipts", within_s=30)
         await asyncio.to_thread(own_server.restart, "immediate")
         await retrying(lambda: own_harness.pool.fetchval("SELECT 1"))
         after: list[str] = []
@@ -69,8 +70,8 @@ async def test_daemon_survives_a_database_restart(
             after.extend(await fan_out(own_harness, 5, ["alice"], prefix="after"))
 
         await retrying(add)
-        await wait_until(
-            lambda: _receipts(own_harness, 10), timeout_s=30, what="receipts after the restart"
+        await eventually(
+            lambda: _receipts(own_harness, 10), "receipts after the restart", within_s=30
         )
         assert daemon.proc.poll() is None, "the daemon died with the database"
         assert set(inbox.posts) == set(before + after)
@@ -101,12 +102,12 @@ async def test_a_daemon_started_before_its_database_waits_for_it(
         async def waiting() -> bool:
             return "database_unavailable" in daemon.log()
 
-        await wait_until(waiting, timeout_s=30, what="the daemon to wait for its database")
+        await eventually(waiting, "the daemon to wait for its database", within_s=30)
         await asyncio.to_thread(own_server.start)
         fresh = Harness(await create_pool(dsn), inbox)
         try:
             keys = await fan_out(fresh, 3, ["alice"], prefix="late")
-            await wait_until(lambda: _receipts(fresh, 3), timeout_s=30, what="receipts")
+            await eventually(lambda: _receipts(fresh, 3), "receipts", within_s=30)
         finally:
             await fresh.pool.close()
         assert set(inbox.posts) == set(keys)
@@ -132,7 +133,7 @@ async def test_a_statement_the_database_refuses_never_ends_the_daemon(
     await harness.add_agent("alice")
     daemon = daemons(BIRDDOG_BACKSTOP_S="1")
     first = await fan_out(harness, 3, ["alice"], prefix="before")
-    await wait_until(lambda: _receipts(harness, 3), timeout_s=30, what="first receipts")
+    await eventually(lambda: _receipts(harness, 3), "first receipts", within_s=30)
     await harness.pool.execute(
         f"""
         CREATE FUNCTION birddog.refuse() RETURNS trigger LANGUAGE plpgsql AS
@@ -146,12 +147,12 @@ async def test_a_statement_the_database_refuses_never_ends_the_daemon(
     async def refused() -> bool:
         return "SQLSTATE P0001" in daemon.log()
 
-    await wait_until(refused, timeout_s=30, what="the daemon to meet the refusal")
+    await eventually(refused, "the daemon to meet the refusal", within_s=30)
     assert daemon.proc.poll() is None, daemon.log()[-2000:]
     await harness.pool.execute(
         "DROP TRIGGER refuse ON birddog.outbox; DROP FUNCTION birddog.refuse()"
     )
-    await wait_until(lambda: _receipts(harness, 6), timeout_s=30, what="receipts after it")
+    await eventually(lambda: _receipts(harness, 6), "receipts after it", within_s=30)
     code, log = await asyncio.to_thread(daemon.terminate)
     assert code == 0, log[-2000:]
     assert set(inbox.posts) == set(first + later)

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncpg
 
 from birddog import Outcome
-from tests.acceptance.conftest import Harness, TestInbox, cli
+from tests.support.cli import cli
+from tests.support.inbox import TestInbox
+from tests.support.stacks import Harness
 
 
 async def refused(dsn: str, statement: str) -> bool:

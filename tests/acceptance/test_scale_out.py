@@ -9,7 +9,10 @@ from collections.abc import Callable
 from aiohttp import web
 
 from birddog import Reply
-from tests.acceptance.conftest import Daemon, Harness, TestInbox, fan_out, wait_until
+from tests.support import eventually
+from tests.support.cli import Daemon
+from tests.support.inbox import TestInbox
+from tests.support.stacks import Harness, fan_out
 
 
 def delivered_by(log: str) -> int:
@@ -48,13 +51,13 @@ async def test_two_daemons_share_the_work_with_no_duplicates(
         )
         return bool(count >= 2)
 
-    await wait_until(both_listening, timeout_s=60, what="both daemons to LISTEN")
+    await eventually(both_listening, "both daemons to LISTEN", within_s=60)
     keys = await fan_out(harness, 250, agents)
 
     async def all_delivered() -> bool:
         return await harness.receipts() == len(keys)
 
-    await wait_until(all_delivered, timeout_s=120, what="every receipt")
+    await eventually(all_delivered, "every receipt", within_s=120)
     codes_logs = [first.terminate(), second.terminate()]
     assert [code for code, _log in codes_logs] == [0, 0]
     assert set(inbox.posts) == set(keys)

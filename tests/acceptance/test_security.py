@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tests.acceptance.conftest import cli
+from tests.support.cli import cli
 
 
 async def test_route_add_refuses_a_metadata_url_in_one_line(database_url: str) -> None:

@@ -7,7 +7,8 @@ import json
 import os
 import subprocess
 
-from tests.acceptance.conftest import BIRDDOG, ROOT, Harness, cli, cli_env
+from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
+from tests.support.stacks import Harness
 
 MAIL = ["--job-id", "job-r", "--to", "bob:s-bob", "--from", "alice:s-alice",
         "--reply-to", "alice:s-alice", "--key", "mail-r", "--command-id", "cmd-r"]  # fmt: skip

@@ -9,8 +9,10 @@ from collections.abc import Callable
 import aiohttp
 
 from birddog.postgres.pool import Pool
-from tests.acceptance.conftest import Daemon, Harness, TestInbox, fan_out, wait_until
-from tests.support import free_port
+from tests.support import eventually, free_port
+from tests.support.cli import Daemon
+from tests.support.inbox import TestInbox
+from tests.support.stacks import Harness, fan_out
 
 REAPER_ERRORS = re.compile(r'^birddog_side_task_errors_total\{task="reaper"\} (\d+)', re.M)
 
@@ -25,7 +27,7 @@ async def test_the_daemon_outlives_a_reaper_that_keeps_failing(
     async def ready() -> bool:
         return await harness.drain_daemons() == 1
 
-    await wait_until(ready, timeout_s=60, what="the daemon")
+    await eventually(ready, "the daemon", within_s=60)
     await pg_pool.execute("ALTER TABLE birddog.jobs RENAME TO jobs_elsewhere")
     try:
 
@@ -37,7 +39,7 @@ async def test_the_daemon_outlives_a_reaper_that_keeps_failing(
                 found = REAPER_ERRORS.search(await resp.text())
             return found is not None and int(found.group(1)) >= 2
 
-        await wait_until(reaper_failed_twice, timeout_s=60, what="two reaper failures")
+        await eventually(reaper_failed_twice, "two reaper failures", within_s=60)
     finally:
         await pg_pool.execute("ALTER TABLE birddog.jobs_elsewhere RENAME TO jobs")
     await harness.add_agent("alice")
@@ -46,7 +48,7 @@ async def test_the_daemon_outlives_a_reaper_that_keeps_failing(
     async def delivered() -> bool:
         return await harness.receipts() == len(keys)
 
-    await wait_until(delivered, timeout_s=60, what="the reply delivered")
+    await eventually(delivered, "the reply delivered", within_s=60)
     assert daemon.proc.poll() is None
     code, text = daemon.terminate()
     assert code == 0, text[-2000:]

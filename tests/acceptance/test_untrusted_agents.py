@@ -23,8 +23,9 @@ import pytest
 
 from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.supervisor import boot_id, descendants
-from tests.acceptance.conftest import BIRDDOG, Daemon, Harness, cli, wait_until
-from tests.support import process_running
+from tests.support import eventually, process_running
+from tests.support.cli import BIRDDOG, Daemon, cli
+from tests.support.stacks import Harness
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -51,7 +52,7 @@ async def send(database_url: str, job_id: str, *extra: str, **env: str) -> None:
 
 
 def logged(daemon: Daemon, text: str) -> Callable[[], Awaitable[bool]]:
-    """A predicate for wait_until: ``text`` is in the process's log."""
+    """A probe for eventually(): whether ``text`` is in the process's log."""
 
     async def predicate() -> bool:
         return text in daemon.log()
@@ -86,7 +87,7 @@ async def test_a_sigkilled_worker_leaves_no_process_of_its_turn_and_no_overlappi
             and len(descendants_of(row["turn_pid"])) >= 4
         )
 
-    await wait_until(recorded, timeout_s=60, what="the first turn, recorded, to start")
+    await eventually(recorded, "the first turn, recorded, to start", within_s=60)
     row = await harness.pool.fetchrow(
         "SELECT turn_host, turn_boot_id, turn_pid, turn_start_ticks, worker_id"
         " FROM birddog.jobs WHERE job_id = 'k-1'"
@@ -99,7 +100,7 @@ async def test_a_sigkilled_worker_leaves_no_process_of_its_turn_and_no_overlappi
     assert all(process_running(pid) for pid in turn)
     # A second worker is already waiting when the first dies.
     second = daemons(*args, command="worker", **timing)
-    await wait_until(logged(second, '"worker_started"'), timeout_s=60, what="the second worker")
+    await eventually(logged(second, '"worker_started"'), "the second worker", within_s=60)
     first.kill()
     killed_at = time.monotonic()
     last_alive = time.time()
@@ -117,7 +118,7 @@ async def test_a_sigkilled_worker_leaves_no_process_of_its_turn_and_no_overlappi
         state = await harness.pool.fetchval("SELECT state FROM birddog.jobs WHERE job_id = 'k-1'")
         return state == "settled"
 
-    await wait_until(settled, timeout_s=60, what="the second turn to settle the job")
+    await eventually(settled, "the second turn to settle the job", within_s=60)
     job = await harness.pool.fetchrow(
         "SELECT outcome, recovery_count, result_content, worker_id FROM birddog.jobs"
         " WHERE job_id = 'k-1'"
@@ -202,7 +203,7 @@ async def test_an_agent_reaches_nothing_of_the_mail_room_as_another_user_and_wha
     """With --user the attacker finds no secret; as the worker's user exactly what SECURITY.md says."""
     embedded = {"BIRDDOG_DATA_DIR": str(embedded_dir), "WORKER_MARKER": "worker-only-value"}
     daemon = daemons(DATABASE_URL="", **embedded)
-    await wait_until(logged(daemon, "birddog is ready"), timeout_s=90, what="the daemon")
+    await eventually(logged(daemon, "birddog is ready"), "the daemon", within_s=90)
     added = await cli("", "route", "add", "keeper", "http://127.0.0.1:9/hook", **embedded)
     assert added.returncode == 0, added.stderr
     route_secret = added.stdout.split("signing secret: ")[1].split()[0]

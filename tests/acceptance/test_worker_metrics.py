@@ -7,8 +7,8 @@ from collections.abc import Callable
 import aiohttp
 
 from birddog.postgres.pool import Pool
-from tests.acceptance.conftest import Daemon, cli, wait_until
-from tests.support import enqueue, free_port, make_job
+from tests.support import enqueue, eventually, free_port, make_job
+from tests.support.cli import Daemon, cli
 
 
 async def test_a_worker_serves_its_metrics_and_health_and_a_taken_port_is_one_line(
@@ -35,13 +35,13 @@ async def test_a_worker_serves_its_metrics_and_health_and_a_taken_port_is_one_li
         async def serving() -> bool:
             return "birddog_jobs_claimed_total 0.0" in await metrics()
 
-        await wait_until(serving, timeout_s=30, what="the worker's /metrics")
+        await eventually(serving, "the worker's /metrics", within_s=30)
         await enqueue(pg_pool, make_job("m-1"), make_job("m-2", session="s-other"))
 
         async def counted() -> bool:
             return 'birddog_jobs_settled_total{outcome="completed"} 2.0' in await metrics()
 
-        await wait_until(counted, timeout_s=30, what="two settlements counted")
+        await eventually(counted, "two settlements counted", within_s=30)
         shown = await metrics()
         assert "birddog_jobs_claimed_total 2.0" in shown
         assert "birddog_handler_seconds_count 2.0" in shown

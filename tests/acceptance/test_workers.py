@@ -12,8 +12,10 @@ from birddog.bootstrap import open_stack
 from birddog.postgres.pool import Pool
 from birddog.probe import run_probe
 from birddog.settings import Settings
-from tests.acceptance.conftest import Daemon, Harness, TestInbox, cli, wait_until
-from tests.support import enqueue, make_job
+from tests.support import enqueue, eventually, make_job
+from tests.support.cli import Daemon, cli
+from tests.support.inbox import TestInbox
+from tests.support.stacks import Harness
 
 
 def turns_of(log: Path, session: str) -> list[tuple[str, float, float]]:
@@ -59,7 +61,7 @@ async def test_three_jobs_of_one_session_across_two_workers_never_overlap(
         )
         return left == 0
 
-    await wait_until(all_settled, timeout_s=60, what="every job settled")
+    await eventually(all_settled, "every job settled", within_s=60)
     for worker in workers:
         code, text = worker.terminate()
         assert code == 0, text[-2000:]
@@ -127,7 +129,7 @@ async def test_a_job_nobody_claims_is_cancelled_by_the_daemon_and_the_sender_hea
     async def both_replied() -> bool:
         return len(inbox.replies) == 2
 
-    await wait_until(both_replied, timeout_s=60, what="both replies of the cancelled job")
+    await eventually(both_replied, "both replies of the cancelled job", within_s=60)
     code, text = daemon.terminate()
     assert code == 0, text[-2000:]
     text_of_bounce = "BirdDog cancelled this job: no worker claimed it within 1 min"
@@ -149,7 +151,7 @@ async def test_a_worker_taking_every_queue_never_steals_the_probe(
         return {row["kind"] for row in kinds} == {"drain", "worker"}
 
     # A probe that ran before the worker started would prove nothing.
-    await wait_until(both_running, timeout_s=60, what="the worker and the daemon")
+    await eventually(both_running, "the worker and the daemon", within_s=60)
     async with open_stack(
         Settings().model_copy(update={"database_url": database_url}), pool_size=4
     ) as stack:

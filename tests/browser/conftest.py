@@ -13,14 +13,14 @@ import importlib.util
 import os
 import shutil
 from collections.abc import AsyncIterator, Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from birddog.postgres.pool import Pool
-from tests.seed import ConsoleServer, Seeded, seed, start_console
+from tests.support.browser import PageWatch, open_page
+from tests.support.console import ConsoleServer, Seeded, start_console
 
 LAUNCH_ARGS = [
     "--headless",
@@ -33,7 +33,6 @@ LAUNCH_ARGS = [
     "--disable-sync",
 ]
 BROWSER_TESTS = "tests/browser/"
-VIEWPORT = {"width": 1280, "height": 600}
 
 
 def find_chromium() -> str | None:
@@ -102,52 +101,12 @@ async def browser() -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-async def seeded(pg_pool: Pool) -> Seeded:
-    """The test database, with something in every state."""
-    return await seed(pg_pool, now=datetime.now(UTC))
-
-
-@pytest.fixture
-async def console(pg_pool: Pool, seeded: Seeded) -> AsyncIterator[ConsoleServer]:
-    """A console with actions over the seeded database, on 127.0.0.1."""
-    del seeded
-    server = await start_console(pg_pool)
-    yield server
-    await server.runner.cleanup()
-
-
-@pytest.fixture
 async def read_only_console(pg_pool: Pool, seeded: Seeded) -> AsyncIterator[ConsoleServer]:
     """A read-only console over the seeded database."""
     del seeded
     server = await start_console(pg_pool, read_only=True)
     yield server
     await server.runner.cleanup()
-
-
-class PageWatch:
-    """What a page did that it must not: dialogs (a script ran) and console errors (CSP)."""
-
-    def __init__(self) -> None:
-        self.dialogs: list[str] = []
-        self.errors: list[str] = []
-
-    def attach(self, page: Any) -> None:
-        """Record the page's dialogs (dismissed) and console errors."""
-
-        async def on_dialog(dialog: Any) -> None:
-            self.dialogs.append(dialog.message)
-            await dialog.dismiss()
-
-        page.on("dialog", on_dialog)
-        page.on(
-            "console", lambda msg: self.errors.append(msg.text) if msg.type == "error" else None
-        )
-
-    def expect_refusals(self) -> None:
-        """Forget the errors the browser logs for pages refused on purpose (401, 403)."""
-        assert all("401" in error or "403" in error for error in self.errors), self.errors
-        self.errors.clear()
 
 
 @pytest.fixture
@@ -157,21 +116,6 @@ def watch() -> Iterator[PageWatch]:
     yield watched
     assert watched.dialogs == []
     assert watched.errors == []
-
-
-async def open_page(
-    browser: Any, server: ConsoleServer, watch: PageWatch, *, signed_in: bool = True
-) -> Any:
-    """A fresh browser context and page; signed in through the printed URL unless told not."""
-    context = await browser.new_context(viewport=VIEWPORT)
-    page = await context.new_page()
-    watch.attach(page)
-    if signed_in:
-        response = await page.goto(server.sign_in_url)
-        assert response is not None
-        assert response.status == 200
-        assert page.url == f"{server.url}/"
-    return page
 
 
 @pytest.fixture

@@ -8,9 +8,16 @@ from typing import Any
 import pytest
 
 from birddog.postgres.pool import Pool
-from tests.browser.conftest import PageWatch, open_page
-from tests.seed import HISTORY, HOSTILE_AGENT, HOSTILE_ERROR, HOSTILE_JOB, ConsoleServer, Seeded
 from tests.support import job_row
+from tests.support.browser import PageWatch, open_page
+from tests.support.console import (
+    HISTORY,
+    HOSTILE_AGENT,
+    HOSTILE_ERROR,
+    HOSTILE_JOB,
+    ConsoleServer,
+    Seeded,
+)
 
 PAGES = [
     ("/", "Overview", "overview"),

@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from birddog import AgentJobPayload
-from tests.chaos.support import CROWDED_SESSION, unstorable_result
 from tests.support import answer_for
+from tests.support.chaos import CROWDED_SESSION, unstorable_result
 
 
 async def answer(payload: AgentJobPayload) -> str:

@@ -46,7 +46,8 @@ from birddog.postgres.jobs import enqueue_accepted_job
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.supervisor import descendants
-from tests.chaos.support import (
+from tests.support import eventually, process_running
+from tests.support.chaos import (
     AGENT_SCRIPT,
     COMMAND_SESSIONS,
     CROWDED_SESSION,
@@ -67,9 +68,7 @@ from tests.chaos.support import (
     expected_contents,
     make_plan,
     retrying,
-    wait_for,
 )
-from tests.support import process_running
 
 SIZE = FULL if os.environ.get("BIRDDOG_CHAOS_FULL") == "1" else REDUCED
 KILL_GRACE_S = float(FAST_SETTINGS["BIRDDOG_KILL_GRACE_S"])
@@ -353,7 +352,7 @@ async def _chaos(
             async def another_blocks(seen: int = blocked) -> bool:
                 return _blocked(run.agent_turns) > seen
 
-            await wait_for(another_blocks, timeout_s=60, what="a command agent to block")
+            await eventually(another_blocks, "a command agent to block", within_s=60)
             await asyncio.sleep(plan.worker_kill_delay_s)  # a random moment into the turn
             run.check_alive()
             blocked = _blocked(run.agent_turns)
@@ -361,7 +360,7 @@ async def _chaos(
             await run.command_worker.started("worker_started")
 
     async def kill_worker_mid_job() -> None:
-        await wait_for(blocking_job_running, timeout_s=30, what="the blocking job to start")
+        await eventually(blocking_job_running, "the blocking job to start", within_s=30)
         await asyncio.sleep(plan.worker_kill_delay_s)  # a random moment into the job
         row = await retrying(lambda: _job_row(pool, plan.blocking.job.job_id), what="the job")
         assert row["state"] == "running", f"the blocking job is {row['state']}, not running"
@@ -421,10 +420,10 @@ async def test_no_reply_vanishes_under_crashes_restarts_and_bad_recipients() -> 
         await _chaos(
             run=run, plan=plan, pool=pool, routes=routes, server=server, recipients=recipients
         )
-        await wait_for(
+        await eventually(
             lambda: _all_ended(run, pool, len(plan.jobs)),
-            timeout_s=plan.size.settle_s,
-            what="every job settled and no reply pending",
+            "every job settled and no reply pending",
+            within_s=plan.size.settle_s,
             every_s=0.25,
         )
         elapsed = time.monotonic() - chaos_started

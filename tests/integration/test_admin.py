@@ -16,8 +16,8 @@ from birddog.postgres.admin import (
     story_mail_keys,
 )
 from birddog.postgres.pool import Pool
-from tests.seed import ATTEMPTS, HISTORY, HOSTILE_AGENT, HOSTILE_ERROR, HOSTILE_JOB, seed
 from tests.support import enqueue, make_job
+from tests.support.console import ATTEMPTS, HISTORY, HOSTILE_AGENT, HOSTILE_ERROR, HOSTILE_JOB, seed
 
 
 async def walk(fetch: Callable[[str | None], Awaitable[Listing]], column: str) -> list[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -19,7 +18,8 @@ from birddog.core.delivery import DeadReason, OutboxRow, RowState, UndecodableRo
 from birddog.core.errors import InvalidInput
 from birddog.core.mail import AgentAddress, Reply, ReplyFacts
 from birddog.http import AlertCoalescer, AlertPoster, DeadLetterGroup, generate_secret
-from birddog.http.server import serve
+from tests.support import eventually, free_port
+from tests.support.inbox import posts_to
 
 CONTENT = "TOP-SECRET-MAIL-CONTENT"
 DEAD_AT = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -70,12 +70,8 @@ class AlertSink:
 @pytest.fixture
 async def sink() -> AsyncIterator[AlertSink]:
     server = AlertSink()
-    app = web.Application()
-    app.router.add_post("/alerts", server.handle)
-    runner, url = await serve(app, shutdown_timeout=1.0)
-    server.url = f"{url}/alerts"
-    yield server
-    await runner.cleanup()
+    async with posts_to(server.handle, "/alerts", shutdown_timeout=1.0) as server.url:
+        yield server
 
 
 async def test_alert_is_signed_and_carries_no_content(sink: AlertSink) -> None:
@@ -131,11 +127,7 @@ async def test_a_recipients_next_window_is_a_new_alert(sink: AlertSink) -> None:
     alerts = AlertCoalescer(AlertPoster(sink.url, None), window_s=0.05, clock=SystemClock())
     alerts.dead_letter(dead_row("outbox:a:reply:0"))
     alerts.dead_letter(dead_row("outbox:b:reply:0"))
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 5
-    while not sink.received:
-        assert loop.time() < deadline, "the first window's alert never came"
-        await asyncio.sleep(0.01)
+    await eventually(lambda: sink.received, "the first window's alert", within_s=5)
     alerts.dead_letter(dead_row("outbox:c:reply:0"))
     await alerts.close(timeout_s=5)
     assert [json.loads(body)["keys"] for _headers, body in sink.received] == [
@@ -155,9 +147,7 @@ async def test_unsigned_alert_without_secret(sink: AlertSink) -> None:
 
 async def test_unreachable_alert_url_is_logged_not_raised() -> None:
     """An alert URL nobody listens on returns False and logs alert_failed, without raising."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     secret = generate_secret()
     with structlog.testing.capture_logs() as logs:
         async with AlertPoster(f"http://127.0.0.1:{port}/hook?token=abc123", secret) as poster:
@@ -224,13 +214,11 @@ async def test_a_failed_alert_post_is_counted_and_tried_again(sink: AlertSink) -
         clock=SystemClock(),
         on_failure=failures.append,
     )
-    loop = asyncio.get_running_loop()
 
     async def until_received(count: int) -> None:
-        deadline = loop.time() + 10
-        while len(sink.received) < count:
-            assert loop.time() < deadline, f"alert {count} never came"
-            await asyncio.sleep(0.02)
+        await eventually(
+            lambda: len(sink.received), f"alert {count}", until=lambda n: n >= count, within_s=10
+        )
 
     with structlog.testing.capture_logs() as logs:
         alerts.dead_letter(dead_row())

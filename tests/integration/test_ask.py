@@ -29,7 +29,7 @@ from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.mailbox import Mailbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.support import at, deliver_to_mailbox, until_listening
+from tests.support import at, deliver_to_mailbox, eventually, until_listening
 
 TARGET = "upper:s-upper"
 ASKER = "asker:s-ask"
@@ -46,13 +46,12 @@ async def answer_next_job(
     pool: Pool, jobs: PostgresJobs, outcome: Outcome, content: str, diagnostic: str | None = None
 ) -> str:
     """Play worker and daemon: settle the queued job, then deliver its reply to the mailbox."""
-    claimed = None
-    for _ in range(600):
-        claimed = await jobs.claim(lease_s=30)
-        if claimed is not None:
-            break
-        await asyncio.sleep(0.05)
-    assert claimed is not None, "no job was enqueued"
+    claimed = await eventually(
+        lambda: jobs.claim(lease_s=30),
+        "a job the ask enqueued",
+        until=lambda job: job is not None,
+        within_s=30,
+    )
     [key] = await jobs.settle(
         job_id=claimed.job.job_id,
         claim_token=claimed.claim_token,

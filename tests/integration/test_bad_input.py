@@ -39,7 +39,6 @@ from birddog import (
     InvalidJobPayload,
     Job,
     Mail,
-    MailRoom,
     Outcome,
     Recovery,
     Reply,
@@ -48,7 +47,6 @@ from birddog import (
     bounded_diagnostic,
     decode_agent_job,
 )
-from birddog.clock import SystemClock
 from birddog.core.lifecycle import result_problem
 from birddog.core.model import Model
 from birddog.http import signing
@@ -63,12 +61,11 @@ from birddog.http.inbox import (
 from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
-from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from birddog.postgres.wake import PostgresWake
 from birddog.testing import FrozenClock
 from birddog.worker import Worker
+from tests.support.stacks import pg_room
 
 T = TypeVar("T")
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -623,10 +620,7 @@ async def test_keys_with_sql_metacharacters_travel_as_data(pg_pool: Pool) -> Non
             content=SQL_KEY,
         )  # fmt: skip
         assert key == f"outbox:{SQL_KEY}:reply:0"
-        room = MailRoom(
-            outbox=PostgresOutbox(pg_pool), transport=transport, wake=PostgresWake(pg_pool),
-            clock=SystemClock(),
-        )  # fmt: skip
+        room = pg_room(pg_pool, transport)
         report = await room.drain_outbox()
     finally:
         await transport.close()

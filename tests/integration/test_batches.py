@@ -23,8 +23,9 @@ from birddog.http.server import serve
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.integration.test_engine import a_room
 from tests.support import eventually, make_reply, outbox_rows
+from tests.support.inbox import posts_to
+from tests.support.stacks import QUICK, pg_room
 
 Answer = Callable[[web.Request], Awaitable[web.StreamResponse]]
 AGENT = "batcher"
@@ -49,12 +50,8 @@ class Recipient:
 @pytest.fixture
 async def recipient() -> AsyncIterator[Recipient]:
     server = Recipient()
-    app = web.Application()
-    app.router.add_post("/inbox", server.handle)
-    runner, url = await serve(app)
-    server.url = f"{url}/inbox"
-    yield server
-    await runner.cleanup()
+    async with posts_to(server.handle, "/inbox") as server.url:
+        yield server
 
 
 async def route_for(pool: Pool, url: str, *, batch: int) -> str:
@@ -87,7 +84,7 @@ async def test_a_batch_is_one_signed_post_and_a_partial_acknowledgement_fails_th
 
     recipient.answer = some
     async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
-        report = await a_room(pg_pool, transport).drain_outbox()
+        report = await pg_room(pg_pool, transport, config=QUICK).drain_outbox()
     [(headers, body)] = recipient.posts
     assert headers["webhook-id"] == batch_id(list(reversed(keys)))
     verified = Webhook(secret).verify(body, headers)
@@ -117,7 +114,7 @@ async def test_retry_after_defers_the_whole_batch_without_a_strike(
 
     recipient.answer = busy
     async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
-        report = await a_room(pg_pool, transport).drain_outbox()
+        report = await pg_room(pg_pool, transport, config=QUICK).drain_outbox()
     assert len(recipient.posts) == 1
     assert sorted(report.deferred) == keys
     rows = await pg_pool.fetch("SELECT attempts, deferrals, attempt_log FROM birddog.outbox")
@@ -142,7 +139,7 @@ async def test_a_python_inbox_takes_batches_with_one_flag(pg_pool: Pool) -> None
         keys = await seed(pg_pool, 5)
         reports: list[DrainReport] = []
         async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
-            engine = a_room(pg_pool, transport).engine()
+            engine = pg_room(pg_pool, transport, config=QUICK).engine()
             stop = asyncio.Event()
             serving = asyncio.create_task(
                 engine.serve(stop=stop, listener=None, backstop_s=60, on_report=reports.append)
@@ -175,7 +172,7 @@ async def test_the_stored_json_is_the_body_of_a_single_post(
 
     recipient.answer = ok
     async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
-        report = await a_room(pg_pool, transport).drain_outbox()
+        report = await pg_room(pg_pool, transport, config=QUICK).drain_outbox()
     assert report.delivered == [key]
     [(headers, body)] = recipient.posts
     assert body == stored.encode()

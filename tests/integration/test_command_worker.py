@@ -17,7 +17,7 @@ from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool
 from birddog.spawn import command_handler
 from birddog.worker import Worker
-from tests.support import ALICE, BOB, enqueue, job_row, process_running
+from tests.support import ALICE, BOB, enqueue, eventually, job_row, process_running
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -57,6 +57,16 @@ def worker_for(jobs: PostgresJobs, command: str, **timing: float) -> Worker:
 
 def stubborn(pids: Path) -> str:
     return f'sh -c \'trap "" TERM; (trap "" TERM; sleep 600) & echo "$$ $!" >> {pids}; sleep 600\''
+
+
+async def started(pids: Path) -> None:
+    """Wait until a stubborn command has written its pids (a whole line)."""
+    await eventually(
+        lambda: pids.read_text() if pids.exists() else None,
+        f"the command's pids in {pids.name}",
+        until=lambda text: text is not None and text.endswith("\n"),
+        within_s=30,
+    )
 
 
 def read_pids(path: Path, run: int | None = None) -> list[int]:
@@ -121,10 +131,12 @@ async def test_a_timeout_with_budget_left_requeues_after_killing(
     worker = worker_for(jobs, stubborn(pids), handler_timeout_s=1.0)
     running_worker = asyncio.create_task(worker.run())
     try:
-        for _ in range(600):
-            if (await job_row(pg_pool, "c4"))["recovery_count"] == 1:
-                break
-            await asyncio.sleep(0.05)
+        await eventually(
+            lambda: job_row(pg_pool, "c4"),
+            "the timed-out job requeued",
+            until=lambda row: row["recovery_count"] == 1,
+            within_s=30,
+        )
         first_run = read_pids(pids, run=0)
         assert not any(process_running(pid) for pid in first_run)
     finally:
@@ -140,10 +152,7 @@ async def test_a_recorded_cancellation_kills_the_group(
     pids = tmp_path / "pids"
     await enqueue(pg_pool, ask_job("c5"))
     run = asyncio.create_task(worker_for(jobs, stubborn(pids), lease_s=0.6).run(once=True))
-    for _ in range(600):
-        if pids.exists() and pids.read_text().endswith("\n"):
-            break
-        await asyncio.sleep(0.05)
+    await started(pids)
     await jobs.cancel(job_id="c5", content="Cancelled by alice.")
     await asyncio.wait_for(run, 60)
     assert not any(process_running(pid) for pid in read_pids(pids))
@@ -158,10 +167,7 @@ async def test_stopping_the_worker_kills_the_group(
     await enqueue(pg_pool, ask_job("c6"))
     worker = worker_for(jobs, stubborn(pids))
     run = asyncio.create_task(worker.run())
-    for _ in range(600):
-        if pids.exists() and pids.read_text().endswith("\n"):
-            break
-        await asyncio.sleep(0.05)
+    await started(pids)
     worker.stop.set()
     await asyncio.wait_for(run, 60)
     assert not any(process_running(pid) for pid in read_pids(pids))

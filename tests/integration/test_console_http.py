@@ -4,29 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 
 import aiohttp
 import pytest
 
 from birddog.console import SECURITY_HEADERS
 from birddog.postgres.pool import Pool
-from tests.seed import ConsoleServer, Seeded, seed, start_console
-
-
-@pytest.fixture
-async def seeded(pg_pool: Pool) -> Seeded:
-    """The test database, with something in every state."""
-    return await seed(pg_pool, now=datetime.now(UTC))
-
-
-@pytest.fixture
-async def console(pg_pool: Pool, seeded: Seeded) -> AsyncIterator[ConsoleServer]:
-    """A console with actions, on 127.0.0.1."""
-    del seeded
-    server = await start_console(pg_pool)
-    yield server
-    await server.runner.cleanup()
+from tests.support.console import ConsoleServer, Seeded, start_console
 
 
 @pytest.fixture

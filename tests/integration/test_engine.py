@@ -11,16 +11,17 @@ from typing import Any
 
 import asyncpg
 
-from birddog import Accepted, Failed, MailRoom, Outcome, Reply, RetrySchedule
+from birddog import Accepted, Failed, Outcome, Reply, RetrySchedule
 from birddog.clock import SystemClock
-from birddog.engine import DeliveryEngine, DrainReport, EngineConfig
+from birddog.engine import DeliveryEngine, DrainReport
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from birddog.postgres.wake import PostgresWake, WakeListener
+from birddog.postgres.wake import WakeListener
 from birddog.testing import FrozenClock, ManualWake, RecordingTransport
 from tests.support import ALICE, T0, claim, enqueue, eventually, make_job, make_row, wake_at
+from tests.support.stacks import QUICK, pg_room
 
 DEADLINE_S = 10.0
 BACKSTOP_S = 600.0
@@ -41,22 +42,11 @@ class Serving:
         return {key for report in self.reports for key in report.delivered}
 
 
-def a_room(pool: Pool, transport: RecordingTransport) -> MailRoom:
-    """A mail room over the test's database on the wall clock."""
-    return MailRoom(
-        outbox=PostgresOutbox(pool),
-        transport=transport,
-        wake=PostgresWake(pool),
-        clock=SystemClock(),
-        config=EngineConfig(linger_s=0.001),
-    )
-
-
 @contextlib.asynccontextmanager
 async def serving(pool: Pool, dsn: str) -> AsyncIterator[Serving]:
     """An engine serving with a LISTENing connection until the block ends."""
     transport = RecordingTransport(True)
-    running = Serving(engine=a_room(pool, transport).engine(), transport=transport)
+    running = Serving(engine=pg_room(pool, transport, config=QUICK).engine(), transport=transport)
     stop = asyncio.Event()
     async with WakeListener(dsn) as listener:
         task = asyncio.create_task(
@@ -95,14 +85,14 @@ async def announcements(dsn: str, channel: str) -> AsyncIterator[list[str]]:
 async def asleep_until_backstop(pool: Pool) -> None:
     """Wait until the wake table says the daemon looks again only at its backstop."""
     clock = SystemClock()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + DEADLINE_S
-    while True:
-        armed = await wake_at(pool)
-        if armed is not None and armed > clock.now() + timedelta(seconds=BACKSTOP_S / 2):
-            return
-        assert loop.time() < deadline, f"the daemon is not asleep (wake at {armed})"
-        await asyncio.sleep(0.005)
+    await eventually(
+        lambda: wake_at(pool),
+        "the daemon asleep until its backstop (the wake time)",
+        until=lambda armed: (
+            armed is not None and armed > clock.now() + timedelta(seconds=BACKSTOP_S / 2)
+        ),
+        within_s=DEADLINE_S,
+    )
 
 
 async def test_the_wake_table_drives_the_daemon(pg_pool: Pool, database_url: str) -> None:
@@ -221,9 +211,9 @@ async def test_attempts_are_logged_on_the_row_and_copied_into_the_receipt(
         *(Failed(f"HTTP 503 try {n}", status=503) for n in range(24)),
         Accepted(status=200),
     ]
-    room = MailRoom(
-        outbox=PostgresOutbox(pg_pool),
-        transport=RecordingTransport(lambda reply: answers.pop(0)),
+    room = pg_room(
+        pg_pool,
+        RecordingTransport(lambda reply: answers.pop(0)),
         wake=ManualWake(),
         clock=clock,
         schedule=RetrySchedule(max_attempts=30, base_delay_s=0, jitter=0),

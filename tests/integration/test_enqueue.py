@@ -16,7 +16,7 @@ from birddog import InvalidInput, Job, JobConflict, JobState, Outcome, Recovery
 from birddog.postgres import sqlalchemy_url
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool
-from tests.support import claim, job_row, make_job
+from tests.support import claim, eventually, job_row, make_job
 
 NOTIFY_TIMEOUT_S = 5.0
 ABSENCE_S = 0.2
@@ -266,15 +266,13 @@ async def test_a_sqlalchemy_replay_that_differs_is_refused(
 
 async def _wait_until_blocked(pool: Pool, pid: int) -> None:
     """Poll, with a deadline, until backend ``pid`` waits on a lock."""
-    deadline = asyncio.get_running_loop().time() + NOTIFY_TIMEOUT_S
-    while asyncio.get_running_loop().time() < deadline:
-        waiting = await pool.fetchval(
+    await eventually(
+        lambda: pool.fetchval(
             "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", pid
-        )
-        if waiting:
-            return
-        await asyncio.sleep(0.01)  # polling with a deadline, not synchronisation
-    raise AssertionError(f"backend {pid} never waited on a lock")
+        ),
+        f"backend {pid} to wait on a lock",
+        within_s=NOTIFY_TIMEOUT_S,
+    )
 
 
 @pytest.mark.parametrize(("first_commits", "second_inserts"), [(True, False), (False, True)])

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -20,9 +19,10 @@ from birddog.core.delivery import Accepted, DeadReason, Deferred, Failed, Reject
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound
 from birddog.core.mail import AgentAddress, Reply, ReplyFacts
 from birddog.http import HttpTransport, StaticRoutes
-from birddog.http.server import serve
 from birddog.ports import Route
 from birddog.testing import FrozenClock
+from tests.support import free_port
+from tests.support.inbox import posts_to
 
 AGENT = "caller"
 Answer = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -70,14 +70,11 @@ class InboxServer:
 @pytest.fixture
 async def inbox() -> AsyncIterator[InboxServer]:
     server = InboxServer()
-    app = web.Application()
-    app.router.add_post("/inbox", server.handle)
     # handler_cancellation: a handler is cancelled when its client goes away, so a test can
     # observe that a timed-out post really closed its connection.
-    runner, url = await serve(app, handler_cancellation=True, shutdown_timeout=1.0)
-    server.url = f"{url}/inbox"
-    yield server
-    await runner.cleanup()
+    options = {"handler_cancellation": True, "shutdown_timeout": 1.0}
+    async with posts_to(server.handle, "/inbox", **options) as server.url:
+        yield server
 
 
 @pytest.fixture
@@ -91,12 +88,6 @@ def routes(inbox: InboxServer) -> StaticRoutes:
 async def transport(routes: StaticRoutes) -> AsyncIterator[HttpTransport]:
     async with HttpTransport(routes, timeout_s=5.0) as http:
         yield http
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 async def raw_server(

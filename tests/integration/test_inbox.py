@@ -30,6 +30,7 @@ from birddog.http.inbox import (
 )
 from birddog.http.server import serve
 from birddog.testing import FrozenClock
+from tests.support.inbox import posts_to
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 CALLER = AgentAddress(agent_id="caller", session_id="session-a")
@@ -338,12 +339,9 @@ class Host:
 @pytest.fixture
 async def host(secret: str) -> AsyncIterator[Host]:
     state = Host(secret=secret, inbox=CountingInbox(secret))
-    app = web.Application()
-    app.router.add_post("/birddog", aiohttp_handler(state.inbox, state.on_reply))
-    runner, url = await serve(app, shutdown_timeout=1.0)
-    state.url = f"{url}/birddog"
-    yield state
-    await runner.cleanup()
+    handler = aiohttp_handler(state.inbox, state.on_reply)
+    async with posts_to(handler, "/birddog", shutdown_timeout=1.0) as state.url:
+        yield state
 
 
 @pytest.fixture

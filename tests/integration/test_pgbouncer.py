@@ -11,10 +11,9 @@ import asyncio
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -29,20 +28,13 @@ from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.wake import PostgresWake
 from birddog.testing import RecordingTransport
-from tests.support import ALICE, CAROL, enqueue, make_job, make_row
+from tests.support import ALICE, CAROL, enqueue, eventually, free_port, make_job, make_row
 
 PGBOUNCER = shutil.which("pgbouncer") or (
     "/usr/sbin/pgbouncer" if Path("/usr/sbin/pgbouncer").exists() else None
 )
 
 pytestmark = pytest.mark.skipif(PGBOUNCER is None, reason="no pgbouncer installed")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def _server_of(dsn: str) -> tuple[str, int, str, str, str]:
@@ -62,12 +54,21 @@ def _server_of(dsn: str) -> tuple[str, int, str, str, str]:
     return host, port, user, password, parts.path.lstrip("/")
 
 
-@pytest.fixture
-def bouncer(database_url: str) -> Iterator[str]:
-    """A PgBouncer in transaction mode for the test database; its DSN (no password)."""
+async def _answers(proc: subprocess.Popen[bytes], port: int) -> bool:
+    """Whether PgBouncer accepts a connection on ``port`` yet (it must still be running)."""
+    assert proc.poll() is None, f"pgbouncer exited with {proc.returncode}"
+    try:
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    writer.close()
+    await writer.wait_closed()
+    return True
+
+
+def _configure(database_url: str, root: Path, listen: int) -> tuple[list[str], str]:
+    """Write a transaction-mode configuration in ``root``; the command and the DSN."""
     host, port, user, password, database = _server_of(database_url)
-    root = Path(tempfile.mkdtemp(prefix="birddog-bouncer-"))
-    listen = _free_port()
     (root / "pgbouncer.ini").write_text(
         "[databases]\n"
         f"{database} = host={host} port={port} user={user} password={password} "
@@ -86,22 +87,24 @@ def bouncer(database_url: str) -> Iterator[str]:
         for path in root.iterdir():
             shutil.chown(path, user=owner)
         command += ["-u", owner]
-    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # noqa: S603
+    return command, f"postgresql://{user}@127.0.0.1:{listen}/{database}"
+
+
+@pytest.fixture
+async def bouncer(database_url: str) -> AsyncIterator[str]:
+    """A PgBouncer in transaction mode for the test database; its DSN (no password)."""
+    root = Path(tempfile.mkdtemp(prefix="birddog-bouncer-"))
+    listen = free_port()
+    command, dsn = _configure(database_url, root, listen)
+    proc = await asyncio.to_thread(
+        subprocess.Popen, command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
-        deadline = datetime.now(UTC) + timedelta(seconds=10)
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", listen), timeout=0.2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, (
-                    f"pgbouncer exited: {proc.stderr.read() if proc.stderr else ''}"
-                )
-                assert datetime.now(UTC) < deadline, "pgbouncer did not listen"
-        yield f"postgresql://{user}@127.0.0.1:{listen}/{database}"
+        await eventually(lambda: _answers(proc, listen), "pgbouncer listening", within_s=10)
+        yield dsn
     finally:
         proc.terminate()
-        proc.wait(timeout=10)
+        await asyncio.to_thread(proc.wait, timeout=10)
         shutil.rmtree(root, ignore_errors=True)
 
 

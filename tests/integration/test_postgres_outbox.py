@@ -33,7 +33,7 @@ from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.sql import queries
 from birddog.postgres.wake import PostgresWake
 from birddog.testing import FrozenClock, RecordingTransport
-from tests.support import T0, at, make_reply, make_row, receipt_for
+from tests.support import T0, at, eventually, make_reply, make_row, receipt_for
 
 LEASE_S = 30.0
 
@@ -425,15 +425,15 @@ async def test_a_lost_database_raises_store_unavailable(database_url: str) -> No
             " VALUES ('k1', 'a', 's', 'm', 'c', 'completed', '{}', 'pending', now(), now())"
         )
         adding = asyncio.create_task(outbox.add([make_row("k1")]))  # waits on the key
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5
-        waiting = None
-        while waiting is None and loop.time() < deadline:
-            waiting = await blocker.fetchval(
+        waiting = await eventually(
+            lambda: blocker.fetchval(
                 "SELECT pid FROM pg_stat_activity"
                 " WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            )
-        assert waiting is not None
+            ),
+            "the add to wait on the key's lock",
+            until=lambda pid: pid is not None,
+            within_s=5,
+        )
         await blocker.fetchval("SELECT pg_terminate_backend($1)", waiting)
         with pytest.raises(StoreUnavailable) as killed:
             await asyncio.wait_for(adding, timeout=5)

@@ -12,12 +12,12 @@ from birddog.core.delivery import Accepted, Failed
 from birddog.core.errors import RouteNotFound, SecretUnreadable
 from birddog.http import HttpTransport
 from birddog.http.inbox import Inbox
-from birddog.http.server import serve
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.sealing import SEALED_PREFIX, SecretBox, generate_key
 from birddog.testing import FrozenClock
 from tests.support import make_reply
+from tests.support.inbox import posts_to
 
 OLD_KEY, NEW_KEY = generate_key(), generate_key()
 DAY_S = 86400.0
@@ -129,12 +129,8 @@ class Recipient:
 @pytest.fixture
 async def recipient() -> AsyncIterator[Recipient]:
     server = Recipient()
-    app = web.Application()
-    app.router.add_post("/hook", server.handle)
-    runner, url = await serve(app)
-    server.url = f"{url}/hook"
-    yield server
-    await runner.cleanup()
+    async with posts_to(server.handle, "/hook") as server.url:
+        yield server
 
 
 async def test_rotation_signs_with_both_keys_until_the_overlap_ends(

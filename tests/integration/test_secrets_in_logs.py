@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,7 +38,6 @@ from birddog import (
     DeadReason,
     InvalidInput,
     Mail,
-    MailRoom,
     Outcome,
     Reply,
     RetrySchedule,
@@ -46,7 +45,6 @@ from birddog import (
     agent_job,
     bounded_diagnostic,
 )
-from birddog.clock import SystemClock
 from birddog.core.delivery import new_row
 from birddog.http import signing
 from birddog.http.alerts import AlertPoster, DeadLetterGroup
@@ -55,11 +53,11 @@ from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
 from birddog.logs import configure
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
-from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from birddog.postgres.wake import PostgresWake
 from birddog.worker import Worker
+from tests.support import eventually
+from tests.support.stacks import pg_room
 
 ROOT = Path(__file__).resolve().parents[2]
 BIRDDOG = str(Path(sys.executable).parent / "birddog")
@@ -202,17 +200,6 @@ async def with_password(dsn: str, password: str) -> str:
     return candidate
 
 
-async def wait_until(
-    predicate: Callable[[], Awaitable[bool]], *, timeout_s: float, what: str
-) -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout_s``."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not await predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 ADDRESSES = {name: AgentAddress(agent_id=name, session_id=f"s-{name}") for name in
              ("alice", "flaky", "gone", "stuck")}  # fmt: skip
 BOB = AgentAddress(agent_id="bob", session_id="s-bob")
@@ -295,8 +282,8 @@ async def test_a_full_delivery_logs_no_secret_token_or_content(
             stderr=subprocess.STDOUT,
         )
         try:
-            await wait_until(
-                lambda: _delivered(pg_pool, recipients), timeout_s=60, what="every reply's end"
+            await eventually(
+                lambda: _delivered(pg_pool, recipients), "every reply's end", within_s=60
             )
             for command in (["pending", "--json"], ["dead", "--json"], ["status", "--json"],
                             ["route", "list"]):  # fmt: skip
@@ -462,16 +449,13 @@ async def _run_in_process(pool: Pool, known: Secrets) -> None:
 
     async with Host(route.secret) as host, HttpTransport(routes) as transport:
         await routes.update("alice", url=host.url)
-        room = MailRoom(
-            outbox=PostgresOutbox(pool), transport=transport, wake=PostgresWake(pool),
-            clock=SystemClock(), schedule=RetrySchedule(base_delay_s=0.0, jitter=0.0),
-        )  # fmt: skip
+        room = pg_room(pool, transport, schedule=RetrySchedule(base_delay_s=0.0, jitter=0.0))
 
         async def both_taken() -> bool:
             await room.drain_outbox()
             return len(host.taken) == 2
 
-        await wait_until(both_taken, timeout_s=30, what="both replies taken")
+        await eventually(both_taken, "both replies taken", within_s=30)
         async with (
             aiohttp.ClientSession() as intruder,
             intruder.post(
@@ -560,10 +544,7 @@ async def test_urls_inside_mail_cannot_redirect_delivery(
             content=f"see {trap}",
         )  # fmt: skip
         async with HttpTransport(routes) as transport:
-            room = MailRoom(
-                outbox=PostgresOutbox(pg_pool), transport=transport, wake=PostgresWake(pg_pool),
-                clock=SystemClock(),
-            )  # fmt: skip
+            room = pg_room(pg_pool, transport)
             report = await room.drain_outbox()
     finally:
         await evil.stop()

@@ -13,14 +13,12 @@ from birddog import (
     InvalidInput,
     JobNotFound,
     JobState,
-    MailRoom,
     Outcome,
     StaleClaim,
     StoreUnavailable,
     has_pending_delivery,
 )
 from birddog.postgres.jobs import PostgresJobs
-from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.testing import FrozenClock, ManualWake, RecordingTransport
 from tests.support import (
@@ -34,6 +32,7 @@ from tests.support import (
     outbox_rows,
     wake_at,
 )
+from tests.support.stacks import pg_room
 
 ALICE_ELSEWHERE = ALICE.model_copy(update={"session_id": "s-alice-2"})
 
@@ -362,9 +361,7 @@ async def test_settled_replies_drain_to_receipts_and_a_replay_owes_nothing_more(
 ) -> None:
     """The fanned-out rows are what the Postgres outbox delivers; afterwards nothing is owed."""
     transport = RecordingTransport(True)
-    room = MailRoom(
-        outbox=PostgresOutbox(pg_pool), transport=transport, wake=ManualWake(), clock=clock
-    )
+    room = pg_room(pg_pool, transport, wake=ManualWake(), clock=clock)
     token = await running_job(jobs, pg_pool)
     keys = await jobs.settle(
         job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content="delivered"

@@ -25,7 +25,7 @@ from birddog.spawn import (
     process_group,
     run_command,
 )
-from tests.support import process_running
+from tests.support import eventually, process_running
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -46,11 +46,13 @@ def read_pids(path: Path) -> list[int] | None:
 
 
 async def pids_from(path: Path) -> list[int]:
-    for _ in range(600):
-        if (pids := await asyncio.to_thread(read_pids, path)) is not None:
-            return pids
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{path} was never written")
+    pids: list[int] = await eventually(
+        lambda: asyncio.to_thread(read_pids, path),
+        f"the pids in {path}",
+        until=lambda pids: pids is not None,
+        within_s=30,
+    )
+    return pids
 
 
 def payload(content: str = "hello") -> AgentJobPayload:

@@ -17,18 +17,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Span
 
 from birddog import AgentJobPayload, MailRoom, tracing
-from birddog.clock import SystemClock
 from birddog.http import generate_secret
 from birddog.http.inbox import Inbox
 from birddog.http.server import serve
 from birddog.http.transport import HttpTransport
 from birddog.postgres.jobs import PostgresJobs
-from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from birddog.postgres.wake import PostgresWake
 from birddog.worker import Handler, Worker
 from tests.support import ALICE, NoWake, enqueue, make_job
+from tests.support.stacks import pg_room
 
 
 @pytest.fixture
@@ -79,12 +77,7 @@ async def mail_room(
     routes = PostgresRoutes(pool)
     await routes.add(ALICE.agent_id, f"{url}/inbox", secret=secret, batch_size=batch_size)
     transport = HttpTransport(routes, timeout_s=5)
-    room = MailRoom(
-        outbox=PostgresOutbox(pool),
-        transport=transport,
-        wake=PostgresWake(pool),
-        clock=SystemClock(),
-    )
+    room = pg_room(pool, transport)
     try:
         yield room, recording
     finally:

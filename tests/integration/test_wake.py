@@ -16,7 +16,7 @@ from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.outbox import insert_rows
 from birddog.postgres.pool import Connection, Pool
 from birddog.postgres.wake import PostgresWake, WakeListener, schedule_wake_on
-from tests.support import at, make_row
+from tests.support import at, eventually, make_row
 
 QUIET_S = 0.2
 """How long a listener must stay silent to show that nothing was announced."""
@@ -254,12 +254,7 @@ async def test_listener_survives_a_server_restart() -> None:
         async with WakeListener(dsn) as wake_listener:
             assert wake_listener.connected
             await asyncio.to_thread(server.restart, "immediate")
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + 30
-            woke = False
-            while not woke and loop.time() < deadline:
-                woke = await wake_listener.wait(1)
-            assert woke
+            await eventually(lambda: wake_listener.wait(1), "a wake after the restart", within_s=30)
             assert wake_listener.connected
             conn = await asyncpg.connect(dsn)
             try:

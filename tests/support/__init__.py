@@ -1,7 +1,17 @@
 """Helpers the test suites share: sample addresses and jobs, rows and replies, fakes, queries.
 
 Fixtures live in the ``conftest.py`` files; these are the plain functions and classes
-they and the tests build on.
+they and the tests build on. Tests import shared code from this package only, never from
+another test module or a conftest (``tests/unit/test_test_layout.py`` holds the rule).
+This module has what most suites use; the rest has a module of its own:
+
+- ``waiting``: :func:`eventually`, the one poll with a deadline (re-exported here).
+- ``inbox``: :class:`~tests.support.inbox.TestInbox`, signed inboxes on 127.0.0.1.
+- ``stacks``: mail rooms over PostgreSQL (:func:`~tests.support.stacks.pg_room`,
+  the acceptance :class:`~tests.support.stacks.Harness`).
+- ``cli``: the ``birddog`` command and daemon as subprocesses, logins per role.
+- ``console``: a seeded database and a console served over it; ``browser``: pages.
+- ``chaos``: the fault run's plan, processes and misbehaving recipients.
 """
 
 from __future__ import annotations
@@ -9,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -35,6 +45,7 @@ from birddog.core.delivery import new_row
 from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool
 from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTransport
+from tests.support.waiting import eventually
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 """The tests' epoch: frozen clocks start here."""
@@ -46,15 +57,6 @@ SENDER = AgentAddress(agent_id="boss", session_id="boss-session")
 
 
 # ---- waiting on work in another task ------------------------------------------------
-
-
-async def eventually(condition: Callable[[], bool], what: str, *, within_s: float = 10.0) -> None:
-    """Poll ``condition`` until it holds, failing after ``within_s`` (never a bare sleep)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while not condition():
-        assert loop.time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.002)
 
 
 class NoWake:
@@ -241,17 +243,15 @@ async def deliver_to_mailbox(
 
 async def until_listening(pool: Pool, channel: str = "birddog_mailbox") -> None:
     """Wait (polling, with a deadline) until a session of this database LISTENs on ``channel``."""
-    deadline = asyncio.get_running_loop().time() + 60
-    while asyncio.get_running_loop().time() < deadline:
-        listening = await pool.fetchval(
+    await eventually(
+        lambda: pool.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE query = $1"
             " AND datname = current_database()",
             f'LISTEN "{channel}"',
-        )
-        if listening:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"nobody started listening on {channel}")
+        ),
+        f"a session listening on {channel}",
+        within_s=60,
+    )
 
 
 def process_running(pid: int) -> bool:

@@ -14,8 +14,6 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
-import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -39,11 +37,11 @@ from birddog import (
 )
 from birddog.core.mail import reply_key
 from birddog.http.inbox import Inbox, InboxRefused
-from birddog.http.server import serve
 from tests.support import answer_for
+from tests.support.cli import BIRDDOG, ROOT
+from tests.support.inbox import InboxServer
+from tests.support.waiting import eventually
 
-ROOT = Path(__file__).resolve().parents[2]
-BIRDDOG = str(Path(sys.executable).parent / "birddog")
 WINDOW_SIZE = 256
 """The rows a daemon holds at once (claimed, not yet stored): what one crash can repeat."""
 T = TypeVar("T")
@@ -389,9 +387,7 @@ class Process:
 
     async def started(self, event: str, *, timeout_s: float = 30) -> None:
         """Wait until its log shows ``event`` (``daemon_started``, ``worker_started``)."""
-        await wait_for(
-            lambda: _ready(self, event), timeout_s=timeout_s, what=f"{self.name} {event}"
-        )
+        await eventually(lambda: _ready(self, event), f"{self.name} {event}", within_s=timeout_s)
 
     def kill(self) -> None:
         """SIGKILL, as a crash would, and reap it."""
@@ -426,29 +422,16 @@ async def _ready(process: Process, event: str) -> bool:
 # ---------------------------------------------------------------------------------------
 
 
-async def wait_for(
-    predicate: Callable[[], Awaitable[bool]], *, timeout_s: float, what: str, every_s: float = 0.1
-) -> None:
-    """Poll ``predicate`` until it holds; fail after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        if await predicate():
-            return
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
-        await asyncio.sleep(every_s)
-
-
 async def retrying(action: Callable[[], Awaitable[T]], *, timeout_s: float = 60, what: str) -> T:
     """Run a database action, again and again while PostgreSQL is away, up to a deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return await action()
-        except DATABASE_AWAY:
-            if time.monotonic() >= deadline:
-                raise
-            await asyncio.sleep(0.1)
+    return await eventually(
+        action,
+        what,
+        until=lambda _: True,
+        within_s=timeout_s,
+        every_s=0.1,
+        ignoring=DATABASE_AWAY,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -482,7 +465,7 @@ FLAKY_MIX: list[tuple[float, Answer]] = [
 
 
 @dataclass
-class Recipients:
+class Recipients(InboxServer):
     """Every recipient's inbox on 127.0.0.1, verifying each post's signature.
 
     Attributes:
@@ -508,28 +491,11 @@ class Recipients:
     answers: Counter[Answer] = field(default_factory=Counter)
     mismatches: list[str] = field(default_factory=list)
     posts_while_held: int = 0
-    url: str = ""
-    _runner: web.AppRunner | None = None
 
     @property
     def duplicates(self) -> int:
         """Deliveries of a reply key that was already accepted."""
         return sum(count - 1 for count in self.accepted.values() if count > 1)
-
-    async def start(self) -> None:
-        """Listen on an ephemeral port of 127.0.0.1."""
-        app = web.Application()
-        app.router.add_post("/inbox/{agent}", self._view)
-        self._runner, self.url = await serve(app, shutdown_timeout=0.5)
-
-    async def stop(self) -> None:
-        """Stop listening."""
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    def url_for(self, agent: str) -> str:
-        """The inbox URL of ``agent``."""
-        return f"{self.url}/inbox/{agent}"
 
     def draw(self, key: str, attempt: int) -> Answer:
         """The seeded answer of a flaky recipient to the ``attempt``-th post of ``key``."""

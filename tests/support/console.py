@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from aiohttp import web
 
-from birddog import AgentAddress, MailRoom, Outcome
+from birddog import AgentAddress, Outcome
 from birddog.clock import SystemClock
 from birddog.console import Sessions, make_app
 from birddog.http.server import serve
@@ -26,6 +26,7 @@ from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.testing import FrozenClock, ManualWake, RecordingTransport
 from tests.support import ALICE, CAROL, claim, enqueue, make_job
+from tests.support.stacks import pg_room
 
 HOSTILE_JOB = 'job-<script>alert("job")</script>'
 """A job id with markup and quotes (ids may hold any printable character)."""
@@ -101,12 +102,7 @@ async def seed(pool: Pool, *, now: datetime) -> Seeded:
     await jobs.settle(
         job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content="the answer"
     )
-    room = MailRoom(
-        outbox=PostgresOutbox(pool),
-        transport=RecordingTransport(True),
-        wake=ManualWake(),
-        clock=clock,
-    )
+    room = pg_room(pool, RecordingTransport(True), wake=ManualWake(), clock=clock)
     await room.drain_outbox()
     await pool.execute(
         "UPDATE birddog.receipts SET attempt_log = $2::text::jsonb WHERE key = $1",

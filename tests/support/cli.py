@@ -1,0 +1,101 @@
+"""The ``birddog`` command and daemon as subprocesses of a test, and logins per role."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[2]
+"""The checkout: the subprocesses' working directory."""
+
+BIRDDOG = str(Path(sys.executable).parent / "birddog")
+"""The console script of the running interpreter's environment."""
+
+
+def cli_env(database_url: str, **extra: str) -> dict[str, str]:
+    """The environment for a CLI subprocess: the test database, no metrics ports, JSON logs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BIRDDOG_")}
+    env.update(
+        DATABASE_URL=database_url,
+        BIRDDOG_METRICS_PORT="0",
+        BIRDDOG_WORKER_METRICS_PORT="0",
+        BIRDDOG_LOG_FORMAT="json",
+        BIRDDOG_BASE_DELAY_S="0.05",
+        BIRDDOG_MAX_DELAY_S="0.2",
+        BIRDDOG_POST_TIMEOUT_S="5",
+        BIRDDOG_BACKSTOP_S="2",
+        BIRDDOG_SHUTDOWN_GRACE_S="2",
+    )
+    env.update(extra)
+    return env
+
+
+async def cli(
+    database_url: str, *args: str, timeout_s: float = 60, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``birddog ARGS`` to completion without blocking the event loop."""
+    return await asyncio.to_thread(
+        subprocess.run,
+        [BIRDDOG, *args],
+        env=cli_env(database_url, **env),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+class Daemon:
+    """A ``birddog run`` (or ``birddog COMMAND``) subprocess this test started and will stop by its pid."""
+
+    def __init__(self, database_url: str, *args: str, command: str = "run", **env: str) -> None:
+        # The log goes to a file, so a test can read it while the daemon runs.
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in kill()
+        self.proc = subprocess.Popen(  # noqa: S603 - our own console script
+            [BIRDDOG, command, *args],
+            env=cli_env(database_url, **env),
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            text=True,
+        )
+
+    def log(self) -> str:
+        """Everything the daemon logged so far."""
+        self._log.seek(0)
+        return self._log.read()
+
+    def terminate(self, timeout_s: float = 20) -> tuple[int, str]:
+        """SIGTERM, wait, and return the exit code and the log."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=timeout_s)
+        text = self.log()
+        self._log.close()
+        return self.proc.returncode, text
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=20)
+        if not self._log.closed:
+            self._log.close()
+
+
+KINDS = ("owner", "daemon", "worker", "sender", "reader")
+"""The kinds of process, one role each (``birddog migrate --roles``)."""
+
+
+def as_login(dsn: str, user: str, password: str) -> str:
+    """The same database, logged in as another user with a password."""
+    parts = urlsplit(dsn)
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
