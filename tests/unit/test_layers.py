@@ -24,9 +24,10 @@ APP_MODULES = sorted(
         *(path for path in SOURCE.glob("*.py")),
         *(SOURCE / "cli").glob("*.py"),
         *(SOURCE / "console").glob("*.py"),
+        *(SOURCE / "engine").glob("*.py"),
     ]
 )
-"""The app layer: the composition root, the commands, the console, the processes."""
+"""The app layer: the composition root, the commands, the console, the processes, the engine."""
 
 
 def imported_modules(path: Path) -> set[str]:
