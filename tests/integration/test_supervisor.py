@@ -66,6 +66,14 @@ async def all_dead(pids: list[int], *, within_s: float) -> float:
         await asyncio.sleep(0.01)
 
 
+def stat_of(pid: int) -> str:
+    """What /proc says of a process, for a failure's message."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text()
+    except OSError as exc:
+        return str(exc)
+
+
 def environment(**extra: str) -> dict[str, str]:
     return {"PATH": os.environ["PATH"], **extra}
 
@@ -248,7 +256,8 @@ async def test_a_leftover_turn_of_a_dead_worker_is_ended_and_a_live_one_is_not(
         os.kill(worker, signal.SIGKILL)
         await all_dead([worker], within_s=10)
         assert all(process_running(pid) for pid in [supervisor, *spawned])
-        assert await end_leftover_turn(turn, grace_s=0.5) is True
+        seen = stat_of(supervisor)
+        assert await end_leftover_turn(turn, grace_s=0.5) is True, (seen, turn, worker)
         await all_dead([supervisor, *spawned], within_s=5)
     finally:
         stop_caller(host)
