@@ -196,8 +196,6 @@ class Run:
 
     async def kill_command_worker(self) -> None:
         """SIGKILL the command worker mid-turn, watch its turns die, start another one."""
-        turns = agent_turns(self.agent_turns.read_text() if self.agent_turns.exists() else "")
-        running = [(session, pid) for session, pid, _, end in turns if end is None]
         doomed = descendants(self.command_worker.pid)
         self.turn_processes.extend(doomed)
         self.command_worker.kill()
@@ -210,7 +208,15 @@ class Run:
                 break
             last_seen = time.time()
             await asyncio.sleep(0.01)
-        self.killed_turns.extend((session, pid, last_seen) for session, pid in running)
+        # Every turn that never wrote its end line and was not cut before was cut now: the
+        # only command worker is dead, and the next one has not started yet.
+        cut_before = {pid for _, pid, _ in self.killed_turns}
+        text = self.agent_turns.read_text() if self.agent_turns.exists() else ""
+        self.killed_turns.extend(
+            (session, pid, last_seen)
+            for session, pid, _, end in agent_turns(text)
+            if end is None and pid not in cut_before
+        )
         self.command_worker = self._command_worker()
 
     def kill_all(self) -> None:
@@ -517,7 +523,8 @@ async def _check_and_report(
     duplicates_bound = WINDOW_SIZE * (run.daemon_kills + DAEMONS * run.db_restarts)
     turns = _turns(run.turns)
     command_turns, command_overlaps = _command_turns(run)
-    left = [pid for pid in run.turn_processes if process_running(pid)]
+    agents = [pid for _, pid, _, _ in agent_turns(run.agent_turns.read_text())]
+    left = [pid for pid in {*run.turn_processes, *agents} if process_running(pid)]
     answers = ", ".join(
         f"{answer.value} {count}" for answer, count in recipients.answers.most_common()
     )
