@@ -48,7 +48,7 @@ bench-full: $(STAMP)
 	$(BIN)/python -m bench
 
 chaos: $(STAMP)
-	BIRDDOG_CHAOS_FULL=1 $(BIN)/python -m pytest tests/chaos -s -p no:randomly
+	BIRDDOG_CHAOS_FULL=1 $(BIN)/python -m pytest tests/chaos -s
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

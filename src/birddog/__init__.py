@@ -17,7 +17,7 @@ from birddog.core.delivery import (
     Receipt,
     Rejected,
     RowState,
-    decide,
+    decide_delivery,
 )
 from birddog.core.diagnostic import DIAGNOSTIC_MAX_LENGTH, bounded_diagnostic
 from birddog.core.errors import (
@@ -54,6 +54,9 @@ from birddog.core.mail import AgentAddress, Mail, Outcome, Reply, ReplyFacts, re
 from birddog.core.schedule import RetrySchedule
 from birddog.mailroom import PAGE_SIZE, DrainReport, MailRoom, has_pending_delivery
 from birddog.ports import Clock, Outbox, Page, Route, RouteBook, Transport, WakeScheduler
+
+decide = decide_delivery
+"""The name :func:`decide_delivery` had before it was told apart from the job's decision."""
 
 __all__ = [
     "DEFAULT_MAX_CONTENT_BYTES",
@@ -109,6 +112,7 @@ __all__ = [
     "ask",
     "bounded_diagnostic",
     "decide",
+    "decide_delivery",
     "decode_agent_job",
     "empty_reply_text",
     "has_pending_delivery",

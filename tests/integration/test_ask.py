@@ -24,6 +24,7 @@ from birddog import (
     ask,
 )
 from birddog.asking import send_ask
+from birddog.clock import SystemClock
 from birddog.core.ask import ask_job_id
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.mailbox import Mailbox
@@ -37,7 +38,7 @@ ASKER = "asker:s-ask"
 
 @pytest.fixture
 async def routes(pg_pool: Pool) -> PostgresRoutes:
-    routes = PostgresRoutes(pg_pool, cache_s=0)
+    routes = PostgresRoutes(pg_pool, cache_s=0, clock=SystemClock())
     await routes.add("upper", kind="mailbox")
     return routes
 
@@ -79,7 +80,7 @@ async def test_an_answered_ask_returns_the_content(pg_pool: Pool, jobs: Postgres
     job_id = await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HELLO")
     assert await asyncio.wait_for(asking, 60) == "HELLO"
     assert job_id == ask_job_id("k-1")
-    route = await PostgresRoutes(pg_pool).route("asker")
+    route = await PostgresRoutes(pg_pool, clock=SystemClock()).route("asker")
     assert route is not None
     assert route.kind == "mailbox"
     assert await Mailbox(pg_pool).read("asker") == []

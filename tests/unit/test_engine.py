@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from birddog import Accepted, AgentAddress, DeadReason, Failed, OutboxRow, Receipt, Reply
 from birddog.engine import DeliveryEngine, DrainReport
+from birddog.ports import Settled
+from birddog.testing import ManualListener
 from tests.support import ALICE, CAROL, Room, eventually, make_row, settled_job
 
 DEADLINE_S = 5.0
@@ -23,31 +26,11 @@ async def fan_out(room: Room, count: int, reply_to: list[AgentAddress], prefix: 
     return keys
 
 
-class Bell:
-    """A listener rung by the test, as a NOTIFY would be."""
-
-    def __init__(self) -> None:
-        self._rung = asyncio.Event()
-
-    def ring(self) -> None:
-        """Announce new rows."""
-        self._rung.set()
-
-    async def wait(self, timeout_s: float) -> bool:
-        """True when rung within ``timeout_s``."""
-        try:
-            await asyncio.wait_for(self._rung.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        self._rung.clear()
-        return True
-
-
 class Serving:
     """An engine serving in the background until stopped."""
 
     def __init__(
-        self, engine: DeliveryEngine, *, once: bool = False, listener: Bell | None = None
+        self, engine: DeliveryEngine, *, once: bool = False, listener: ManualListener | None = None
     ) -> None:
         self.engine = engine
         self.stop = asyncio.Event()
@@ -117,13 +100,16 @@ async def test_a_busy_recipient_refills_the_moment_a_post_ends(room: Room) -> No
     stores = asyncio.Event()
     stores.set()
 
-    store = room.outbox.apply
+    store = room.outbox.store
+    asked: list[str] = []
 
-    async def slow_store(**kwargs: Any) -> list[str]:
+    async def slow_store(items: Sequence[Settled]) -> list[str]:
+        asked.extend(item.outcome.key for item in items)
         await stores.wait()
-        return await store(**kwargs)
+        return await store(items)
 
-    room.outbox.apply = slow_store  # type: ignore[method-assign]
+    # The engine stores every outcome through Outbox.store: blocking it blocks them all.
+    room.outbox.store = slow_store  # type: ignore[method-assign]
     gates = gated(room)
     keys = sorted(await fan_out(room, 20, [ALICE], "b"))
     serving = Serving(room.room.engine(per_recipient=2), once=True)
@@ -135,8 +121,9 @@ async def test_a_busy_recipient_refills_the_moment_a_post_ends(room: Room) -> No
     stores.clear()
     await eventually(lambda: len(room.transport.sent) == 4, "the next two posts")
     gates[keys[2]].set()
-    # ... and a post ending still starts the next one at once.
+    # ... and a post ending still starts the next one at once, while its outcome waits.
     await eventually(lambda: len(room.transport.sent) == 5, "the post after the third")
+    await eventually(lambda: keys[2] in asked, "the third outcome's store")
     assert len(serving.delivered) == 2
     stores.set()
     for key in keys:
@@ -200,16 +187,16 @@ async def test_a_recipient_that_slows_down_gives_its_ready_rows_back(room: Room)
     room.transport.answer = answer
     room.room.post_timeout_s = 30
     engine = room.room.engine(window_size=64, per_recipient=4)
-    bell = Bell()
+    bell = ManualListener()
     warm = await fan_out(room, 40, [CAROL], "w")
     serving = Serving(engine, listener=bell)
     await eventually(lambda: set(warm) <= set(serving.delivered), "carol's first receipts")
     hang.clear()
     await fan_out(room, 200, [CAROL], "c")
-    bell.ring()
+    bell.notify()
     await eventually(lambda: len(posted(room, CAROL)) >= 44, "carol's hanging posts")
     alice = await fan_out(room, 100, [ALICE], "a")
-    bell.ring()
+    bell.notify()
     await eventually(lambda: set(alice) <= set(serving.delivered), "alice's receipts")
     assert len(posted(room, CAROL)) == 44
     never.set()

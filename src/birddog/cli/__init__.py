@@ -65,10 +65,6 @@ def duration(value: str | float) -> float:
     return seconds
 
 
-DURATION = duration
-"""The parameter type of every ``--...-s`` option that takes a duration."""
-
-
 def wait_duration(value: str | float) -> float:
     """How long to wait: a :func:`duration`, or ``0`` (do not wait at all).
 
@@ -220,7 +216,7 @@ def _refused(exc: BaseException) -> str | None:
     The database adapter knows a refusal and the server's reason; the command line knows
     only that it gets one line, not a traceback.
     """
-    from birddog.postgres.pool import refusal_reason  # noqa: PLC0415 - keeps --help fast
+    from birddog.bootstrap import refusal_reason  # noqa: PLC0415 - keeps --help fast
 
     reason = refusal_reason(exc)
     return None if reason is None else f"the database refused: {reason}"
@@ -235,20 +231,6 @@ def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T
             return await action(stack)
 
     return run(go())
-
-
-def parse_address(value: str, field: str) -> dict[str, str]:
-    """An ``AGENT_ID:SESSION_ID`` option as address JSON (validated later, by the model).
-
-    The model names a bad id precisely (``replyTo.1.agentId``: at most 256 characters).
-
-    Raises:
-        click.BadParameter: there is no colon.
-    """
-    agent, sep, session = value.partition(":")
-    if not sep:
-        raise click.BadParameter(f"{field} must be AGENT_ID:SESSION_ID, got {shown_key(value)}")
-    return {"kind": "agent", "agentId": agent, "sessionId": session}
 
 
 def checked_id(value: str, what: str) -> str:
@@ -365,13 +347,11 @@ from birddog.cli import worker as worker  # noqa: E402
 name_environment_twins(main)
 
 __all__ = [
-    "DURATION",
     "EXIT_ALARM",
     "EXIT_CONFIG",
     "EXIT_OK",
     "BirdDogGroup",
     "ConfigurationError",
-    "Duration",
     "agent_id_argument",
     "announce",
     "announcer",
@@ -379,7 +359,6 @@ __all__ = [
     "duration",
     "main",
     "name_environment_twins",
-    "parse_address",
     "print_rows",
     "run",
     "settings_error",

@@ -165,16 +165,16 @@ async def _wait(stack: Stack, asked: Asked, timeout_s: float) -> int:
         f"the reply to {asked.key} is still owed and will land in the mailbox of "
         f"{asked.asker_text} (birddog inbox {asked.asker_text})"
     )
-    stop = stop_on_signals()
-    waiting = asyncio.ensure_future(wait_for_answer(stack.mailbox, asked, timeout_s=timeout_s))
-    stopping = asyncio.ensure_future(stop.wait())
-    await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    stopping.cancel()
-    if not waiting.done():
-        waiting.cancel()
-        await asyncio.gather(waiting, return_exceptions=True)
-        announce(f"stopped waiting: {owed}")
-        return EXIT_NO_REPLY_YET
+    with stop_on_signals() as stop:
+        waiting = asyncio.ensure_future(wait_for_answer(stack.mailbox, asked, timeout_s=timeout_s))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not waiting.done():
+            waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+            announce(f"stopped waiting: {owed}")
+            return EXIT_NO_REPLY_YET
     try:
         answer = waiting.result()
     except AskFailed as exc:

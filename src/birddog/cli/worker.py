@@ -80,7 +80,7 @@ def worker(
     allow-listed environment (see --env, --cwd, --user).
     """
     quiet_until_started()
-    from birddog.bootstrap import run_worker  # noqa: PLC0415 - keeps --help fast
+    from birddog.processes.worker import run_worker  # noqa: PLC0415 - keeps --help fast
     from birddog.spawn import command_handler  # noqa: PLC0415
     from birddog.worker import load_handler  # noqa: PLC0415
 

@@ -22,6 +22,11 @@ COMPARED = ("to", "from", "replyTo", "content")
 """The fields of a stored mail an ask must match to be its replay."""
 
 
+def address_text(address: AgentAddress) -> str:
+    """``AGENT:SESSION``, the one way an address is printed (as it is typed)."""
+    return f"{address.agent_id}:{address.session_id}"
+
+
 def parse_address(value: str | AgentAddress, field: str) -> AgentAddress:
     """An ``AGENT_ID:SESSION_ID`` text (or an address) as an address.
 
@@ -43,7 +48,9 @@ def parse_address(value: str | AgentAddress, field: str) -> AgentAddress:
     try:
         return AgentAddress(agent_id=agent_id, session_id=session_id)
     except InvalidInput as exc:
-        raise InvalidInput(f"invalid {field}: {exc}", field=f"{field}.{exc.field}") from None
+        pairs = [(f"{field}.{inner}" if inner else field, why) for inner, why in exc.errors]
+        text = "; ".join(f"{name}: {why}" for name, why in pairs)
+        raise InvalidInput(f"invalid address {text}", field=pairs[0][0], errors=pairs) from None
 
 
 def new_ask_key(now: datetime, token: str) -> str:

@@ -19,6 +19,11 @@ notification, or the backstop timer, ``BIRDDOG_BACKSTOP_S``): late, but bounded.
 
 :class:`WakeListener` holds a dedicated connection doing ``LISTEN``: a notification is a
 hint, the drain always re-queries.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when
+it is away, or its subclass :class:`~birddog.StoreRefused` when it refuses the
+statement, and nothing of that call is committed; the ``Raises:`` below list only
+what is theirs.
 """
 
 from __future__ import annotations
@@ -55,9 +60,6 @@ async def schedule_wake_on(conn: Connection, at: datetime) -> None:
         conn: an asyncpg connection, normally inside the transaction that wrote the rows
             (outside one, the rows must already be committed).
         at: when a drain is owed.
-
-    Raises:
-        StoreUnavailable: the database is unreachable.
     """
     with store_errors("schedule wake"):
         if conn.is_in_transaction():
@@ -81,9 +83,6 @@ class PostgresWake:
         """Make sure a drain runs at ``at`` or earlier (NOTIFY only when it moves earlier).
 
         For rows already committed (a drainer's retries, a replay, a release).
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("schedule wake"):
             async with self.pool.acquire() as conn:
@@ -102,20 +101,13 @@ class PostgresWake:
 
         Returns:
             When to look again.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("going to sleep"):
             at: datetime = await self.pool.fetchval(queries["wake_sleep"], until, now)
         return at
 
     async def wake_at(self) -> datetime | None:
-        """The armed wake time, or None when no drain is owed by a wake.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
-        """
+        """The armed wake time, or None when no drain is owed by a wake."""
         with store_errors("read wake"):
             at: datetime | None = await self.pool.fetchval(queries["wake_get"])
         return at
@@ -127,9 +119,6 @@ class PostgresWake:
 
         Args:
             upto: the time the drain is running for.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("clear wake"):
             await self.pool.execute(queries["wake_clear"], upto)
