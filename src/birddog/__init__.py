@@ -6,7 +6,7 @@ outbox and delivered with bounded retries. A reply succeeds, fails loudly (a dea
 with an alert), or sits visibly pending; it never vanishes.
 """
 
-from birddog.asking import ask
+from birddog.asking import Asked, Asking, open_asking
 from birddog.core.delivery import (
     Accepted,
     DeadReason,
@@ -34,6 +34,7 @@ from birddog.core.errors import (
     NotAMailbox,
     RouteNotFound,
     StaleClaim,
+    StoreBusy,
     StoreRefused,
     StoreUnavailable,
     UnknownAgent,
@@ -68,6 +69,8 @@ __all__ = [
     "AgentWork",
     "AskFailed",
     "AskTimedOut",
+    "Asked",
+    "Asking",
     "BirdDogError",
     "Clock",
     "ContentTooLarge",
@@ -102,6 +105,7 @@ __all__ = [
     "RouteNotFound",
     "RowState",
     "StaleClaim",
+    "StoreBusy",
     "StoreRefused",
     "StoreUnavailable",
     "Transport",
@@ -109,13 +113,13 @@ __all__ = [
     "UnreadableRow",
     "WakeScheduler",
     "agent_job",
-    "ask",
     "bounded_diagnostic",
     "decide",
     "decide_delivery",
     "decode_agent_job",
     "empty_reply_text",
     "has_pending_delivery",
+    "open_asking",
     "replies_for",
     "reply_key",
 ]
