@@ -6,7 +6,7 @@ Every default of the design is a setting; the README has the table.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
@@ -71,9 +71,16 @@ class Settings(BaseSettings):
     """BirdDog's settings; each field reads ``BIRDDOG_<NAME>`` (``DATABASE_URL`` as is).
 
     Only the upper-case names count: ``database_url`` or ``birddog_secret_key`` in the
-    environment are someone else's variables, never BirdDog's settings. Build one in
-    code with ``Settings().model_copy(update={...})`` (field names), or by variable name.
+    environment are someone else's variables, never BirdDog's settings. In code, give
+    settings by field name (``Settings(database_url=...)``): they win over the
+    environment, as pydantic-settings' keywords do; an unknown name is an error.
     """
+
+    def __init__(self, **values: Any) -> None:
+        # The fields read their variables' names (upper case, case-sensitive); a keyword
+        # given by field name is passed on under that name, so code keeps field names.
+        fields = type(self).model_fields
+        super().__init__(**{variable_of(k) if k in fields else k: v for k, v in values.items()})
 
     model_config = SettingsConfigDict(
         env_prefix="BIRDDOG_",

@@ -152,9 +152,7 @@ async def test_a_worker_taking_every_queue_never_steals_the_probe(
 
     # A probe that ran before the worker started would prove nothing.
     await eventually(both_running, "the worker and the daemon", within_s=60)
-    async with open_stack(
-        Settings().model_copy(update={"database_url": database_url}), pool_size=4
-    ) as stack:
+    async with open_stack(Settings(database_url=database_url), pool_size=4) as stack:
         results = [await run_probe(stack, timeout_s=30) for _ in range(10)]
     assert [r.ok for r in results] == [True] * 10, [r.message for r in results]
     for process in (worker, daemon):

@@ -130,8 +130,14 @@ def test_lower_and_mixed_case_variables_are_not_settings(monkeypatch: pytest.Mon
     assert settings.lease_s == 45
 
 
-def test_settings_in_code_are_copies_with_field_names() -> None:
-    """A setting given by its field name to the constructor is an error, not silently dropped."""
-    with pytest.raises(ValueError, match="page_size"):
-        Settings(page_size=5)  # type: ignore[call-arg]
-    assert Settings().model_copy(update={"page_size": 5}).page_size == 5
+def test_settings_in_code_take_field_names_and_refuse_unknown_ones(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Settings(page_size=5) wins over the environment; a name that is no setting is an error."""
+    monkeypatch.setenv("BIRDDOG_PAGE_SIZE", "7")
+    assert Settings().page_size == 7
+    assert Settings(page_size=5).page_size == 5
+    assert Settings(database_url="postgresql://h/db").database_url == "postgresql://h/db"
+    assert Settings().model_copy(update={"page_size": 3}).page_size == 3
+    with pytest.raises(ValueError, match="page_sise"):
+        Settings(page_sise=5)
