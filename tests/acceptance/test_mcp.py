@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -34,7 +33,7 @@ from birddog.settings import Settings
 from birddog.testing import InMemoryTokenBook
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
 from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env
-from tests.support.mcp import call, stdio_mcp
+from tests.support.mcp import call, json_errlog, stdio_mcp
 
 SLOW_S = 6.0
 MAX_CONTENT_BYTES = 4096
@@ -88,11 +87,8 @@ async def room_pool(room: str) -> AsyncIterator[Pool]:
 @pytest.fixture
 def errlog() -> Iterator[Any]:
     """Where the servers' stderr goes (every line must be JSON)."""
-    with tempfile.TemporaryFile(mode="w+") as log:
+    with json_errlog() as log:
         yield log
-        log.seek(0)
-        for line in log.read().splitlines():
-            assert isinstance(json.loads(line), dict), line
 
 
 @contextlib.asynccontextmanager

@@ -26,8 +26,8 @@ from birddog.postgres.routes import PostgresRoutes
 from birddog.spool import ForwardReport
 from tests.support import eventually
 from tests.support.cli import BIRDDOG, ROOT, Daemon, cli, cli_env, spool_path_for
-from tests.support.mcp import call, stdio_mcp
-from tests.support.proxy import DatabaseProxy
+from tests.support.mcp import call, json_errlog, stdio_mcp
+from tests.support.proxy import DatabaseProxy, proxied
 
 
 def mail(index: int) -> list[str]:
@@ -41,10 +41,8 @@ def mail(index: int) -> list[str]:
 @pytest.fixture
 async def proxy(database_url: str) -> AsyncIterator[DatabaseProxy]:
     """The test database behind a proxy that is up, its spool removed at the end."""
-    proxy = DatabaseProxy(database_url)
-    await proxy.up()
-    yield proxy
-    await proxy.down()
+    async with proxied(database_url) as proxy:
+        yield proxy
 
 
 async def jobs_of(pool: Pool) -> list[str]:
@@ -267,11 +265,8 @@ async def test_a_daemon_forwards_the_spool_when_the_database_is_back(
 @pytest.fixture
 def errlog() -> Iterator[Any]:
     """Where the MCP server's stderr goes (every line must be JSON)."""
-    with tempfile.TemporaryFile(mode="w+") as log:
+    with json_errlog() as log:
         yield log
-        log.seek(0)
-        for line in log.read().splitlines():
-            assert isinstance(json.loads(line), dict), line
 
 
 async def test_the_mcp_server_starts_away_spools_and_forwards_when_back(

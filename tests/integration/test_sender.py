@@ -33,7 +33,7 @@ from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, acquire_within, create_pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support import answer_next_job
-from tests.support.proxy import DatabaseProxy
+from tests.support.proxy import DatabaseProxy, proxied
 
 TARGET = "upper:s-upper"
 ASKER = "asker:s-ask"
@@ -42,10 +42,8 @@ ASKER = "asker:s-ask"
 @pytest.fixture
 async def proxy(database_url: str) -> AsyncIterator[DatabaseProxy]:
     """The test database behind a proxy that is up."""
-    proxy = DatabaseProxy(database_url)
-    await proxy.up()
-    yield proxy
-    await proxy.down()
+    async with proxied(database_url) as proxy:
+        yield proxy
 
 
 @pytest.fixture

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+import json
+import tempfile
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
@@ -45,3 +47,13 @@ async def call(
     result = await session.call_tool(tool, arguments)
     text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
     return dict(result.structured_content or {}), text, result.is_error
+
+
+@contextlib.contextmanager
+def json_errlog() -> Iterator[Any]:
+    """A file for a server's stderr; at the end, every line in it must be a JSON object."""
+    with tempfile.TemporaryFile(mode="w+") as log:
+        yield log
+        log.seek(0)
+        for line in log.read().splitlines():
+            assert isinstance(json.loads(line), dict), line

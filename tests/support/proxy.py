@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 CHUNK_BYTES = 65536
@@ -94,3 +95,14 @@ async def _copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
             sink.write(chunk)
             await sink.drain()
     sink.transport.abort()
+
+
+@contextlib.asynccontextmanager
+async def proxied(database_url: str) -> AsyncIterator[DatabaseProxy]:
+    """A database behind a proxy that is up for the block, and down after it."""
+    proxy = DatabaseProxy(database_url)
+    await proxy.up()
+    try:
+        yield proxy
+    finally:
+        await proxy.down()

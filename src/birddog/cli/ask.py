@@ -142,7 +142,7 @@ def ask(
 def _tell_sent(asked: Asked, *, key_given: bool) -> None:
     if asked.spooled:
         announce(
-            f"spooled ({asked.spooled}): {shown_key(asked.key)}; it is forwarded once the database "
+            f"spooled ({asked.spooled}): {inert(asked.key)}; it is forwarded once the database "
             "answers, and the wait goes on"
         )
     if asked.mailbox_added:
