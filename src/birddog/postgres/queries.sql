@@ -610,6 +610,29 @@ WHERE (j.payload #>> '{mail,key}') = $1::text
 ORDER BY j.created_at, j.job_id
 LIMIT 1;
 
+-- name: a2a_task
+-- One ask job as an A2A task: its state, outcome, result and diagnostic, and its mail (addresses, key, content).
+-- params: $1 job_id text
+SELECT
+    j.job_id, j.queue, j.state, j.outcome, j.result_content, j.diagnostic,
+    j.cancel_requested_at, (j.payload -> 'mail')::text AS mail, j.created_at, j.updated_at
+FROM birddog.jobs j
+WHERE j.job_id = $1::text;
+
+-- name: a2a_tasks_of_context
+-- The ask jobs of one context (queue $1) sent to agent $2 by agent $3, oldest first, after job $4 (NULL: from the start), at most $5.
+-- params: $1 queue text, $2 agent_id text, $3 from_agent_id text, $4 after_job_id text, $5 limit int
+SELECT
+    j.job_id, j.queue, j.state, j.outcome, j.result_content, j.diagnostic,
+    j.cancel_requested_at, (j.payload -> 'mail')::text AS mail, j.created_at, j.updated_at
+FROM birddog.jobs j
+WHERE j.queue = $1::text
+  AND (j.payload #>> '{mail,to,agentId}') = $2::text
+  AND (j.payload #>> '{mail,from,agentId}') = $3::text
+  AND ($4::text IS NULL OR j.job_id COLLATE "C" > $4::text)
+ORDER BY j.job_id COLLATE "C"
+LIMIT $5::int;
+
 -- ---------------------------------------------------------------------------------------
 -- agents: per-agent identity (birddog agent ...); a token is stored as its SHA-256 only
 -- ---------------------------------------------------------------------------------------
