@@ -234,6 +234,7 @@ async def open_stack(
         max_body_bytes=settings.max_body_bytes,
         max_deferral_s=settings.max_deferral_s,
         clock=clock,
+        push_body=_a2a_push_body,
     )
     outbox = PostgresOutbox(pool)
     wake = PostgresWake(pool)
@@ -288,6 +289,19 @@ async def open_stack(
         await notices.close()
         await transport.close()
         await pool.close()
+
+
+def _a2a_push_body(stored: bytes) -> bytes:
+    """An A2A push's body (the a2a extra's), imported only once a push is delivered.
+
+    Raises:
+        ValueError: the a2a extra is not installed (the reply is then unsendable).
+    """
+    try:
+        from birddog.a2a.push import push_body  # noqa: PLC0415 - the a2a extra, lazily
+    except ModuleNotFoundError:
+        raise ValueError("an A2A push needs the a2a extra (pip install 'birddog[a2a]')") from None
+    return push_body(stored)
 
 
 @contextlib.asynccontextmanager

@@ -1,8 +1,9 @@
 """``birddog a2a`` driven by a2a-sdk's own client, over a real worker and PostgreSQL.
 
-One database, one A2A server and one in-process worker serve the whole module. The
-worker's agent answers ``echo: <text>``, raises for ``fail`` (with a token in its
-complaint, which the diagnostic masks) and sleeps for ``slow`` until it is cancelled.
+One database, one A2A server, one in-process worker and one drain daemon serve the whole
+module. The worker's agent answers ``echo: <text>``, raises for ``fail`` (with a token in
+its complaint, which the diagnostic masks) and sleeps for ``slow`` until it is cancelled.
+Push receivers are aiohttp servers on 127.0.0.1 started by their tests.
 """
 
 from __future__ import annotations
@@ -19,16 +20,25 @@ import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.client.client import Client
 from a2a.types import a2a_pb2 as pb
-from a2a.utils.errors import TaskNotCancelableError
+from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
+from aiohttp import web
 from google.protobuf.json_format import ParseDict
 
 from birddog import AgentAddress
 from birddog.a2a.server import a2a_app
-from birddog.bootstrap import a2a_services, build_jobs_listener, build_worker, open_stack
+from birddog.bootstrap import (
+    a2a_services,
+    build_daemon,
+    build_jobs_listener,
+    build_wake_listener,
+    build_worker,
+    open_stack,
+)
 from birddog.core.jobs import AgentJobPayload
 from birddog.http.server import listening_socket, serve_asgi, socket_url
 from birddog.settings import Settings
 from tests.support import eventually, job_row
+from tests.support.inbox import posts_to
 
 AGENT = "helper"
 WAIT_S = 20.0
@@ -64,19 +74,22 @@ async def _agent(payload: AgentJobPayload) -> str:
 async def served(database_factory: Any) -> AsyncIterator[Served]:
     """A database, a worker for every queue, and ``birddog a2a`` on a free port."""
     dsn = await database_factory.take()
-    settings = Settings(database_url=dsn, job_lease_s=1.5)
+    settings = Settings(database_url=dsn, job_lease_s=1.5, max_attempts=3, base_delay_s=0.05)
     stop = asyncio.Event()
     async with open_stack(settings, pool_size=6) as stack:
         await stack.routes.add(AGENT, kind="mailbox")
         added = await stack.agents.add(AgentAddress(agent_id="asker", session_id="s-asker"))
         listener = build_jobs_listener(stack)
-        async with listener:
+        wakes = build_wake_listener(stack)
+        async with listener, wakes:
             worker = build_worker(stack, _agent, listener=listener, queues=None, stop=stop)
+            daemon = build_daemon(stack, listener=wakes, alerts=None, stop=stop)
             sock = listening_socket()
             url = socket_url(sock)
             app = a2a_app(a2a_services(stack, wait_s=WAIT_S), public_url=url, version="0")
             tasks = [
                 asyncio.create_task(worker.run()),
+                asyncio.create_task(daemon.run()),
                 asyncio.create_task(serve_asgi(app, sock, stop=stop)),
             ]
             try:
@@ -255,3 +268,149 @@ async def test_the_agent_card_is_served_and_valid(served: Served) -> None:
     }
     assert "bearer" in card.security_schemes
     assert missing.status_code == 404
+
+
+def push_config(url: str, *, config_id: str = "") -> pb.TaskPushNotificationConfig:
+    """A push config with bearer credentials and a token."""
+    return pb.TaskPushNotificationConfig(
+        id=config_id,
+        url=url,
+        token="push-token-1",
+        authentication=pb.AuthenticationInfo(scheme="Bearer", credentials="push-secret-1"),
+    )
+
+
+@dataclass
+class Receiver:
+    """A push receiver: what it was sent, and how it answers the n-th post."""
+
+    answer: Any
+    posts: list[tuple[dict[str, str], dict[str, Any]]]
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        """Record the post, then answer as told."""
+        self.posts.append((dict(request.headers), await request.json()))
+        return self.answer(len(self.posts))
+
+
+async def test_a_push_survives_three_refusals_and_is_delivered_once(served: Served) -> None:
+    """503 three times (deferred), then 200: one accepted post, one receipt, the auth as set."""
+
+    def answer(n: int) -> web.StreamResponse:
+        if n <= 3:
+            return web.Response(status=503, headers={"Retry-After": "1"})
+        return web.Response(status=200)
+
+    receiver = Receiver(answer, [])
+    async with posts_to(receiver.handle, "/push") as url, client(served) as a2a:
+        request = pb.SendMessageRequest(
+            message=message("hello push"),
+            configuration=pb.SendMessageConfiguration(
+                return_immediately=True, task_push_notification_config=push_config(url)
+            ),
+        )
+        task = await send(a2a, request)
+        key = f"outbox:{task.id}:reply:1"
+
+        async def receipts() -> int:
+            return int(
+                await served.pool.fetchval(
+                    "SELECT count(*) FROM birddog.receipts WHERE key = $1", key
+                )
+            )
+
+        await eventually(receipts, "the push is receipted", within_s=30)
+        configs = await a2a.list_task_push_notification_configs(
+            pb.ListTaskPushNotificationConfigsRequest(task_id=task.id)
+        )
+    assert len(receiver.posts) == 4
+    headers, body = receiver.posts[-1]
+    assert headers["Authorization"] == "Bearer push-secret-1"
+    assert headers["X-A2A-Notification-Token"] == "push-token-1"
+    assert headers["webhook-id"] == key
+    update = ParseDict(body, pb.StreamResponse()).status_update
+    assert (update.task_id, update.context_id) == (task.id, task.context_id)
+    assert update.status.state == pb.TASK_STATE_COMPLETED
+    assert text(update.status.message.parts) == "echo: hello push"
+    assert await receipts() == 1
+    assert (
+        await served.pool.fetchval("SELECT count(*) FROM birddog.outbox WHERE key = $1", key) == 0
+    )
+    assert [(c.id, c.url) for c in configs.configs] == [("default", url)]
+
+
+async def test_a_push_set_later_to_a_receiver_that_always_fails_dies_loudly(
+    served: Served,
+) -> None:
+    """A config set after the message, its receiver always 500: a dead letter and its NOTIFY."""
+    receiver = Receiver(lambda n: web.Response(status=500, text="down"), [])
+    heard: asyncio.Queue[str] = asyncio.Queue()
+
+    def dead_letter(*args: Any) -> None:
+        heard.put_nowait(args[3])
+
+    async with served.pool.acquire() as conn:
+        await conn.add_listener("birddog_dead", dead_letter)
+        try:
+            async with posts_to(receiver.handle, "/push") as url, client(served) as a2a:
+                request = pb.SendMessageRequest(
+                    message=message("slow"),
+                    configuration=pb.SendMessageConfiguration(return_immediately=True),
+                )
+                task = await send(a2a, request)
+                config = push_config(url, config_id="later")
+                config.task_id = task.id
+                shown = await a2a.create_task_push_notification_config(config)
+                assert (shown.id, shown.url, shown.HasField("authentication")) == (
+                    "later",
+                    url,
+                    False,
+                )
+                cancelled = await a2a.cancel_task(pb.CancelTaskRequest(id=task.id))
+                assert cancelled.status.state == pb.TASK_STATE_CANCELED
+                key = f"outbox:{task.id}:reply:1"
+                dead = await asyncio.wait_for(heard.get(), 30)
+        finally:
+            await conn.remove_listener("birddog_dead", dead_letter)
+    assert dead == key
+    row = await served.pool.fetchrow(
+        "SELECT dead_reason, attempts FROM birddog.dead_letters WHERE key = $1", key
+    )
+    assert row is not None
+    assert row["attempts"] == 3, row
+    assert len(receiver.posts) == 3
+    update = ParseDict(receiver.posts[0][1], pb.StreamResponse()).status_update
+    assert update.status.state == pb.TASK_STATE_CANCELED
+
+
+async def test_a_push_url_to_a_metadata_address_is_refused_when_set(served: Served) -> None:
+    """A push config for 169.254.169.254 is refused at once, in SendMessage and set later."""
+    metadata = "http://169.254.169.254/latest/meta-data/"
+    async with client(served) as a2a:
+        with pytest.raises(InvalidParamsError, match="pushNotificationConfig"):
+            await send(
+                a2a,
+                pb.SendMessageRequest(
+                    message=message("never sent"),
+                    configuration=pb.SendMessageConfiguration(
+                        return_immediately=True,
+                        task_push_notification_config=push_config(metadata),
+                    ),
+                ),
+            )
+        task = await send(
+            a2a,
+            pb.SendMessageRequest(
+                message=message("sent"),
+                configuration=pb.SendMessageConfiguration(return_immediately=True),
+            ),
+        )
+        config = push_config(metadata)
+        config.task_id = task.id
+        with pytest.raises(InvalidParamsError, match="pushNotificationConfig"):
+            await a2a.create_task_push_notification_config(config)
+    count = await served.pool.fetchval("SELECT count(*) FROM birddog.routes WHERE kind = 'a2a'")
+    assert count <= 2  # the two receivers' configs above, never the metadata address
+    assert not await served.pool.fetchval(
+        "SELECT count(*) FROM birddog.routes WHERE url LIKE '%169.254%'"
+    )

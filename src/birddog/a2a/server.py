@@ -45,7 +45,6 @@ from a2a.utils.errors import (
     ExtendedAgentCardNotConfiguredError,
     InternalError,
     InvalidParamsError,
-    PushNotificationNotSupportedError,
     TaskNotCancelableError,
     TaskNotFoundError,
     UnsupportedOperationError,
@@ -55,6 +54,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 
+from birddog.a2a.push import DEFAULT_CONFIG_ID, PushRoute, push_route
 from birddog.a2a.tasks import (
     TERMINAL,
     context_of_key,
@@ -65,19 +65,22 @@ from birddog.a2a.tasks import (
 )
 from birddog.core.ask import address_text
 from birddog.core.errors import (
+    BirdDogError,
     InvalidInput,
     JobConflict,
     JobNotFound,
     StoreUnavailable,
 )
 from birddog.core.mail import AgentAddress
+from birddog.core.push import is_push_agent, push_agent_id, push_config_id
 from birddog.core.tasks import SentJob
 from birddog.core.text import inert
-from birddog.ports import RouteBook, TokenBook
+from birddog.ports import TokenBook
 
 if TYPE_CHECKING:
     from birddog.asking import Asking
     from birddog.postgres.jobs import PostgresJobs
+    from birddog.postgres.routes import PostgresRoutes
     from birddog.postgres.tasks import PostgresSentJobs
 
 log = structlog.get_logger("birddog.a2a")
@@ -117,7 +120,8 @@ class A2AServices:
         asking: sends (the mail of each ``SendMessage``).
         sent: reads the ask jobs back (``GetTask``, ``ListTasks``).
         jobs: the job store (``CancelTask`` goes through its cancel-wins).
-        routes: which agents exist (an agent with a route answers).
+        routes: which agents exist (an agent with a route answers); push configs are
+            routes of kind ``a2a``.
         tokens: who each bearer token is.
         wait_s: how long a blocking ``SendMessage`` waits for a terminal state.
     """
@@ -125,7 +129,7 @@ class A2AServices:
     asking: Asking
     sent: PostgresSentJobs
     jobs: PostgresJobs
-    routes: RouteBook
+    routes: PostgresRoutes
     tokens: TokenBook
     wait_s: float = DEFAULT_WAIT_S
 
@@ -158,23 +162,29 @@ class MailRoomRequestHandler(RequestHandler):
                 "a task takes one message: send the next one as a new message in its context"
             )
         content = _text_or_refuse(message)
-        if params.configuration.HasField("task_push_notification_config"):
-            raise PushNotificationNotSupportedError()
         key = task_key(caller, agent_id, message.message_id)
         context_id = message.context_id or context_of_key(key)
         try:
+            to = AgentAddress(agent_id=agent_id, session_id=context_id)
+        except InvalidInput as exc:
+            raise InvalidParamsError(f"contextId: {inert(str(exc))[:200]}") from None
+        reply_to = [caller]
+        if params.configuration.HasField("task_push_notification_config"):
+            push = await self._push_route(params.configuration.task_push_notification_config, key)
+            reply_to.append(push.address(context_id))
+        try:
             sent = await self.services.asking.send(
-                to=AgentAddress(agent_id=agent_id, session_id=context_id),
+                to=to,
                 from_=caller,
                 content=content,
                 key=key,
-                reply_to=[caller],
+                reply_to=reply_to,
                 timeout_s=STEP_TIMEOUT_S,
             )
+            job_id, replay = sent.job_id, sent.replay
         except JobConflict:
-            raise InvalidParamsError(
-                "messageId was sent before with another message; use a new messageId"
-            ) from None
+            # A push config set since makes the stored replyTo longer: still the same mail.
+            job_id, replay = await self._replayed(key, to, caller, content, reply_to), True
         except InvalidInput as exc:
             raise InvalidParamsError(inert(str(exc))[:300]) from None
         except StoreUnavailable as exc:
@@ -184,11 +194,64 @@ class MailRoomRequestHandler(RequestHandler):
             agent_id=inert(agent_id),
             caller=address_text(caller),
             key=key,
-            replay=sent.replay,
+            replay=replay,
+            push=len(reply_to) > 1,
         )
         wait_s = 0.0 if params.configuration.return_immediately else self.services.wait_s
-        job = await self._until_terminal(sent.job_id, wait_s)
+        job = await self._until_terminal(job_id, wait_s)
         return task_of(job, key)
+
+    async def _replayed(
+        self,
+        key: str,
+        to: AgentAddress,
+        caller: AgentAddress,
+        content: str,
+        reply_to: list[AgentAddress],
+    ) -> str:
+        """The job of an earlier send of this message, or InvalidParams if it was another."""
+        job_id = job_id_of(key)
+        try:
+            job = (
+                None
+                if job_id is None
+                else await self.services.sent.get(job_id, timeout_s=STEP_TIMEOUT_S)
+            )
+        except StoreUnavailable as exc:
+            raise _unavailable(exc) from None
+        mail = None if job is None else job.mail
+        if (
+            job is None
+            or mail is None
+            or (mail.to, mail.from_, mail.content) != (to, caller, content)
+            or any(address not in mail.reply_to for address in reply_to)
+        ):
+            raise InvalidParamsError(
+                "messageId was sent before with another message; use a new messageId"
+            )
+        return job.job_id
+
+    async def _push_route(self, config: pb.TaskPushNotificationConfig, task_id: str) -> PushRoute:
+        """Store a push config as its route, its URL checked against the egress policy now."""
+        if not config.url:
+            raise InvalidParamsError("pushNotificationConfig.url is required")
+        try:
+            push = push_route(config, task_id=task_id)
+            known = await self.services.routes.route(push.agent_id)
+            if known is None:
+                await self.services.routes.add(push.agent_id, push.url, push.secret, kind="a2a")
+            elif known.url != push.url or known.secret != push.secret:
+                raise InvalidParamsError(
+                    f"push config {inert(push.config_id)[:64]!r} was set before otherwise; "
+                    "use another id"
+                )
+        except InvalidInput as exc:
+            # An egress refusal (a metadata or private address) is one of these.
+            raise InvalidParamsError(f"pushNotificationConfig: {inert(str(exc))[:300]}") from None
+        except StoreUnavailable as exc:
+            raise _unavailable(exc) from None
+        log.info("a2a_push_config_set", agent_id=push.agent_id)
+        return push
 
     async def on_message_send_stream(
         self, params: pb.SendMessageRequest, context: ServerCallContext
@@ -277,35 +340,86 @@ class MailRoomRequestHandler(RequestHandler):
         # A running job stops at its worker's next heartbeat; the cancellation wins then.
         return task_of(await self._until_terminal(job.job_id, CANCEL_WAIT_S), params.id)
 
-    # ---- push notification configs (not yet: the card says pushNotifications false) ----
+    # ---- push notification configs: reply addresses of the task's mail -------------
 
     async def on_create_task_push_notification_config(
         self, params: pb.TaskPushNotificationConfig, context: ServerCallContext
     ) -> pb.TaskPushNotificationConfig:
-        """Not offered yet."""
-        await self._who(context)
-        raise PushNotificationNotSupportedError()
+        """Set a push config on a task not yet ended: one more reply address of its mail.
+
+        Raises:
+            UnsupportedOperationError: the task has ended (its replies are written).
+        """
+        caller, agent_id = await self._who(context)
+        job = await self._own_job(params.task_id, caller, agent_id)
+        push = await self._push_route(params, params.task_id)
+        try:
+            added = await self.services.sent.add_reply_to(
+                job.job_id, push.address(job.queue), timeout_s=STEP_TIMEOUT_S
+            )
+        except StoreUnavailable as exc:
+            raise _unavailable(exc) from None
+        if added == "missing":
+            raise TaskNotFoundError()
+        if added == "settled":
+            raise UnsupportedOperationError(
+                f"task {params.task_id} has ended: no notification would follow"
+            )
+        return _config_shown(params.task_id, push.config_id, push.url)
 
     async def on_get_task_push_notification_config(
         self, params: pb.GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> pb.TaskPushNotificationConfig:
-        """Not offered yet."""
-        await self._who(context)
-        raise PushNotificationNotSupportedError()
+        """One push config of a task (its URL and id; never its credentials)."""
+        for config in await self._configs(params.task_id, context):
+            if config.id == (params.id or DEFAULT_CONFIG_ID):
+                return config
+        raise TaskNotFoundError(
+            f"task {params.task_id} has no push config {inert(params.id)[:64]!r}"
+        )
 
     async def on_list_task_push_notification_configs(
         self, params: pb.ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> pb.ListTaskPushNotificationConfigsResponse:
-        """Not offered yet."""
-        await self._who(context)
-        raise PushNotificationNotSupportedError()
+        """Every push config of a task (URLs and ids; never credentials)."""
+        configs = await self._configs(params.task_id, context)
+        return pb.ListTaskPushNotificationConfigsResponse(configs=configs)
 
     async def on_delete_task_push_notification_config(
         self, params: pb.DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
-        """Not offered yet."""
-        await self._who(context)
-        raise PushNotificationNotSupportedError()
+        """Take a push config off a task not yet ended (a reply written already stays owed)."""
+        caller, agent_id = await self._who(context)
+        job = await self._own_job(params.task_id, caller, agent_id)
+        address = AgentAddress(
+            agent_id=push_agent_id(
+                task_id=params.task_id, config_id=params.id or DEFAULT_CONFIG_ID
+            ),
+            session_id=job.queue,
+        )
+        try:
+            await self.services.sent.remove_reply_to(job.job_id, address, timeout_s=STEP_TIMEOUT_S)
+        except StoreUnavailable as exc:
+            raise _unavailable(exc) from None
+
+    async def _configs(
+        self, task_id: str, context: ServerCallContext
+    ) -> list[pb.TaskPushNotificationConfig]:
+        caller, agent_id = await self._who(context)
+        job = await self._own_job(task_id, caller, agent_id)
+        configs: list[pb.TaskPushNotificationConfig] = []
+        for address in job.mail.reply_to if job.mail is not None else []:
+            if not is_push_agent(address.agent_id):
+                continue
+            try:
+                route = await self.services.routes.route(address.agent_id)
+            except (StoreUnavailable, BirdDogError) as exc:
+                log.warning("a2a_push_config_unreadable", error=type(exc).__name__)
+                continue
+            if route is not None and route.url is not None:
+                config_id = push_config_id(route.secret or "") or DEFAULT_CONFIG_ID
+                configs.append(_config_shown(task_id, config_id, route.url))
+        return configs
 
     async def on_get_extended_agent_card(
         self, params: pb.GetExtendedAgentCardRequest, context: ServerCallContext
@@ -368,6 +482,11 @@ class MailRoomRequestHandler(RequestHandler):
             pause = min(pause * 2, POLL_MOST_S)
 
 
+def _config_shown(task_id: str, config_id: str, url: str) -> pb.TaskPushNotificationConfig:
+    """A push config as shown back: its id, task and URL (credentials stay sealed)."""
+    return pb.TaskPushNotificationConfig(id=config_id, task_id=task_id, url=url)
+
+
 def _text_or_refuse(message: pb.Message) -> str:
     texts: list[str] = []
     for part in message.parts:
@@ -414,7 +533,7 @@ def agent_card(agent_id: str, base_url: str, *, version: str) -> pb.AgentCard:
         ],
         provider=pb.AgentProvider(organization="BirdDog", url="https://github.com/birddog"),
         version=version,
-        capabilities=pb.AgentCapabilities(streaming=False, push_notifications=False),
+        capabilities=pb.AgentCapabilities(streaming=False, push_notifications=True),
         security_schemes={
             "bearer": pb.SecurityScheme(
                 http_auth_security_scheme=pb.HTTPAuthSecurityScheme(

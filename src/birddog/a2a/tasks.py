@@ -30,13 +30,15 @@ from birddog.core.ask import ask_job_id
 from birddog.core.fanout import empty_reply_text
 from birddog.core.jobs import JobState
 from birddog.core.mail import AgentAddress, Outcome
-from birddog.core.tasks import SentJob, bounced
+from birddog.core.tasks import SentJob, is_bounce
 
 __all__ = [
     "TASK_PREFIX",
     "TERMINAL",
     "context_of_key",
     "job_id_of",
+    "said",
+    "settled_state",
     "task_key",
     "task_of",
     "task_state",
@@ -112,11 +114,30 @@ def task_state(job: SentJob) -> pb.TaskState:
         return pb.TASK_STATE_SUBMITTED
     if job.state is JobState.RUNNING or job.outcome is None:
         return pb.TASK_STATE_WORKING
-    if job.outcome is Outcome.COMPLETED:
+    return settled_state(job.outcome, job.result)
+
+
+def settled_state(outcome: Outcome, result: str | None) -> pb.TaskState:
+    """The A2A state of a settlement (its outcome, and its result for a bounce)."""
+    if outcome is Outcome.COMPLETED:
         return pb.TASK_STATE_COMPLETED
-    if job.outcome in _FAILED:
+    if outcome in _FAILED:
         return pb.TASK_STATE_FAILED
-    return pb.TASK_STATE_REJECTED if bounced(job) else pb.TASK_STATE_CANCELED
+    return pb.TASK_STATE_REJECTED if is_bounce(outcome, result) else pb.TASK_STATE_CANCELED
+
+
+def said(state: pb.TaskState, outcome: Outcome, result: str | None, diagnostic: str | None) -> str:
+    """What the agent said at the end: the reply, or why the work did not complete.
+
+    Args:
+        state: the task's terminal state.
+        outcome: how the job settled.
+        result: the settlement's content (a reply's content).
+        diagnostic: the bounded diagnostic (masked at settlement: ``bounded_diagnostic``).
+    """
+    if state == pb.TASK_STATE_FAILED and diagnostic:
+        return diagnostic
+    return result or empty_reply_text(outcome)
 
 
 def task_of(job: SentJob, task_id: str, *, history: bool = True) -> pb.Task:
@@ -136,21 +157,25 @@ def task_of(job: SentJob, task_id: str, *, history: bool = True) -> pb.Task:
     status = pb.TaskStatus(state=state)
     status.timestamp.FromDatetime(job.updated_at)
     task = pb.Task(id=task_id, context_id=context_id)
-    said = _said(job, state)
-    if said is not None:
+    text = (
+        said(state, job.outcome, job.result, job.diagnostic)
+        if state in TERMINAL and job.outcome is not None
+        else None
+    )
+    if text is not None:
         status.message.CopyFrom(
             pb.Message(
                 message_id=f"{task_id}:reply",
                 context_id=context_id,
                 task_id=task_id,
                 role=pb.ROLE_AGENT,
-                parts=[pb.Part(text=said)],
+                parts=[pb.Part(text=text)],
             )
         )
     task.status.CopyFrom(status)
-    if state == pb.TASK_STATE_COMPLETED and said is not None:
+    if state == pb.TASK_STATE_COMPLETED and text is not None:
         task.artifacts.append(
-            pb.Artifact(artifact_id="reply", name="reply", parts=[pb.Part(text=said)])
+            pb.Artifact(artifact_id="reply", name="reply", parts=[pb.Part(text=text)])
         )
     if history and job.mail is not None:
         task.history.append(
@@ -163,13 +188,3 @@ def task_of(job: SentJob, task_id: str, *, history: bool = True) -> pb.Task:
             )
         )
     return task
-
-
-def _said(job: SentJob, state: pb.TaskState) -> str | None:
-    """What the agent said, once terminal: the reply, or why the work did not complete."""
-    if state not in TERMINAL or job.outcome is None:
-        return None
-    if state == pb.TASK_STATE_FAILED:
-        # The diagnostic is bounded and masked at settlement (bounded_diagnostic).
-        return job.diagnostic or job.result or empty_reply_text(job.outcome)
-    return job.result or empty_reply_text(job.outcome)

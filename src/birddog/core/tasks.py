@@ -14,7 +14,7 @@ from birddog.core.jobs import JobState
 from birddog.core.lifecycle import BOUNCE_PREFIX
 from birddog.core.mail import Mail, Outcome
 
-__all__ = ["SentJob", "bounced"]
+__all__ = ["SentJob", "bounced", "is_bounce"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,4 +53,14 @@ def bounced(job: SentJob) -> bool:
     Returns:
         Whether it settled ``cancelled`` with the queued-too-long result.
     """
-    return job.outcome is Outcome.CANCELLED and (job.result or "").startswith(BOUNCE_PREFIX)
+    return is_bounce(job.outcome, job.result)
+
+
+def is_bounce(outcome: Outcome | None, result: str | None) -> bool:
+    """True for a ``cancelled`` settlement whose result is the queued-too-long one.
+
+    Args:
+        outcome: how the job settled.
+        result: its content (a reply's content is the same text).
+    """
+    return outcome is Outcome.CANCELLED and (result or "").startswith(BOUNCE_PREFIX)

@@ -633,6 +633,44 @@ WHERE j.queue = $1::text
 ORDER BY j.job_id COLLATE "C"
 LIMIT $5::int;
 
+-- name: a2a_reply_to_add
+-- Add reply address $2 to the stored mail of job $1 unless it is settled (a push config set later): its state, whether the address was there, whether it was added.
+-- params: $1 job_id text, $2 address jsonb
+WITH target AS (
+    SELECT j.job_id, j.state,
+           coalesce((j.payload #> '{mail,replyTo}') @> jsonb_build_array($2::jsonb), false) AS present
+    FROM birddog.jobs j
+    WHERE j.job_id = $1::text AND jsonb_typeof(j.payload #> '{mail,replyTo}') = 'array'
+    FOR UPDATE
+), changed AS (
+    UPDATE birddog.jobs j
+    SET payload = jsonb_set(
+            j.payload, '{mail,replyTo}',
+            (j.payload #> '{mail,replyTo}') || jsonb_build_array($2::jsonb)
+        ),
+        updated_at = now()
+    FROM target t
+    WHERE j.job_id = t.job_id AND t.state <> 'settled' AND NOT t.present
+    RETURNING j.job_id
+)
+SELECT t.state, t.present, EXISTS (SELECT 1 FROM changed) AS added FROM target t;
+
+-- name: a2a_reply_to_remove
+-- Remove reply address $2 from the stored mail of job $1 unless it is settled (a push config deleted): whether it was removed.
+-- params: $1 job_id text, $2 address jsonb
+UPDATE birddog.jobs j
+SET payload = jsonb_set(
+        j.payload, '{mail,replyTo}',
+        (SELECT coalesce(jsonb_agg(a.value ORDER BY a.n), '[]'::jsonb)
+         FROM jsonb_array_elements(j.payload #> '{mail,replyTo}') WITH ORDINALITY AS a(value, n)
+         WHERE a.value <> $2::jsonb)
+    ),
+    updated_at = now()
+WHERE j.job_id = $1::text AND j.state <> 'settled'
+  AND jsonb_typeof(j.payload #> '{mail,replyTo}') = 'array'
+  AND (j.payload #> '{mail,replyTo}') @> jsonb_build_array($2::jsonb)
+RETURNING j.job_id;
+
 -- ---------------------------------------------------------------------------------------
 -- agents: per-agent identity (birddog agent ...); a token is stored as its SHA-256 only
 -- ---------------------------------------------------------------------------------------

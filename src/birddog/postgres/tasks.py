@@ -2,18 +2,20 @@
 
 :class:`PostgresSentJobs` reads the jobs an ask wrote (``Asking.send``) back as
 :class:`~birddog.core.tasks.SentJob`: state, outcome, the full result and diagnostic, and
-the mail. It only reads; sending and cancelling go through the ask store and the job
+the mail. Its one write adds (or removes) a reply address on a mail whose job has not
+settled: an A2A push config set after the message; the settlement then derives that
+reply like every other. Sending and cancelling go through the ask store and the job
 store like every other caller's.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from birddog.core.errors import InvalidInput
 from birddog.core.jobs import JobState
-from birddog.core.mail import Mail, Outcome
+from birddog.core.mail import AgentAddress, Mail, Outcome
 from birddog.core.tasks import SentJob
 from birddog.postgres.pool import Pool, acquire_within, store_errors
 from birddog.postgres.sql import queries
@@ -78,6 +80,47 @@ class PostgresSentJobs:
                     limit,
                 )
         return [_sent_job(record) for record in records]
+
+    async def add_reply_to(
+        self, job_id: str, address: AgentAddress, *, timeout_s: float
+    ) -> Literal["added", "present", "settled", "missing"]:
+        """Add ``address`` to the replyTo of job ``job_id``'s mail while it is not settled.
+
+        Returns:
+            ``added``; ``present`` (it was there); ``settled`` (too late: the replies are
+            written); ``missing`` (no such job, or it carries no mail).
+
+        Raises:
+            StoreBusy: no pool connection was free within ``timeout_s``.
+            StoreUnavailable: the database is unreachable.
+        """
+        value = address.model_dump(mode="json")  # the pool encodes jsonb itself
+        async with acquire_within(self.pool, timeout_s, "reply to add") as conn:
+            with store_errors("reply to add"):
+                record = await conn.fetchrow(queries["a2a_reply_to_add"], job_id, value)
+        if record is None:
+            return "missing"
+        if record["added"]:
+            return "added"
+        return "present" if record["present"] else "settled"
+
+    async def remove_reply_to(
+        self, job_id: str, address: AgentAddress, *, timeout_s: float
+    ) -> bool:
+        """Remove ``address`` from the replyTo of job ``job_id``'s mail while not settled.
+
+        Returns:
+            True when it was removed (False: not there, or the job settled).
+
+        Raises:
+            StoreBusy: no pool connection was free within ``timeout_s``.
+            StoreUnavailable: the database is unreachable.
+        """
+        value = address.model_dump(mode="json")  # the pool encodes jsonb itself
+        async with acquire_within(self.pool, timeout_s, "reply to remove") as conn:
+            with store_errors("reply to remove"):
+                removed = await conn.fetchval(queries["a2a_reply_to_remove"], job_id, value)
+        return removed is not None
 
 
 def _sent_job(record: Any) -> SentJob:
