@@ -531,7 +531,6 @@ def agent_card(agent_id: str, base_url: str, *, version: str) -> pb.AgentCard:
             )
             for binding in (TransportProtocol.JSONRPC.value, TransportProtocol.HTTP_JSON.value)
         ],
-        provider=pb.AgentProvider(organization="BirdDog", url="https://github.com/birddog"),
         version=version,
         capabilities=pb.AgentCapabilities(streaming=False, push_notifications=True),
         security_schemes={
