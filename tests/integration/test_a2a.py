@@ -37,7 +37,7 @@ from birddog.bootstrap import (
 from birddog.core.jobs import AgentJobPayload
 from birddog.http.server import listening_socket, serve_asgi, socket_url
 from birddog.settings import Settings
-from tests.support import eventually, job_row
+from tests.support import eventually, http_get_ok, job_row
 from tests.support.inbox import posts_to
 
 AGENT = "helper"
@@ -93,19 +93,15 @@ async def served(database_factory: Any) -> AsyncIterator[Served]:
                 asyncio.create_task(serve_asgi(app, sock, stop=stop)),
             ]
             try:
-                await eventually(lambda: _answers(url), "the A2A server answers", within_s=30)
+                await eventually(
+                    lambda: http_get_ok(f"{url}/a2a/{AGENT}/.well-known/agent-card.json"),
+                    "the A2A server answers",
+                    within_s=30,
+                )
                 yield Served(url=url, token=added.issued.token, dsn=dsn, pool=stack.pool)
             finally:
                 stop.set()
                 await asyncio.wait_for(asyncio.gather(*tasks), 30)
-
-
-async def _answers(url: str) -> bool:
-    async with httpx.AsyncClient() as http:
-        with contextlib.suppress(httpx.HTTPError):
-            answer = await http.get(f"{url}/a2a/{AGENT}/.well-known/agent-card.json")
-            return answer.status_code == 200
-    return False
 
 
 @contextlib.asynccontextmanager

@@ -9,12 +9,10 @@ and works on ``slow`` until it is cancelled; the worker's handler timeout is 3 s
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import pytest
 from a2a.helpers import new_task, new_text_part
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -30,7 +28,7 @@ from birddog.a2a.remote import remote_agent
 from birddog.bootstrap import build_jobs_listener, build_worker, open_stack
 from birddog.http.server import listening_socket, serve_asgi, socket_url
 from birddog.settings import Settings
-from tests.support import eventually, job_row
+from tests.support import eventually, http_get_ok, job_row
 
 HANDLER_TIMEOUT_S = 3.0
 
@@ -115,19 +113,15 @@ async def room(database_factory: Any) -> AsyncIterator[Room]:
                 asyncio.create_task(worker.run()),
             ]
             try:
-                await eventually(lambda: _answers(url), "the remote agent answers", within_s=30)
+                await eventually(
+                    lambda: http_get_ok(f"{url}.well-known/agent-card.json"),
+                    "the remote agent answers",
+                    within_s=30,
+                )
                 yield Room(stack=stack, remote=remote)
             finally:
                 stop.set()
                 await asyncio.wait_for(asyncio.gather(*tasks), 30)
-
-
-async def _answers(url: str) -> bool:
-    async with httpx.AsyncClient() as http:
-        with contextlib.suppress(httpx.HTTPError):
-            answer = await http.get(f"{url}.well-known/agent-card.json")
-            return answer.status_code == 200
-    return False
 
 
 async def settled(room: Room, content: str, session: str) -> dict[str, Any]:

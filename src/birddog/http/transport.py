@@ -199,18 +199,28 @@ class HttpTransport(SessionOwner):
                 min_deferral_s=MIN_DEFERRAL_S,
             )
         else:
-            results = [
-                classify(
-                    status,
-                    answer_headers,
-                    answer_body,
-                    now=self._now(),
-                    max_deferral_s=self.max_deferral_s,
-                    min_deferral_s=MIN_DEFERRAL_S,
-                )
-            ]
+            results = [self._classified(status, answer_headers, answer_body)]
         # The status travels with each result, into the rows' attempt logs.
         return [replace(result, status=status) for result in results]
+
+    def _classified(
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        acknowledged_by_status: bool = False,
+    ) -> DeliveryResult:
+        """One post's answer classified (:func:`~birddog.http.answers.classify`), now."""
+        return classify(
+            status,
+            headers,
+            body,
+            now=self._now(),
+            max_deferral_s=self.max_deferral_s,
+            min_deferral_s=MIN_DEFERRAL_S,
+            acknowledged_by_status=acknowledged_by_status,
+        )
 
     async def _push(self, route: Route, url: yarl.URL, parcel: Parcel) -> DeliveryResult:
         """Post one reply to an A2A push config: as a StreamResponse, any 2xx accepting.
@@ -237,15 +247,7 @@ class HttpTransport(SessionOwner):
         if not isinstance(answer, tuple):
             return answer
         status, answer_headers, answer_body = answer
-        result = classify(
-            status,
-            answer_headers,
-            answer_body,
-            now=self._now(),
-            max_deferral_s=self.max_deferral_s,
-            min_deferral_s=MIN_DEFERRAL_S,
-            acknowledged_by_status=True,
-        )
+        result = self._classified(status, answer_headers, answer_body, acknowledged_by_status=True)
         return replace(result, status=status)
 
     async def _route(self, agent_id: str) -> tuple[Route, yarl.URL] | DeliveryResult:
