@@ -19,12 +19,15 @@ import httpx
 import pytest
 from a2a.client import ClientConfig, ClientFactory
 from a2a.client.client import Client
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks import InMemoryPushNotificationConfigStore
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.errors import InvalidParamsError, TaskNotCancelableError
 from aiohttp import web
 from google.protobuf.json_format import ParseDict
 
 from birddog import AgentAddress
+from birddog.a2a.push import OutboxPushSender
 from birddog.a2a.server import a2a_app
 from birddog.bootstrap import (
     a2a_services,
@@ -410,3 +413,50 @@ async def test_a_push_url_to_a_metadata_address_is_refused_when_set(served: Serv
     assert not await served.pool.fetchval(
         "SELECT count(*) FROM birddog.routes WHERE url LIKE '%169.254%'"
     )
+
+
+async def test_the_outbox_push_sender_writes_in_the_callers_transaction(served: Served) -> None:
+    """OutboxPushSender: a rolled-back notification is never sent, a committed one is, once."""
+    receiver = Receiver(lambda n: web.Response(status=204), [])
+    store = InMemoryPushNotificationConfigStore()
+    async with (
+        posts_to(receiver.handle, "/own") as url,
+        open_stack(Settings(database_url=served.dsn), pool_size=2) as stack,
+    ):
+        config = push_config(url)
+        config.task_id = "own-task"
+        await store.set_info("own-task", config, ServerCallContext())
+        held: list[Any] = []
+        sender = OutboxPushSender(
+            store,
+            connection=lambda: held[0],
+            routes=stack.routes,
+            sender=AgentAddress(agent_id="own-server", session_id="s-own"),
+            clock=stack.clock,
+        )
+
+        def update(state: pb.TaskState, text: str) -> pb.TaskStatusUpdateEvent:
+            status = pb.TaskStatus(state=state)
+            status.message.CopyFrom(message(text))
+            return pb.TaskStatusUpdateEvent(task_id="own-task", context_id="c", status=status)
+
+        async with stack.pool.acquire() as conn:
+            held.append(conn)
+            with contextlib.suppress(RuntimeError):
+                async with conn.transaction():
+                    await sender.send_notification(
+                        "own-task", update(pb.TASK_STATE_COMPLETED, "rolled back")
+                    )
+                    raise RuntimeError("the caller's transaction fails")
+            async with conn.transaction():
+                await sender.send_notification(
+                    "own-task", update(pb.TASK_STATE_WORKING, "working: not written")
+                )
+                await sender.send_notification(
+                    "own-task", update(pb.TASK_STATE_COMPLETED, "the answer")
+                )
+        await eventually(lambda: receiver.posts, "the committed push arrives", within_s=30)
+    [(headers, body)] = receiver.posts
+    assert headers["Authorization"] == "Bearer push-secret-1"
+    update_seen = ParseDict(body, pb.StreamResponse()).status_update
+    assert text(update_seen.status.message.parts) == "the answer"

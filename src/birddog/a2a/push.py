@@ -16,16 +16,45 @@ notification into the outbox inside the caller's transaction instead of posting 
 
 from __future__ import annotations
 
-from typing import Final
+import hashlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
 
+import structlog
+from a2a.server.tasks.push_notification_config_store import PushNotificationConfigStore
+from a2a.server.tasks.push_notification_sender import (
+    PushNotificationEvent,
+    PushNotificationSender,
+)
 from a2a.types import a2a_pb2 as pb
-from google.protobuf.json_format import MessageToJson
+from a2a.utils.proto_utils import to_stream_response
+from google.protobuf.json_format import MessageToJson, Parse, ParseError
 
-from birddog.a2a.tasks import said, settled_state
-from birddog.core.mail import AgentAddress, Reply
+from birddog.a2a.tasks import TERMINAL, said, settled_state
+from birddog.core.delivery import new_row
+from birddog.core.errors import InvalidInput
+from birddog.core.fanout import created_at_ms
+from birddog.core.mail import AgentAddress, Outcome, Reply, ReplyFacts
 from birddog.core.push import push_agent_id, push_secret
+from birddog.ports import Clock
 
-__all__ = ["DEFAULT_CONFIG_ID", "PushRoute", "push_body", "push_route"]
+if TYPE_CHECKING:
+    from birddog.postgres.pool import Connection
+    from birddog.postgres.routes import PostgresRoutes
+
+log = structlog.get_logger("birddog.a2a.push")
+
+__all__ = [
+    "DEFAULT_CONFIG_ID",
+    "EVENT_COMMAND",
+    "OutboxPushSender",
+    "PushRoute",
+    "push_body",
+    "push_route",
+]
+
+EVENT_COMMAND: Final = "a2a-event"
+"""The command id of a push :class:`OutboxPushSender` wrote: its content is the event."""
 
 DEFAULT_CONFIG_ID: Final = "default"
 """The id of a push config given without one."""
@@ -95,6 +124,15 @@ def push_body(stored: bytes) -> bytes:
     """
     reply = Reply.model_validate_json(stored)
     facts = reply.reply
+    if facts.command_id == EVENT_COMMAND:
+        # OutboxPushSender stored the SDK's own event: posted as it is, once it parses.
+        try:
+            Parse(reply.content, pb.StreamResponse())
+        except ParseError:
+            raise InvalidInput(
+                "a stored A2A event is not a StreamResponse", field="content"
+            ) from None
+        return reply.content.encode("utf-8")
     state = settled_state(facts.outcome, reply.content)
     text = said(state, facts.outcome, reply.content, facts.diagnostic)
     task_id = reply.in_reply_to
@@ -116,3 +154,88 @@ def push_body(stored: bytes) -> bytes:
         )
     )
     return str(MessageToJson(event, indent=None)).encode("utf-8")
+
+
+_OUTCOMES: Final = {
+    pb.TASK_STATE_COMPLETED: Outcome.COMPLETED,
+    pb.TASK_STATE_FAILED: Outcome.FAILED,
+    pb.TASK_STATE_REJECTED: Outcome.FAILED,
+    pb.TASK_STATE_CANCELED: Outcome.CANCELLED,
+}
+
+
+class OutboxPushSender(PushNotificationSender):
+    """The SDK's push sender, durable: a task's final notification is an outbox row.
+
+    For people who run an A2A server of their own on ``a2a-sdk`` over BirdDog's database.
+    Where the SDK's ``BasePushNotificationSender`` posts once and forgets a failure, this
+    writes the notification into BirdDog's outbox **inside the caller's transaction**
+    (``connection()`` is the caller's connection, in its transaction): it commits with the
+    task's final state or not at all, and the drain daemon delivers it with retries,
+    deferrals, dead letters and receipts, each config's URL checked against the egress
+    policy when its route is made and at connect time.
+
+    Only events whose task state is terminal are written (the answer a receiver must not
+    lose); interim updates go to ``interim`` (e.g. the SDK's own sender), or nowhere.
+
+    Args:
+        config_store: where the server keeps its push configs (the SDK's store).
+        connection: the caller's connection, in its transaction, at each notification.
+        routes: BirdDog's route book (each config becomes a route of kind ``a2a``).
+        sender: the address the notifications are from (the serving agent).
+        clock: the time source.
+        interim: what to do with non-terminal events (None: nothing).
+    """
+
+    def __init__(
+        self,
+        config_store: PushNotificationConfigStore,
+        *,
+        connection: Callable[[], Connection],
+        routes: PostgresRoutes,
+        sender: AgentAddress,
+        clock: Clock,
+        interim: PushNotificationSender | None = None,
+    ) -> None:
+        self.config_store = config_store
+        self.connection = connection
+        self.routes = routes
+        self.sender = sender
+        self.clock = clock
+        self.interim = interim
+
+    async def send_notification(self, task_id: str, event: PushNotificationEvent) -> None:
+        """Write the event for every config of the task into the outbox (the caller's tx).
+
+        Raises:
+            InvalidInput: a config's URL is refused by the egress policy, or its headers
+                cannot be sent (the caller's transaction should then roll back).
+            StoreUnavailable: the database failed; nothing was written.
+        """
+        state = event.status.state if not isinstance(event, pb.TaskArtifactUpdateEvent) else None
+        if state not in TERMINAL:
+            if self.interim is not None:
+                await self.interim.send_notification(task_id, event)
+            return
+        from birddog.postgres.outbox import insert_rows  # noqa: PLC0415 - the database side
+
+        body = str(MessageToJson(to_stream_response(event), indent=None))
+        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
+        now = self.clock.now()
+        rows = []
+        for config in await self.config_store.get_info_for_dispatch(task_id):
+            push = push_route(config, task_id=task_id)
+            if await self.routes.route(push.agent_id) is None:
+                await self.routes.add(push.agent_id, push.url, push.secret, kind="a2a")
+            reply = Reply(
+                key=f"a2a-event:{push.agent_id}:{digest}",
+                in_reply_to=task_id,
+                to=push.address(event.context_id or "default"),
+                from_=self.sender,
+                content=body,
+                created_at=created_at_ms(now),
+                reply=ReplyFacts(command_id=EVENT_COMMAND, outcome=_OUTCOMES[state]),
+            )
+            rows.append(new_row(reply, now=now))
+        written = await insert_rows(self.connection(), rows, wake_at=now)
+        log.info("a2a_push_enqueued", count=len(written))
