@@ -12,6 +12,10 @@ when to sleep on the wake board.
   sets the event the loop waits on.
 - :meth:`DeliveryEngine.collect` stores what is known, gives back what the window set
   aside, and arms the next wake.
+- While a backlog fills the window, a watcher (the one reader of the listener) keeps a
+  wake armed and, on each notification, claims the few latest-due rows at once beside the
+  window's claims (:meth:`DeliveryEngine._claim_fresh`), so fresh mail overtakes the
+  backlog instead of waiting for room; otherwise a notification wakes the sleeping loop.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
+
+import structlog
 
 from birddog.core.delivery import DeliveryResult
 from birddog.core.flow import FlowControl
@@ -52,6 +58,14 @@ backlog's turn); the backlog itself keeps three quarters.
 
 READY_RECHECK_S = 0.1
 """While rows are held ready, the longest wait before the engine looks at them again."""
+
+WATCH_S = 5.0
+"""The watcher's longest wait on the listener (which then checks its connection)."""
+
+FRESH_RETRY_S = 1.0
+"""After a fresh claim failed (the database is away), the watcher waits this long."""
+
+log = structlog.get_logger("birddog.engine")
 
 
 class DeliveryEngine:
@@ -109,6 +123,11 @@ class DeliveryEngine:
         self._rows_given_back = 0  # how often rows went back to the outbox (see fill)
         self._sleep_until: datetime | None = None
         self._awake_since_wake = True  # the next claim with rows reports the wake's latency
+        # A claim came back full since the engine last slept: due rows wait beyond the
+        # window, so a fresh row would wait for room; the watcher claims such rows itself.
+        self._backlog = False
+        self._backlog_began = asyncio.Event()  # tells the watcher to arm its wake
+        self.fresh_claims = 0  # claims made on a notification beside the window's
 
     # ------------------------------------------------------------------ state
 
@@ -201,8 +220,33 @@ class DeliveryEngine:
             once: return when nothing is held and nothing is claimable now (no sleeping
                 on the wake board: a drainer that leaves must not promise to look again).
         """
+        notified = asyncio.Event() if listener is not None else None
+        watcher = (
+            asyncio.ensure_future(self._watch(listener, notified))
+            if listener is not None and notified is not None
+            else None
+        )
+        try:
+            await self._serve(stop, notified, backstop_s, on_report, once=once)
+        finally:
+            self._backlog = False
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await watcher
+
+    async def _serve(
+        self,
+        stop: asyncio.Event,
+        notified: asyncio.Event | None,
+        backstop_s: float,
+        on_report: Callable[[DrainReport], None],
+        *,
+        once: bool,
+    ) -> None:
         while not stop.is_set():
             more = await self._step(on_report, force=once)
+            self._note_backlog(more)
             if self.outcomes.unstored or self.window.has_surplus or self._room_again():
                 continue
             if more:
@@ -221,13 +265,16 @@ class DeliveryEngine:
             now = self.clock.now()
             if self._sleep_until is None or self._sleep_until <= now:
                 self._sleep_until = await self._go_to_sleep(now, backstop_s)
+                if notified is not None:
+                    # Announced before this look: its rows are visible to it.
+                    notified.clear()
                 # The wake protocol's last look: a wake armed while this drainer was
                 # deciding to sleep is visible to this claim, or was announced to it.
                 await self.fill(force=True)
                 if self.outcomes.unstored or self.window.has_surplus:
                     continue
             timeout_s = (self._sleep_until - self.clock.now()).total_seconds()
-            if await self._wait(stop, listener, timeout_s=timeout_s):
+            if await self._wait(stop, notified, timeout_s=timeout_s):
                 self._awake_since_wake = True
                 self._left_out_of_short_claim = None
                 self._sleep_until = None
@@ -315,6 +362,101 @@ class DeliveryEngine:
         self._left_out_of_short_claim = skip if self._rows_given_back == given_back else None
         return False
 
+    # ------------------------------------------------------------------ fresh rows
+
+    def _note_backlog(self, more: bool) -> None:
+        """A claim came back full (a backlog), or short (none any more)."""
+        if more and not self._backlog:
+            self._backlog_began.set()
+        self._backlog = more
+
+    async def _watch(self, listener: Listener, notified: asyncio.Event) -> None:
+        """Read the listener: wake the loop, or, during a backlog, claim fresh rows at once.
+
+        During a backlog the loop claims only as room frees, so a notification would wait
+        behind the rows already due. The watcher keeps a wake armed for later than now
+        (the settlement side of the wake protocol then notifies for the next new row),
+        and on each notification claims at once the ``fresh_rows`` latest-due rows,
+        beside the window (:meth:`_claim_fresh`), then arms again and looks once more.
+        A storm of notifications costs at most one such claim at a time, each for rows
+        that are due: the window's own claims keep the rest of the window.
+        """
+        armed = False
+        while True:
+            if self._backlog and not armed and self.config.fresh_rows:
+                armed = await self._fresh(arm=True)
+            self._backlog_began.clear()
+            if not await self._listen(listener):
+                armed = False  # arm again before the armed wake runs out
+            elif self._backlog and self.config.fresh_rows:
+                # The notification used the armed wake up: claim, arm, look again.
+                await self._fresh(arm=False)
+                armed = await self._fresh(arm=True)
+            else:
+                armed = False
+                notified.set()
+
+    async def _listen(self, listener: Listener) -> bool:
+        """Wait for a notification (True), or until ``WATCH_S`` passed or a backlog began."""
+        waiting = asyncio.ensure_future(listener.wait(WATCH_S))
+        began = asyncio.ensure_future(self._backlog_began.wait())
+        try:
+            await asyncio.wait({waiting, began}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in (waiting, began):
+                if not waiter.done():
+                    waiter.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await waiter
+        return waiting.done() and not waiting.cancelled() and bool(waiting.result())
+
+    async def _fresh(self, *, arm: bool) -> bool:
+        """Arm the wake then look for fresh rows (``arm``), or just claim them.
+
+        Returns:
+            Whether the wake is armed; never raises (the window's claims carry on).
+        """
+        try:
+            if arm:
+                if not isinstance(self.wake, WakeBoard):
+                    return False
+                now = self.clock.now()
+                # The settlement side notifies only when the armed wake is later than
+                # its row: a wake at the backstop makes the next new row announce itself.
+                # It outlives the watcher's wait, which arms it again when it ends.
+                until = now + timedelta(seconds=2 * WATCH_S)
+                await self.wake.going_to_sleep(until=until, now=now)
+            await self._claim_fresh()
+        except Exception as exc:  # the window's own claims carry on
+            log.warning("fresh_claim_failed", error=type(exc).__name__)
+            await asyncio.sleep(FRESH_RETRY_S)
+            return False
+        return arm
+
+    async def _claim_fresh(self) -> None:
+        """Claim up to ``fresh_rows`` of the latest-due rows into the window, beyond its size.
+
+        At most ``window_size + fresh_rows`` rows are held; recipients that hold all they
+        may are left out, as in every claim.
+        """
+        config = self.config
+        limit = min(config.fresh_rows, config.window_size + config.fresh_rows - self.window.held)
+        if limit < 1:
+            return
+        now = self.clock.now()
+        page = await self.outbox.claim_due(
+            limit=limit,
+            now=now,
+            lease_s=config.lease_s,
+            skip_agents=self.window.skip(now),
+            newest=limit,
+        )
+        self.fresh_claims += 1
+        decided = self.window.admit(page, whole=False, now=self.clock.now())
+        if decided:
+            self.outcomes.add(decided)
+            self._a_post_ended.set()
+
     def _room_again(self) -> bool:
         """A recipient left out of the last (short) claim can take more now."""
         left_out = self._left_out_of_short_claim
@@ -369,9 +511,9 @@ class DeliveryEngine:
     # ------------------------------------------------------------------ waiting
 
     async def _wait(
-        self, stop: asyncio.Event, listener: Listener | None, *, timeout_s: float
+        self, stop: asyncio.Event, notified: asyncio.Event | None, *, timeout_s: float
     ) -> bool:
-        """Wait for a post to end, a wake, ``stop``, or ``timeout_s``.
+        """Wait for a post to end, a wake (``notified``), ``stop``, or ``timeout_s``.
 
         After the first post ends, linger up to ``linger_s`` while more end (up to a
         page's worth), starting each recipient's next ready row at once, so outcomes are
@@ -395,9 +537,9 @@ class DeliveryEngine:
                 asyncio.ensure_future(stop.wait()),
                 asyncio.ensure_future(self._a_post_ended.wait()),
             ]
-            wake: asyncio.Future[bool] | None = None
-            if listener is not None:
-                wake = asyncio.ensure_future(listener.wait(wait_s))
+            wake: asyncio.Future[Any] | None = None
+            if notified is not None:
+                wake = asyncio.ensure_future(notified.wait())
                 waiters.append(wake)
             try:
                 await asyncio.wait(waiters, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
@@ -407,8 +549,9 @@ class DeliveryEngine:
                         waiter.cancel()
                         with contextlib.suppress(asyncio.CancelledError, Exception):
                             await waiter
-            if wake is not None and wake.done() and not wake.cancelled():
-                woken = wake.exception() is not None or bool(wake.result())
+            if notified is not None and notified.is_set():
+                notified.clear()
+                woken = True
             if not self.outcomes.unstored:
                 return woken or loop.time() >= deadline
         linger_until = loop.time() + self.config.linger_s
@@ -453,4 +596,4 @@ class DeliveryEngine:
         await self.outcomes.release(items, wake=wake)
 
 
-__all__ = ["NEWEST_SHARE", "READY_RECHECK_S", "DeliveryEngine"]
+__all__ = ["FRESH_RETRY_S", "NEWEST_SHARE", "READY_RECHECK_S", "WATCH_S", "DeliveryEngine"]
