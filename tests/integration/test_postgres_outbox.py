@@ -296,7 +296,7 @@ async def test_insert_waiting_on_a_receipt_swap_does_not_resurrect_the_row(
             [receipt.recipient.session_id],
             [receipt.command_id],
             [receipt.outcome.value],
-            [None],  # no attempt to log
+            "[null]",  # no attempt to log
             [False],  # not a mailbox delivery
         )
         assert [r["key"] for r in swapped] == ["k1"]

@@ -308,31 +308,27 @@ def receipt_from_record(record: asyncpg.Record | dict[str, Any]) -> Receipt:
 class _Outcomes:
     """Outcomes split into receipt columns and row columns, for unnest.
 
-    Each side also carries its attempt log entries, one JSON text (or None) per key, a
-    column like the others: appended to the rows' logs in SQL, each parsed once.
+    Each side also carries its attempt log entries as one JSON array (one entry, or null,
+    per key), appended to the rows' logs in SQL.
     """
 
     receipt_columns: list[list[Any]]
-    receipt_attempts: list[str | None]
+    receipt_attempts: list[dict[str, Any] | None]
     row_columns: list[list[Any]]
-    row_attempts: list[str | None]
+    row_attempts: list[dict[str, Any] | None]
 
     @classmethod
     def of(cls, items: Sequence[Settled]) -> _Outcomes:
         receipts: list[list[Any]] = [[] for _ in range(9)]
         rows: list[list[Any]] = [[] for _ in range(8)]
-        receipt_attempts: list[str | None] = []
-        row_attempts: list[str | None] = []
+        receipt_attempts: list[dict[str, Any] | None] = []
+        row_attempts: list[dict[str, Any] | None] = []
         for item in items:
             claim = _claim_uuid(item.claim)
             if claim is None:
                 continue
             outcome = item.outcome
-            entry = (
-                orjson.dumps(attempt_entry(item.attempt)).decode()
-                if item.attempt is not None
-                else None
-            )
+            entry = attempt_entry(item.attempt) if item.attempt is not None else None
             if isinstance(outcome, Receipt):
                 values: tuple[Any, ...] = (
                     claim,
@@ -603,7 +599,7 @@ class PostgresOutbox:
                     swapped = await conn.fetch(
                         queries["outbox_swap_receipts"],
                         *columns,
-                        split.receipt_attempts,
+                        orjson.dumps(split.receipt_attempts).decode(),
                         flags,
                     )
                     stored.update(record["key"] for record in swapped)
@@ -620,7 +616,7 @@ class PostgresOutbox:
                     updated = await conn.fetch(
                         queries["outbox_update_rows"],
                         *split.row_columns,
-                        split.row_attempts,
+                        orjson.dumps(split.row_attempts).decode(),
                     )
                     stored.update(record["key"] for record in updated)
                     dead = [r["key"] for r in updated if r["state"] == RowState.DEAD.value]
