@@ -12,10 +12,11 @@ when to sleep on the wake board.
   sets the event the loop waits on.
 - :meth:`DeliveryEngine.collect` stores what is known, gives back what the window set
   aside, and arms the next wake.
-- While a backlog fills the window, a watcher (the one reader of the listener) keeps a
-  wake armed and, on each notification, claims the few latest-due rows at once beside the
-  window's claims (:meth:`DeliveryEngine._claim_fresh`), so fresh mail overtakes the
-  backlog instead of waiting for room; otherwise a notification wakes the sleeping loop.
+- While a backlog fills the window, a watcher reads the listener instead of the loop: it
+  keeps a wake armed and, on each notification, claims the few latest-due rows at once
+  beside the window's claims (:meth:`DeliveryEngine._claim_fresh`), so fresh mail
+  overtakes the backlog instead of waiting for room. It stops when a claim comes back
+  short; the loop then goes to sleep on the listener as before.
 """
 
 from __future__ import annotations
@@ -123,10 +124,9 @@ class DeliveryEngine:
         self._rows_given_back = 0  # how often rows went back to the outbox (see fill)
         self._sleep_until: datetime | None = None
         self._awake_since_wake = True  # the next claim with rows reports the wake's latency
-        # A claim came back full since the engine last slept: due rows wait beyond the
-        # window, so a fresh row would wait for room; the watcher claims such rows itself.
-        self._backlog = False
-        self._backlog_began = asyncio.Event()  # tells the watcher to arm its wake
+        # The watcher of a backlog (see _watch): it reads the listener while it runs.
+        self._watcher: asyncio.Task[None] | None = None
+        self._listening: asyncio.Task[bool] | None = None  # the watcher's wait, if any
         self.fresh_claims = 0  # claims made on a notification beside the window's
 
     # ------------------------------------------------------------------ state
@@ -220,25 +220,15 @@ class DeliveryEngine:
             once: return when nothing is held and nothing is claimable now (no sleeping
                 on the wake board: a drainer that leaves must not promise to look again).
         """
-        notified = asyncio.Event() if listener is not None else None
-        watcher = (
-            asyncio.ensure_future(self._watch(listener, notified))
-            if listener is not None and notified is not None
-            else None
-        )
         try:
-            await self._serve(stop, notified, backstop_s, on_report, once=once)
+            await self._serve(stop, listener, backstop_s, on_report, once=once)
         finally:
-            self._backlog = False
-            if watcher is not None:
-                watcher.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await watcher
+            await self._stop_watching()
 
     async def _serve(
         self,
         stop: asyncio.Event,
-        notified: asyncio.Event | None,
+        listener: Listener | None,
         backstop_s: float,
         on_report: Callable[[DrainReport], None],
         *,
@@ -246,7 +236,10 @@ class DeliveryEngine:
     ) -> None:
         while not stop.is_set():
             more = await self._step(on_report, force=once)
-            self._note_backlog(more)
+            if not more:
+                await self._stop_watching()
+            elif listener is not None and self.config.fresh_rows and self._watcher is None:
+                self._watcher = asyncio.ensure_future(self._watch(listener))
             if self.outcomes.unstored or self.window.has_surplus or self._room_again():
                 continue
             if more:
@@ -265,16 +258,13 @@ class DeliveryEngine:
             now = self.clock.now()
             if self._sleep_until is None or self._sleep_until <= now:
                 self._sleep_until = await self._go_to_sleep(now, backstop_s)
-                if notified is not None:
-                    # Announced before this look: its rows are visible to it.
-                    notified.clear()
                 # The wake protocol's last look: a wake armed while this drainer was
                 # deciding to sleep is visible to this claim, or was announced to it.
                 await self.fill(force=True)
                 if self.outcomes.unstored or self.window.has_surplus:
                     continue
             timeout_s = (self._sleep_until - self.clock.now()).total_seconds()
-            if await self._wait(stop, notified, timeout_s=timeout_s):
+            if await self._wait(stop, listener, timeout_s=timeout_s):
                 self._awake_since_wake = True
                 self._left_out_of_short_claim = None
                 self._sleep_until = None
@@ -364,69 +354,72 @@ class DeliveryEngine:
 
     # ------------------------------------------------------------------ fresh rows
 
-    def _note_backlog(self, more: bool) -> None:
-        """A claim came back full (a backlog), or short (none any more)."""
-        if more and not self._backlog:
-            self._backlog_began.set()
-        self._backlog = more
-
-    async def _watch(self, listener: Listener, notified: asyncio.Event) -> None:
-        """Read the listener: wake the loop, or, during a backlog, claim fresh rows at once.
+    async def _watch(self, listener: Listener) -> None:
+        """During a backlog, claim each notification's fresh rows at once, beside the window.
 
         During a backlog the loop claims only as room frees, so a notification would wait
         behind the rows already due. The watcher keeps a wake armed for later than now
         (the settlement side of the wake protocol then notifies for the next new row),
         and on each notification claims at once the ``fresh_rows`` latest-due rows,
-        beside the window (:meth:`_claim_fresh`), then arms again and looks once more.
-        A storm of notifications costs at most one such claim at a time, each for rows
-        that are due: the window's own claims keep the rest of the window.
+        beside the window (:meth:`_claim_fresh`), then arms again. A row committed
+        between that claim and the new arm is not announced: the window's own claims
+        take it (their latest-due share), as they would without a watcher, which only
+        ever makes a row earlier. A storm of notifications costs at most one such claim
+        at a time, each for rows that are due: the window's own claims keep the rest.
         """
         armed = False
-        while True:
-            if self._backlog and not armed and self.config.fresh_rows:
+        while self._watcher is not None:
+            if not armed:
                 armed = await self._fresh(arm=True)
-            self._backlog_began.clear()
-            if not await self._listen(listener):
-                armed = False  # arm again before the armed wake runs out
-            elif self._backlog and self.config.fresh_rows:
-                # The notification used the armed wake up: claim, arm, look again.
+            if self._watcher is None:
+                return
+            self._listening = asyncio.ensure_future(listener.wait(WATCH_S))
+            try:
+                woken = await self._listening
+            except asyncio.CancelledError:
+                return  # stopped while waiting (never while claiming: see _stop_watching)
+            finally:
+                self._listening = None
+            if woken:
+                # The notification used the armed wake up: claim, then arm again.
                 await self._fresh(arm=False)
                 armed = await self._fresh(arm=True)
             else:
-                armed = False
-                notified.set()
+                armed = False  # arm again before the armed wake runs out
 
-    async def _listen(self, listener: Listener) -> bool:
-        """Wait for a notification (True), or until ``WATCH_S`` passed or a backlog began."""
-        waiting = asyncio.ensure_future(listener.wait(WATCH_S))
-        began = asyncio.ensure_future(self._backlog_began.wait())
-        try:
-            await asyncio.wait({waiting, began}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in (waiting, began):
-                if not waiter.done():
-                    waiter.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await waiter
-        return waiting.done() and not waiting.cancelled() and bool(waiting.result())
+    async def _stop_watching(self) -> None:
+        """The backlog is over: the loop reads the listener again (and sleeps on it).
+
+        Only the watcher's wait is cancelled: a claim it has under way finishes and its
+        rows enter the window (cancelled, they would stay leased, unposted, until the
+        lease ends).
+        """
+        watcher, self._watcher = self._watcher, None
+        if watcher is None:
+            return
+        if self._listening is not None:
+            self._listening.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watcher
 
     async def _fresh(self, *, arm: bool) -> bool:
-        """Arm the wake then look for fresh rows (``arm``), or just claim them.
+        """Arm the wake (``arm``), or claim the fresh rows.
 
         Returns:
             Whether the wake is armed; never raises (the window's claims carry on).
         """
         try:
-            if arm:
-                if not isinstance(self.wake, WakeBoard):
-                    return False
-                now = self.clock.now()
-                # The settlement side notifies only when the armed wake is later than
-                # its row: a wake at the backstop makes the next new row announce itself.
-                # It outlives the watcher's wait, which arms it again when it ends.
-                until = now + timedelta(seconds=2 * WATCH_S)
-                await self.wake.going_to_sleep(until=until, now=now)
-            await self._claim_fresh()
+            if not arm:
+                await self._claim_fresh()
+                return False
+            if not isinstance(self.wake, WakeBoard):
+                return False
+            now = self.clock.now()
+            # The settlement side notifies only when the armed wake is later than its
+            # row: a wake ahead makes the next new row announce itself. It outlives the
+            # watcher's wait, which arms it again when it ends.
+            until = now + timedelta(seconds=2 * WATCH_S)
+            await self.wake.going_to_sleep(until=until, now=now)
         except Exception as exc:  # the window's own claims carry on
             log.warning("fresh_claim_failed", error=type(exc).__name__)
             await asyncio.sleep(FRESH_RETRY_S)
@@ -511,9 +504,9 @@ class DeliveryEngine:
     # ------------------------------------------------------------------ waiting
 
     async def _wait(
-        self, stop: asyncio.Event, notified: asyncio.Event | None, *, timeout_s: float
+        self, stop: asyncio.Event, listener: Listener | None, *, timeout_s: float
     ) -> bool:
-        """Wait for a post to end, a wake (``notified``), ``stop``, or ``timeout_s``.
+        """Wait for a post to end, a wake, ``stop``, or ``timeout_s``.
 
         After the first post ends, linger up to ``linger_s`` while more end (up to a
         page's worth), starting each recipient's next ready row at once, so outcomes are
@@ -537,9 +530,9 @@ class DeliveryEngine:
                 asyncio.ensure_future(stop.wait()),
                 asyncio.ensure_future(self._a_post_ended.wait()),
             ]
-            wake: asyncio.Future[Any] | None = None
-            if notified is not None:
-                wake = asyncio.ensure_future(notified.wait())
+            wake: asyncio.Future[bool] | None = None
+            if listener is not None:
+                wake = asyncio.ensure_future(listener.wait(wait_s))
                 waiters.append(wake)
             try:
                 await asyncio.wait(waiters, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
@@ -549,9 +542,8 @@ class DeliveryEngine:
                         waiter.cancel()
                         with contextlib.suppress(asyncio.CancelledError, Exception):
                             await waiter
-            if notified is not None and notified.is_set():
-                notified.clear()
-                woken = True
+            if wake is not None and wake.done() and not wake.cancelled():
+                woken = wake.exception() is not None or bool(wake.result())
             if not self.outcomes.unstored:
                 return woken or loop.time() >= deadline
         linger_until = loop.time() + self.config.linger_s
