@@ -22,6 +22,7 @@ from typing import Any
 import asyncpg
 
 from bench.harness import Context, Figure, fresh_database, ratio
+from birddog.clock import SystemClock
 from birddog.core.lifecycle import SettleRequested
 from birddog.core.mail import Outcome
 from birddog.postgres.jobs import PostgresJobs
@@ -46,7 +47,7 @@ async def claim_rounds(dsn: str, *, rounds: int) -> list[float]:
     """Claim and settle ``rounds`` jobs one after another; the claims' times in ms."""
     pool = await create_pool(dsn, max_size=2)
     try:
-        jobs = PostgresJobs(pool)
+        jobs = PostgresJobs(pool, clock=SystemClock())
         times: list[float] = []
         for _ in range(rounds):
             started = time.perf_counter()

@@ -25,6 +25,7 @@ import asyncpg
 
 from bench.harness import Context, Figure, fresh_database, ratio
 from birddog import AgentAddress, AgentWork, Job, Mail, Outcome, agent_job
+from birddog.clock import SystemClock
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import create_pool
 
@@ -94,7 +95,7 @@ async def settles(
     pool: asyncpg.Pool, jobs: list[Job], concurrency: int, *, wake: bool = True
 ) -> float:
     """Claim the jobs, then settle each (with its fan-out); settlements per second."""
-    store = PostgresJobs(pool, schedule_wake=wake)
+    store = PostgresJobs(pool, schedule_wake=wake, clock=SystemClock())
     claimed = await store.claim_many(
         queues=[job.queue for job in jobs], limit=len(jobs), lease_s=3600
     )

@@ -44,6 +44,7 @@ from aiohttp import web
 from multidict import CIMultiDict
 
 from birddog import Accepted, AgentAddress, Reply, ReplyFacts
+from birddog.clock import SystemClock
 from birddog.http import HttpTransport, StaticRoutes, signing
 from birddog.ports import Route
 
@@ -170,7 +171,7 @@ async def _transport_round(
 ) -> None:
     """The real HttpTransport: route lookup, pydantic JSON, signing, bounded read, classify."""
     routes = StaticRoutes([Route(agent_id="caller", url=url, secret=secret)])
-    async with HttpTransport(routes) as http:
+    async with HttpTransport(routes, clock=SystemClock()) as http:
 
         async def post(index: int) -> None:
             assert await http.post(_reply(index)) == Accepted()

@@ -42,6 +42,7 @@ from bench.harness import (
     wait_until,
 )
 from birddog import AgentAddress, AgentWork, Mail, Outcome, agent_job
+from birddog.clock import SystemClock
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import create_pool
 from birddog.postgres.sql import queries
@@ -164,7 +165,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         async with conn.transaction():
             for index in range(count + during):
                 await enqueue_accepted_job(conn, _job(index, stamp_ms))
-        jobs = PostgresJobs(pool)
+        jobs = PostgresJobs(pool, clock=SystemClock())
         claimed = await jobs.claim_many(lease_s=3600, limit=count + during)
         assert len(claimed) == count + during, f"claimed {len(claimed)} of {count + during}"
         claimed.sort(key=lambda job: job.job.job_id)

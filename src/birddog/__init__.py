@@ -6,7 +6,7 @@ outbox and delivered with bounded retries. A reply succeeds, fails loudly (a dea
 with an alert), or sits visibly pending; it never vanishes.
 """
 
-from birddog.asking import ask
+from birddog.asking import Asked, Asking, open_asking
 from birddog.core.delivery import (
     Accepted,
     DeadReason,
@@ -17,7 +17,7 @@ from birddog.core.delivery import (
     Receipt,
     Rejected,
     RowState,
-    decide,
+    decide_delivery,
 )
 from birddog.core.diagnostic import DIAGNOSTIC_MAX_LENGTH, bounded_diagnostic
 from birddog.core.errors import (
@@ -34,6 +34,7 @@ from birddog.core.errors import (
     NotAMailbox,
     RouteNotFound,
     StaleClaim,
+    StoreBusy,
     StoreRefused,
     StoreUnavailable,
     UnknownAgent,
@@ -55,6 +56,9 @@ from birddog.core.schedule import RetrySchedule
 from birddog.mailroom import PAGE_SIZE, DrainReport, MailRoom, has_pending_delivery
 from birddog.ports import Clock, Outbox, Page, Route, RouteBook, Transport, WakeScheduler
 
+decide = decide_delivery
+"""The name :func:`decide_delivery` had before it was told apart from the job's decision."""
+
 __all__ = [
     "DEFAULT_MAX_CONTENT_BYTES",
     "DIAGNOSTIC_MAX_LENGTH",
@@ -65,6 +69,8 @@ __all__ = [
     "AgentWork",
     "AskFailed",
     "AskTimedOut",
+    "Asked",
+    "Asking",
     "BirdDogError",
     "Clock",
     "ContentTooLarge",
@@ -99,6 +105,7 @@ __all__ = [
     "RouteNotFound",
     "RowState",
     "StaleClaim",
+    "StoreBusy",
     "StoreRefused",
     "StoreUnavailable",
     "Transport",
@@ -106,12 +113,13 @@ __all__ = [
     "UnreadableRow",
     "WakeScheduler",
     "agent_job",
-    "ask",
     "bounded_diagnostic",
     "decide",
+    "decide_delivery",
     "decode_agent_job",
     "empty_reply_text",
     "has_pending_delivery",
+    "open_asking",
     "replies_for",
     "reply_key",
 ]

@@ -4,9 +4,9 @@ The engine (:mod:`birddog.engine`) claims in due order, keeps posts in flight an
 outcomes; it sleeps on the wake table until the earliest claimable row, an armed wake, a
 ``NOTIFY birddog_wake`` (a hint, so it always re-queries) or the backstop timer. Around
 it the daemon backs off while the database is away, counts outcomes, logs and alerts dead
-letters, and runs side tasks (heartbeat and backlog gauges, the job reaper) in one
-``TaskGroup``: if one dies, the daemon stops loudly. The metrics server is started beside
-it by :mod:`birddog.bootstrap`, reading :attr:`DrainDaemon.healthy`.
+letters. The process around it (:mod:`birddog.processes.daemon`) runs the side tasks
+(heartbeat, gauges, reapers) and the metrics server beside it, reading
+:attr:`DrainDaemon.healthy`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 
 import structlog
 
@@ -40,7 +40,6 @@ class DrainDaemon:
         metrics: where outcomes are counted.
         on_dead: told every dead letter (the row, or the undecodable row), to alert; it
             must return at once and never raise (an :class:`~birddog.http.AlertCoalescer`).
-        side_tasks: coroutine factories run beside the loop (heartbeat, reaper, ...).
         stop: set to stop the daemon (SIGTERM/SIGINT set it).
     """
 
@@ -53,7 +52,6 @@ class DrainDaemon:
         settings: Settings,
         metrics: Metrics,
         on_dead: Callable[[OutboxRow | UndecodableRow], None] | None = None,
-        side_tasks: list[Callable[[], Awaitable[None]]] | None = None,
         stop: asyncio.Event | None = None,
     ) -> None:
         self.room = room
@@ -62,7 +60,6 @@ class DrainDaemon:
         self.settings = settings
         self.metrics = metrics
         self.on_dead = on_dead
-        self.side_tasks = side_tasks or []
         self.stop = stop or asyncio.Event()
         self.healthy = True
         self.drains = 0
@@ -78,20 +75,9 @@ class DrainDaemon:
         """
         log.info("daemon_started", daemon=self.daemon_id, once=once)
         try:
-            if once:
-                await self._loop(once=True)
-            else:
-                async with asyncio.TaskGroup() as group:
-                    loop = group.create_task(self._loop(once=False))
-                    sides = [group.create_task(self._side(task)) for task in self.side_tasks]
-                    await loop
-                    for side in sides:
-                        side.cancel()
+            await self._loop(once=once)
         finally:
             log.info("daemon_stopped", daemon=self.daemon_id, drains=self.drains)
-
-    async def _side(self, factory: Callable[[], Awaitable[None]]) -> None:
-        await factory()
 
     async def _loop(self, *, once: bool) -> None:
         engine = self.room.engine()

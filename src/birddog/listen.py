@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from birddog.core.ask import address_text
 from birddog.core.mail import Reply
 from birddog.core.text import inert
 from birddog.http.inbox import Inbox, aiohttp_handler
@@ -45,7 +46,7 @@ def reply_line(reply: Reply) -> str:
     Returns:
         E.g. ``outbox:mail-1:reply:0 completed from bob:s-bob: Done.``
     """
-    sender = f"{reply.from_.agent_id}:{reply.from_.session_id}"
+    sender = address_text(reply.from_)
     diagnostic = f" ({reply.reply.diagnostic})" if reply.reply.diagnostic else ""
     return inert(
         f"{reply.key} {reply.reply.outcome.value}{diagnostic} from {sender}: {reply.content}"

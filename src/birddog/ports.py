@@ -1,7 +1,9 @@
-"""The ports BirdDog is written against: outbox, transport, wake, routes, clock, jobs, wakes.
+"""The ports BirdDog is written against: outbox, transport, wake, routes, tokens, asks and more.
 
 Each is a small ``Protocol`` with keyword-only arguments. ``birddog.testing`` has the
-in-memory fakes; ``birddog.postgres`` and ``birddog.http`` the real adapters.
+in-memory fakes; ``birddog.postgres`` and ``birddog.http`` the real adapters. The last
+section is the operator's side (the console's reads and actions), with the values its
+pages carry.
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
+from birddog.core.ask import Posted
 from birddog.core.delivery import (
     Attempt,
     DeliveryResult,
@@ -20,9 +23,10 @@ from birddog.core.delivery import (
     RowOutcome,
     UndecodableRow,
 )
-from birddog.core.jobs import Job
+from birddog.core.jobs import Job, JobState
 from birddog.core.lifecycle import ClaimEvent, Finished
-from birddog.core.mail import Reply
+from birddog.core.mail import AgentAddress, Outcome, Reply
+from birddog.core.mailbox import MailboxEntry
 
 RouteKind = Literal["http", "mailbox"]
 """How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
@@ -98,34 +102,6 @@ class Settled:
     mailbox: bool = False
 
 
-def settled(
-    page: Page,
-    outcomes: Sequence[RowOutcome],
-    attempts: Sequence[Attempt | None] = (),
-    mailbox: Collection[str] = (),
-) -> list[Settled]:
-    """One claim's outcomes as :class:`Settled` items (what ``Outbox.apply`` stores).
-
-    Args:
-        page: the claim.
-        outcomes: one per row.
-        attempts: the attempt behind each outcome, in the same order (missing: none).
-        mailbox: keys of receipts delivered into the mailbox table.
-
-    Returns:
-        The items, in the order of ``outcomes``.
-    """
-    return [
-        Settled(
-            claim=page.claim,
-            outcome=outcome,
-            attempt=attempts[index] if index < len(attempts) else None,
-            mailbox=outcome.key in mailbox,
-        )
-        for index, outcome in enumerate(outcomes)
-    ]
-
-
 class Outbox(Protocol):
     """Durable storage for owed replies, their receipts and dead letters.
 
@@ -180,27 +156,6 @@ class Outbox(Protocol):
         """
         ...
 
-    async def apply(
-        self,
-        *,
-        page: Page,
-        outcomes: Sequence[RowOutcome],
-        attempts: Sequence[Attempt | None] = (),
-        mailbox: Collection[str] = (),
-    ) -> list[str]:
-        """Store one claim's outcomes at once (:meth:`store` for a single page).
-
-        Args:
-            page: the claim the rows were taken under.
-            outcomes: one per row.
-            attempts: the attempt behind each outcome, in the same order (None: none).
-            mailbox: keys of receipts delivered into the mailbox table.
-
-        Returns:
-            The keys whose outcome was stored.
-        """
-        ...
-
     async def release_rows(self, items: Sequence[tuple[str, str]]) -> None:
         """Give rows back untouched, so another drain may take them at once.
 
@@ -208,10 +163,6 @@ class Outbox(Protocol):
             items: ``(claim, key)`` of each row; a row no longer held by that claim is
                 left alone.
         """
-        ...
-
-    async def release_claim(self, *, page: Page) -> None:
-        """Give a page's rows back untouched (their lease ends now); nothing is stored."""
         ...
 
     async def get(self, key: str) -> OutboxRow | Receipt | None:
@@ -362,6 +313,64 @@ class RouteBook(Protocol):
         ...
 
 
+class TokenBook(Protocol):
+    """Tells which agent session a bearer token names (the caller of an HTTP endpoint)."""
+
+    async def authenticate(self, token: str) -> AgentAddress | None:
+        """The agent session ``token`` names; None for an unknown, revoked or malformed one.
+
+        Never raises for what the caller presented; only a database that is away raises
+        (:class:`~birddog.StoreUnavailable`).
+        """
+        ...
+
+
+class AskStore(Protocol):
+    """Writes the mail of an ask or a send, after checking it (``PostgresAsks``)."""
+
+    async def send(
+        self,
+        job: Job,
+        *,
+        mailbox_for: AgentAddress | None,
+        require_mailbox: bool,
+        timeout_s: float,
+    ) -> Posted:
+        """Check, then enqueue the job of a mail, in one transaction.
+
+        The target must be known (a route, or its session was sent work before); the
+        same key again is a replay when the mail is the same, a conflict otherwise.
+
+        Args:
+            job: the agent job carrying the mail.
+            mailbox_for: give this agent a mailbox route when it has none.
+            require_mailbox: refuse when ``mailbox_for`` has an inbox URL route.
+            timeout_s: the longest wait for a database connection.
+        """
+        ...
+
+    async def ensure_mailbox(self, agent_id: str, *, timeout_s: float) -> bool:
+        """Give ``agent_id`` a mailbox route when it has none; True when one was added."""
+        ...
+
+
+class Answers(Protocol):
+    """Where replies land for a mailbox route, and who waits for them (``PostgresMailbox``)."""
+
+    async def wait(
+        self, key: str, timeout_s: float, *, owner: AgentAddress | None = None
+    ) -> MailboxEntry | None:
+        """The reply to mail ``key`` once it is in a mailbox; None after ``timeout_s``.
+
+        With ``owner``, only a reply in that agent session's mailbox counts.
+        """
+        ...
+
+    async def ack(self, keys: Sequence[str], *, timeout_s: float | None = None) -> list[str]:
+        """Mark replies read; the keys that were unread and now are read."""
+        ...
+
+
 class Clock(Protocol):
     """The current time."""
 
@@ -375,6 +384,36 @@ class Listener(Protocol):
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a wake."""
+        ...
+
+
+class DaemonRow(Protocol):
+    """This process's row among the running daemons and workers (``birddog status``)."""
+
+    async def seen(self) -> None:
+        """Record that this process is alive."""
+        ...
+
+    async def gone(self) -> None:
+        """Remove the row on a clean stop."""
+        ...
+
+
+class JobReaper(Protocol):
+    """Recovers running jobs whose lease expired (the reaper every process may run)."""
+
+    async def recover_expired(self) -> list[tuple[str, str]]:
+        """Queue again, or settle, the jobs whose worker is gone: ``(job_id, what)`` each."""
+        ...
+
+
+class JobBacklog(Protocol):
+    """Says how much work waits (a worker's queue gauges)."""
+
+    async def queued_backlog(
+        self, *, queues: Sequence[str] | None = None
+    ) -> tuple[int, datetime | None]:
+        """How many jobs wait in ``queues`` (None: all), and the oldest one's enqueue time."""
         ...
 
 
@@ -397,6 +436,25 @@ class ClaimedJobLike(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ClaimedJob:
+    """A job a worker holds: run it, heartbeat, then settle it with the claim token.
+
+    Attributes:
+        job: the job, state ``running``.
+        claim_token: the token of this claim (uuid text); only it can settle the job.
+        lease_expires_at: when the claim lapses unless a heartbeat extends it.
+        recovery_count: how many times the job was queued again after losing a worker.
+        traceparent: the W3C context the job was enqueued in (None: not traced).
+    """
+
+    job: Job
+    claim_token: str
+    lease_expires_at: datetime
+    recovery_count: int
+    traceparent: str | None = None
+
+
 class JobStore(Protocol):
     """The job store operations a worker needs (``PostgresJobs``)."""
 
@@ -417,4 +475,146 @@ class JobStore(Protocol):
 
         The replies' posts continue ``traceparent`` (the settlement's span), if given.
         """
+        ...
+
+
+# ---- the operator's side -------------------------------------------------------------
+
+PENDING_STATUSES: Final = ("held", "in_flight", "due", "waiting")
+"""The ``status`` values of ``birddog.pending`` a page can be filtered by."""
+
+JOB_STATES: Final = tuple(state.value for state in JobState)
+"""The job states a page can be filtered by."""
+
+PREVIEW_CHARS: Final = 2000
+"""How much of a mail's content or a job's result a story shows."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """One page of rows and the cursor of the next page.
+
+    Attributes:
+        rows: the rows, one dict each (column name to value).
+        next_cursor: pass it as ``after`` for the next page; None on the last page.
+    """
+
+    rows: list[dict[str, Any]]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The console's first page: what the mail room holds and how it is doing.
+
+    Attributes:
+        outbox: ``pending``, ``dead``, ``held``, ``in_flight``, ``oldest_pending_at`` and
+            ``next_due_at`` (see :meth:`birddog.postgres.outbox.PostgresOutbox.counts`).
+        jobs: jobs by state (every state present).
+        activity: ``(minute, delivered, dead)`` for each minute of the last hour, oldest
+            first.
+        daemons: drain daemons and workers seen lately, newest beat first.
+    """
+
+    outbox: dict[str, Any]
+    jobs: dict[str, int]
+    activity: list[tuple[datetime, int, int]]
+    daemons: list[dict[str, Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Story:
+    """One mail, end to end: its job, its replies, their attempts, receipts and mailbox rows.
+
+    Attributes:
+        key: what was asked for (a job id, a mail key or a reply key).
+        mail_keys: the mail keys the story covers.
+        jobs: the jobs that carry the mail (the mail without its content, a preview).
+        replies: replies still pending or dead, with their attempt logs.
+        receipts: delivered replies, with their attempt logs.
+        mailbox: replies delivered into the mailbox table.
+    """
+
+    key: str
+    mail_keys: list[str]
+    jobs: list[dict[str, Any]] = field(default_factory=list)
+    replies: list[dict[str, Any]] = field(default_factory=list)
+    receipts: list[dict[str, Any]] = field(default_factory=list)
+    mailbox: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        """Whether anything at all matched the key."""
+        return bool(self.jobs or self.replies or self.receipts or self.mailbox)
+
+
+class Admin(Protocol):
+    """The operator's reads: pages of rows and one mail's story (``PostgresAdmin``)."""
+
+    async def overview(self, *, now: datetime) -> Overview:
+        """Counts by state, activity over the last hour, live processes."""
+        ...
+
+    async def pending(
+        self,
+        *,
+        recipient: str | None = None,
+        status: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> Listing:
+        """Pending replies, the next due first."""
+        ...
+
+    async def dead(
+        self, *, recipient: str | None = None, after: str | None = None, limit: int = 50
+    ) -> Listing:
+        """Dead letters, the newest death first."""
+        ...
+
+    async def routes(self, *, after: str | None = None, limit: int = 100) -> Listing:
+        """Routes, by agent id, secrets never included."""
+        ...
+
+    async def jobs(
+        self,
+        *,
+        state: str | None = None,
+        queue: str | None = None,
+        after: str | None = None,
+        limit: int = 50,
+    ) -> Listing:
+        """Jobs: running, then queued, then settled."""
+        ...
+
+    async def story(self, key: str) -> Story:
+        """One mail's story by mail key, reply key or job id."""
+        ...
+
+
+class DeadLetterReplay(Protocol):
+    """Puts dead letters back to pending (``PostgresOutbox.replay``)."""
+
+    async def replay(self, *, key: str | None = None, agent_id: str | None = None) -> list[str]:
+        """Replay one dead letter or an agent's; the keys put back."""
+        ...
+
+
+class RouteHolds(Protocol):
+    """Holds and releases recipients (``PostgresRoutes``)."""
+
+    async def hold(self, agent_id: str) -> Route:
+        """Hold an agent: its replies wait, untouched and unaged."""
+        ...
+
+    async def release(self, agent_id: str) -> Route:
+        """Release a held agent; its waiting replies go out now."""
+        ...
+
+
+class JobCancels(Protocol):
+    """Records cancellations (``PostgresJobs.cancel``)."""
+
+    async def cancel(self, *, job_id: str, content: str) -> Outcome | None:
+        """Cancel a job: the outcome if it settled, None while it still runs."""
         ...

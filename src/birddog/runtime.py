@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import structlog
@@ -89,7 +89,7 @@ async def every(
         except Exception as exc:  # a side task's failure is logged and retried, never fatal
             wait = backoff.next()
             report = log.warning if isinstance(exc, StoreUnavailable) else log.error
-            report("side_task_failed", task=name, error=_error_class(exc), retry_in_s=wait)
+            report("side_task_failed", task=name, error=error_class(exc), retry_in_s=wait)
             if on_error is not None:
                 on_error(name)
             await sleep_unless_stopped(stop, wait)
@@ -102,19 +102,42 @@ SIDE_TASK_BACKOFF_CAP_S = 60.0
 """A side task failing again and again is retried at least this often."""
 
 
-def _error_class(exc: BaseException) -> str:
-    """The error's class, or for a translated driver error the driver's (its cause)."""
+def error_class(exc: BaseException) -> str:
+    """An error's class for a log line: ``RuntimeError``, ``StoreUnavailable(OSError)``.
+
+    Never the message, which may quote data; a translated driver error names its cause.
+    """
     cause = exc.__cause__ if isinstance(exc, StoreUnavailable) else None
     return type(exc).__name__ if cause is None else f"{type(exc).__name__}({type(cause).__name__})"
 
 
-def stop_on_signals() -> asyncio.Event:
-    """An event set by SIGTERM or SIGINT (installed on the running loop)."""
+STOP_SIGNALS: tuple[signal.Signals, ...] = (signal.SIGTERM, signal.SIGINT)
+"""The signals that ask a process to stop."""
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[asyncio.Event]:
+    """An event set by SIGTERM or SIGINT while inside; the previous handlers come back after.
+
+    The handlers go on the running loop; on exit each signal gets back the handler it had
+    before (:func:`quiet_until_started`'s, Python's default, or a caller's own), so a
+    library caller or a test that runs a process in its own loop keeps its handlers.
+
+    Yields:
+        The event the signals set.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
-    return stop
+    try:
+        yield stop
+    finally:
+        for sig, handler in previous.items():
+            loop.remove_signal_handler(sig)
+            # None: a handler not set from Python, which cannot be put back; the default is.
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def _exit_before_started(signum: int, _frame: object) -> None:
@@ -123,7 +146,7 @@ def _exit_before_started(signum: int, _frame: object) -> None:
 
 
 def quiet_until_started() -> None:
-    """Make SIGTERM exit 0 quietly until :func:`stop_on_signals` takes over.
+    """Make SIGTERM exit 0 quietly until :func:`stop_on_signals` takes over (and after it).
 
     A process stopped while it is still importing or connecting has claimed nothing, so a
     traceback would only alarm.

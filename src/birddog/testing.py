@@ -1,16 +1,22 @@
-"""Fakes for tests: an in-memory outbox, a recording transport, a frozen clock, a manual wake.
+"""Fakes for tests, one for every port: outbox, job store, listener, transport, clock, wake.
 
-They hold state you can inspect (``rows``, ``receipts``, ``sent``, ``scheduled``) and obey
-the same contract as the real adapters; one contract suite runs against both.
+:class:`InMemoryOutbox`, :class:`InMemoryJobs`, :class:`ManualListener`,
+:class:`RecordingTransport`, :class:`FrozenClock` and :class:`ManualWake` hold state you
+can inspect (``rows``, ``jobs``, ``waits``, ``sent``, ``scheduled``) and obey the same
+contract as the real adapters; one contract suite per port runs against both.
 """
 
 from __future__ import annotations
 
+import asyncio
 import inspect
+import math
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from typing import Final
 
 from birddog.core.delivery import (
     ATTEMPT_LOG_MAX,
@@ -18,12 +24,37 @@ from birddog.core.delivery import (
     DeliveryResult,
     OutboxRow,
     Receipt,
-    RowOutcome,
     RowState,
     UndecodableRow,
+    new_row,
 )
-from birddog.core.mail import Reply
-from birddog.ports import Page, RouteHint, Settled, settled
+from birddog.core.errors import InvalidInput, JobConflict, JobNotFound, StaleClaim
+from birddog.core.fanout import replies_for
+from birddog.core.jobs import (
+    DEFAULT_MAX_CONTENT_BYTES,
+    RESERVED_QUEUE_PREFIX,
+    Job,
+    JobState,
+    check_stored_content,
+)
+from birddog.core.lifecycle import (
+    CancelRequested,
+    ClaimEvent,
+    Decision,
+    Finished,
+    JobFacts,
+    Keep,
+    LeaseExpired,
+    Limits,
+    RecordCancellation,
+    Refuse,
+    Requeue,
+    Settle,
+    SettleRequested,
+    decide_job,
+)
+from birddog.core.mail import AgentAddress, Outcome, Reply
+from birddog.ports import ClaimedJob, Clock, Outbox, Page, RouteHint, Settled
 
 Answer = bool | DeliveryResult
 AnswerFn = Callable[[Reply], Answer | Awaitable[Answer]]
@@ -163,27 +194,12 @@ class InMemoryOutbox:
             stored.append(key)
         return stored
 
-    async def apply(
-        self,
-        *,
-        page: Page,
-        outcomes: Sequence[RowOutcome],
-        attempts: Sequence[Attempt | None] = (),
-        mailbox: Collection[str] = (),
-    ) -> list[str]:
-        """Store one claim's outcomes; rows no longer held by the claim are skipped."""
-        return await self.store(settled(page, outcomes, attempts, mailbox))
-
     async def release_rows(self, items: Sequence[tuple[str, str]]) -> None:
         """Give rows back untouched: the lease of each row still held by its claim ends."""
         for claim, key in items:
             lease = self._leases.get(key)
             if lease is not None and lease[0] == claim:
                 del self._leases[key]
-
-    async def release_claim(self, *, page: Page) -> None:
-        """Give a page's rows back untouched: their lease ends now."""
-        await self.release_rows([(page.claim, row.key) for row in page.rows])
 
     async def get(self, key: str) -> OutboxRow | Receipt | None:
         """The row or receipt under ``key``, if any."""
@@ -326,3 +342,393 @@ class ManualWake:
     def earliest(self) -> datetime | None:
         """The earliest wake requested so far."""
         return min(self.scheduled, default=None)
+
+
+class InMemoryTokenBook:
+    """Bearer tokens and the agent sessions they name (a :class:`~birddog.ports.TokenBook`).
+
+    Args:
+        tokens: who each token is.
+
+    Attributes:
+        tokens: who each token is; change it to revoke or add one.
+    """
+
+    def __init__(self, tokens: dict[str, AgentAddress] | None = None) -> None:
+        self.tokens: dict[str, AgentAddress] = dict(tokens or {})
+
+    async def authenticate(self, token: str) -> AgentAddress | None:
+        """The agent session ``token`` names; None for an unknown one."""
+        return self.tokens.get(token)
+
+
+class ManualListener:
+    """A listener the test rings: :meth:`notify` is a ``NOTIFY``, :meth:`wait` reports it.
+
+    A notification given while nobody waits is kept for the next :meth:`wait`, as a
+    ``LISTEN`` connection keeps it; one wait takes every notification given before it.
+
+    Args:
+        max_wait_s: the longest one :meth:`wait` lasts, whatever the caller asks (an idle
+            ``LISTEN`` that times out soon); None waits as long as asked.
+
+    Attributes:
+        waits: how many times :meth:`wait` was called.
+    """
+
+    def __init__(self, *, max_wait_s: float | None = None) -> None:
+        self.max_wait_s = max_wait_s
+        self.waits = 0
+        self._rung = asyncio.Event()
+
+    def notify(self) -> None:
+        """Announce new work, as a ``NOTIFY`` would."""
+        self._rung.set()
+
+    async def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` (at most ``max_wait_s``) for a notification.
+
+        Args:
+            timeout_s: the longest wait the caller allows.
+
+        Returns:
+            True when notified (before or during the wait), False when the time passed.
+        """
+        self.waits += 1
+        if self.max_wait_s is not None:
+            timeout_s = min(timeout_s, self.max_wait_s)
+        try:
+            await asyncio.wait_for(self._rung.wait(), max(timeout_s, 0.0))
+        except TimeoutError:
+            return False
+        self._rung.clear()
+        return True
+
+
+@dataclass
+class StoredJob:
+    """One job as :class:`InMemoryJobs` holds it: the job and what the store knows of it.
+
+    Attributes:
+        job: the job as a worker sees it (state and outcome kept current).
+        order: its place in enqueue order (claims take the oldest first).
+        created_at: when it was enqueued.
+        claim_token: the running claim's token.
+        lease_expires_at: when the running claim lapses.
+        recovery_count: how many times it was given back to its queue.
+        cancellation: the recorded cancellation's content, None when none.
+        content: the settlement's content.
+        diagnostic: the last diagnostic (a settlement's, or a recovery's).
+    """
+
+    job: Job
+    order: int
+    created_at: datetime
+    claim_token: str | None = None
+    lease_expires_at: datetime | None = None
+    recovery_count: int = 0
+    cancellation: str | None = None
+    content: str | None = None
+    diagnostic: str | None = None
+
+    def facts(self, token: str | None = None) -> JobFacts:
+        """The lifecycle's facts, ``token`` being the claim presented (if any)."""
+        return JobFacts(
+            state=self.job.state,
+            claim_matches=token is not None and token == self.claim_token,
+            recovery_count=self.recovery_count,
+            max_recoveries=0 if self.job.recovery is None else self.job.recovery.max_recoveries,
+            cancellation=self.cancellation,
+            outcome=self.job.outcome,
+            created_at=self.created_at,
+            lease_expires_at=self.lease_expires_at,
+        )
+
+
+class InMemoryJobs:
+    """A job store in a dict: the reference implementation of the job store port.
+
+    The same contract as :class:`birddog.postgres.jobs.PostgresJobs` as a worker uses it
+    (claim, heartbeat, finish or settle, cancel, recover expired leases), with
+    :meth:`enqueue` standing for a sender's ``enqueue_accepted_job``. What happens to a
+    job is decided by :func:`birddog.core.lifecycle.decide_job`, as in Postgres; settling
+    writes the job's replies into ``outbox``.
+
+    Args:
+        clock: the current time (leases, settlement and reply times).
+        outbox: where settlements write replies (default: a fresh :class:`InMemoryOutbox`).
+        max_content_bytes: the largest settlement or cancellation content accepted.
+        queue_concurrency: how many jobs of one queue may run at once.
+
+    Attributes:
+        jobs: every job by id.
+        outbox: the replies settlements wrote.
+    """
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        outbox: Outbox | None = None,
+        max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+        queue_concurrency: int = 1,
+    ) -> None:
+        self.clock = clock
+        self.outbox: Outbox = outbox if outbox is not None else InMemoryOutbox()
+        self.limits = Limits(max_content_bytes=max_content_bytes)
+        self.queue_concurrency = queue_concurrency
+        self.jobs: dict[str, StoredJob] = {}
+
+    @property
+    def max_content_bytes(self) -> int:
+        """The largest settlement or cancellation content accepted, in UTF-8 bytes."""
+        return self.limits.max_content_bytes
+
+    async def enqueue(self, job: Job) -> bool:
+        """Add a queued job; enqueueing the same job again is an accepted replay.
+
+        Returns:
+            True when added, False for an identical replay.
+
+        Raises:
+            InvalidInput: the job is not queued or has an outcome.
+            JobConflict: a job with this id exists with different fields.
+        """
+        if job.state is not JobState.QUEUED or job.outcome is not None:
+            raise InvalidInput("an enqueued job must be queued, with no outcome", field="state")
+        stored = self.jobs.get(job.job_id)
+        if stored is None:
+            self.jobs[job.job_id] = StoredJob(job, len(self.jobs), self.clock.now())
+            return True
+        differing = [
+            name for name in REPLAYED_FIELDS if getattr(job, name) != getattr(stored.job, name)
+        ]
+        if differing:
+            raise JobConflict(
+                f"job {job.job_id!r} already exists with a different {', '.join(differing)}"
+            )
+        return False
+
+    async def get(self, job_id: str) -> Job:
+        """The job with this id, as stored now.
+
+        Raises:
+            JobNotFound: no job has this id.
+        """
+        return self._stored(job_id).job
+
+    async def claim(
+        self, *, queues: Sequence[str] | None = None, lease_s: float = 60.0, worker_id: str = ""
+    ) -> ClaimedJob | None:
+        """Claim the head of a queue with a free slot: highest priority, then oldest.
+
+        Args:
+            queues: only these queues; None for every queue but the reserved ones.
+            lease_s: how long the claim holds without a heartbeat.
+            worker_id: who claims (unused: kept for the port's shape).
+
+        Returns:
+            The claimed job, or None when no queue has a claimable head.
+        """
+        del worker_id
+        until = self._lease_until(lease_s)
+        running = Counter(s.job.queue for s in self.jobs.values() if s.job.state is RUNNING)
+        heads: dict[str, StoredJob] = {}
+        for stored in sorted(self.jobs.values(), key=_claim_order):
+            queue = stored.job.queue
+            if stored.job.state is not JobState.QUEUED or queue in heads:
+                continue
+            if queues is None and queue.startswith(RESERVED_QUEUE_PREFIX):
+                continue
+            if queues is not None and queue not in queues:
+                continue
+            heads[queue] = stored
+        free = [s for s in heads.values() if running[s.job.queue] < self.queue_concurrency]
+        if not free:
+            return None
+        stored = min(free, key=_claim_order)
+        stored.job = stored.job.model_copy(update={"state": RUNNING})
+        stored.claim_token = uuid.uuid4().hex
+        stored.lease_expires_at = until
+        return ClaimedJob(stored.job, stored.claim_token, until, stored.recovery_count)
+
+    async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
+        """Extend the lease of a job this claim still holds.
+
+        Returns:
+            True when a cancellation was requested.
+
+        Raises:
+            StaleClaim: the job is not running under this claim any more.
+        """
+        stored = self.jobs.get(job_id)
+        if stored is None or stored.job.state is not RUNNING or stored.claim_token != claim_token:
+            raise StaleClaim(f"job {job_id!r} is no longer held by this claim")
+        stored.lease_expires_at = self._lease_until(lease_s)
+        return stored.cancellation is not None
+
+    async def finish(
+        self, *, job_id: str, claim_token: str, event: ClaimEvent, traceparent: str | None = None
+    ) -> Finished:
+        """Carry out what the worker reports about a job it holds (see PostgresJobs).
+
+        Raises:
+            JobNotFound: no job has this id.
+            StaleClaim: the job is not running under this claim.
+        """
+        stored = self._stored(job_id)
+        now = self.clock.now()
+        decision = decide_job(stored.facts(claim_token), event, now=now, limits=self.limits)
+        if isinstance(decision, Refuse):
+            raise StaleClaim(f"job {job_id!r}: {decision.reason}")
+        before = stored.job.outcome
+        keys = await self._carry_out(stored, decision, now, traceparent)
+        return Finished(job_id, decision, _outcome_after(before, decision), keys)
+
+    async def settle(
+        self,
+        *,
+        job_id: str,
+        claim_token: str,
+        outcome: Outcome,
+        content: object,
+        diagnostic: str | None = None,
+    ) -> list[str]:
+        """Settle a running job and write its replies (a recorded cancellation wins).
+
+        Returns:
+            The reply keys written (none for a job without mail, or a replay).
+
+        Raises:
+            JobNotFound: no job has this id.
+            StaleClaim: the job is not running under this claim.
+        """
+        event = SettleRequested(outcome, content, diagnostic)
+        finished = await self.finish(job_id=job_id, claim_token=claim_token, event=event)
+        return finished.keys
+
+    async def cancel(self, *, job_id: str, content: str) -> Outcome | None:
+        """Record a cancellation; a queued job settles ``cancelled`` at once.
+
+        Returns:
+            The job's outcome when it is settled, None while it still runs.
+
+        Raises:
+            InvalidInput: the content cannot be stored.
+            ContentTooLarge: the content is above ``max_content_bytes``.
+            JobNotFound: no job has this id.
+        """
+        check_stored_content(content, limit_bytes=self.limits.max_content_bytes)
+        stored = self._stored(job_id)
+        now = self.clock.now()
+        decision = decide_job(stored.facts(), CancelRequested(content), now=now, limits=self.limits)
+        before = stored.job.outcome
+        await self._carry_out(stored, decision, now, None)
+        return _outcome_after(before, decision)
+
+    async def recover_expired(self) -> list[tuple[str, str]]:
+        """Requeue, or settle, running jobs whose lease ended by now.
+
+        Returns:
+            ``(job_id, what)`` for each job handled: ``requeued`` or the outcome.
+        """
+        now = self.clock.now()
+        expired = [
+            s
+            for s in sorted(self.jobs.values(), key=lambda s: (s.lease_expires_at, s.order))
+            if s.job.state is RUNNING and s.lease_expires_at is not None
+            if s.lease_expires_at <= now
+        ]
+        handled: list[tuple[str, str]] = []
+        for stored in expired:
+            decision = decide_job(stored.facts(), LeaseExpired(), now=now, limits=self.limits)
+            await self._carry_out(stored, decision, now, None)
+            if isinstance(decision, Settle):
+                handled.append((stored.job.job_id, decision.outcome.value))
+            elif isinstance(decision, Requeue):
+                handled.append((stored.job.job_id, "requeued"))
+        return handled
+
+    async def queued_backlog(
+        self, *, queues: Sequence[str] | None = None
+    ) -> tuple[int, datetime | None]:
+        """How many jobs wait in ``queues`` (None: all but the reserved), and the oldest's time."""
+        waiting = [
+            s.created_at
+            for s in self.jobs.values()
+            if s.job.state is JobState.QUEUED
+            and (
+                not s.job.queue.startswith(RESERVED_QUEUE_PREFIX)
+                if queues is None
+                else s.job.queue in queues
+            )
+        ]
+        return len(waiting), min(waiting, default=None)
+
+    def _stored(self, job_id: str) -> StoredJob:
+        stored = self.jobs.get(job_id)
+        if stored is None:
+            raise JobNotFound(f"no job has id {job_id!r}")
+        return stored
+
+    async def _carry_out(
+        self, stored: StoredJob, decision: Decision, now: datetime, traceparent: str | None
+    ) -> list[str]:
+        if isinstance(decision, Requeue):
+            stored.job = stored.job.model_copy(update={"state": JobState.QUEUED})
+            stored.claim_token = stored.lease_expires_at = None
+            stored.recovery_count += 1
+            stored.diagnostic = decision.diagnostic or stored.diagnostic
+        elif isinstance(decision, RecordCancellation):
+            stored.cancellation = decision.content
+        elif isinstance(decision, Settle):
+            return await self._settle(stored, decision, now, traceparent)
+        return []
+
+    async def _settle(
+        self, stored: StoredJob, settle: Settle, now: datetime, traceparent: str | None
+    ) -> list[str]:
+        settled = stored.job.model_copy(
+            update={"state": JobState.SETTLED, "outcome": settle.outcome}
+        )
+        try:
+            replies = replies_for(
+                settled,
+                content=settle.content,
+                diagnostic=settle.diagnostic,
+                now=now,
+                max_content_bytes=self.limits.max_content_bytes,
+            )
+        except InvalidInput:
+            replies = []  # not an agent job: it has no mail, so it owes no replies
+        # The claim token stays: a replay of this settlement by its claim is kept, not refused.
+        stored.job = settled
+        stored.lease_expires_at = None
+        stored.content, stored.diagnostic = settle.content, settle.diagnostic
+        if settle.records_cancellation:
+            stored.cancellation = settle.content
+        rows = [new_row(reply, now=now, traceparent=traceparent) for reply in replies]
+        return await self.outbox.add(rows) if rows else []
+
+    def _lease_until(self, lease_s: float) -> datetime:
+        if not lease_s > 0 or not math.isfinite(lease_s):
+            raise InvalidInput("lease_s must be a positive number of seconds", field="lease_s")
+        return self.clock.now() + timedelta(seconds=lease_s)
+
+
+REPLAYED_FIELDS: Final = ("queue", "lane", "priority", "payload", "recovery")
+"""The fields a replayed enqueue must match."""
+
+RUNNING: Final = JobState.RUNNING
+
+
+def _claim_order(stored: StoredJob) -> tuple[int, datetime, int]:
+    """Highest priority first, then the oldest."""
+    return (-stored.job.priority, stored.created_at, stored.order)
+
+
+def _outcome_after(before: Outcome | None, decision: Decision) -> Outcome | None:
+    """The job's outcome once ``decision`` is carried out."""
+    if isinstance(decision, Settle):
+        return decision.outcome
+    return before if isinstance(decision, Keep) else None

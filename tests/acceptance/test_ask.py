@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import asyncpg
 import pytest
 
+from birddog.clock import SystemClock
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support import eventually
@@ -72,7 +73,7 @@ def mailbox_delivery(daemons: Callable[..., Daemon]) -> Daemon:
 @pytest.fixture
 async def upper(pg_pool: Pool) -> None:
     """The asked agent is known: it has a route (a mailbox, as a command agent needs none)."""
-    await PostgresRoutes(pg_pool).add("upper", kind="mailbox")
+    await PostgresRoutes(pg_pool, clock=SystemClock()).add("upper", kind="mailbox")
 
 
 @pytest.mark.usefixtures("upper", "mailbox_delivery")

@@ -35,7 +35,7 @@ async def seed_problems(pool: Pool, harness: Harness) -> None:
         "UPDATE birddog.jobs SET lease_expires_at = $1 WHERE job_id = 'orphan'",
         now - timedelta(minutes=5),
     )
-    routes = PostgresRoutes(pool, cache_s=0)
+    routes = PostgresRoutes(pool, cache_s=0, clock=SystemClock())
     await routes.add("frozen", "http://127.0.0.1:9/inbox")
     await routes.hold("frozen")
     await pool.execute(

@@ -68,7 +68,7 @@ async def test_jobs_show_and_cancel(database_url: str, pg_pool: Pool) -> None:
     shown = await cli(database_url, "jobs", "show", "job-1")
     assert shown.returncode == 0, shown.stderr
     assert "mail key: mail-job-1" in shown.stdout
-    assert "reply to: alice/s-alice, carol/s-carol" in shown.stdout
+    assert "reply to: alice:s-alice, carol:s-carol" in shown.stdout
     as_json = json.loads((await cli(database_url, "jobs", "show", "job-1", "--json")).stdout)
     assert (as_json["state"], as_json["outcome"]) == ("settled", "completed")
     missing = await cli(database_url, "jobs", "show", "nope")

@@ -35,6 +35,7 @@ from typing import Any
 import asyncpg
 import pytest
 
+from birddog.clock import SystemClock
 from birddog.http.inbox import Inbox
 from birddog.postgres import migrate
 from birddog.postgres.embedded import EmbeddedPostgres
@@ -307,7 +308,7 @@ async def test_no_reply_vanishes_under_crashes_restarts_and_bad_recipients() -> 
         await _tune(dsn)
         await asyncio.wait_for(migrate(dsn), 60)
         pool = await create_pool(dsn, max_size=4)
-        routes = PostgresRoutes(pool)
+        routes = PostgresRoutes(pool, clock=SystemClock())
         await recipients.start()
         for agent, kind in plan.kinds.items():
             if kind is not Kind.UNKNOWN:

@@ -8,13 +8,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from birddog import InvalidInput, JobNotFound
-from birddog.postgres.admin import (
-    Listing,
-    PostgresAdmin,
-    decode_cursor,
-    encode_cursor,
-    story_mail_keys,
-)
+from birddog.ports import Listing
+from birddog.postgres.admin import PostgresAdmin, decode_cursor, encode_cursor, story_mail_keys
 from birddog.postgres.pool import Pool
 from tests.support import enqueue, make_job
 from tests.support.console import ATTEMPTS, HISTORY, HOSTILE_AGENT, HOSTILE_ERROR, HOSTILE_JOB, seed

@@ -86,7 +86,7 @@ async def test_alert_is_signed_and_carries_no_content(sink: AlertSink) -> None:
         error="stored reply cannot be read",
     )
     group = DeadLetterGroup.of([dead_row(), buried], dead_at=DEAD_AT)
-    async with AlertPoster(sink.url, secret) as poster:
+    async with AlertPoster(sink.url, secret, clock=SystemClock()) as poster:
         assert await poster.alert(group) is True
     [(headers, body)] = sink.received
     payload = Webhook(secret).verify(body, headers)
@@ -109,7 +109,7 @@ async def test_alert_is_signed_and_carries_no_content(sink: AlertSink) -> None:
 
 async def test_twenty_thousand_dead_letters_make_a_handful_of_posts(sink: AlertSink) -> None:
     """Dead letters of one recipient within the window go out as one POST: count, 100 keys."""
-    poster = AlertPoster(sink.url, None)
+    poster = AlertPoster(sink.url, None, clock=SystemClock())
     alerts = AlertCoalescer(poster, window_s=0.2, clock=SystemClock())
     for index in range(20_000):
         alerts.dead_letter(dead_row(f"outbox:m{index:05d}:reply:0", agent=f"agent-{index % 4}"))
@@ -124,7 +124,9 @@ async def test_twenty_thousand_dead_letters_make_a_handful_of_posts(sink: AlertS
 
 async def test_a_recipients_next_window_is_a_new_alert(sink: AlertSink) -> None:
     """After a window's alert is posted, the next dead letter opens a new window."""
-    alerts = AlertCoalescer(AlertPoster(sink.url, None), window_s=0.05, clock=SystemClock())
+    alerts = AlertCoalescer(
+        AlertPoster(sink.url, None, clock=SystemClock()), window_s=0.05, clock=SystemClock()
+    )
     alerts.dead_letter(dead_row("outbox:a:reply:0"))
     alerts.dead_letter(dead_row("outbox:b:reply:0"))
     await eventually(lambda: sink.received, "the first window's alert", within_s=5)
@@ -138,7 +140,7 @@ async def test_a_recipients_next_window_is_a_new_alert(sink: AlertSink) -> None:
 
 async def test_unsigned_alert_without_secret(sink: AlertSink) -> None:
     """Without a secret the alert is posted unsigned, still without content."""
-    async with AlertPoster(sink.url, None) as poster:
+    async with AlertPoster(sink.url, None, clock=SystemClock()) as poster:
         assert await poster.alert(one()) is True
     [(headers, body)] = sink.received
     assert "webhook-signature" not in {name.lower() for name in headers}
@@ -150,7 +152,9 @@ async def test_unreachable_alert_url_is_logged_not_raised() -> None:
     port = free_port()
     secret = generate_secret()
     with structlog.testing.capture_logs() as logs:
-        async with AlertPoster(f"http://127.0.0.1:{port}/hook?token=abc123", secret) as poster:
+        async with AlertPoster(
+            f"http://127.0.0.1:{port}/hook?token=abc123", secret, clock=SystemClock()
+        ) as poster:
             assert await poster.alert(one()) is False
     [event] = [log for log in logs if log["event"] == "alert_failed"]
     assert (event["agent_id"], event["first_key"]) == ("caller", "outbox:mail-9:reply:1")
@@ -165,7 +169,7 @@ async def test_alert_answered_with_an_error_is_logged(sink: AlertSink) -> None:
     """A non-2xx answer from the alert URL returns False and logs alert_failed with the status."""
     sink.status = 500
     with structlog.testing.capture_logs() as logs:
-        async with AlertPoster(sink.url, None) as poster:
+        async with AlertPoster(sink.url, None, clock=SystemClock()) as poster:
             assert await poster.alert(one()) is False
     [event] = [log for log in logs if log["event"] == "alert_failed"]
     assert event["reason"] == "HTTP 500"
@@ -184,7 +188,9 @@ async def test_hanging_alert_url_times_out_without_raising() -> None:
     port = server.sockets[0].getsockname()[1]
     try:
         with structlog.testing.capture_logs() as logs:
-            async with AlertPoster(f"http://127.0.0.1:{port}/", None, timeout_s=0.2) as poster:
+            async with AlertPoster(
+                f"http://127.0.0.1:{port}/", None, timeout_s=0.2, clock=SystemClock()
+            ) as poster:
                 assert await poster.alert(one()) is False
     finally:
         server.close()
@@ -197,10 +203,12 @@ async def test_hanging_alert_url_times_out_without_raising() -> None:
 def test_alert_url_and_secret_are_checked_up_front() -> None:
     """A non-http alert URL or a broken secret is refused when the poster is built."""
     with pytest.raises(InvalidInput):
-        AlertPoster("ftp://example.test/", None)
+        AlertPoster("ftp://example.test/", None, clock=SystemClock())
     with pytest.raises(InvalidInput):
-        AlertPoster("https://example.test/", "whsec_???")
-    poster = AlertPoster("https://hooks.example.test/services/T0/B0/tokenvalue", None)
+        AlertPoster("https://example.test/", "whsec_???", clock=SystemClock())
+    poster = AlertPoster(
+        "https://hooks.example.test/services/T0/B0/tokenvalue", None, clock=SystemClock()
+    )
     assert "tokenvalue" not in repr(poster)
 
 
@@ -209,7 +217,7 @@ async def test_a_failed_alert_post_is_counted_and_tried_again(sink: AlertSink) -
     failures: list[str] = []
     sink.status = 500
     alerts = AlertCoalescer(
-        AlertPoster(sink.url, None),
+        AlertPoster(sink.url, None, clock=SystemClock()),
         window_s=0.01,
         clock=SystemClock(),
         on_failure=failures.append,

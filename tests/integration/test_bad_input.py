@@ -47,6 +47,7 @@ from birddog import (
     bounded_diagnostic,
     decode_agent_job,
 )
+from birddog.clock import SystemClock
 from birddog.core.lifecycle import result_problem
 from birddog.core.model import Model
 from birddog.http import signing
@@ -63,7 +64,7 @@ from birddog.http.transport import HttpTransport
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from birddog.testing import FrozenClock
+from birddog.testing import FrozenClock, ManualListener
 from birddog.worker import Worker
 from tests.support.stacks import pg_room
 
@@ -601,8 +602,8 @@ async def test_keys_with_sql_metacharacters_travel_as_data(pg_pool: Pool) -> Non
     app = web.Application()
     app.router.add_post("/inbox", aiohttp_handler(Inbox(secret), on_reply))
     runner, url = await serve(app)
-    routes = PostgresRoutes(pg_pool)
-    transport = HttpTransport(routes)
+    routes = PostgresRoutes(pg_pool, clock=SystemClock())
+    transport = HttpTransport(routes, clock=SystemClock())
     try:
         await routes.add(SQL_KEY, f"{url}/inbox", secret=secret)
         sender = AgentAddress(agent_id=SQL_KEY, session_id=SQL_KEY)
@@ -612,7 +613,7 @@ async def test_keys_with_sql_metacharacters_travel_as_data(pg_pool: Pool) -> Non
         work = AgentWork(job_id=SQL_KEY, session_id=SQL_KEY, command_fact_id=SQL_KEY)
         async with pg_pool.acquire() as conn, conn.transaction():
             assert await enqueue_accepted_job(conn, agent_job(work, mail))
-        jobs = PostgresJobs(pg_pool)
+        jobs = PostgresJobs(pg_pool, clock=SystemClock())
         claimed = await jobs.claim(queues=[SQL_KEY])
         assert claimed is not None
         [key] = await jobs.settle(
@@ -646,7 +647,7 @@ async def test_settle_stores_any_content_exactly_or_settles_failed(
     work = AgentWork(job_id=job_id, session_id=job_id, command_fact_id="cmd")
     async with pg_pool.acquire() as conn:
         await enqueue_accepted_job(conn, agent_job(work, mail))
-    jobs = PostgresJobs(pg_pool)
+    jobs = PostgresJobs(pg_pool, clock=SystemClock())
     claimed = await jobs.claim(queues=[job_id])
     assert claimed is not None
     await jobs.settle(
@@ -669,15 +670,6 @@ async def test_settle_stores_any_content_exactly_or_settles_failed(
     assert [r["content"] for r in stored] == [expected]
 
 
-class NoWake:
-    """A listener that never reports a wake (the worker polls on its backstop)."""
-
-    async def wait(self, timeout_s: float) -> bool:
-        """Report no wake at once."""
-        del timeout_s
-        return False
-
-
 async def test_a_foreign_payload_is_settled_failed_with_a_clear_diagnostic(pg_pool: Pool) -> None:
     """A worker given a job whose payload is {"foo": 1} settles it failed, naming the payload."""
     calls: list[AgentJobPayload] = []
@@ -688,7 +680,12 @@ async def test_a_foreign_payload_is_settled_failed_with_a_clear_diagnostic(pg_po
 
     async with pg_pool.acquire() as conn:
         await enqueue_accepted_job(conn, Job(job_id="foreign", queue="q", payload={"foo": 1}))
-    worker = Worker(jobs=PostgresJobs(pg_pool), handler=handler, listener=NoWake(), lease_s=5)
+    worker = Worker(
+        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
+        handler=handler,
+        listener=ManualListener(max_wait_s=0),
+        lease_s=5,
+    )
     await asyncio.wait_for(worker.run(once=True), 30)
     row = await pg_pool.fetchrow(
         "SELECT state, outcome, diagnostic FROM birddog.jobs WHERE job_id = 'foreign'"

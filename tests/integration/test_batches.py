@@ -56,7 +56,7 @@ async def recipient() -> AsyncIterator[Recipient]:
 
 async def route_for(pool: Pool, url: str, *, batch: int) -> str:
     """Add the batching route; its signing secret."""
-    route = await PostgresRoutes(pool).add(AGENT, url, batch_size=batch)
+    route = await PostgresRoutes(pool, clock=SystemClock()).add(AGENT, url, batch_size=batch)
     assert route.secret is not None
     return route.secret
 
@@ -83,7 +83,9 @@ async def test_a_batch_is_one_signed_post_and_a_partial_acknowledgement_fails_th
         return web.json_response({"accepted": [keys[0], keys[2], "outbox:other:reply:0"]})
 
     recipient.answer = some
-    async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
+    async with HttpTransport(
+        PostgresRoutes(pg_pool, clock=SystemClock()), clock=SystemClock()
+    ) as transport:
         report = await pg_room(pg_pool, transport, config=QUICK).drain_outbox()
     [(headers, body)] = recipient.posts
     assert headers["webhook-id"] == batch_id(list(reversed(keys)))
@@ -113,7 +115,9 @@ async def test_retry_after_defers_the_whole_batch_without_a_strike(
         return web.json_response({"accepted": False}, status=429, headers={"Retry-After": "120"})
 
     recipient.answer = busy
-    async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
+    async with HttpTransport(
+        PostgresRoutes(pg_pool, clock=SystemClock()), clock=SystemClock()
+    ) as transport:
         report = await pg_room(pg_pool, transport, config=QUICK).drain_outbox()
     assert len(recipient.posts) == 1
     assert sorted(report.deferred) == keys
@@ -124,7 +128,9 @@ async def test_retry_after_defers_the_whole_batch_without_a_strike(
 
 async def test_a_python_inbox_takes_batches_with_one_flag(pg_pool: Pool) -> None:
     """aiohttp_handler(batches=True) verifies, hands each reply over once and acks its keys."""
-    route = await PostgresRoutes(pg_pool).add(AGENT, "http://127.0.0.1:1/unset", batch_size=2)
+    route = await PostgresRoutes(pg_pool, clock=SystemClock()).add(
+        AGENT, "http://127.0.0.1:1/unset", batch_size=2
+    )
     assert route.secret is not None
     taken: list[str] = []
 
@@ -135,10 +141,12 @@ async def test_a_python_inbox_takes_batches_with_one_flag(pg_pool: Pool) -> None
     app.router.add_post("/inbox", aiohttp_handler(Inbox(route.secret), on_reply, batches=True))
     runner, url = await serve(app)
     try:
-        await PostgresRoutes(pg_pool).update(AGENT, url=f"{url}/inbox")
+        await PostgresRoutes(pg_pool, clock=SystemClock()).update(AGENT, url=f"{url}/inbox")
         keys = await seed(pg_pool, 5)
         reports: list[DrainReport] = []
-        async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
+        async with HttpTransport(
+            PostgresRoutes(pg_pool, clock=SystemClock()), clock=SystemClock()
+        ) as transport:
             engine = pg_room(pg_pool, transport, config=QUICK).engine()
             stop = asyncio.Event()
             serving = asyncio.create_task(
@@ -159,7 +167,7 @@ async def test_the_stored_json_is_the_body_of_a_single_post(
     pg_pool: Pool, recipient: Recipient
 ) -> None:
     """A claimed reply is posted as stored (a newer version's field kept), signed over it."""
-    route = await PostgresRoutes(pg_pool).add(AGENT, recipient.url)
+    route = await PostgresRoutes(pg_pool, clock=SystemClock()).add(AGENT, recipient.url)
     assert route.secret is not None
     [key] = await seed(pg_pool, 1)
     await pg_pool.execute(
@@ -171,7 +179,9 @@ async def test_the_stored_json_is_the_body_of_a_single_post(
         return web.json_response({"accepted": True})
 
     recipient.answer = ok
-    async with HttpTransport(PostgresRoutes(pg_pool)) as transport:
+    async with HttpTransport(
+        PostgresRoutes(pg_pool, clock=SystemClock()), clock=SystemClock()
+    ) as transport:
         report = await pg_room(pg_pool, transport, config=QUICK).drain_outbox()
     assert report.delivered == [key]
     [(headers, body)] = recipient.posts

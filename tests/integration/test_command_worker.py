@@ -16,19 +16,11 @@ from birddog import AgentWork, Job, Mail, Outcome, Recovery, agent_job
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool
 from birddog.spawn import command_handler
+from birddog.testing import ManualListener
 from birddog.worker import Worker
 from tests.support import ALICE, BOB, enqueue, eventually, job_row, process_running
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
-
-
-class Idle:
-    """A listener that never hears anything: the worker runs with ``once``."""
-
-    async def wait(self, timeout_s: float) -> bool:
-        """Time out after a short pause."""
-        await asyncio.sleep(min(timeout_s, 0.05))
-        return False
 
 
 def ask_job(job_id: str, content: str = "hello", *, recovery: int | None = None) -> Job:
@@ -48,7 +40,7 @@ def worker_for(jobs: PostgresJobs, command: str, **timing: float) -> Worker:
     return Worker(
         jobs=jobs,
         handler=command_handler(command, grace_s=timing.get("grace_s", 0.3)),
-        listener=Idle(),
+        listener=ManualListener(max_wait_s=0.05),
         lease_s=timing.get("lease_s", 3.0),
         handler_timeout_s=timing.get("handler_timeout_s", 30.0),
         shutdown_grace_s=timing.get("shutdown_grace_s", 0.2),

@@ -11,6 +11,7 @@ import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from birddog.clock import SystemClock
 from birddog.core.delivery import Accepted, DeadReason, Failed, Rejected
 from birddog.core.egress import EgressPolicy
 from birddog.core.errors import InvalidInput
@@ -93,7 +94,9 @@ def transport_to(
     # The route is stored without a check, as a route written before the policy changed.
     routes = StaticRoutes()
     routes.routes[AGENT] = Route(agent_id=AGENT, url=url, secret=SECRET)
-    return HttpTransport(routes, egress=egress, resolver=dns, timeout_s=5, **options)  # type: ignore[arg-type]
+    return HttpTransport(
+        routes, egress=egress, resolver=dns, timeout_s=5, clock=SystemClock(), **options
+    )  # type: ignore[arg-type]
 
 
 async def test_a_name_that_resolves_to_metadata_is_a_dead_letter(inbox: Inbox) -> None:
@@ -217,7 +220,7 @@ async def test_a_failure_reason_shows_no_query() -> None:
 
 async def test_route_writes_are_checked_against_the_policy(pg_pool: Pool) -> None:
     """Adding or updating a route refuses metadata hosts, credentials, and loopback when public."""
-    routes = PostgresRoutes(pg_pool)
+    routes = PostgresRoutes(pg_pool, clock=SystemClock())
     for bad in [
         "http://169.254.169.254/latest/meta-data/",
         "http://0xa9fea9fe/",
@@ -227,7 +230,7 @@ async def test_route_writes_are_checked_against_the_policy(pg_pool: Pool) -> Non
             await routes.add(AGENT, bad)
         assert caught.value.field == "url"
     await routes.add(AGENT, "http://127.0.0.1:9/hook")
-    public = PostgresRoutes(pg_pool, egress=PUBLIC)
+    public = PostgresRoutes(pg_pool, egress=PUBLIC, clock=SystemClock())
     with pytest.raises(InvalidInput, match="not a public address"):
         await public.update(AGENT, url="http://[::1]:9/hook")
     with pytest.raises(InvalidInput, match="not a public address"):

@@ -173,7 +173,7 @@ async def test_a_mailbox_route_gets_its_replies_in_the_mailbox_table(
     pg_pool: Pool, database_url: str
 ) -> None:
     """A mailbox recipient's reply is written, receipted and announced in one transaction."""
-    await PostgresRoutes(pg_pool).add("mbox", kind="mailbox")
+    await PostgresRoutes(pg_pool, clock=SystemClock()).add("mbox", kind="mailbox")
     row = make_row("outbox:m:reply:0", agent="mbox")
     await PostgresOutbox(pg_pool).add([row])
     async with (

@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engin
 from sqlalchemy.pool import NullPool
 
 from birddog import InvalidInput, Job, JobConflict, JobState, Outcome, Recovery
+from birddog.clock import SystemClock
 from birddog.postgres import sqlalchemy_url
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool
@@ -113,7 +114,7 @@ async def test_a_plain_asyncpg_connection_without_codecs_works(
     async with pg_conn.transaction():
         assert await enqueue_accepted_job(pg_conn, job) is True
         assert await enqueue_accepted_job(pg_conn, job) is False
-    assert await PostgresJobs(pg_pool).get("job-1") == job
+    assert await PostgresJobs(pg_pool, clock=SystemClock()).get("job-1") == job
 
 
 async def _in_session(engine: AsyncEngine, job: Job, *, commit: bool) -> bool:
@@ -161,7 +162,7 @@ async def test_a_committed_sqlalchemy_transaction_enqueues(
     assert await run(engine, job, commit=True) is True
     assert await asyncio.wait_for(listener.get(), NOTIFY_TIMEOUT_S) == "s-bob"
     assert await run(engine, job, commit=True) is False
-    claimed = await claim(PostgresJobs(pg_pool))
+    claimed = await claim(PostgresJobs(pg_pool, clock=SystemClock()))
     assert claimed.job.model_copy(update={"state": JobState.QUEUED}) == job
 
 
@@ -194,7 +195,7 @@ async def test_an_identical_replay_is_accepted_without_a_duplicate(pg_pool: Pool
     async with pg_pool.acquire() as conn:
         assert await enqueue_accepted_job(conn, job) is True
         assert await enqueue_accepted_job(conn, job) is False
-        jobs = PostgresJobs(pg_pool)
+        jobs = PostgresJobs(pg_pool, clock=SystemClock())
         claimed = await claim(jobs)
         assert await enqueue_accepted_job(conn, job) is False
         await jobs.settle(
@@ -228,7 +229,7 @@ async def test_a_replay_that_differs_is_refused_naming_the_field(pg_pool: Pool, 
         await enqueue_accepted_job(conn, original)
         with pytest.raises(JobConflict, match=rf"different {field};"):
             await enqueue_accepted_job(conn, _changed(field))
-    assert await PostgresJobs(pg_pool).get("job-1") == original
+    assert await PostgresJobs(pg_pool, clock=SystemClock()).get("job-1") == original
 
 
 async def test_a_replay_without_recovery_differs_from_one_with_it(pg_pool: Pool) -> None:

@@ -14,6 +14,7 @@ from birddog import (
     RetrySchedule,
     RowState,
 )
+from birddog.clock import SystemClock
 from birddog.core.delivery import Failed, new_row
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
@@ -107,7 +108,7 @@ async def test_holding_twice_keeps_when_the_hold_began(pg_pool: Pool) -> None:
 
 async def test_pending_view_shows_held_rows_as_held_with_a_frozen_age(pg_pool: Pool) -> None:
     """``birddog.pending`` marks a held row ``held`` and stops its age at the hold."""
-    routes = PostgresRoutes(pg_pool, cache_s=0)
+    routes = PostgresRoutes(pg_pool, cache_s=0, clock=SystemClock())
     outbox = PostgresOutbox(pg_pool)
     await routes.add("alice", "http://127.0.0.1:9/inbox")
     started = datetime.now(UTC) - timedelta(hours=5)

@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 from standardwebhooks import Webhook
 
+from birddog.clock import SystemClock
 from birddog.core.delivery import Accepted, DeadReason, Deferred, Failed, Rejected
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound
 from birddog.core.mail import AgentAddress, Reply, ReplyFacts
@@ -86,7 +87,7 @@ def routes(inbox: InboxServer) -> StaticRoutes:
 
 @pytest.fixture
 async def transport(routes: StaticRoutes) -> AsyncIterator[HttpTransport]:
-    async with HttpTransport(routes, timeout_s=5.0) as http:
+    async with HttpTransport(routes, timeout_s=5.0, clock=SystemClock()) as http:
         yield http
 
 
@@ -271,7 +272,7 @@ async def test_connection_refused_fails() -> None:
     """Nothing listening on the port is a failure, not an exception."""
     routes = StaticRoutes()
     routes.add(AGENT, f"http://127.0.0.1:{free_port()}/inbox")
-    async with HttpTransport(routes, timeout_s=5.0) as http:
+    async with HttpTransport(routes, timeout_s=5.0, clock=SystemClock()) as http:
         result = await http.post(make_reply())
     assert isinstance(result, Failed)
     assert result.reason.startswith("connection failed:")
@@ -281,7 +282,7 @@ async def test_dns_error_fails() -> None:
     """A host name that does not resolve is a failure (a strike)."""
     routes = StaticRoutes()
     routes.add(AGENT, "http://birddog-no-such-host.invalid/inbox")
-    async with HttpTransport(routes, timeout_s=10.0) as http:
+    async with HttpTransport(routes, timeout_s=10.0, clock=SystemClock()) as http:
         result = await http.post(make_reply())
     assert isinstance(result, Failed)
     assert result.reason.startswith(("DNS error:", "connection failed:"))
@@ -291,7 +292,7 @@ async def test_tls_error_fails(inbox: InboxServer) -> None:
     """Speaking TLS to a plain-HTTP server is a failure (a strike), not an exception."""
     routes = StaticRoutes()
     routes.add(AGENT, inbox.url.replace("http://", "https://"))
-    async with HttpTransport(routes, timeout_s=5.0) as http:
+    async with HttpTransport(routes, timeout_s=5.0, clock=SystemClock()) as http:
         result = await http.post(make_reply())
     assert isinstance(result, Failed)
     assert result.reason.startswith(("TLS error:", "connection"))
@@ -312,7 +313,7 @@ async def test_connection_reset_fails(partial: bool) -> None:
     routes = StaticRoutes()
     routes.add(AGENT, url)
     try:
-        async with HttpTransport(routes, timeout_s=5.0) as http:
+        async with HttpTransport(routes, timeout_s=5.0, clock=SystemClock()) as http:
             result = await http.post(make_reply())
     finally:
         server.close()
@@ -340,7 +341,7 @@ async def test_timeout_fails_and_cancels_the_request(
         raise AssertionError("unreachable")
 
     inbox.answer = hang
-    async with HttpTransport(routes, timeout_s=0.3) as http:
+    async with HttpTransport(routes, timeout_s=0.3, clock=SystemClock()) as http:
         started = time.monotonic()
         result = await http.post(make_reply())
         elapsed = time.monotonic() - started
@@ -397,7 +398,7 @@ async def test_timeout_covers_a_slow_trickling_body(routes: StaticRoutes) -> Non
     server, url = await raw_server(trickle)
     routes.add(AGENT, url)
     try:
-        async with HttpTransport(routes, timeout_s=0.3) as http:
+        async with HttpTransport(routes, timeout_s=0.3, clock=SystemClock()) as http:
             result = await http.post(make_reply())
             await asyncio.wait_for(closed.wait(), timeout=5.0)
     finally:
@@ -437,7 +438,7 @@ async def test_body_just_under_the_bound_is_read(routes: StaticRoutes, inbox: In
     """An acknowledgement that fits max_body_bytes exactly is accepted."""
     body = json.dumps({"accepted": True, "pad": "x" * 100}).encode()
     inbox.answer = lambda _: _bytes(200, body)
-    async with HttpTransport(routes, max_body_bytes=len(body)) as http:
+    async with HttpTransport(routes, max_body_bytes=len(body), clock=SystemClock()) as http:
         assert await http.post(make_reply()) == Accepted()
 
 
@@ -484,7 +485,7 @@ async def test_route_url_that_is_not_http_is_rejected(url: str, inbox: InboxServ
     """A route whose URL is not http(s) with a host is Rejected; nothing is sent."""
     routes = StaticRoutes()
     routes.routes[AGENT] = Route(agent_id=AGENT, url=url, secret="whsec_dGVzdA==")
-    async with HttpTransport(routes) as http:
+    async with HttpTransport(routes, clock=SystemClock()) as http:
         result = await http.post(make_reply())
     assert isinstance(result, Rejected)
     assert result.dead_reason is DeadReason.REJECTED
@@ -495,7 +496,7 @@ async def test_route_with_a_broken_secret_fails_without_leaking_it(inbox: InboxS
     """A route secret that is not base64 is a failure (fixable), and the reason hides it."""
     routes = StaticRoutes()
     routes.routes[AGENT] = Route(agent_id=AGENT, url=inbox.url, secret="whsec_!!hunter2!!")
-    async with HttpTransport(routes) as http:
+    async with HttpTransport(routes, clock=SystemClock()) as http:
         result = await http.post(make_reply())
     assert result == Failed(f"route secret for agent {AGENT} is invalid")
     assert inbox.requests == []
@@ -516,7 +517,7 @@ async def test_session_is_pooled_and_reopens_after_close(
         return web.json_response({"accepted": True})
 
     inbox.answer = record_peer
-    http = HttpTransport(routes)
+    http = HttpTransport(routes, clock=SystemClock())
     for index in range(3):
         assert await http.post(make_reply(index)) == Accepted()
     assert len(ports) == 1  # one kept-alive connection
@@ -528,7 +529,7 @@ async def test_session_is_pooled_and_reopens_after_close(
 
 async def test_concurrent_posts_all_land(routes: StaticRoutes, inbox: InboxServer) -> None:
     """A page's worth of concurrent posts (64) are all accepted, each with its own id."""
-    async with HttpTransport(routes) as http:
+    async with HttpTransport(routes, clock=SystemClock()) as http:
         results = await asyncio.gather(*(http.post(make_reply(i)) for i in range(64)))
     assert results == [Accepted()] * 64
     assert len({seen.headers["webhook-id"] for seen in inbox.requests}) == 64

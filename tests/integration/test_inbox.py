@@ -13,6 +13,7 @@ import pytest
 from aiohttp import web
 from standardwebhooks import Webhook
 
+from birddog.clock import SystemClock
 from birddog.core.delivery import Accepted, Failed
 from birddog.core.errors import BirdDogError
 from birddog.core.mail import AgentAddress, Mail, Reply, ReplyFacts, reply_key
@@ -349,7 +350,7 @@ async def transport(host: Host) -> AsyncIterator[HttpTransport]:
     routes = StaticRoutes()
     routes.add(CALLER.agent_id, host.url, secret=host.secret)
     routes.add(AUDITOR.agent_id, host.url, secret=generate_secret())  # not the host's secret
-    async with HttpTransport(routes, timeout_s=5.0) as http:
+    async with HttpTransport(routes, timeout_s=5.0, clock=SystemClock()) as http:
         yield http
 
 
@@ -475,7 +476,7 @@ async def test_a_raised_bound_takes_a_maximal_reply(secret: str) -> None:
     routes.add(CALLER.agent_id, f"{url}/birddog", secret=secret)
     big = make_reply(content="\u0001" * 1_048_576)  # escapes to six bytes a character
     try:
-        async with HttpTransport(routes, timeout_s=30.0) as http:
+        async with HttpTransport(routes, timeout_s=30.0, clock=SystemClock()) as http:
             assert await http.post(big) == Accepted()
     finally:
         await runner.cleanup()
@@ -524,7 +525,7 @@ async def test_handler_refuses_a_body_above_its_bound(secret: str) -> None:
     routes = StaticRoutes()
     routes.add(CALLER.agent_id, f"{url}/birddog", secret=secret)
     try:
-        async with HttpTransport(routes) as http:
+        async with HttpTransport(routes, clock=SystemClock()) as http:
             result = await http.post(make_reply())
     finally:
         await runner.cleanup()

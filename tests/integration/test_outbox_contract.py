@@ -26,7 +26,7 @@ from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTransport
-from tests.support import T0, at, make_row, receipt_for
+from tests.support import T0, at, make_row, receipt_for, release_claim, store_claim
 
 LEASE_S = 30.0
 
@@ -93,7 +93,7 @@ async def test_add_skips_keys_with_a_receipt(backend: Backend) -> None:
     row = make_row("k1")
     await outbox.add([row])
     page = await outbox.claim_page(after_key=None, limit=10, now=at(0), lease_s=LEASE_S)
-    assert await outbox.apply(page=page, outcomes=[receipt_for(row, when=at(1))]) == ["k1"]
+    assert await store_claim(outbox, page=page, outcomes=[receipt_for(row, when=at(1))]) == ["k1"]
 
     assert await outbox.add([make_row("k1")]) == []
     assert isinstance(await outbox.get("k1"), Receipt)
@@ -200,10 +200,10 @@ async def test_release_claim_makes_rows_claimable_at_once(backend: Backend) -> N
     outbox = backend.outbox
     await outbox.add([make_row("k1"), make_row("k2")])
     page = await outbox.claim_page(after_key=None, limit=10, now=at(0), lease_s=LEASE_S)
-    await outbox.release_claim(page=page)
+    await release_claim(outbox, page=page)
     again = await outbox.claim_page(after_key=None, limit=10, now=at(1), lease_s=LEASE_S)
     assert [row.key for row in again.rows] == ["k1", "k2"]
-    assert await outbox.apply(page=page, outcomes=[make_row("k1")]) == []
+    assert await store_claim(outbox, page=page, outcomes=[make_row("k1")]) == []
 
 
 async def test_apply_with_a_stale_claim_stores_nothing(backend: Backend) -> None:
@@ -216,11 +216,11 @@ async def test_apply_with_a_stale_claim_stores_nothing(backend: Backend) -> None
     assert [r.key for r in fresh.rows] == ["a"]
 
     retried = replace(row, attempts=1, due_at=at(100), last_error="boom")
-    assert await outbox.apply(page=stale, outcomes=[receipt_for(row, when=at(40))]) == []
-    assert await outbox.apply(page=stale, outcomes=[retried]) == []
+    assert await store_claim(outbox, page=stale, outcomes=[receipt_for(row, when=at(40))]) == []
+    assert await store_claim(outbox, page=stale, outcomes=[retried]) == []
     assert await outbox.get("a") == row
 
-    assert await outbox.apply(page=fresh, outcomes=[retried]) == ["a"]
+    assert await store_claim(outbox, page=fresh, outcomes=[retried]) == ["a"]
     assert await outbox.get("a") == retried
 
 
@@ -233,7 +233,7 @@ async def test_receipts_replace_rows(backend: Backend) -> None:
     receipt = receipt_for(rows[0], when=at(2))
     retried = replace(rows[1], attempts=1, due_at=at(3), last_error="HTTP 500")
 
-    assert await outbox.apply(page=page, outcomes=[receipt, retried]) == ["a", "b"]
+    assert await store_claim(outbox, page=page, outcomes=[receipt, retried]) == ["a", "b"]
     assert await outbox.get("a") == receipt
     assert await outbox.get("b") == retried
     later = await outbox.claim_page(after_key=None, limit=5, now=at(3), lease_s=LEASE_S)
@@ -253,7 +253,7 @@ async def test_dead_rows_stay_visible_and_are_not_claimed(backend: Backend) -> N
         last_error="HTTP 410",
         dead_reason=DeadReason.GONE,
     )
-    assert await outbox.apply(page=page, outcomes=[dead]) == ["a"]
+    assert await store_claim(outbox, page=page, outcomes=[dead]) == ["a"]
     assert await outbox.get("a") == dead
     later = await outbox.claim_page(after_key=None, limit=5, now=at(1000), lease_s=LEASE_S)
     assert list(later.rows) == []
@@ -269,7 +269,7 @@ async def test_has_pending_ignores_receipts_and_dead_letters(backend: Backend) -
 
     page = await outbox.claim_page(after_key=None, limit=5, now=at(0), lease_s=LEASE_S)
     dead = replace(rows[1], state=RowState.DEAD, dead_reason=DeadReason.REJECTED, attempts=1)
-    await outbox.apply(page=page, outcomes=[receipt_for(rows[0], when=at(1)), dead])
+    await store_claim(outbox, page=page, outcomes=[receipt_for(rows[0], when=at(1)), dead])
     assert await outbox.has_pending() is False
 
 
@@ -283,7 +283,7 @@ async def test_next_due_at_is_the_earliest_pending(backend: Backend) -> None:
     page = await outbox.claim_page(after_key=None, limit=5, now=at(10), lease_s=LEASE_S)
     row_b = page.rows[0]
     dead = replace(row_b, state=RowState.DEAD, dead_reason=DeadReason.REJECTED, attempts=1)
-    await outbox.apply(page=page, outcomes=[dead])
+    await store_claim(outbox, page=page, outcomes=[dead])
     assert await outbox.next_due_at() == at(20)
 
 

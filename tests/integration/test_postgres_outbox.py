@@ -34,7 +34,7 @@ from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.sql import queries
 from birddog.postgres.wake import PostgresWake
 from birddog.testing import FrozenClock, RecordingTransport
-from tests.support import T0, at, eventually, make_reply, make_row, receipt_for
+from tests.support import T0, at, eventually, make_reply, make_row, receipt_for, store_claim
 
 LEASE_S = 30.0
 
@@ -247,7 +247,7 @@ async def test_dead_letter_notifies_only_on_commit(pg_pool: Pool, database_url: 
         page = await outbox.claim_page(after_key=None, limit=5, now=at(0), lease_s=LEASE_S)
         dead = replace(rows[0], state=RowState.DEAD, attempts=1, dead_reason=DeadReason.GONE)
         retried = replace(rows[1], attempts=1, due_at=at(5))
-        await outbox.apply(page=page, outcomes=[dead, retried])
+        await store_claim(outbox, page=page, outcomes=[dead, retried])
         assert await asyncio.wait_for(got.get(), timeout=5) == "k-dead"
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(got.get(), timeout=0.2)
@@ -263,13 +263,15 @@ async def test_apply_of_a_page_is_one_transaction(pg_pool: Pool) -> None:
     page = await outbox.claim_page(after_key=None, limit=5, now=at(0), lease_s=LEASE_S)
     impossible = replace(rows[1], attempts=-1)  # violates the attempts >= 0 check
     with pytest.raises(StoreUnavailable) as refused:
-        await outbox.apply(page=page, outcomes=[receipt_for(rows[0], when=at(1)), impossible])
+        await store_claim(
+            outbox, page=page, outcomes=[receipt_for(rows[0], when=at(1)), impossible]
+        )
     assert isinstance(refused.value.__cause__, asyncpg.CheckViolationError)
 
     assert await outbox.get("a") == rows[0]
     assert await outbox.get("b") == rows[1]
     assert await pg_pool.fetchval("SELECT count(*) FROM birddog.receipts") == 0
-    applied = await outbox.apply(page=page, outcomes=[receipt_for(rows[0], when=at(1))])
+    applied = await store_claim(outbox, page=page, outcomes=[receipt_for(rows[0], when=at(1))])
     assert applied == ["a"]
 
 
@@ -411,7 +413,7 @@ async def test_replay_puts_a_dead_letter_back_and_wakes(pg_pool: Pool) -> None:
         )
         for row in rows
     ]
-    await outbox.apply(page=page, outcomes=dead)
+    await store_claim(outbox, page=page, outcomes=dead)
     counts = await outbox.counts()
     assert (counts["pending"], counts["dead"]) == (0, 3)
     listed = await outbox.list_dead()

@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 
+from birddog.clock import SystemClock
 from birddog.core.delivery import Accepted, Failed
 from birddog.core.errors import RouteNotFound, SecretUnreadable
 from birddog.http import HttpTransport
 from birddog.http.inbox import Inbox
+from birddog.ports import Clock
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.sealing import SEALED_PREFIX, SecretBox, generate_key
@@ -24,13 +26,13 @@ DAY_S = 86400.0
 
 
 def routes_with(
-    pool: Pool, key: str | None, previous: str = "", **kwargs: object
+    pool: Pool, key: str | None, previous: str = "", *, clock: Clock | None = None
 ) -> PostgresRoutes:
     return PostgresRoutes(
         pool,
         cache_s=0,
         box=SecretBox.from_settings(key, previous),
-        **kwargs,  # type: ignore[arg-type]
+        clock=clock or SystemClock(),
     )
 
 
@@ -65,7 +67,7 @@ async def test_without_the_key_a_sealed_route_is_unreadable_and_its_post_fails(
     keyless = routes_with(pg_pool, None)
     with pytest.raises(SecretUnreadable):
         await keyless.route("alice")
-    async with HttpTransport(keyless) as transport:
+    async with HttpTransport(keyless, clock=SystemClock()) as transport:
         result = await transport.post(make_reply("outbox:m:reply:0", agent="alice"))
     assert isinstance(result, Failed)
     assert SecretBox.from_settings(NEW_KEY).key_id in result.reason

@@ -45,6 +45,7 @@ from birddog import (
     agent_job,
     bounded_diagnostic,
 )
+from birddog.clock import SystemClock
 from birddog.core.delivery import new_row
 from birddog.http import signing
 from birddog.http.alerts import AlertPoster, DeadLetterGroup
@@ -55,6 +56,7 @@ from birddog.logs import configure
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
+from birddog.testing import ManualListener
 from birddog.worker import Worker
 from tests.support import eventually
 from tests.support.stacks import pg_room
@@ -243,7 +245,7 @@ async def test_a_full_delivery_logs_no_secret_token_or_content(
 ) -> None:
     """Daemon, worker and operator commands print no secret, token or content; rows are masked."""
     known = recipients.known
-    routes = PostgresRoutes(pg_pool)
+    routes = PostgresRoutes(pg_pool, clock=SystemClock())
     for agent in ADDRESSES:
         route = await routes.add(agent, f"{recipients.url}/inbox/{agent}")
         recipients.inboxes[agent] = Inbox(route.secret)
@@ -368,15 +370,6 @@ def rendered_logs(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
     structlog.configure(**saved)
 
 
-class NoWake:
-    """A listener that never reports a wake."""
-
-    async def wait(self, timeout_s: float) -> bool:
-        """Report no wake at once."""
-        del timeout_s
-        return False
-
-
 async def test_in_process_logs_carry_no_secret_or_content(
     pg_pool: Pool,
     recipients: Recipients,
@@ -432,7 +425,7 @@ class Host:
 
 async def _run_in_process(pool: Pool, known: Secrets) -> None:
     """Run a worker, drains, an intruder's post and a failing alert, all in this process."""
-    routes = PostgresRoutes(pool)
+    routes = PostgresRoutes(pool, clock=SystemClock())
     route = await routes.add("alice", "http://127.0.0.1:1/not-yet")
     known.route_secrets.append(route.secret)
     solo = Mail(
@@ -444,10 +437,15 @@ async def _run_in_process(pool: Pool, known: Secrets) -> None:
     async with pool.acquire() as conn, conn.transaction():
         await enqueue_accepted_job(conn, agent_job(work, solo))
         await enqueue_accepted_job(conn, leak)
-    worker = Worker(jobs=PostgresJobs(pool), handler=leaky, listener=NoWake(), lease_s=5)
+    worker = Worker(
+        jobs=PostgresJobs(pool, clock=SystemClock()),
+        handler=leaky,
+        listener=ManualListener(max_wait_s=0),
+        lease_s=5,
+    )
     await asyncio.wait_for(worker.run(once=True), 30)
 
-    async with Host(route.secret) as host, HttpTransport(routes) as transport:
+    async with Host(route.secret) as host, HttpTransport(routes, clock=SystemClock()) as transport:
         await routes.update("alice", url=host.url)
         room = pg_room(pool, transport, schedule=RetrySchedule(base_delay_s=0.0, jitter=0.0))
 
@@ -477,7 +475,9 @@ async def _run_in_process(pool: Pool, known: Secrets) -> None:
         last_error=bounded_diagnostic(f"Authorization: Bearer {known.bearer}"),
     )
     async with AlertPoster(
-        f"http://127.0.0.1:1/alerts?token={known.alert_url_token}", known.alert_secret
+        f"http://127.0.0.1:1/alerts?token={known.alert_url_token}",
+        known.alert_secret,
+        clock=SystemClock(),
     ) as alerts:
         assert not await alerts.alert(DeadLetterGroup.of([dead], dead_at=datetime.now(UTC)))
 
@@ -503,7 +503,7 @@ NOT_HTTP = [
 @pytest.mark.parametrize("url", NOT_HTTP)
 async def test_routes_take_only_http_and_https(pg_pool: Pool, url: str) -> None:
     """Adding or updating a route to a URL that is not http(s) with a host names url; nothing changes."""
-    routes = PostgresRoutes(pg_pool)
+    routes = PostgresRoutes(pg_pool, clock=SystemClock())
     with pytest.raises(InvalidInput) as added:
         await routes.add("mallory", url)
     assert added.value.field == "url"
@@ -524,7 +524,7 @@ async def test_urls_inside_mail_cannot_redirect_delivery(
     await evil.start()
     try:
         trap = f"{evil.url}/inbox/alice"
-        routes = PostgresRoutes(pg_pool)
+        routes = PostgresRoutes(pg_pool, clock=SystemClock())
         route = await routes.add("alice", f"{recipients.url}/inbox/alice")
         recipients.inboxes["alice"] = Inbox(route.secret)
         evil.inboxes["alice"] = Inbox(route.secret)
@@ -536,14 +536,14 @@ async def test_urls_inside_mail_cannot_redirect_delivery(
         work = AgentWork(job_id="job-lure", session_id="s-bob", command_fact_id=trap)
         async with pg_pool.acquire() as conn:
             await enqueue_accepted_job(conn, agent_job(work, mail))
-        jobs = PostgresJobs(pg_pool)
+        jobs = PostgresJobs(pg_pool, clock=SystemClock())
         claimed = await jobs.claim()
         assert claimed is not None
         await jobs.settle(
             job_id="job-lure", claim_token=claimed.claim_token, outcome=Outcome.COMPLETED,
             content=f"see {trap}",
         )  # fmt: skip
-        async with HttpTransport(routes) as transport:
+        async with HttpTransport(routes, clock=SystemClock()) as transport:
             room = pg_room(pg_pool, transport)
             report = await room.drain_outbox()
     finally:

@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Span
 
 from birddog import AgentJobPayload, MailRoom, tracing
+from birddog.clock import SystemClock
 from birddog.http import generate_secret
 from birddog.http.inbox import Inbox
 from birddog.http.server import serve
@@ -24,8 +25,9 @@ from birddog.http.transport import HttpTransport
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
+from birddog.testing import ManualListener
 from birddog.worker import Handler, Worker
-from tests.support import ALICE, NoWake, enqueue, make_job
+from tests.support import ALICE, enqueue, make_job
 from tests.support.stacks import pg_room
 
 
@@ -74,9 +76,9 @@ async def mail_room(
     app = web.Application()
     app.router.add_post("/inbox", recording.handle)
     runner, url = await serve(app)
-    routes = PostgresRoutes(pool)
+    routes = PostgresRoutes(pool, clock=SystemClock())
     await routes.add(ALICE.agent_id, f"{url}/inbox", secret=secret, batch_size=batch_size)
-    transport = HttpTransport(routes, timeout_s=5)
+    transport = HttpTransport(routes, timeout_s=5, clock=SystemClock())
     room = pg_room(pool, transport)
     try:
         yield room, recording
@@ -133,7 +135,10 @@ async def test_one_trace_runs_from_the_senders_span_to_the_reply_post(
     assert stored is not None
 
     worker = Worker(
-        jobs=PostgresJobs(pg_pool), handler=agent(provider), listener=NoWake(), lease_s=5
+        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
+        handler=agent(provider),
+        listener=ManualListener(max_wait_s=0.05),
+        lease_s=5,
     )
     await worker.run(once=True)
     assert worker.summary() == {"completed": 1}
@@ -196,7 +201,9 @@ async def test_a_job_cancelled_while_queued_hands_its_own_context_to_the_post(
     """A job settled without a worker (no settle span) still puts its reply's post in its trace."""
     (provider, exporter), (room, inbox) = traced, delivered
     await send_in_a_span(pg_pool, provider, "cancelled")
-    await PostgresJobs(pg_pool).cancel(job_id="cancelled", content="not needed")
+    await PostgresJobs(pg_pool, clock=SystemClock()).cancel(
+        job_id="cancelled", content="not needed"
+    )
     await room.drain_outbox()
     spans = by_name(exporter.get_finished_spans())
     assert set(spans) == {"send", "birddog.enqueue", "birddog.post"}
@@ -215,7 +222,12 @@ async def test_a_batch_is_one_post_span_linked_to_each_reply_it_carries(
     provider, exporter = traced
     first = await send_in_a_span(pg_pool, provider, "batch-1")
     second = await send_in_a_span(pg_pool, provider, "batch-2")
-    worker = Worker(jobs=PostgresJobs(pg_pool), handler=plain, listener=NoWake(), lease_s=5)
+    worker = Worker(
+        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
+        handler=plain,
+        listener=ManualListener(max_wait_s=0.05),
+        lease_s=5,
+    )
     await worker.run(once=True)
     async with mail_room(pg_pool, batch_size=10) as (room, inbox):
         report = await room.drain_outbox()
@@ -245,7 +257,12 @@ async def test_without_a_configured_sdk_nothing_is_stored_or_sent(
     """With the API alone (no SDK provider), jobs and rows keep no traceparent and posts send none."""
     room, inbox = delivered
     await enqueue(pg_pool, make_job("plain", reply_to=[ALICE]))
-    worker = Worker(jobs=PostgresJobs(pg_pool), handler=plain, listener=NoWake(), lease_s=5)
+    worker = Worker(
+        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
+        handler=plain,
+        listener=ManualListener(max_wait_s=0.05),
+        lease_s=5,
+    )
     await worker.run(once=True)
     assert await pg_pool.fetchval("SELECT traceparent FROM birddog.outbox") is None
     await room.drain_outbox()

@@ -20,19 +20,12 @@ from birddog import (
     StoreUnavailable,
     agent_job,
 )
+from birddog.clock import SystemClock
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
+from birddog.testing import ManualListener
 from birddog.worker import HandlerNotFound, Worker, load_handler
 from tests.support import ALICE, BOB, settled_job
-
-
-class NoWake:
-    """A listener that only times out: the tests drive the worker with ``once``."""
-
-    async def wait(self, timeout_s: float) -> bool:
-        """Time out after a short pause, as an idle LISTEN would."""
-        await asyncio.sleep(min(timeout_s, 0.05))
-        return False
 
 
 async def enqueue(pool: Pool, job_id: str, *, recovery: int | None = None) -> Job:
@@ -59,7 +52,7 @@ def agent_job_payload_mail(job: Job):  # type: ignore[no-untyped-def]
 @pytest.fixture
 async def store(pg_pool: Pool) -> PostgresJobs:
     """The job store on the test database."""
-    return PostgresJobs(pg_pool)
+    return PostgresJobs(pg_pool, clock=SystemClock())
 
 
 def make_worker(
@@ -68,7 +61,7 @@ def make_worker(
     return Worker(
         jobs=store,
         handler=handler,
-        listener=NoWake(),
+        listener=ManualListener(max_wait_s=0.05),
         lease_s=kw.get("lease_s", 3.0),
         handler_timeout_s=kw.get("handler_timeout_s", 10.0),
         shutdown_grace_s=kw.get("shutdown_grace_s", 0.2),
@@ -262,7 +255,7 @@ async def test_an_unstorable_result_settles_failed_after_exactly_one_run(
     pg_pool: Pool, result: object, why: str
 ) -> None:
     """A result that cannot be stored settles failed at once, saying why; the handler runs once."""
-    store = PostgresJobs(pg_pool, max_content_bytes=1000)
+    store = PostgresJobs(pg_pool, max_content_bytes=1000, clock=SystemClock())
     runs = 0
 
     async def handle(payload: AgentJobPayload) -> str:
@@ -329,7 +322,7 @@ async def test_a_worker_that_cannot_renew_its_lease_stops_the_handler_and_leaves
     worker = Worker(
         jobs=UnreachableHeartbeats(store),  # type: ignore[arg-type]
         handler=handle,
-        listener=NoWake(),
+        listener=ManualListener(max_wait_s=0.05),
         lease_s=0.3,
         handler_timeout_s=30,
     )

@@ -14,13 +14,14 @@ from asyncpg import Pool
 from prometheus_client.parser import text_string_to_metric_families
 
 from birddog import AgentJobPayload
-from birddog.bootstrap import observe_queues
+from birddog.clock import SystemClock
 from birddog.core.errors import StoreUnavailable
 from birddog.metrics import WorkerMetrics, start_server
 from birddog.postgres.jobs import PostgresJobs
-from birddog.testing import FrozenClock
+from birddog.processes.worker import observe_queues
+from birddog.testing import FrozenClock, ManualListener
 from birddog.worker import Worker
-from tests.support import T0, NoWake, enqueue, eventually, make_job
+from tests.support import T0, enqueue, eventually, make_job
 
 
 async def handler(payload: AgentJobPayload) -> str:
@@ -73,9 +74,9 @@ async def test_counts_move_as_jobs_settle_and_the_histogram_observes_each_run(
         make_job("hang-1", session="q-hang", max_recoveries=1),
     )
     worker = Worker(
-        jobs=PostgresJobs(pg_pool),
+        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
         handler=handler,
-        listener=NoWake(),
+        listener=ManualListener(max_wait_s=0.05),
         lease_s=5,
         handler_timeout_s=0.2,
         metrics=metrics,
@@ -154,7 +155,11 @@ async def test_healthz_is_503_while_the_database_is_away(
     database = urlsplit(database_url).path.lstrip("/")
     stop = asyncio.Event()
     worker = Worker(
-        jobs=PostgresJobs(pg_pool), handler=handler, listener=NoWake(), metrics=metrics, stop=stop
+        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
+        handler=handler,
+        listener=ManualListener(max_wait_s=0.05),
+        metrics=metrics,
+        stop=stop,
     )
     running = asyncio.create_task(worker.run())
     statuses: list[int] = []
@@ -171,7 +176,10 @@ async def test_healthz_is_503_while_the_database_is_away(
             assert (await scrape(base))[("birddog_database_up", ())] == 0
             with pytest.raises(StoreUnavailable):
                 await observe_queues(
-                    PostgresJobs(pg_pool), metrics, queues=None, clock=FrozenClock(T0)
+                    PostgresJobs(pg_pool, clock=SystemClock()),
+                    metrics,
+                    queues=None,
+                    clock=FrozenClock(T0),
                 )
         finally:
             await _cut(postgres_server_dsn, database, allow=True)

@@ -16,10 +16,10 @@ This module has what most suites use; the rest has a module of its own:
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import json
 import socket
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,8 +32,10 @@ from birddog import (
     JobState,
     Mail,
     MailRoom,
+    Outbox,
     OutboxRow,
     Outcome,
+    Page,
     Receipt,
     Recovery,
     Reply,
@@ -41,8 +43,12 @@ from birddog import (
     RetrySchedule,
     agent_job,
 )
-from birddog.core.delivery import new_row
+from birddog.clock import SystemClock
+from birddog.core.delivery import Attempt, RowOutcome, new_row
+from birddog.ports import Settled
 from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
+from birddog.postgres.mailbox import PostgresMailbox
+from birddog.postgres.notices import PostgresNotices
 from birddog.postgres.pool import Pool
 from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTransport
 from tests.support.waiting import eventually
@@ -54,18 +60,6 @@ ALICE = AgentAddress(agent_id="alice", session_id="s-alice")
 BOB = AgentAddress(agent_id="bob", session_id="s-bob")
 CAROL = AgentAddress(agent_id="carol", session_id="s-carol")
 SENDER = AgentAddress(agent_id="boss", session_id="boss-session")
-
-
-# ---- waiting on work in another task ------------------------------------------------
-
-
-class NoWake:
-    """A worker's listener that only times out, after a short pause, as an idle LISTEN would."""
-
-    async def wait(self, timeout_s: float) -> bool:
-        """Time out soon: the worker claims again."""
-        await asyncio.sleep(min(timeout_s, 0.05))
-        return False
 
 
 # ---- jobs ----------------------------------------------------------------------------
@@ -177,6 +171,46 @@ def receipt_for(row: OutboxRow, *, when: datetime) -> Receipt:
     )
 
 
+# ---- storing a claim's outcomes -------------------------------------------------------
+
+
+async def store_claim(
+    outbox: Outbox,
+    *,
+    page: Page,
+    outcomes: Sequence[RowOutcome],
+    attempts: Sequence[Attempt | None] = (),
+    mailbox: Collection[str] = (),
+) -> list[str]:
+    """Store one claim's outcomes through ``Outbox.store`` (what a drain of one page stores).
+
+    Args:
+        outbox: the outbox under test.
+        page: the claim the rows were taken under.
+        outcomes: one per row.
+        attempts: the attempt behind each outcome, in the same order (missing: none).
+        mailbox: keys of receipts delivered into the mailbox table.
+
+    Returns:
+        The keys whose outcome was stored.
+    """
+    items = [
+        Settled(
+            claim=page.claim,
+            outcome=outcome,
+            attempt=attempts[index] if index < len(attempts) else None,
+            mailbox=outcome.key in mailbox,
+        )
+        for index, outcome in enumerate(outcomes)
+    ]
+    return await outbox.store(items)
+
+
+async def release_claim(outbox: Outbox, *, page: Page) -> None:
+    """Give a page's rows back untouched through ``Outbox.release_rows``."""
+    await outbox.release_rows([(page.claim, row.key) for row in page.rows])
+
+
 # ---- what the database holds ---------------------------------------------------------
 
 
@@ -207,6 +241,24 @@ async def job_row(pool: Pool, job_id: str) -> dict[str, Any]:
     row = await pool.fetchrow("SELECT * FROM birddog.jobs WHERE job_id = $1", job_id)
     assert row is not None
     return dict(row)
+
+
+# ---- mailboxes -----------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def mailbox_on(
+    pool: Pool, listen_dsn: str | None = None, **options: Any
+) -> AsyncIterator[PostgresMailbox]:
+    """A PostgresMailbox over ``pool`` whose waits LISTEN on ``listen_dsn`` (None: poll only)."""
+    notices = PostgresNotices(listen_dsn)
+    options.setdefault("clock", SystemClock())
+    mailbox = PostgresMailbox(pool, notices=notices, **options)
+    try:
+        yield mailbox
+    finally:
+        await mailbox.close()
+        await notices.close()
 
 
 # ---- the network ---------------------------------------------------------------------

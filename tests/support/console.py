@@ -178,8 +178,8 @@ async def start_console(pool: Pool, *, read_only: bool = False) -> ConsoleServer
     app = make_app(
         admin=PostgresAdmin(pool),
         outbox=PostgresOutbox(pool),
-        routes=PostgresRoutes(pool, cache_s=0),
-        jobs=PostgresJobs(pool),
+        routes=PostgresRoutes(pool, cache_s=0, clock=SystemClock()),
+        jobs=PostgresJobs(pool, clock=SystemClock()),
         clock=SystemClock(),
         sessions=sessions,
         read_only=read_only,

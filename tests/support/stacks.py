@@ -57,10 +57,15 @@ class Harness:
     def __init__(self, pool: Any, inbox: TestInbox) -> None:
         self.pool = pool
         self.inbox = inbox
-        self.routes = PostgresRoutes(pool)
+        self.routes = PostgresRoutes(pool, clock=SystemClock())
         self.outbox = PostgresOutbox(pool)
         self.wake = PostgresWake(pool)
-        self.room = pg_room(pool, HttpTransport(self.routes), outbox=self.outbox, wake=self.wake)
+        self.room = pg_room(
+            pool,
+            HttpTransport(self.routes, clock=SystemClock()),
+            outbox=self.outbox,
+            wake=self.wake,
+        )
 
     async def add_agent(self, agent: str) -> None:
         """Route ``agent`` to the test inbox with a fresh secret."""

@@ -1,4 +1,4 @@
-"""decide(row, result, now): the whole delivery policy as a pure function."""
+"""decide_delivery(row, result, now): the whole delivery policy as a pure function."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from birddog import (
     ReplyFacts,
     RetrySchedule,
     RowState,
-    decide,
+    decide_delivery,
 )
 from birddog.core.delivery import NOT_ACCEPTED, as_result, new_row
 
@@ -84,7 +84,7 @@ def test_decision_table(
 ) -> None:
     """Each row of the table is the next state the policy owes."""
     kind, attempts, deferrals, due, dead_reason = expected
-    out = decide(a_row(**changes), result, now=now, schedule=SCHEDULE, rng=middle)
+    out = decide_delivery(a_row(**changes), result, now=now, schedule=SCHEDULE, rng=middle)
     if kind == "receipt":
         assert isinstance(out, Receipt)
         assert out.attempts == attempts
@@ -99,7 +99,7 @@ def test_decision_table(
 
 def test_receipt_is_compact_and_keeps_the_key() -> None:
     """A receipt keeps the key, recipient, command id and outcome, not the content."""
-    out = decide(a_row(), Accepted(), now=at(2), schedule=SCHEDULE, rng=middle)
+    out = decide_delivery(a_row(), Accepted(), now=at(2), schedule=SCHEDULE, rng=middle)
     assert out == Receipt(
         key="outbox:m:reply:0",
         delivered_at=at(2),
@@ -113,7 +113,7 @@ def test_receipt_is_compact_and_keeps_the_key() -> None:
 def test_failure_reason_is_stored_bounded_and_redacted() -> None:
     """The last error is one line, masked and cut."""
     reason = "HTTP 500\nAuthorization: Bearer topsecret " + "x " * 200
-    out = decide(a_row(), Failed(reason), now=at(1), schedule=SCHEDULE, rng=middle)
+    out = decide_delivery(a_row(), Failed(reason), now=at(1), schedule=SCHEDULE, rng=middle)
     assert isinstance(out, OutboxRow)
     assert out.last_error is not None
     assert "topsecret" not in out.last_error
@@ -124,7 +124,7 @@ def test_failure_reason_is_stored_bounded_and_redacted() -> None:
 def test_decide_does_not_touch_its_input() -> None:
     """The decision returns a new row and leaves the old one as it was."""
     row = a_row()
-    decide(row, Failed("x"), now=at(1), schedule=SCHEDULE, rng=middle)
+    decide_delivery(row, Failed("x"), now=at(1), schedule=SCHEDULE, rng=middle)
     assert row.attempts == 0
 
 
@@ -135,7 +135,7 @@ def test_a_failing_row_always_ends() -> None:
     for _ in range(SCHEDULE.max_attempts):
         assert isinstance(row, OutboxRow)
         now = max(now, row.due_at)
-        row = decide(row, Failed("x"), now=now, schedule=SCHEDULE, rng=middle)
+        row = decide_delivery(row, Failed("x"), now=now, schedule=SCHEDULE, rng=middle)
         if isinstance(row, OutboxRow) and row.state is RowState.DEAD:
             break
     assert isinstance(row, OutboxRow)
@@ -151,7 +151,7 @@ def test_endless_deferrals_still_die_loud() -> None:
         if row.state is RowState.DEAD:
             break
         now = row.due_at
-        row = decide(
+        row = decide_delivery(
             row, Deferred(now + timedelta(hours=5)), now=now, schedule=SCHEDULE, rng=middle
         )
     assert isinstance(row, OutboxRow)

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from birddog import Accepted, AgentAddress, DeadReason, Failed, OutboxRow, Receipt, Reply
 from birddog.engine import DeliveryEngine, DrainReport
+from birddog.ports import Settled
+from birddog.testing import ManualListener
 from tests.support import ALICE, CAROL, Room, eventually, make_row, settled_job
 
 DEADLINE_S = 5.0
@@ -23,33 +26,11 @@ async def fan_out(room: Room, count: int, reply_to: list[AgentAddress], prefix: 
     return keys
 
 
-class Bell:
-    """A listener rung by the test, as a NOTIFY would be."""
-
-    def __init__(self) -> None:
-        self._rung = asyncio.Event()
-        self.heard = 0  # rings a wait returned
-
-    def ring(self) -> None:
-        """Announce new rows."""
-        self._rung.set()
-
-    async def wait(self, timeout_s: float) -> bool:
-        """True when rung within ``timeout_s``."""
-        try:
-            await asyncio.wait_for(self._rung.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        self._rung.clear()
-        self.heard += 1
-        return True
-
-
 class Serving:
     """An engine serving in the background until stopped."""
 
     def __init__(
-        self, engine: DeliveryEngine, *, once: bool = False, listener: Bell | None = None
+        self, engine: DeliveryEngine, *, once: bool = False, listener: ManualListener | None = None
     ) -> None:
         self.engine = engine
         self.stop = asyncio.Event()
@@ -119,13 +100,16 @@ async def test_a_busy_recipient_refills_the_moment_a_post_ends(room: Room) -> No
     stores = asyncio.Event()
     stores.set()
 
-    store = room.outbox.apply
+    store = room.outbox.store
+    asked: list[str] = []
 
-    async def slow_store(**kwargs: Any) -> list[str]:
+    async def slow_store(items: Sequence[Settled]) -> list[str]:
+        asked.extend(item.outcome.key for item in items)
         await stores.wait()
-        return await store(**kwargs)
+        return await store(items)
 
-    room.outbox.apply = slow_store  # type: ignore[method-assign]
+    # The engine stores every outcome through Outbox.store: blocking it blocks them all.
+    room.outbox.store = slow_store  # type: ignore[method-assign]
     gates = gated(room)
     keys = sorted(await fan_out(room, 20, [ALICE], "b"))
     serving = Serving(room.room.engine(per_recipient=2), once=True)
@@ -137,8 +121,9 @@ async def test_a_busy_recipient_refills_the_moment_a_post_ends(room: Room) -> No
     stores.clear()
     await eventually(lambda: len(room.transport.sent) == 4, "the next two posts")
     gates[keys[2]].set()
-    # ... and a post ending still starts the next one at once.
+    # ... and a post ending still starts the next one at once, while its outcome waits.
     await eventually(lambda: len(room.transport.sent) == 5, "the post after the third")
+    await eventually(lambda: keys[2] in asked, "the third outcome's store")
     assert len(serving.delivered) == 2
     stores.set()
     for key in keys:
@@ -202,16 +187,16 @@ async def test_a_recipient_that_slows_down_gives_its_ready_rows_back(room: Room)
     room.transport.answer = answer
     room.room.post_timeout_s = 30
     engine = room.room.engine(window_size=64, per_recipient=4)
-    bell = Bell()
+    bell = ManualListener()
     warm = await fan_out(room, 40, [CAROL], "w")
     serving = Serving(engine, listener=bell)
     await eventually(lambda: set(warm) <= set(serving.delivered), "carol's first receipts")
     hang.clear()
     await fan_out(room, 200, [CAROL], "c")
-    bell.ring()
+    bell.notify()
     await eventually(lambda: len(posted(room, CAROL)) >= 44, "carol's hanging posts")
     alice = await fan_out(room, 100, [ALICE], "a")
-    bell.ring()
+    bell.notify()
     await eventually(lambda: set(alice) <= set(serving.delivered), "alice's receipts")
     assert len(posted(room, CAROL)) == 44
     never.set()
@@ -375,13 +360,13 @@ async def backlog_that_hangs(room: Room) -> tuple[asyncio.Event, set[AgentAddres
 async def test_a_notification_during_a_backlog_posts_the_fresh_row_at_once(room: Room) -> None:
     """With the window full of a backlog, a new row is claimed on its notification and posted."""
     never, _ = await backlog_that_hangs(room)
-    bell = Bell()
+    bell = ManualListener()
     engine = room.room.engine(window_size=8, per_recipient=4)
     serving = Serving(engine, listener=bell)
     await eventually(lambda: engine.full, "a full window")
     room.clock.advance(1)
     [fresh] = await fan_out(room, 1, [CAROL], "f")
-    bell.ring()
+    bell.notify()
     await eventually(lambda: fresh in serving.delivered, "the fresh reply's receipt")
     assert engine.fresh_claims >= 1
     # The backlog's posts are all still out: the fresh claim came on top of the window.
@@ -396,7 +381,7 @@ async def test_a_storm_of_notifications_holds_at_most_fresh_rows_beyond_the_wind
 ) -> None:
     """However often the bell rings, the window holds at most fresh_rows more than its size."""
     never, _ = await backlog_that_hangs(room)
-    bell = Bell()
+    bell = ManualListener()
     engine = room.room.engine(window_size=8, per_recipient=4, fresh_rows=3)
     serving = Serving(engine, listener=bell)
     await eventually(lambda: engine.full, "a full window")
@@ -415,9 +400,10 @@ async def test_a_storm_of_notifications_holds_at_most_fresh_rows_beyond_the_wind
     await fan_out(room, 10, storm, "f")
     held: list[int] = []
     for _ in range(20):
-        heard = bell.heard
-        bell.ring()
-        await eventually(lambda h=heard: bell.heard > h, "the ring heard")
+        waits = bell.waits
+        bell.notify()
+        # The watcher waits again only once it has claimed for this notification.
+        await eventually(lambda w=waits: bell.waits > w, "the notification handled")
         held.append(engine.held)
     await eventually(lambda: engine.held == 8 + 3, "the fresh rows held")
     assert max(held) <= 8 + 3
@@ -430,12 +416,12 @@ async def test_a_storm_of_notifications_holds_at_most_fresh_rows_beyond_the_wind
 
 async def test_without_a_backlog_a_notification_only_wakes_the_loop(room: Room) -> None:
     """An idle engine woken by the bell claims through its own loop, not a fresh claim."""
-    bell = Bell()
+    bell = ManualListener()
     engine = room.room.engine(window_size=8)
     serving = Serving(engine, listener=bell)
     await eventually(lambda: room.wake.slept, "the engine asleep")
     [key] = await fan_out(room, 1, [ALICE], "i")
-    bell.ring()
+    bell.notify()
     await eventually(lambda: key in serving.delivered, "the reply's receipt")
     assert engine.fresh_claims == 0
     await serving.finish()

@@ -1,8 +1,10 @@
-"""The layers hold: the core is pure, and the resident loops never name the database driver."""
+"""The layers hold: the core is pure, the loops never name the driver, the app never the adapter."""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -24,10 +26,17 @@ APP_MODULES = sorted(
         *(path for path in SOURCE.glob("*.py")),
         *(SOURCE / "cli").glob("*.py"),
         *(SOURCE / "console").glob("*.py"),
+        *(SOURCE / "processes").glob("*.py"),
         *(SOURCE / "engine").glob("*.py"),
     ]
 )
 """The app layer: the composition root, the commands, the console, the processes, the engine."""
+
+COMPOSITION_ROOT = SOURCE / "bootstrap.py"
+"""The one app module that names the Postgres adapters (the processes take them from it)."""
+
+NOT_YET_BEHIND_A_PORT: set[Path] = set()
+"""Temporary exceptions to the rule below, each with the change that removes it."""
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -68,3 +77,54 @@ def test_the_core_imports_no_driver_and_no_app_module() -> None:
 def test_the_app_layer_never_imports_a_database_driver(path: Path) -> None:
     """Only birddog.postgres knows the database driver; the app sees BirdDog errors."""
     assert drivers_in(path, DATABASE_DRIVERS) == []
+
+
+def test_an_adapter_module_loads_without_alembic_or_sqlalchemy() -> None:
+    """Importing the outbox, wake or routes adapter loads no migration library (a fresh process)."""
+    script = (
+        "import sys\n"
+        "import birddog.postgres.outbox, birddog.postgres.wake, birddog.postgres.routes\n"
+        "print(' '.join(sorted({m.split('.')[0] for m in sys.modules} & {'alembic', 'sqlalchemy'})))"
+    )
+    done = subprocess.run(  # noqa: S603 - this interpreter, a fixed script
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == ""
+
+
+def postgres_imports(path: Path) -> list[str]:
+    """The Postgres adapter modules ``path`` imports, and any import of ``queries``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("birddog.postgres"))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("birddog.postgres") or (
+                node.module == "birddog" and any(a.name == "postgres" for a in node.names)
+            ):
+                found.add(node.module)
+            found.update(f"{node.module}.queries" for a in node.names if a.name == "queries")
+    return sorted(found)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [path for path in APP_MODULES if path != COMPOSITION_ROOT],
+    ids=lambda path: str(path.relative_to(SOURCE)),
+)
+def test_only_the_composition_root_names_the_postgres_adapters(path: Path) -> None:
+    """Commands, console and processes reach the database through bootstrap or a port."""
+    if path in NOT_YET_BEHIND_A_PORT:
+        assert postgres_imports(path), f"{path.name} no longer needs its exception"
+        return
+    assert postgres_imports(path) == []
+
+
+def test_the_processes_stand_above_the_composition_root() -> None:
+    """A process module takes its adapters from bootstrap, which never imports a process."""
+    assert not any(
+        name.startswith("birddog.processes") for name in imported_modules(COMPOSITION_ROOT)
+    )
+    for path in sorted((SOURCE / "processes").glob("*.py")):
+        assert postgres_imports(path) == [], path.name

@@ -1,4 +1,4 @@
-"""decide(facts, event, now): the whole job lifecycle as a pure function."""
+"""decide_job(facts, event, now): the whole job lifecycle as a pure function."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from birddog.core.lifecycle import (
     SettleRequested,
     WorkerStopped,
     bounded_content,
-    decide,
+    decide_job,
     format_bytes,
     format_duration,
     queued_too_long_text,
@@ -133,7 +133,7 @@ def test_decision_table(
     facts: JobFacts, event: JobEvent, now: datetime, expected: Decision
 ) -> None:
     """Each row of the lifecycle table gives exactly its decision."""
-    assert decide(facts, event, now=now, limits=LIMITS) == expected
+    assert decide_job(facts, event, now=now, limits=LIMITS) == expected
 
 
 def test_the_queued_too_long_text_says_how_long_and_why() -> None:
@@ -230,8 +230,8 @@ events_strategy = st.one_of(
 def test_every_decision_is_storable_and_bounded(
     facts: JobFacts, event: JobEvent, seconds: float
 ) -> None:
-    """Whatever happens, decide never raises and a settlement always fits the store."""
-    decision = decide(facts, event, now=at(seconds), limits=LIMITS)
+    """Whatever happens, decide_job never raises and a settlement always fits the store."""
+    decision = decide_job(facts, event, now=at(seconds), limits=LIMITS)
     if isinstance(decision, Settle):
         assert result_problem(decision.content, limit_bytes=LIMITS.max_content_bytes) is None
         assert decision.diagnostic is None or len(decision.diagnostic) <= DIAGNOSTIC_MAX_LENGTH
@@ -246,7 +246,7 @@ def test_every_decision_is_storable_and_bounded(
 def test_a_recorded_cancellation_always_wins(facts: JobFacts, event: JobEvent) -> None:
     """A running job with a recorded cancellation never settles other than cancelled."""
     facts = replace(facts, state=JobState.RUNNING, cancellation="stop")
-    decision = decide(facts, event, now=at(120), limits=LIMITS)
+    decision = decide_job(facts, event, now=at(120), limits=LIMITS)
     assert not isinstance(decision, Requeue)
     if isinstance(decision, Settle):
         assert decision.outcome is Outcome.CANCELLED
@@ -257,7 +257,7 @@ def test_a_recorded_cancellation_always_wins(facts: JobFacts, event: JobEvent) -
 def test_only_the_current_claim_finishes_a_running_job(facts: JobFacts, event: JobEvent) -> None:
     """Without the current claim, a settle or stop of a running job is refused."""
     facts = replace(facts, state=JobState.RUNNING, claim_matches=False)
-    decision = decide(facts, event, now=at(1), limits=LIMITS)
+    decision = decide_job(facts, event, now=at(1), limits=LIMITS)
     if isinstance(event, SettleRequested | WorkerStopped | HandlerTimedOut):
         assert isinstance(decision, Refuse)
 
@@ -277,7 +277,7 @@ def test_a_recorded_cancellation_that_cannot_be_stored_still_settles_storably(
         created_at=T0,
         lease_expires_at=at(60),
     )
-    decision = decide(facts, LeaseExpired(), now=at(120), limits=LIMITS)
+    decision = decide_job(facts, LeaseExpired(), now=at(120), limits=LIMITS)
     assert isinstance(decision, Settle)
     assert decision.outcome is Outcome.CANCELLED
     assert result_problem(decision.content, limit_bytes=LIMITS.max_content_bytes) is None

@@ -1,13 +1,17 @@
-"""Side tasks cannot kill their process: every() logs, counts and retries with backoff."""
+"""Side tasks: every() logs, counts and retries with backoff; SideTasks runs them per process."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 
+import pytest
 import structlog
 
-from birddog.core.errors import StoreUnavailable
+from birddog.core.errors import InvalidSetting, StoreUnavailable
 from birddog.metrics import Metrics
+from birddog.processes.sides import SideTasks
 from birddog.runtime import every
 
 
@@ -73,3 +77,101 @@ async def test_a_message_never_reaches_the_log() -> None:
     with structlog.testing.capture_logs() as events:
         await every(1, leaky, stop=stop, name="heartbeat")
     assert "secret plan" not in repr(events)
+
+
+async def test_a_side_task_that_dies_stops_its_process_loudly() -> None:
+    """A task run beside the main loop that raises cancels the loop and raises out of it."""
+    stop = asyncio.Event()
+    loop_cancelled = asyncio.Event()
+
+    async def listener() -> None:
+        raise RuntimeError("the listener broke")
+
+    async def main_loop() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            loop_cancelled.set()
+            raise
+
+    async def process() -> None:
+        async with SideTasks(stop=stop) as sides:
+            sides.run("listener", listener)
+            await asyncio.wait_for(main_loop(), timeout=10)
+
+    with structlog.testing.capture_logs() as events, pytest.raises(ExceptionGroup) as caught:
+        await process()
+    assert caught.group_contains(RuntimeError, match="the listener broke")
+    assert loop_cancelled.is_set()
+    died = [e for e in events if e["event"] == "side_task_died"]
+    assert [(e["task"], e["error"], e["log_level"]) for e in died] == [
+        ("listener", "RuntimeError", "error")
+    ]
+
+
+async def test_a_failing_periodic_side_task_is_counted_and_never_ends_its_process() -> None:
+    """A periodic task that keeps failing is counted per failure; the main loop runs on."""
+    stop = asyncio.Event()
+    metrics = Metrics()
+    failed_three_times = asyncio.Event()
+    failures: list[str] = []
+
+    def counted(name: str) -> None:
+        metrics.side_task_failed(name)
+        failures.append(name)
+        if len(failures) == 3:
+            failed_three_times.set()
+
+    async def reap() -> None:
+        raise RuntimeError("a bug in the reaper")
+
+    with structlog.testing.capture_logs():
+        async with SideTasks(stop=stop, on_error=counted) as sides:
+            sides.every("reaper", 0.01, reap)
+            await asyncio.wait_for(failed_three_times.wait(), timeout=10)
+    assert failures[:3] == ["reaper"] * 3
+    assert sides.names == ["reaper"]
+    assert 'birddog_side_task_errors_total{task="reaper"}' in metrics.exposition().decode()
+
+
+async def test_side_tasks_end_with_their_process_and_what_was_held_closes_after() -> None:
+    """When the main loop ends the tasks are cancelled first, then what was entered closes."""
+    stop = asyncio.Event()
+    ran = asyncio.Event()
+    order: list[str] = []
+
+    async def heartbeat() -> None:
+        ran.set()
+
+    @contextlib.asynccontextmanager
+    async def listener() -> AsyncIterator[str]:
+        order.append("opened")
+        try:
+            yield "listening"
+        finally:
+            order.append(f"closed, heartbeat {'done' if beat.done() else 'running'}")
+
+    async with SideTasks(stop=stop) as sides:
+        held = await sides.enter(listener())
+        sides.every("heartbeat", 3600, heartbeat)
+        [beat] = [task for task in asyncio.all_tasks() if task.get_name() == "heartbeat"]
+        await asyncio.wait_for(ran.wait(), timeout=10)
+    assert held == "listening"
+    assert beat.cancelled()
+    assert order == ["opened", "closed, heartbeat done"]
+
+
+async def test_an_error_of_the_main_loop_goes_up_as_it_is() -> None:
+    """A setting refused in the main loop reaches the caller unwrapped (one line, exit 2)."""
+    stop = asyncio.Event()
+
+    async def heartbeat() -> None:
+        pass
+
+    async def process() -> None:
+        async with SideTasks(stop=stop) as sides:
+            sides.every("heartbeat", 3600, heartbeat)
+            raise InvalidSetting("port taken")
+
+    with pytest.raises(InvalidSetting, match="port taken"):
+        await process()

@@ -63,10 +63,6 @@ def duration(value: str | float) -> float:
     return seconds
 
 
-DURATION = duration
-"""The parameter type of every ``--...-s`` option that takes a duration."""
-
-
 class BirdDogGroup(click.Group):
     """The ``birddog`` group: arguments that are not UTF-8 text are refused up front.
 
@@ -203,7 +199,7 @@ def _refused(exc: BaseException) -> str | None:
     The database adapter knows a refusal and the server's reason; the command line knows
     only that it gets one line, not a traceback.
     """
-    from birddog.postgres.pool import refusal_reason  # noqa: PLC0415 - keeps --help fast
+    from birddog.bootstrap import refusal_reason  # noqa: PLC0415 - keeps --help fast
 
     reason = refusal_reason(exc)
     return None if reason is None else f"the database refused: {reason}"
@@ -218,18 +214,6 @@ def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T
             return await action(stack)
 
     return run(go())
-
-
-def parse_address(value: str, field: str) -> dict[str, str]:
-    """An ``AGENT_ID:SESSION_ID`` option as address JSON (validated later, by the model).
-
-    Raises:
-        click.BadParameter: there is no colon.
-    """
-    agent, sep, session = value.partition(":")
-    if not sep:
-        raise click.BadParameter(f"{field} must be AGENT_ID:SESSION_ID, got {value!r}")
-    return {"kind": "agent", "agentId": agent, "sessionId": session}
 
 
 def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> None:
@@ -306,6 +290,7 @@ from birddog.cli import jobs as jobs  # noqa: E402
 from birddog.cli import listen as listen  # noqa: E402
 from birddog.cli import mail as mail  # noqa: E402
 from birddog.cli import mailbox as mailbox  # noqa: E402
+from birddog.cli import mcp as mcp  # noqa: E402
 from birddog.cli import ops as ops  # noqa: E402
 from birddog.cli import prune as prune  # noqa: E402
 from birddog.cli import routes as routes  # noqa: E402
@@ -316,19 +301,16 @@ from birddog.cli import worker as worker  # noqa: E402
 name_environment_twins(main)
 
 __all__ = [
-    "DURATION",
     "EXIT_ALARM",
     "EXIT_CONFIG",
     "EXIT_OK",
     "BirdDogGroup",
     "ConfigurationError",
-    "Duration",
     "announce",
     "announcer",
     "duration",
     "main",
     "name_environment_twins",
-    "parse_address",
     "print_rows",
     "run",
     "settings_error",

@@ -25,6 +25,6 @@ def console(ctx: click.Context, port: int, read_only: bool) -> None:
     in; every page and action needs it.
     """
     quiet_until_started()
-    from birddog.bootstrap import run_console  # noqa: PLC0415 - keeps --help fast
+    from birddog.processes.console import run_console  # noqa: PLC0415 - keeps --help fast
 
     run(run_console(settings_of(ctx), port=port, read_only=read_only, announce=announce))

@@ -36,7 +36,7 @@ def migrate(ctx: click.Context, roles: bool) -> None:
 def run_command(ctx: click.Context, once: bool, migrate_first: bool) -> None:
     """Run the drain daemon: deliver owed replies until stopped (SIGTERM/SIGINT)."""
     quiet_until_started()
-    from birddog.bootstrap import run_daemon  # noqa: PLC0415
+    from birddog.processes.daemon import run_daemon  # noqa: PLC0415
 
     settings = settings_of(ctx)
     run(

@@ -14,7 +14,7 @@ from birddog.core.mail import Outcome
 from birddog.display import dump_json, format_value, render_record, render_table
 
 if TYPE_CHECKING:
-    from birddog.postgres.admin import Story
+    from birddog.ports import Story
 
 JOB_COLUMNS = [
     "job_id",
@@ -57,9 +57,9 @@ def _job_record(job: dict[str, Any]) -> list[tuple[str, object]]:
     ]
     if mail:
         pairs += [
-            ("from", f"{sender.get('agentId')}/{sender.get('sessionId')}"),
-            ("to", f"{to.get('agentId')}/{to.get('sessionId')}"),
-            ("reply to", ", ".join(f"{a.get('agentId')}/{a.get('sessionId')}" for a in reply_to)),
+            ("from", f"{sender.get('agentId')}:{sender.get('sessionId')}"),
+            ("to", f"{to.get('agentId')}:{to.get('sessionId')}"),
+            ("reply to", ", ".join(f"{a.get('agentId')}:{a.get('sessionId')}" for a in reply_to)),
             ("content", _preview(job["content_preview"], job["content_chars"])),
         ]
     if job["result_chars"] is not None:
@@ -148,7 +148,7 @@ def render_story(story: Story) -> str:
     """A story as sections of records and tables, every value inert.
 
     Args:
-        story: the story from :meth:`birddog.postgres.admin.PostgresAdmin.story`.
+        story: the story from :meth:`birddog.ports.Admin.story`.
 
     Returns:
         The text to print.
@@ -163,7 +163,7 @@ def render_story(story: Story) -> str:
     rows = [
         {
             "key": row["key"],
-            "to": f"{row['recipient_agent_id']}/{row['recipient_session_id']}",
+            "to": f"{row['recipient_agent_id']}:{row['recipient_session_id']}",
             "state": row["state"] if row["state"] == "pending" else f"dead ({row['dead_reason']})",
             "attempts": row["attempts"],
             "when": row["due_at"] if row["state"] == "pending" else row["dead_at"],
@@ -173,7 +173,7 @@ def render_story(story: Story) -> str:
     ] + [
         {
             "key": row["key"],
-            "to": f"{row['recipient_agent_id']}/{row['recipient_session_id']}",
+            "to": f"{row['recipient_agent_id']}:{row['recipient_session_id']}",
             "state": "delivered" + (" to mailbox" if row["key"] in read else ""),
             "attempts": row["attempts"],
             "when": row["delivered_at"],

@@ -50,18 +50,18 @@ def listen(
         )
 
     async def go() -> int:
-        stop = stop_on_signals()
         try:
-            return await serve_inbox(
-                agent_id,
-                secrets,
-                host=host,
-                port=port,
-                stop=stop,
-                echo=click.echo,
-                on_listening=listening,
-                count=count,
-            )
+            with stop_on_signals() as stop:
+                return await serve_inbox(
+                    agent_id,
+                    secrets,
+                    host=host,
+                    port=port,
+                    stop=stop,
+                    echo=click.echo,
+                    on_listening=listening,
+                    count=count,
+                )
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise ConfigurationError(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import main, parse_address, settings_of, with_stack
+from birddog.cli import main, settings_of, with_stack
 
 if TYPE_CHECKING:
     from birddog.bootstrap import Stack
@@ -51,16 +51,23 @@ def send(
     """Enqueue an agent job with mail; sending the same job again is a replay ("already sent")."""
     from birddog.bootstrap import CLOCK  # noqa: PLC0415 - keeps --help fast
     from birddog.clock import epoch_ms  # noqa: PLC0415
+    from birddog.core.ask import parse_address  # noqa: PLC0415
     from birddog.core.errors import InvalidInput  # noqa: PLC0415
     from birddog.core.jobs import AgentWork, Job, agent_job, check_content_size  # noqa: PLC0415
     from birddog.core.mail import Mail  # noqa: PLC0415
 
     settings = settings_of(ctx)
     text = read_content(content)
-    target = parse_address(to, "--to")
+    try:
+        # Errors name the mail's fields, as the mail's own checks do: replyTo.1.agentId.
+        target = parse_address(to, "to")
+        sender = parse_address(from_, "from")
+        replies = [parse_address(value, f"replyTo.{i}") for i, value in enumerate(reply_to)]
+    except InvalidInput as exc:
+        raise click.UsageError(str(exc)) from exc
     work_fields: dict[str, Any] = {
         "jobId": job_id,
-        "sessionId": target["sessionId"],
+        "sessionId": target.session_id,
         "commandFactId": command_id,
     }
     if max_recoveries is not None:
@@ -68,8 +75,8 @@ def send(
     mail_fields: dict[str, Any] = {
         "key": key,
         "to": target,
-        "from": parse_address(from_, "--from"),
-        "replyTo": [parse_address(value, "--reply-to") for value in reply_to],
+        "from": sender,
+        "replyTo": replies,
         "content": text,
     }
 

@@ -9,12 +9,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from birddog.cli import main, with_stack
+from birddog.core.ask import address_text
 from birddog.core.text import inert
 from birddog.display import format_value
 
 if TYPE_CHECKING:
     from birddog.bootstrap import Stack
-    from birddog.postgres.mailbox import MailboxEntry
+    from birddog.core.mailbox import MailboxEntry
 
 
 def entry_json(entry: MailboxEntry) -> dict[str, Any]:
@@ -46,7 +47,7 @@ def print_entry(entry: MailboxEntry, *, as_json: bool) -> None:
         click.echo(json.dumps(entry_json(entry), ensure_ascii=True))
         return
     sender = entry.sender
-    origin = "unknown sender" if sender is None else f"from {sender.agent_id}:{sender.session_id}"
+    origin = "unknown sender" if sender is None else f"from {address_text(sender)}"
     click.echo(
         f"{inert(entry.key)}  {inert(str(entry.outcome))}  {inert(origin)}  "
         f"{format_value(entry.delivered_at)}"
@@ -88,9 +89,9 @@ def inbox(
             return
         from birddog.runtime import stop_on_signals  # noqa: PLC0415 - keeps --help fast
 
-        stop = stop_on_signals()
-        async for batch in stack.mailbox.follow(agent_id, session_id, stop=stop, limit=limit):
-            await _emit(stack, batch, ack=ack, as_json=as_json)
+        with stop_on_signals() as stop:
+            async for batch in stack.mailbox.follow(agent_id, session_id, stop=stop, limit=limit):
+                await _emit(stack, batch, ack=ack, as_json=as_json)
 
     with_stack(ctx, show)
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import DURATION, EXIT_ALARM, EXIT_OK, main, print_rows, settings_of, with_stack
+from birddog.cli import EXIT_ALARM, EXIT_OK, duration, main, print_rows, settings_of, with_stack
 from birddog.core.text import inert
 
 if TYPE_CHECKING:
@@ -245,26 +245,26 @@ def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
 
 @main.command()
 @click.option(
-    "--pending-s", type=DURATION, default=None, help="Alarm when a reply is pending longer (7200)."
+    "--pending-s", type=duration, default=None, help="Alarm when a reply is pending longer (7200)."
 )
 @click.option(
-    "--dead-s", type=DURATION, default=None, help="Alarm on a dead letter this new (3600)."
+    "--dead-s", type=duration, default=None, help="Alarm on a dead letter this new (3600)."
 )
 @click.option(
-    "--job-queued-s", type=DURATION, default=None, help="Alarm when a job is queued longer (7200)."
+    "--job-queued-s", type=duration, default=None, help="Alarm when a job is queued longer (7200)."
 )
 @click.option(
     "--lease-overdue-s",
-    type=DURATION,
+    type=duration,
     default=None,
     help="Alarm when a job runs this long past its lease (60).",
 )
 @click.option(
-    "--hold-s", type=DURATION, default=None, help="Alarm when a recipient is held longer (86400)."
+    "--hold-s", type=duration, default=None, help="Alarm when a recipient is held longer (86400)."
 )
 @click.option(
     "--daemon-s",
-    type=DURATION,
+    type=duration,
     default=None,
     help="Alarm when replies are due and no daemon beat for this long (120).",
 )
@@ -315,7 +315,7 @@ def check(
 
 @main.command()
 @click.option(
-    "--timeout-s", type=DURATION, default=300.0, help="Deadline for the round trip (300)."
+    "--timeout-s", type=duration, default=300.0, help="Deadline for the round trip (300)."
 )
 @click.option(
     "--drain", is_flag=True, help="Deliver the probe's reply itself instead of a running daemon."

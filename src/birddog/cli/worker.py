@@ -50,7 +50,7 @@ def worker(
     tail of its stderr as the diagnostic.
     """
     quiet_until_started()
-    from birddog.bootstrap import run_worker  # noqa: PLC0415 - keeps --help fast
+    from birddog.processes.worker import run_worker  # noqa: PLC0415 - keeps --help fast
     from birddog.spawn import command_handler  # noqa: PLC0415
     from birddog.worker import load_handler  # noqa: PLC0415
 

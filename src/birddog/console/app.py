@@ -38,11 +38,16 @@ from birddog.core.errors import (
 from birddog.core.mail import Outcome
 from birddog.core.text import inert
 from birddog.display import format_age, format_value
-from birddog.ports import Clock
-from birddog.postgres.admin import JOB_STATES, PENDING_STATUSES, PREVIEW_CHARS, PostgresAdmin
-from birddog.postgres.jobs import PostgresJobs
-from birddog.postgres.outbox import PostgresOutbox
-from birddog.postgres.routes import PostgresRoutes
+from birddog.ports import (
+    JOB_STATES,
+    PENDING_STATUSES,
+    PREVIEW_CHARS,
+    Admin,
+    Clock,
+    DeadLetterReplay,
+    JobCancels,
+    RouteHolds,
+)
 
 log = structlog.get_logger("birddog.console")
 
@@ -92,10 +97,10 @@ class Console:
         templates: the Jinja2 environment.
     """
 
-    admin: PostgresAdmin
-    outbox: PostgresOutbox
-    routes: PostgresRoutes
-    jobs: PostgresJobs
+    admin: Admin
+    outbox: DeadLetterReplay
+    routes: RouteHolds
+    jobs: JobCancels
     clock: Clock
     sessions: Sessions
     read_only: bool
@@ -162,10 +167,10 @@ def make_templates() -> jinja2.Environment:
 
 def make_app(
     *,
-    admin: PostgresAdmin,
-    outbox: PostgresOutbox,
-    routes: PostgresRoutes,
-    jobs: PostgresJobs,
+    admin: Admin,
+    outbox: DeadLetterReplay,
+    routes: RouteHolds,
+    jobs: JobCancels,
     clock: Clock,
     sessions: Sessions | None = None,
     read_only: bool = False,

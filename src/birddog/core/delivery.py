@@ -1,6 +1,6 @@
 """What a post can answer, the rows it moves, and the pure decision between them.
 
-``decide(row, result, now=..., schedule=..., rng=...)`` is the whole delivery policy: the
+``decide_delivery(row, result, now=..., schedule=..., rng=...)`` is the whole delivery policy: the
 adapters only store what it returns.
 """
 
@@ -456,7 +456,7 @@ def new_row(reply: Reply, *, now: datetime, traceparent: str | None = None) -> O
     )
 
 
-def decide(
+def decide_delivery(
     row: OutboxRow,
     result: DeliveryResult,
     *,

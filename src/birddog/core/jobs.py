@@ -9,7 +9,7 @@ from pydantic import Field, JsonValue
 
 from birddog.core.errors import ContentTooLarge, InvalidInput, InvalidJobPayload
 from birddog.core.mail import Mail, Outcome
-from birddog.core.model import Id, Model
+from birddog.core.model import Id, Model, check_text
 
 DEFAULT_LANE = "default"
 """All agent work runs on Watchdog's default lane."""
@@ -152,6 +152,26 @@ def check_content_size(content: str, *, limit_bytes: int, field: str = "content"
         raise ContentTooLarge(
             f"{field} is {size} bytes, above the limit of {limit_bytes} bytes", field=field
         )
+
+
+def check_stored_content(content: object, *, limit_bytes: int) -> None:
+    """Refuse content a job store cannot keep (a cancellation's, say) before anything is written.
+
+    Args:
+        content: what was given.
+        limit_bytes: the largest size allowed, in UTF-8 bytes.
+
+    Raises:
+        InvalidInput: not a string, or it holds NUL or a lone surrogate.
+        ContentTooLarge: it is larger than ``limit_bytes``.
+    """
+    if not isinstance(content, str):
+        raise InvalidInput("content must be a string", field="content")
+    try:
+        check_text(content)
+    except ValueError as exc:
+        raise InvalidInput(f"content {exc}", field="content") from None
+    check_content_size(content, limit_bytes=limit_bytes)
 
 
 DEFAULT_MAX_CONTENT_BYTES = 1_048_576

@@ -1,7 +1,7 @@
 """The job lifecycle as one pure function: job facts + an event give the next step.
 
-``decide(facts, event, now=..., limits=...)`` is the whole job policy, as
-:func:`birddog.core.delivery.decide` is for outbox rows; the job stores only carry out
+``decide_job(facts, event, now=..., limits=...)`` is the whole job policy, as
+:func:`birddog.core.delivery.decide_delivery` is for outbox rows; the job stores only carry out
 what it returns. The rules, in the order they apply:
 
 - Only the current claim may finish a running job; anything else is refused as a stale
@@ -257,7 +257,7 @@ class Finished:
 # --------------------------------------------------------------------------------------
 
 
-def decide(facts: JobFacts, event: JobEvent, *, now: datetime, limits: Limits) -> Decision:
+def decide_job(facts: JobFacts, event: JobEvent, *, now: datetime, limits: Limits) -> Decision:
     """The next step of a job after an event.
 
     Args:

@@ -1,7 +1,7 @@
 """The drain engine: the one way BirdDog delivers what the outbox owes.
 
 It claims due rows under a lease, posts them, and stores every outcome a claim at a time,
-decided by the pure :func:`~birddog.core.delivery.decide`. Two ways to run it:
+decided by the pure :func:`~birddog.core.delivery.decide_delivery`. Two ways to run it:
 
 - **a page** (:meth:`DeliveryEngine.drain_page`, the spec's ``drainOutbox`` and
   ``MailRoom.drain_outbox``): claim up to ``page_size`` rows in key order after a cursor,

@@ -1,7 +1,7 @@
 """The outcome store: what finished posts decided, stored a claim's worth at a time.
 
 Fates (:class:`~birddog.engine.claims.Fate`) wait here until the loop stores them: each
-is decided by the pure :func:`~birddog.core.delivery.decide` at the time of the store, and
+is decided by the pure :func:`~birddog.core.delivery.decide_delivery` at the time of the store, and
 all of them go to the outbox in one ``store`` (one transaction). If the database refuses
 the statement as a whole (:class:`~birddog.core.errors.StoreRefused`: one row's stored
 fields can make it fail), they are stored apart, one by one, and a row whose own outcome
@@ -35,7 +35,7 @@ from birddog.core.delivery import (
     RowState,
     UndecodableRow,
     attempt_of,
-    decide,
+    decide_delivery,
 )
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import StoreRefused
@@ -249,7 +249,9 @@ class OutcomeStore:
             outcome: RowOutcome = (
                 row
                 if isinstance(row, UndecodableRow) or fate.result is None
-                else decide(row, fate.result, now=now, schedule=self.schedule, rng=self.rng)
+                else decide_delivery(
+                    row, fate.result, now=now, schedule=self.schedule, rng=self.rng
+                )
             )
             settled.append(Settled(fate.claim.page.claim, outcome, fate.attempt, fate.mailbox))
         stored = set(await self.outbox.store(settled))

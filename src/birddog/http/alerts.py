@@ -24,7 +24,6 @@ import aiohttp
 import structlog
 import yarl
 
-from birddog.clock import SystemClock
 from birddog.core.delivery import OutboxRow, UndecodableRow
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import InvalidInput
@@ -138,8 +137,7 @@ class AlertPoster(SessionOwner):
         secret: the signing secret (``whsec_<base64>``), or None to post unsigned.
         timeout_s: the whole alert post must finish in this.
         user_agent: the ``user-agent`` header.
-        clock: the time source for ``deadAt`` and the timestamp (default:
-            :class:`birddog.clock.SystemClock`).
+        clock: the time source for ``deadAt`` and the timestamp.
 
     Raises:
         InvalidInput: the URL is not http(s) with a host.
@@ -153,7 +151,7 @@ class AlertPoster(SessionOwner):
         *,
         timeout_s: float = 10.0,
         user_agent: str = DEFAULT_USER_AGENT,
-        clock: Clock | None = None,
+        clock: Clock,
     ) -> None:
         try:
             parsed = yarl.URL(url)
@@ -167,7 +165,7 @@ class AlertPoster(SessionOwner):
         self._secret = secret
         self.timeout_s = timeout_s
         self.user_agent = user_agent
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
         self._session: aiohttp.ClientSession | None = None
 
     def __repr__(self) -> str:
@@ -252,7 +250,7 @@ class AlertCoalescer:
     Args:
         poster: posts each group.
         window_s: how long a recipient's group gathers dead letters.
-        clock: the time of death (default: :class:`birddog.clock.SystemClock`).
+        clock: the time of death.
         retries: how many times a failed post is tried again.
         on_failure: told ``"alerts"`` after each failed post (a metrics counter).
     """
@@ -262,13 +260,13 @@ class AlertCoalescer:
         poster: AlertPoster,
         *,
         window_s: float = 5.0,
-        clock: Clock | None = None,
+        clock: Clock,
         retries: int = 5,
         on_failure: Callable[[str], None] | None = None,
     ) -> None:
         self.poster = poster
         self.window_s = window_s
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
         self.retries = retries
         self.on_failure = on_failure
         self._open: dict[str, DeadLetterGroup] = {}

@@ -22,7 +22,6 @@ import yarl
 from aiohttp.abc import AbstractResolver
 
 from birddog import tracing
-from birddog.clock import SystemClock
 from birddog.core.batch import batch_body, batch_id, spread
 from birddog.core.delivery import DeadReason, Deferred, DeliveryResult, Failed, Parcel, Rejected
 from birddog.core.diagnostic import bounded_diagnostic
@@ -83,8 +82,7 @@ class HttpTransport(SessionOwner):
         max_body_bytes: response bodies are read up to this; a larger 2xx is a failure.
         max_deferral_s: the longest a ``Retry-After`` may defer a reply.
         user_agent: the ``user-agent`` header.
-        clock: the time source for ``webhook-timestamp`` and deferrals (default:
-            :class:`birddog.clock.SystemClock`).
+        clock: the time source for ``webhook-timestamp`` and deferrals.
         connector_limit: the most connections open at once, over all recipients.
         egress: where posts may connect (default: the internal-mode policy).
         proxy: an HTTP proxy URL every post goes through (``BIRDDOG_HTTP_PROXY``).
@@ -99,7 +97,7 @@ class HttpTransport(SessionOwner):
         max_body_bytes: int = 65536,
         max_deferral_s: float = 3600.0,
         user_agent: str = DEFAULT_USER_AGENT,
-        clock: Clock | None = None,
+        clock: Clock,
         connector_limit: int = 100,
         egress: EgressPolicy | None = None,
         proxy: str | None = None,
@@ -116,7 +114,7 @@ class HttpTransport(SessionOwner):
         self.max_body_bytes = max_body_bytes
         self.max_deferral_s = max_deferral_s
         self.user_agent = user_agent
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
         self.connector_limit = connector_limit
         self.egress = egress if egress is not None else EgressPolicy()
         self.proxy = proxy

@@ -8,6 +8,11 @@ masked (:func:`birddog.core.egress.shown_url`).
 
 The story of one mail is read in one read-only snapshot, so a reply moving from the
 outbox to its receipt between two statements is never lost from view.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when
+it is away, or its subclass :class:`~birddog.StoreRefused` when it refuses the
+statement, and nothing of that call is committed; the ``Raises:`` below list only
+what is theirs.
 """
 
 from __future__ import annotations
@@ -16,22 +21,15 @@ import base64
 import binascii
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
 from birddog.core.egress import shown_url
 from birddog.core.errors import InvalidInput, JobNotFound
-from birddog.core.jobs import JobState
 from birddog.core.mail import mail_key_of
+from birddog.ports import JOB_STATES, PENDING_STATUSES, PREVIEW_CHARS, Listing, Overview, Story
 from birddog.postgres.pool import Pool, store_errors
 from birddog.postgres.sql import queries
-
-PENDING_STATUSES: Final = ("held", "in_flight", "due", "waiting")
-"""The ``status`` values of ``birddog.pending`` a page can be filtered by."""
-
-JOB_STATES: Final = tuple(state.value for state in JobState)
-"""The job states a page can be filtered by."""
 
 _JOB_RANK: Final = {"running": 0, "queued": 1, "settled": 2}
 """The order of the states on a page of jobs of every state."""
@@ -44,67 +42,6 @@ ACTIVITY_MINUTES: Final = 60
 
 STORY_LIMIT: Final = 200
 """The most jobs, replies, receipts or mailbox rows one story shows of each."""
-
-PREVIEW_CHARS: Final = 2000
-"""How much of a mail's content or a job's result a story shows."""
-
-
-@dataclass(frozen=True, slots=True)
-class Listing:
-    """One page of rows and the cursor of the next page.
-
-    Attributes:
-        rows: the rows, one dict each (column name to value).
-        next_cursor: pass it as ``after`` for the next page; None on the last page.
-    """
-
-    rows: list[dict[str, Any]]
-    next_cursor: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Overview:
-    """The console's first page: what the mail room holds and how it is doing.
-
-    Attributes:
-        outbox: ``pending``, ``dead``, ``held``, ``in_flight``, ``oldest_pending_at`` and
-            ``next_due_at`` (see :meth:`birddog.postgres.outbox.PostgresOutbox.counts`).
-        jobs: jobs by state (every state present).
-        activity: ``(minute, delivered, dead)`` for each minute of the last hour, oldest
-            first.
-        daemons: drain daemons and workers seen lately, newest beat first.
-    """
-
-    outbox: dict[str, Any]
-    jobs: dict[str, int]
-    activity: list[tuple[datetime, int, int]]
-    daemons: list[dict[str, Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class Story:
-    """One mail, end to end: its job, its replies, their attempts, receipts and mailbox rows.
-
-    Attributes:
-        key: what was asked for (a job id, a mail key or a reply key).
-        mail_keys: the mail keys the story covers.
-        jobs: the jobs that carry the mail (the mail without its content, a preview).
-        replies: replies still pending or dead, with their attempt logs.
-        receipts: delivered replies, with their attempt logs.
-        mailbox: replies delivered into the mailbox table.
-    """
-
-    key: str
-    mail_keys: list[str]
-    jobs: list[dict[str, Any]] = field(default_factory=list)
-    replies: list[dict[str, Any]] = field(default_factory=list)
-    receipts: list[dict[str, Any]] = field(default_factory=list)
-    mailbox: list[dict[str, Any]] = field(default_factory=list)
-
-    @property
-    def found(self) -> bool:
-        """Whether anything at all matched the key."""
-        return bool(self.jobs or self.replies or self.receipts or self.mailbox)
 
 
 def encode_cursor(*values: object) -> str:
@@ -212,9 +149,6 @@ class PostgresAdmin:
 
         Returns:
             The overview.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("admin overview"):
             async with self.pool.acquire() as conn:
@@ -252,7 +186,6 @@ class PostgresAdmin:
 
         Raises:
             InvalidInput: a bad status, limit or cursor.
-            StoreUnavailable: the database is unreachable.
         """
         _check_choice(status, PENDING_STATUSES, "status")
         _check_limit(limit)
@@ -278,7 +211,6 @@ class PostgresAdmin:
 
         Raises:
             InvalidInput: a bad limit or cursor.
-            StoreUnavailable: the database is unreachable.
         """
         _check_limit(limit)
         at, key = decode_cursor(after, (datetime, str)) if after else (None, None)
@@ -304,7 +236,6 @@ class PostgresAdmin:
 
         Raises:
             InvalidInput: a bad limit or cursor.
-            StoreUnavailable: the database is unreachable.
         """
         _check_limit(limit)
         (agent_id,) = decode_cursor(after, (str,)) if after else (None,)
@@ -339,7 +270,6 @@ class PostgresAdmin:
 
         Raises:
             InvalidInput: a bad state, limit or cursor.
-            StoreUnavailable: the database is unreachable.
         """
         _check_choice(state, JOB_STATES, "state")
         _check_limit(limit)
@@ -369,7 +299,6 @@ class PostgresAdmin:
 
         Raises:
             JobNotFound: no job has this id.
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("admin job"):
             records = await self.pool.fetch(
@@ -389,9 +318,6 @@ class PostgresAdmin:
             The jobs that carry the mail, its replies still pending or dead, their
             receipts and mailbox rows, each with its attempt log; :attr:`Story.found` is
             False when nothing matched.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         candidates = story_mail_keys(key)
         with store_errors("admin story"):

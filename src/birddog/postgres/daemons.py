@@ -1,6 +1,11 @@
 """Who is running: drain daemons and workers record themselves for ``birddog status``.
 
 :class:`birddog.postgres.reports.PostgresReports` reads the rows back.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when
+it is away, or its subclass :class:`~birddog.StoreRefused` when it refuses the
+statement, and nothing of that call is committed; the ``Raises:`` below list only
+what is theirs.
 """
 
 from __future__ import annotations
@@ -37,9 +42,6 @@ class PostgresDaemons:
 
         A daemon or worker killed without a clean stop leaves its row behind; any live
         process deletes rows not seen for :data:`EXPIRE_S`, so the table never grows.
-
-        Raises:
-            StoreUnavailable: the database failed.
         """
         with store_errors("daemon seen"):
             await self.pool.execute(
@@ -48,10 +50,6 @@ class PostgresDaemons:
             await self.pool.execute(queries["daemons_expire"], EXPIRE_S)
 
     async def gone(self) -> None:
-        """Remove this process's row on a clean stop.
-
-        Raises:
-            StoreUnavailable: the database failed.
-        """
+        """Remove this process's row on a clean stop."""
         with store_errors("daemon gone"):
             await self.pool.execute(queries["daemon_gone"], self.daemon_id)

@@ -9,7 +9,7 @@ the lease with :meth:`PostgresJobs.heartbeat`, and finishes it with
 one wake in the same transaction: a settlement is never committed without its fan-out,
 nor the fan-out without its settlement.
 
-What happens to a job is decided by :func:`birddog.core.lifecycle.decide` (job facts +
+What happens to a job is decided by :func:`birddog.core.lifecycle.decide_job` (job facts +
 event -> next step); this module only locks rows, reads their facts and carries the
 decision out. The life of a job::
 
@@ -20,6 +20,11 @@ decision out. The life of a job::
 Every driver error leaves as :class:`~birddog.StoreUnavailable` (the driver's error its
 cause), and a row SQL filled with something BirdDog never wrote as
 :class:`~birddog.UnreadableRow`; a claimed job that cannot be read settles ``failed``.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when
+it is away, or its subclass :class:`~birddog.StoreRefused` when it refuses the
+statement, and nothing of that call is committed; the ``Raises:`` below list only
+what is theirs.
 """
 
 from __future__ import annotations
@@ -27,14 +32,12 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final, LiteralString
 
 import asyncpg
 import structlog
 
-from birddog.clock import SystemClock
 from birddog.core.delivery import new_row
 from birddog.core.errors import (
     InvalidInput,
@@ -49,7 +52,7 @@ from birddog.core.jobs import (
     RESERVED_QUEUE_PREFIX,
     Job,
     JobState,
-    check_content_size,
+    check_stored_content,
 )
 from birddog.core.lifecycle import (
     DEFAULT_MAX_QUEUED_S,
@@ -69,12 +72,11 @@ from birddog.core.lifecycle import (
     Settle,
     SettleRequested,
     WorkerStopped,
-    decide,
+    decide_job,
 )
 from birddog.core.mail import Outcome, Reply
-from birddog.core.model import check_text
 from birddog.core.text import inert
-from birddog.ports import Clock
+from birddog.ports import ClaimedJob, Clock
 from birddog.postgres.enqueue import SenderConnection, enqueue_accepted_job
 from birddog.postgres.job_rows import (
     Row,
@@ -99,25 +101,6 @@ RECOVER_BATCH: Final = 100
 """Jobs handled per transaction by the reapers (:meth:`PostgresJobs.recover_expired`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedJob:
-    """A job a worker holds: run it, heartbeat, then settle it with the claim token.
-
-    Attributes:
-        job: the job, state ``running``.
-        claim_token: the token of this claim (uuid text); only it can settle the job.
-        lease_expires_at: when the claim lapses unless a heartbeat extends it.
-        recovery_count: how many times the job was queued again after losing a worker.
-        traceparent: the W3C context the job was enqueued in (None: not traced).
-    """
-
-    job: Job
-    claim_token: str
-    lease_expires_at: datetime
-    recovery_count: int
-    traceparent: str | None = None
-
-
 class PostgresJobs:
     """The job store: claim, heartbeat, finish (with fan-out), cancel, reap.
 
@@ -129,8 +112,8 @@ class PostgresJobs:
         max_queued_s: a job queued longer is cancelled by :meth:`cancel_queued_too_long`.
         queue_concurrency: how many jobs of one queue (one session) may run at once,
             across every worker; the database enforces it with one slot per running job.
-        clock: the current time (default: the system clock, UTC); leases, settlement
-            times and reply times come from it, so tests can freeze time.
+        clock: the current time; leases, settlement times and reply times come from it,
+            so tests can freeze time.
     """
 
     def __init__(
@@ -141,7 +124,7 @@ class PostgresJobs:
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_queued_s: float = DEFAULT_MAX_QUEUED_S,
         queue_concurrency: int = 1,
-        clock: Clock | None = None,
+        clock: Clock,
     ) -> None:
         if queue_concurrency < 1:
             raise InvalidInput("queue_concurrency must be at least 1", field="queue_concurrency")
@@ -149,7 +132,7 @@ class PostgresJobs:
         self.queue_concurrency = queue_concurrency
         self.schedule_wake = schedule_wake
         self.limits = Limits(max_content_bytes=max_content_bytes, max_queued_s=max_queued_s)
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
 
     @property
     def max_content_bytes(self) -> int:
@@ -182,7 +165,6 @@ class PostgresJobs:
 
         Raises:
             InvalidInput: ``lease_s`` is not positive, or ``queues`` is a bare string.
-            StoreUnavailable: the database could not be reached.
         """
         claimed = await self.claim_many(
             queues=queues, lease_s=lease_s, worker_id=worker_id, limit=1
@@ -222,7 +204,6 @@ class PostgresJobs:
         Raises:
             InvalidInput: ``limit`` is below 1, ``lease_s`` is not positive, or ``queues``
                 is a bare string.
-            StoreUnavailable: the database could not be reached.
         """
         if limit < 1:
             raise InvalidInput("limit must be at least 1", field="limit")
@@ -311,7 +292,6 @@ class PostgresJobs:
         Raises:
             InvalidInput: ``lease_s`` is not positive.
             StaleClaim: the job is not running under this claim any more.
-            StoreUnavailable: the database could not be reached.
         """
         token = claim_token_of(claim_token)
         lease_until = self._lease_until(lease_s)
@@ -354,14 +334,13 @@ class PostgresJobs:
             JobNotFound: no job has this id.
             StaleClaim: the job is not running under this claim (another claim holds it,
                 it was recovered, or it settled otherwise).
-            StoreUnavailable: the database failed; nothing was committed.
         """
         token = claim_token_of(claim_token)
         now = self.clock.now()
         with store_errors("finish"):
             async with self.pool.acquire() as conn, conn.transaction():
                 row = await self._lock(conn, job_id)
-                decision = decide(
+                decision = decide_job(
                     facts_from_row(row, token=token), event, now=now, limits=self.limits
                 )
                 if isinstance(decision, Refuse):
@@ -404,7 +383,6 @@ class PostgresJobs:
             JobNotFound: no job has this id.
             StaleClaim: the job is not running under this claim (another claim holds it,
                 it was recovered, or it settled otherwise).
-            StoreUnavailable: the database failed; nothing was committed.
         """
         del meta  # for the caller's own fan-out wrapper only
         event = SettleRequested(_outcome(outcome), content, diagnostic)
@@ -430,7 +408,6 @@ class PostgresJobs:
         Raises:
             JobNotFound: no job has this id.
             StaleClaim: the job is not running under this claim.
-            StoreUnavailable: the database failed; nothing was committed.
         """
         event = WorkerStopped(diagnostic)
         finished = await self.finish(job_id=job_id, claim_token=claim_token, event=event)
@@ -458,14 +435,13 @@ class PostgresJobs:
             InvalidInput: the content holds NUL or a lone surrogate; nothing is written.
             ContentTooLarge: the content is above ``max_content_bytes``.
             JobNotFound: no job has this id.
-            StoreUnavailable: the database failed; nothing was committed.
         """
-        self._check_content(content)
+        check_stored_content(content, limit_bytes=self.limits.max_content_bytes)
         now = self.clock.now()
         with store_errors("cancel"):
             async with self.pool.acquire() as conn, conn.transaction():
                 row = await self._lock(conn, job_id)
-                decision = decide(
+                decision = decide_job(
                     facts_from_row(row), CancelRequested(content), now=now, limits=self.limits
                 )
                 await self._carry_out(conn, [(row, decision)], now)
@@ -546,7 +522,6 @@ class PostgresJobs:
         Raises:
             JobNotFound: no job has this id.
             UnreadableRow: the stored row is not a valid job (written by SQL).
-            StoreUnavailable: the database could not be reached.
         """
         with store_errors("get"):
             row = await self.pool.fetchrow(queries["jobs_get"], job_id)
@@ -559,9 +534,6 @@ class PostgresJobs:
 
         Returns:
             Counts by state; every state is present, zero when empty.
-
-        Raises:
-            StoreUnavailable: the database could not be reached.
         """
         with store_errors("counts"):
             rows = await self.pool.fetch(queries["jobs_counts"])
@@ -579,9 +551,6 @@ class PostgresJobs:
 
         Returns:
             The number of queued jobs and the oldest one's enqueue time (None: none).
-
-        Raises:
-            StoreUnavailable: the database could not be reached.
         """
         with store_errors("queued_backlog"):
             row = await self.pool.fetchrow(
@@ -610,6 +579,7 @@ class PostgresJobs:
         """
         if limit < 1:
             raise InvalidInput("limit must be at least 1", field="limit")
+        limits = self.limits
         handled: list[tuple[str, str]] = []
         skipped: list[str] = []
         batch = limit
@@ -622,7 +592,7 @@ class PostgresJobs:
                         rows = await conn.fetch(lock_query, since, batch, skipped)
                         ids = [row["job_id"] for row in rows]
                         items = [
-                            (row, decide(facts_from_row(row), event, now=now, limits=self.limits))
+                            (row, decide_job(facts_from_row(row), event, now=now, limits=limits))
                             for row in rows
                         ]
                         await self._carry_out(conn, items, now)
@@ -725,15 +695,6 @@ class PostgresJobs:
                 field=getattr(exc, "field", ""),
             )
             return []
-
-    def _check_content(self, content: str) -> None:
-        if not isinstance(content, str):
-            raise InvalidInput("content must be a string", field="content")
-        try:
-            check_text(content)
-        except ValueError as exc:
-            raise InvalidInput(f"content {exc}", field="content") from None
-        check_content_size(content, limit_bytes=self.limits.max_content_bytes)
 
     def _lease_until(self, lease_s: float) -> datetime:
         if not lease_s > 0 or not math.isfinite(lease_s):

@@ -8,6 +8,11 @@ claimed twice while its lease holds, and a drainer whose lease was taken over st
 nothing.
 
 Row <-> model mapping lives here, not on the models.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when
+it is away, or its subclass :class:`~birddog.StoreRefused` when it refuses the
+statement, and nothing of that call is committed; the ``Raises:`` below list only
+what is theirs.
 """
 
 from __future__ import annotations
@@ -27,7 +32,6 @@ from birddog.core.delivery import (
     OutboxRow,
     Parcel,
     Receipt,
-    RowOutcome,
     RowState,
     UndecodableRow,
 )
@@ -36,7 +40,7 @@ from birddog.core.errors import InvalidInput
 from birddog.core.mail import Outcome, Reply
 from birddog.core.model import ID_MAX_LENGTH, KEY_MAX_LENGTH
 from birddog.core.text import first_control
-from birddog.ports import Page, RouteHint, Settled, settled
+from birddog.ports import Page, RouteHint, Settled
 from birddog.postgres.pool import Connection, Pool, store_errors
 from birddog.postgres.sql import queries
 from birddog.postgres.wake import schedule_wake_on
@@ -74,9 +78,6 @@ async def insert_rows(
 
     Returns:
         The keys inserted, in the order given.
-
-    Raises:
-        StoreUnavailable: the database is unreachable.
     """
     if not rows:
         return []
@@ -414,9 +415,6 @@ class PostgresOutbox:
 
         Returns:
             The keys stored by this call, in the order given.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         if not rows:
             return []
@@ -448,9 +446,6 @@ class PostgresOutbox:
 
         Returns:
             The rows in key order, the claim token, and whether the page was full.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         return await self._claim(
             queries["outbox_claim_page"],
@@ -487,9 +482,6 @@ class PostgresOutbox:
 
         Returns:
             The rows in key order, the claim token, and whether the page was full.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         fresh = max(0, min(newest, limit))
         if skip_agents:
@@ -585,9 +577,6 @@ class PostgresOutbox:
 
         Returns:
             The keys whose outcome was stored, in the order given.
-
-        Raises:
-            StoreUnavailable: the database is unreachable (nothing was stored).
         """
         split = _Outcomes.of(items)
         stored: set[str] = set()
@@ -624,38 +613,11 @@ class PostgresOutbox:
                         await conn.execute(queries["outbox_notify_dead"], dead)
         return [item.outcome.key for item in items if item.outcome.key in stored]
 
-    async def apply(
-        self,
-        *,
-        page: Page,
-        outcomes: Sequence[RowOutcome],
-        attempts: Sequence[Attempt | None] = (),
-        mailbox: Collection[str] = (),
-    ) -> list[str]:
-        """Store one claim's outcomes in one transaction (:meth:`store` for one page).
-
-        Args:
-            page: the claimed page.
-            outcomes: one outcome per row that was decided.
-            attempts: the attempt behind each outcome, in the same order (None: none).
-            mailbox: keys of receipts delivered into the mailbox table.
-
-        Returns:
-            The keys whose outcome was stored.
-
-        Raises:
-            StoreUnavailable: the database is unreachable (nothing was stored).
-        """
-        return await self.store(settled(page, outcomes, attempts, mailbox))
-
     async def release_rows(self, items: Sequence[tuple[str, str]]) -> None:
         """Give rows back untouched, so another drain may take them at once.
 
         Args:
             items: ``(claim, key)`` of each row; a row its claim no longer holds is left.
-
-        Raises:
-            StoreUnavailable: the database is unreachable (the leases then simply end).
         """
         claims: list[uuid.UUID] = []
         keys: list[str] = []
@@ -669,26 +631,8 @@ class PostgresOutbox:
         with store_errors("outbox release"):
             await self.pool.execute(queries["outbox_release_claim"], claims, keys)
 
-    async def release_claim(self, *, page: Page) -> None:
-        """Give a page's rows back untouched, so another drain may post them at once.
-
-        Used when a drain is cancelled mid-page (shutdown): nothing is stored for the
-        rows, and their lease ends now instead of at its expiry.
-
-        Args:
-            page: the claimed page.
-
-        Raises:
-            StoreUnavailable: the database is unreachable (the lease then simply expires).
-        """
-        await self.release_rows([(page.claim, row.key) for row in page.rows])
-
     async def get(self, key: str) -> OutboxRow | Receipt | None:
-        """The row or receipt under ``key``, if any.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
-        """
+        """The row or receipt under ``key``, if any."""
         with store_errors("outbox get"):
             async with self.pool.acquire() as conn:
                 record = await conn.fetchrow(queries["outbox_get_row"], key)
@@ -698,20 +642,12 @@ class PostgresOutbox:
         return receipt_from_record(record) if record is not None else None
 
     async def has_pending(self) -> bool:
-        """Whether any reply still awaits a delivery attempt (held ones included).
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
-        """
+        """Whether any reply still awaits a delivery attempt (held ones included)."""
         with store_errors("outbox has_pending"):
             return bool(await self.pool.fetchval(queries["outbox_has_pending"]))
 
     async def next_due_at(self) -> datetime | None:
-        """The earliest time a pending, unheld reply is owed an attempt.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
-        """
+        """The earliest time a pending, unheld reply is owed an attempt."""
         with store_errors("outbox next_due_at"):
             due: datetime | None = await self.pool.fetchval(queries["outbox_next_due_at"])
         return due
@@ -727,9 +663,6 @@ class PostgresOutbox:
 
         Returns:
             The time, or None when no row is pending for a released recipient.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("outbox next_claimable_at"):
             due: datetime | None = await self.pool.fetchval(
@@ -752,7 +685,6 @@ class PostgresOutbox:
 
         Raises:
             InvalidInput: neither ``key`` nor ``agent_id`` was given.
-            StoreUnavailable: the database is unreachable.
         """
         if key is None and agent_id is None:
             raise InvalidInput("name a dead letter key or a recipient agent id", field="key")
@@ -768,9 +700,6 @@ class PostgresOutbox:
 
         Args:
             key: the probe reply's key.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("outbox discard_probe_reply"):
             await self.pool.execute(queries["probe_discard"], key)
@@ -782,9 +711,6 @@ class PostgresOutbox:
             ``pending``, ``dead``, ``held`` (pending rows of held recipients),
             ``in_flight`` (pending rows under a live lease), ``oldest_pending_at`` and
             ``next_due_at`` (unheld rows; None when nothing is owed).
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("outbox counts"):
             record = await self.pool.fetchrow(queries["outbox_counts"])
@@ -798,9 +724,6 @@ class PostgresOutbox:
 
         Returns:
             One dict per row (the view's columns), oldest first.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("outbox list_pending"):
             records = await self.pool.fetch(queries["outbox_list_pending"], limit)
@@ -814,9 +737,6 @@ class PostgresOutbox:
 
         Returns:
             One dict per dead letter (the view's columns), newest first.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("outbox list_dead"):
             records = await self.pool.fetch(queries["outbox_list_dead"], limit)

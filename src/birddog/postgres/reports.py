@@ -1,6 +1,11 @@
 """What operators ask of the database: who is running, what is stuck, what died lately.
 
 Read-only queries behind ``birddog status`` and ``birddog check``; the CLI formats them.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when
+it is away, or its subclass :class:`~birddog.StoreRefused` when it refuses the
+statement, and nothing of that call is committed; the ``Raises:`` below list only
+what is theirs.
 """
 
 from __future__ import annotations
@@ -39,9 +44,6 @@ class PostgresReports:
         Returns:
             One dict per process: ``daemon_id``, ``kind``, ``host``, ``pid``,
             ``started_at``, ``seen_at``.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         return await self._rows("daemons_seen", within_s)
 
@@ -55,9 +57,6 @@ class PostgresReports:
         Returns:
             One dict per row: ``key``, ``recipient_agent_id``, ``created_at``,
             ``attempts``, ``last_error``.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         return await self._rows("check_stale_pending", older_than_s, limit)
 
@@ -71,9 +70,6 @@ class PostgresReports:
         Returns:
             One dict per dead letter: ``key``, ``recipient_agent_id``, ``dead_reason``,
             ``dead_at``.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         return await self._rows("check_new_dead", within_s, limit)
 
@@ -86,9 +82,6 @@ class PostgresReports:
 
         Returns:
             One dict per job: ``job_id``, ``queue``, ``priority``, ``created_at``.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         return await self._rows("check_stale_queued", older_than_s, limit)
 
@@ -102,9 +95,6 @@ class PostgresReports:
 
         Returns:
             One dict per job: ``job_id``, ``queue``, ``worker_id``, ``lease_expires_at``.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         return await self._rows("check_overdue_running", grace_s, limit)
 
@@ -117,9 +107,6 @@ class PostgresReports:
 
         Returns:
             One dict per route: ``agent_id``, ``held_at``, ``waiting`` (pending replies).
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         return await self._rows("check_long_holds", older_than_s, limit)
 
@@ -135,9 +122,6 @@ class PostgresReports:
         Returns:
             ``due`` (count, up to ``count_limit``), ``oldest_due_at`` and
             ``last_seen_at`` (None when no daemon ever beat), or None when all is well.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("check due without daemon"):
             row = await self.pool.fetchrow(

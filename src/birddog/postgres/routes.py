@@ -7,6 +7,11 @@ pending, untouched, until the route is released, and their age stands still mean
 (:mod:`birddog.sealing`), as given otherwise; every read opens them, so the rest of
 BirdDog only sees plain secrets. A rotation (:meth:`PostgresRoutes.rotate`) keeps the old
 secret signing beside the new one for an overlap, then it is forgotten.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when
+it is away, or its subclass :class:`~birddog.StoreRefused` when it refuses the
+statement, and nothing of that call is committed; the ``Raises:`` below list only
+what is theirs.
 """
 
 from __future__ import annotations
@@ -25,7 +30,6 @@ from typing import Any
 import asyncpg
 from pydantic import TypeAdapter, ValidationError
 
-from birddog.clock import SystemClock
 from birddog.core.egress import URL_MAX_LENGTH, EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound, SecretUnreadable
 from birddog.core.model import Id
@@ -123,8 +127,7 @@ class PostgresRoutes:
     Args:
         pool: the pool from :func:`birddog.postgres.pool.create_pool`.
         cache_s: how long a looked-up route is reused (0 turns the cache off).
-        clock: the current time, for holds and releases (default:
-            :class:`birddog.clock.SystemClock`).
+        clock: the current time, for holds and releases.
         egress: the policy a route's URL must pass when it is added or updated (default:
             the internal-mode policy).
         box: seals secrets before they are stored and opens them when read (default:
@@ -136,13 +139,13 @@ class PostgresRoutes:
         pool: Pool,
         *,
         cache_s: float = 1.0,
-        clock: Clock | None = None,
+        clock: Clock,
         egress: EgressPolicy | None = None,
         box: SecretBox | None = None,
     ) -> None:
         self.pool = pool
         self.cache_s = cache_s
-        self.clock: Clock = clock or SystemClock()
+        self.clock = clock
         self.egress = egress if egress is not None else EgressPolicy()
         self.box = box if box is not None else SecretBox()
         self._cache: dict[str, tuple[float, Route]] = {}
@@ -153,7 +156,6 @@ class PostgresRoutes:
 
         Raises:
             SecretUnreadable: its stored secret opens with none of the configured keys.
-            StoreUnavailable: the database is unreachable.
         """
         cached = self._cache.get(agent_id)
         now = time.monotonic()
@@ -212,7 +214,6 @@ class PostgresRoutes:
                 policy refuses, included), kind or batch size (naming the field), or the
                 agent already has a route (use :meth:`update`).
             InvalidSecret: the secret is not ``whsec_<base64>``.
-            StoreUnavailable: the database is unreachable.
         """
         agent_id = _check_agent_id(agent_id)
         self._cache.pop(agent_id, None)
@@ -271,7 +272,6 @@ class PostgresRoutes:
             RouteNotFound: no route for ``agent_id``.
             SecretUnreadable: a stored secret opens with none of the configured keys
                 (nothing is changed).
-            StoreUnavailable: the database is unreachable.
         """
         if url is not None:
             url = check_route_url(url, self.egress)
@@ -296,7 +296,6 @@ class PostgresRoutes:
 
         Raises:
             RouteNotFound: no route for ``agent_id``.
-            StoreUnavailable: the database is unreachable.
         """
         self._cache.pop(agent_id, None)
         with store_errors("route hold"):
@@ -316,7 +315,6 @@ class PostgresRoutes:
 
         Raises:
             RouteNotFound: no route for ``agent_id``.
-            StoreUnavailable: the database is unreachable.
         """
         self._cache.pop(agent_id, None)
         now = self.clock.now()
@@ -340,7 +338,6 @@ class PostgresRoutes:
 
         Raises:
             RouteNotFound: no route for ``agent_id``.
-            StoreUnavailable: the database is unreachable.
         """
         self._cache.pop(agent_id, None)
         with store_errors("route remove"):
@@ -349,11 +346,7 @@ class PostgresRoutes:
             raise RouteNotFound(f"no route for agent {agent_id!r}")
 
     async def list(self) -> list[Route]:
-        """Every route, by agent id, without its secrets (``secret`` is None).
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
-        """
+        """Every route, by agent id, without its secrets (``secret`` is None)."""
         with store_errors("route list"):
             records = await self.pool.fetch(queries["routes_list"])
         return [
@@ -391,7 +384,6 @@ class PostgresRoutes:
             RouteNotFound: no http route for ``agent_id``.
             SecretUnreadable: its stored secret opens with none of the configured keys
                 (nothing is changed).
-            StoreUnavailable: the database is unreachable.
         """
         if not overlap_s >= 0:
             raise InvalidInput("the overlap must not be negative", field="overlap")
@@ -415,7 +407,6 @@ class PostgresRoutes:
         Raises:
             RouteNotFound: no route for ``agent_id``.
             SecretUnreadable: a stored secret opens with none of the configured keys.
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors(what):
             async with self.pool.acquire() as conn, conn.transaction():
@@ -430,9 +421,6 @@ class PostgresRoutes:
 
         Returns:
             How many routes forgot a previous secret.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("route secret cleanup"):
             status = await self.pool.execute(
@@ -454,7 +442,6 @@ class PostgresRoutes:
         Raises:
             SecretUnreadable: a stored secret opens with none of the configured keys
                 (nothing is written).
-            StoreUnavailable: the database is unreachable.
         """
         resealed = 0
         with store_errors("secrets rekey"):

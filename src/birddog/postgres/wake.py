@@ -19,12 +19,18 @@ notification, or the backstop timer, ``BIRDDOG_BACKSTOP_S``): late, but bounded.
 
 :class:`WakeListener` holds a dedicated connection doing ``LISTEN``: a notification is a
 hint, the drain always re-queries.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when
+it is away, or its subclass :class:`~birddog.StoreRefused` when it refuses the
+statement, and nothing of that call is committed; the ``Raises:`` below list only
+what is theirs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -55,9 +61,6 @@ async def schedule_wake_on(conn: Connection, at: datetime) -> None:
         conn: an asyncpg connection, normally inside the transaction that wrote the rows
             (outside one, the rows must already be committed).
         at: when a drain is owed.
-
-    Raises:
-        StoreUnavailable: the database is unreachable.
     """
     with store_errors("schedule wake"):
         if conn.is_in_transaction():
@@ -81,9 +84,6 @@ class PostgresWake:
         """Make sure a drain runs at ``at`` or earlier (NOTIFY only when it moves earlier).
 
         For rows already committed (a drainer's retries, a replay, a release).
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("schedule wake"):
             async with self.pool.acquire() as conn:
@@ -102,20 +102,13 @@ class PostgresWake:
 
         Returns:
             When to look again.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("going to sleep"):
             at: datetime = await self.pool.fetchval(queries["wake_sleep"], until, now)
         return at
 
     async def wake_at(self) -> datetime | None:
-        """The armed wake time, or None when no drain is owed by a wake.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
-        """
+        """The armed wake time, or None when no drain is owed by a wake."""
         with store_errors("read wake"):
             at: datetime | None = await self.pool.fetchval(queries["wake_get"])
         return at
@@ -127,9 +120,6 @@ class PostgresWake:
 
         Args:
             upto: the time the drain is running for.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("clear wake"):
             await self.pool.execute(queries["wake_clear"], upto)
@@ -147,21 +137,26 @@ class WakeListener:
 
     Args:
         dsn: the database (``postgresql://...``).
-        channel: the channel to LISTEN on.
+        channel: the channel to LISTEN on, or several.
         check_timeout_s: how long the idle health check may take.
         max_backoff_s: the longest pause between reconnection attempts.
+        on_notify: also told each notification's channel and payload (for a process
+            that routes hints to many waiters).
     """
 
     def __init__(
         self,
         dsn: str,
-        channel: str = WAKE_CHANNEL,
+        channel: str | Sequence[str] = WAKE_CHANNEL,
         *,
         check_timeout_s: float = 5.0,
         max_backoff_s: float = 5.0,
+        on_notify: Callable[[str, str], None] | None = None,
     ) -> None:
         self.dsn = dsn
-        self.channel = channel
+        self.channels = [channel] if isinstance(channel, str) else list(channel)
+        self.channel = ",".join(self.channels)
+        self.on_notify = on_notify
         self.check_timeout_s = check_timeout_s
         self.max_backoff_s = max_backoff_s
         self.reconnects = 0
@@ -267,7 +262,8 @@ class WakeListener:
             return False
         try:
             conn.add_termination_listener(self._on_terminated)
-            await conn.add_listener(self.channel, self._on_notify)
+            for channel in self.channels:
+                await conn.add_listener(channel, self._on_notify)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
             conn.terminate()
             log.warning(
@@ -285,8 +281,10 @@ class WakeListener:
         self._retry_at = 0.0
         return True
 
-    def _on_notify(self, _conn: object, _pid: int, _channel: str, _payload: object) -> None:
+    def _on_notify(self, _conn: object, _pid: int, channel: str, payload: object) -> None:
         self._event.set()
+        if self.on_notify is not None:
+            self.on_notify(channel, str(payload))
 
     def _on_terminated(self, conn: Any) -> None:
         if conn is self._conn:

@@ -1,0 +1,155 @@
+"""Runs the drain daemon (``birddog run``): the one file that runs it.
+
+:func:`run_daemon` opens the stack (waiting for the database), then holds the ``LISTEN``
+connection, the metrics server and this process's row in ``birddog.daemons``, prints the
+ready line, and runs the drain loop (:class:`birddog.daemon.DrainDaemon`, wired by
+:func:`birddog.bootstrap.build_daemon`) with its side tasks beside it
+(:class:`~birddog.processes.sides.SideTasks`): heartbeat, backlog gauges, the lease
+reaper, the queued-job reaper and, when retention is set, prune. If a side task dies,
+the daemon stops loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from birddog.bootstrap import (
+    HEARTBEAT_S,
+    Announce,
+    Stack,
+    StoppedBeforeStart,
+    build_alerts,
+    build_daemon,
+    build_daemon_row,
+    build_wake_listener,
+    open_stack,
+)
+from birddog.ports import DaemonRow
+from birddog.processes.sides import SideTasks, metrics_server, reap_expired_jobs
+from birddog.runtime import stop_on_signals
+from birddog.settings import Settings
+
+log = structlog.get_logger("birddog.processes.daemon")
+
+__all__ = ["ready_line", "run_daemon"]
+
+
+async def run_daemon(
+    settings: Settings,
+    *,
+    once: bool = False,
+    migrate_first: bool = False,
+    announce: Announce | None = None,
+) -> None:
+    """Run the drain daemon until SIGTERM/SIGINT (or, with ``once``, until nothing is due).
+
+    Args:
+        settings: the settings.
+        once: drain until nothing is due, then return (no side tasks, no metrics).
+        migrate_first: upgrade the schema first.
+        announce: told the ready line once the daemon is up (see :func:`ready_line`).
+
+    Raises:
+        InvalidSetting: the metrics port is taken (the message names the setting).
+        DatabaseRefused: the database turned the connection away for good.
+    """
+    with stop_on_signals() as stop:
+        try:
+            async with open_stack(settings, migrate_first=migrate_first, wait_until=stop) as stack:
+                await _drain_until_stopped(stack, stop, once=once, announce=announce)
+        except StoppedBeforeStart:
+            log.info("daemon_stopped_before_start")
+
+
+async def _drain_until_stopped(
+    stack: Stack, stop: asyncio.Event, *, once: bool, announce: Announce | None
+) -> None:
+    settings = stack.settings
+    alerts = build_alerts(stack)
+    row = build_daemon_row(stack, kind="drain")
+    try:
+        async with SideTasks(stop=stop, on_error=stack.metrics.side_task_failed) as sides:
+            listener = await sides.enter(build_wake_listener(stack))
+            daemon = build_daemon(stack, listener=listener, alerts=alerts, stop=stop)
+            if once:
+                await daemon.run(once=True)
+                return
+            metrics_url = None
+            if settings.metrics_port:
+                metrics_url = await sides.enter(
+                    metrics_server(settings, stack.metrics, lambda: daemon.healthy)
+                )
+            if announce is not None:
+                announce(ready_line(stack, metrics_url=metrics_url))
+            _start_side_tasks(sides, stack, row=row)
+            await daemon.run()
+    finally:
+        if alerts is not None:
+            await alerts.close(timeout_s=settings.shutdown_grace_s)
+        if not once:
+            try:
+                await row.gone()
+            except Exception as exc:
+                log.warning("daemon_row_left", error=type(exc).__name__)
+
+
+def _start_side_tasks(sides: SideTasks, stack: Stack, *, row: DaemonRow) -> None:
+    """The daemon's side tasks: heartbeat, gauges, both reapers and (if set) prune."""
+    settings = stack.settings
+
+    async def heartbeat() -> None:
+        await row.seen()
+        if forgotten := await stack.routes.forget_previous_secrets():
+            log.info("previous_secrets_forgotten", routes=forgotten)
+
+    async def gauges() -> None:
+        counts = await stack.outbox.counts()
+        stack.metrics.observe_backlog(
+            pending=int(counts.get("pending", 0)),
+            oldest=counts.get("oldest_pending_at"),
+            now=stack.clock.now(),
+        )
+
+    async def reap() -> None:
+        await reap_expired_jobs(stack.jobs)
+
+    async def bounce() -> None:
+        for job_id, _ in await stack.jobs.cancel_queued_too_long():
+            log.warning("job_queued_too_long", job_id=job_id, outcome="cancelled")
+
+    policy = settings.retention()
+
+    async def prune() -> None:
+        report = await stack.retention.prune(policy)
+        if report.total:
+            log.info(
+                "pruned",
+                receipts=report.receipts,
+                jobs=report.jobs,
+                dead_letters=report.dead_letters,
+                mailbox=report.mailbox,
+            )
+
+    reap_every_s = max(1.0, settings.job_lease_s / 2)
+    sides.every("heartbeat", HEARTBEAT_S, heartbeat)
+    sides.every("gauges", HEARTBEAT_S, gauges)
+    sides.every("reaper", reap_every_s, reap)
+    sides.every("queued_reaper", reap_every_s, bounce)
+    if not policy.empty:
+        sides.every("prune", settings.prune_every_s, prune)
+
+
+def ready_line(stack: Stack, *, metrics_url: str | None) -> str:
+    """The one line a daemon prints when it is up: metrics, data, how to look inside.
+
+    Args:
+        stack: the open adapters.
+        metrics_url: where ``/metrics`` is served, None when metrics are off.
+
+    Returns:
+        One line for the terminal.
+    """
+    metrics = f"metrics at {metrics_url}" if metrics_url else "metrics off"
+    return f"birddog is ready: {metrics}; {stack.data_location()}; look inside: birddog psql"

@@ -1,0 +1,213 @@
+"""The one way a process runs what goes on beside its main loop: its side tasks.
+
+Every process (the drain daemon, the worker, the console, and those to come) holds its
+side tasks in one :class:`SideTasks`, under one :class:`asyncio.TaskGroup`::
+
+    async with SideTasks(stop=stop, on_error=metrics.side_task_failed) as sides:
+        listener = await sides.enter(build_wake_listener(stack))
+        url = await sides.enter(metrics_server(settings, metrics, healthy))
+        sides.every("heartbeat", HEARTBEAT_S, heartbeat)
+        sides.every("reaper", reap_every_s, reap)
+        await main_loop(listener)
+
+- :meth:`SideTasks.every`: a periodic task (heartbeat, gauges, reapers, prune). A failure
+  is logged (``side_task_failed``), counted (``on_error``, the metrics'
+  ``side_task_failed``) and retried with backoff (:func:`birddog.runtime.every`); it
+  never ends the process.
+- :meth:`SideTasks.run`: a task that lasts as long as the process (a server, a
+  forwarder). If it dies, the process stops loudly: the main loop is cancelled and the
+  error (logged ``side_task_died``) is raised out of the ``async with``.
+- :meth:`SideTasks.enter`: something the process holds while it runs (the ``LISTEN``
+  connection, the metrics server), closed after the tasks have ended, last one first.
+
+When the body of the ``async with`` ends, the side tasks are cancelled and awaited, then
+what was entered is closed. An error of the body itself goes up unchanged.
+
+Side actions more than one process runs live here too (:func:`reap_expired_jobs`,
+:func:`metrics_server`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import structlog
+
+from birddog.core.errors import InvalidSetting
+from birddog.metrics import Registry, start_server
+from birddog.ports import JobReaper
+from birddog.runtime import error_class, every
+from birddog.settings import Settings
+
+log = structlog.get_logger("birddog.processes")
+
+T = TypeVar("T")
+
+
+class SideTasks:
+    """Named side tasks of one process, under one :class:`asyncio.TaskGroup`.
+
+    Use as an async context manager around the process's main loop (see the module).
+
+    Args:
+        stop: the process's stop event; periodic tasks end when it is set.
+        on_error: told a task's name after each failure of a periodic task (a metrics
+            counter).
+
+    Attributes:
+        names: the names of the tasks started, in order.
+    """
+
+    def __init__(
+        self, *, stop: asyncio.Event, on_error: Callable[[str], None] | None = None
+    ) -> None:
+        self.stop = stop
+        self.on_error = on_error
+        self.names: list[str] = []
+        self._group = asyncio.TaskGroup()
+        self._held = contextlib.AsyncExitStack()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Self:
+        await self._held.__aenter__()
+        await self._group.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for task in self._tasks:
+            task.cancel()
+        try:
+            if exc_type is None or issubclass(exc_type, asyncio.CancelledError):
+                # A cancellation may be the group's own (a side task died): it turns it
+                # into the side task's error.
+                await self._group.__aexit__(exc_type, exc, tb)
+            else:
+                # The body's own error (a port taken, say) goes up as it is, not wrapped
+                # in an exception group; one from a side task still wins.
+                await self._group.__aexit__(None, None, None)
+        except BaseException as failure:
+            await self._held.__aexit__(type(failure), failure, failure.__traceback__)
+            raise
+        await self._held.__aexit__(exc_type, exc, tb)
+
+    def every(self, name: str, seconds: float, action: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``action`` every ``seconds`` until the process stops; no failure ends it.
+
+        Args:
+            name: the task's name, for logs and metrics (``heartbeat``, ``reaper``).
+            seconds: the pause between runs.
+            action: one run of the task.
+        """
+        self._start(name, every(seconds, action, stop=self.stop, name=name, on_error=self.on_error))
+
+    def run(self, name: str, work: Callable[[], Awaitable[None]]) -> None:
+        """Run ``work`` beside the main loop; if it raises, the process stops loudly.
+
+        Args:
+            name: the task's name, for the log.
+            work: the task; it may return early (nothing else stops then).
+        """
+
+        async def watched() -> None:
+            try:
+                await work()
+            except Exception as exc:
+                # Raised on at once: the traceback is shown once, where it ends the process.
+                log.error("side_task_died", task=name, error=error_class(exc))  # noqa: TRY400
+                raise
+
+        self._start(name, watched())
+
+    async def enter(self, context: contextlib.AbstractAsyncContextManager[T]) -> T:
+        """Enter ``context`` now and keep it until the side tasks have ended.
+
+        Args:
+            context: e.g. the ``LISTEN`` connection, the metrics server.
+
+        Returns:
+            What entering it gave.
+        """
+        return await self._held.enter_async_context(context)
+
+    def _start(self, name: str, coroutine: Coroutine[Any, Any, None]) -> None:
+        self.names.append(name)
+        self._tasks.append(self._group.create_task(coroutine, name=name))
+
+
+async def reap_expired_jobs(jobs: JobReaper) -> None:
+    """The lease reaper: give back, or settle, running jobs whose worker is gone.
+
+    Args:
+        jobs: the job store.
+    """
+    for job_id, what in await jobs.recover_expired():
+        log.warning("job_lease_expired", job_id=job_id, outcome=what)
+
+
+@contextlib.asynccontextmanager
+async def metrics_server(
+    settings: Settings,
+    metrics: Registry,
+    healthy: Callable[[], bool],
+    *,
+    worker: bool = False,
+) -> AsyncIterator[str]:
+    """Serve ``/metrics`` and ``/healthz`` where the settings say, until exit.
+
+    Args:
+        settings: ``metrics_host`` and ``metrics_port`` (a worker's: ``worker_metrics_*``).
+        metrics: what to expose.
+        healthy: whether the process is healthy, for ``/healthz``.
+        worker: serve a worker's metrics, on the worker's host and port.
+
+    Yields:
+        The ``/metrics`` URL.
+
+    Raises:
+        InvalidSetting: the address is taken or cannot be bound; the message names
+            ``BIRDDOG_METRICS_PORT`` (or ``BIRDDOG_METRICS_HOST``; for a worker,
+            ``BIRDDOG_WORKER_METRICS_PORT`` or ``BIRDDOG_WORKER_METRICS_HOST``).
+    """
+    if worker:
+        host, port, prefix, who = (
+            settings.worker_metrics_host,
+            settings.worker_metrics_port,
+            "BIRDDOG_WORKER_METRICS",
+            "worker",
+        )
+    else:
+        host, port, prefix, who = (
+            settings.metrics_host,
+            settings.metrics_port,
+            "BIRDDOG_METRICS",
+            "daemon",
+        )
+    try:
+        runner = await start_server(metrics, host=host, port=port, healthy=healthy)
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise InvalidSetting(
+                f"the metrics port {host}:{port} is already in use (another {who}?); "
+                f"set {prefix}_PORT to a free port for each {who} on this host, "
+                "or to 0 to turn metrics off",
+                field=f"{prefix}_PORT",
+            ) from exc
+        raise InvalidSetting(
+            f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}; "
+            f"check {prefix}_HOST and {prefix}_PORT",
+            field=f"{prefix}_HOST",
+        ) from exc
+    try:
+        yield f"http://{host}:{port}/metrics"
+    finally:
+        await runner.cleanup()

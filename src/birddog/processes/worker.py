@@ -1,0 +1,127 @@
+"""Runs the job worker (``birddog worker``): the one file that runs it.
+
+:func:`run_worker` opens the stack (waiting for the database), holds the ``LISTEN
+birddog_jobs`` connection and the worker's metrics server, and runs the worker
+(:class:`birddog.worker.Worker`, wired by :func:`birddog.bootstrap.build_worker`) with its
+side tasks beside it (:class:`~birddog.processes.sides.SideTasks`): the heartbeat of its
+row in ``birddog.daemons``, the lease reaper and the queue gauges.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import structlog
+
+from birddog.bootstrap import (
+    HEARTBEAT_S,
+    Announce,
+    StoppedBeforeStart,
+    build_daemon_row,
+    build_jobs_listener,
+    build_worker,
+    open_stack,
+)
+from birddog.core.errors import StoreUnavailable
+from birddog.metrics import WorkerMetrics
+from birddog.ports import Clock, JobBacklog
+from birddog.processes.sides import SideTasks, metrics_server, reap_expired_jobs
+from birddog.runtime import stop_on_signals
+from birddog.settings import Settings
+from birddog.worker import Handler
+
+log = structlog.get_logger("birddog.processes.worker")
+
+__all__ = ["QUEUE_GAUGES_S", "observe_queues", "run_worker"]
+
+QUEUE_GAUGES_S = 5.0
+"""How often a worker refreshes its queue gauges (one query over the queued jobs)."""
+
+
+async def run_worker(
+    settings: Settings,
+    handler: Handler,
+    *,
+    queues: Sequence[str] | None = None,
+    once: bool = False,
+    announce: Announce | None = None,
+) -> dict[str, int]:
+    """Run agent jobs with ``handler`` until SIGTERM/SIGINT (or, with ``once``, idle).
+
+    Args:
+        settings: the settings.
+        handler: the user's async handler.
+        queues: only these queues (session ids); None or empty for all.
+        once: run queued jobs, then return (no metrics server).
+        announce: told the embedded server's DSN.
+
+    Returns:
+        How the jobs this worker handled ended, by outcome (and ``requeued``).
+
+    Raises:
+        InvalidSetting: the worker's metrics port is taken (the message names the setting).
+    """
+    summary: dict[str, int] = {}
+    metrics = WorkerMetrics()
+    with stop_on_signals() as stop:
+        try:
+            async with (
+                open_stack(settings, announce=announce, wait_until=stop) as stack,
+                SideTasks(stop=stop, on_error=metrics.side_task_failed) as sides,
+            ):
+                listener = await sides.enter(build_jobs_listener(stack))
+                worker = build_worker(
+                    stack, handler, listener=listener, queues=queues, stop=stop, metrics=metrics
+                )
+                if not once and settings.worker_metrics_port:
+                    url = await sides.enter(
+                        metrics_server(settings, metrics, lambda: metrics.healthy, worker=True)
+                    )
+                    log.info("worker_metrics_serving", url=url)
+                row = build_daemon_row(stack, kind="worker")
+
+                async def gauges() -> None:
+                    await observe_queues(stack.jobs, metrics, queues=queues, clock=stack.clock)
+
+                async def reap() -> None:
+                    await reap_expired_jobs(stack.jobs)
+
+                sides.every("heartbeat", HEARTBEAT_S, row.seen)
+                # A worker-only deployment still recovers jobs whose worker crashed, and so
+                # frees their queues; one index probe when none expired.
+                sides.every("reaper", max(1.0, settings.job_lease_s / 2), reap)
+                sides.every("gauges", QUEUE_GAUGES_S, gauges)
+                try:
+                    await worker.run(once=once)
+                finally:
+                    summary = worker.summary()
+        except StoppedBeforeStart:
+            log.info("worker_stopped_before_start")
+    return summary
+
+
+async def observe_queues(
+    jobs: JobBacklog, metrics: WorkerMetrics, *, queues: Sequence[str] | None, clock: Clock
+) -> None:
+    """Refresh a worker's queue gauges: jobs waiting in the queues it serves, oldest's age.
+
+    One query; a failure marks the database down (``/healthz`` answers 503) and is raised
+    for the side task to log and retry.
+
+    Args:
+        jobs: the job store.
+        metrics: the worker's metrics.
+        queues: the queues the worker serves; None or empty for every queue but the
+            reserved ones.
+        clock: the time the age is measured at.
+
+    Raises:
+        StoreUnavailable: the database could not be reached.
+    """
+    try:
+        queued, oldest = await jobs.queued_backlog(queues=queues or None)
+    except StoreUnavailable:
+        metrics.database(up=False)
+        raise
+    metrics.database(up=True)
+    metrics.observe_queue(queued=queued, oldest=oldest, now=clock.now())
