@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import subprocess
 import sys
@@ -98,6 +97,12 @@ def _request(index: int, secret: str) -> tuple[bytes, dict[str, str]]:
 Post = Callable[[int], Awaitable[None]]
 
 
+def _check(status: int, data: bytes) -> None:
+    """The answer every client must get: 200 with an explicit acknowledgement."""
+    assert status == 200
+    assert orjson.loads(data) == {"accepted": True}
+
+
 @dataclass
 class Round:
     client: str
@@ -138,9 +143,7 @@ async def _aiohttp_round(
         async def post(index: int) -> None:
             body, headers = _request(index, secret)
             async with session.post(url, data=body, headers=headers) as resp:
-                data = await resp.content.read(MAX_BODY_BYTES + 1)
-                assert resp.status == 200
-                assert json.loads(data) == {"accepted": True}
+                _check(resp.status, await resp.content.read(MAX_BODY_BYTES + 1))
 
         await _drive(post, n=n, concurrency=concurrency, deadline_s=deadline_s)
 
@@ -160,8 +163,7 @@ async def _httpx_round(
                     data += chunk
                     if len(data) > MAX_BODY_BYTES:
                         break
-                assert resp.status_code == 200
-                assert json.loads(data) == {"accepted": True}
+                _check(resp.status_code, data)
 
         await _drive(post, n=n, concurrency=concurrency, deadline_s=deadline_s)
 
@@ -206,9 +208,7 @@ async def _aiohttp_tuned_round(
             async with session.post(
                 target, data=body, headers=headers, allow_redirects=False
             ) as resp:
-                data = await resp.content.read(MAX_BODY_BYTES + 1)
-                assert resp.status == 200
-                assert orjson.loads(data) == {"accepted": True}
+                _check(resp.status, await resp.content.read(MAX_BODY_BYTES + 1))
 
         await _drive(post, n=n, concurrency=concurrency, deadline_s=deadline_s)
 
@@ -252,8 +252,7 @@ async def _pyreqwest_round(
                     data += bytes(chunk)
                     if len(data) > MAX_BODY_BYTES:
                         break
-                assert resp.status == 200
-                assert orjson.loads(data) == {"accepted": True}
+                _check(resp.status, data)
 
         await _drive(post, n=n, concurrency=concurrency, deadline_s=deadline_s)
 

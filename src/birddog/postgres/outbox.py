@@ -483,28 +483,22 @@ class PostgresOutbox:
         Returns:
             The rows in key order, the claim token, and whether the page was full.
         """
-        fresh = max(0, min(newest, limit))
-        if skip_agents:
-            # Some recipients are left out: read the others' due heads, never past the
-            # left-out recipients' rows (each costs one index probe).
-            return await self._claim(
-                queries["outbox_claim_heads"],
-                (),
-                limit=limit,
-                now=now,
-                lease_s=lease_s,
-                skip_agents=skip_agents,
-                split=fresh,
-                trailing=(limit,),
-            )
+        # With recipients left out, read the others' due heads, never past the left-out
+        # recipients' rows (each costs one index probe); at most a page of each.
+        query, per_recipient = (
+            (queries["outbox_claim_heads"], (limit,))
+            if skip_agents
+            else (queries["outbox_claim_due"], ())
+        )
         return await self._claim(
-            queries["outbox_claim_due"],
+            query,
             (),
             limit=limit,
             now=now,
             lease_s=lease_s,
             skip_agents=skip_agents,
-            split=fresh,
+            split=max(0, min(newest, limit)),
+            trailing=per_recipient,
         )
 
     async def _claim(
