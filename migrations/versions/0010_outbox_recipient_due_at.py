@@ -5,8 +5,8 @@ their cap), the claim reads each other recipient's earliest due rows through thi
 instead of reading the due-time index past every left-out row (``bench/hanging.py``: four
 of every five due rows were theirs). Partial, so dead rows cost it nothing.
 
-Revision ID: 0006
-Revises: 0005
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-01
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006"
-down_revision: str | Sequence[str] | None = "0005"
+revision: str = "0010"
+down_revision: str | Sequence[str] | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
