@@ -348,18 +348,26 @@ class InboxProcess:
 
 
 class DaemonProcess:
-    """``birddog run`` as a child process, its RSS sampled from the start.
+    """``birddog run`` (or another ``birddog`` command) as a child process, its RSS sampled.
 
     Args:
         dsn: the database it drains.
         log_path: where its stderr (JSON logs) goes.
         env: extra ``BIRDDOG_*`` settings.
+        args: the ``birddog`` command and its options (``worker --command cat``, say).
     """
 
-    def __init__(self, dsn: str, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        args: Sequence[str] = ("run",),
+    ) -> None:
         self.dsn = dsn
         self.log_path = log_path
         self.env = env or {}
+        self.args = list(args)
         self.proc: subprocess.Popen[bytes] | None = None
         self.sampler: Sampler | None = None
         self._log: Any = None
@@ -375,10 +383,10 @@ class DaemonProcess:
         }
         self._log = self.log_path.open("wb")
         # BENCH_DAEMON names a module to run instead (a prototype, bench/experiments/).
-        module = os.environ.get("BENCH_DAEMON")
+        module = os.environ.get("BENCH_DAEMON") if self.args[:1] == ["run"] else None
         command = [sys.executable, "-m", module] if module else [str(BIN / "birddog")]
         self.proc = subprocess.Popen(  # noqa: S603 - this venv's birddog, or our own module
-            [*command, "run"],
+            [*command, *self.args],
             cwd=ROOT,
             env=env,
             stdout=self._log,
@@ -412,8 +420,8 @@ class DaemonProcess:
         """Raise if the daemon exited."""
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(
-                f"birddog run exited with {self.proc.returncode}; log: {self.log_path}\n"
-                + self.log_tail()
+                f"birddog {self.args[0]} exited with {self.proc.returncode}; "
+                f"log: {self.log_path}\n" + self.log_tail()
             )
 
     def log_tail(self, lines: int = 20) -> str:
