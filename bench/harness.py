@@ -536,6 +536,23 @@ LATERAL (
 """
 
 
+def reply_body(index: int, agent: str) -> tuple[str, str]:
+    """The key and JSON body of reply ``index`` to ``agent``, shaped as BirdDog's."""
+    mail = f"peer-{index:08d}"
+    key = f"outbox:{mail}:reply:0"
+    body = {
+        "key": key,
+        "inReplyTo": mail,
+        "to": {"kind": "agent", "agentId": agent, "sessionId": f"{agent}-s"},
+        "from": {"kind": "agent", "agentId": WORKER, "sessionId": f"{WORKER}-s"},
+        "replyTo": [],
+        "content": CONTENT,
+        "createdAt": int(time.time() * 1000),
+        "reply": {"commandId": f"cmd-{index}", "outcome": "completed"},
+    }
+    return key, json.dumps(body)
+
+
 def agent_names(count: int) -> list[str]:
     """The recipients ``agent-000`` .. in the order :data:`SEED_SQL` assigns them."""
     return [f"agent-{i:03d}" for i in range(count)]

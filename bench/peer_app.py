@@ -24,7 +24,7 @@ import time
 import aiohttp
 import procrastinate
 
-from bench.harness import CONTENT, WORKER, agent_names
+from bench.harness import agent_names, reply_body
 
 POOL_SIZE = 16
 DEFER_CHUNK = 1000
@@ -52,23 +52,6 @@ async def deliver(url: str, key: str, body: str) -> None:
         accepted = resp.status == 200 and (await resp.json()).get("accepted") is True
     if not accepted:
         raise RuntimeError("the inbox did not accept the reply")
-
-
-def reply_body(index: int, agent: str) -> tuple[str, str]:
-    """The key and JSON body of reply ``index`` to ``agent``, shaped as BirdDog's."""
-    mail = f"peer-{index:08d}"
-    key = f"outbox:{mail}:reply:0"
-    body = {
-        "key": key,
-        "inReplyTo": mail,
-        "to": {"kind": "agent", "agentId": agent, "sessionId": f"{agent}-s"},
-        "from": {"kind": "agent", "agentId": WORKER, "sessionId": f"{WORKER}-s"},
-        "replyTo": [],
-        "content": CONTENT,
-        "createdAt": int(time.time() * 1000),
-        "reply": {"commandId": f"cmd-{index}", "outcome": "completed"},
-    }
-    return key, json.dumps(body)
 
 
 async def defer(base_url: str, count: int, agents: int) -> dict[str, float]:
