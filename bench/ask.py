@@ -21,6 +21,12 @@ responder workflow per asker that ``recv``s and ``send``s back, in one process, 
 asker workflow per asker in another, ``send`` then ``recv`` with a timeout. Its
 version goes into the results.
 
+The floors, measured in the same run on the same server: a bare ``INSERT`` committed
+(one row per transaction, fsync on; an ask commits six times in turn: the job, its
+claim, its settlement, the daemon's claim, the mailbox row, the ack) and a bare
+``NOTIFY`` round trip between two connections (an ask waits on three: the worker's, the
+daemon's and the asker's wake).
+
 Targets: p99 <= 20 ms for one asker with the Python handler; at 50 askers at least
 DBOS's rate.
 """
@@ -38,6 +44,7 @@ from typing import Any
 
 import asyncpg
 
+from bench import wake
 from bench.harness import (
     Context,
     DaemonProcess,
@@ -106,6 +113,35 @@ def latency_summary(took_s: Sequence[float], first: float, last: float) -> dict[
         "max_ms": round(max(ms), 2),
         "elapsed_s": round(elapsed, 3),
         "per_s": round(len(ms) / elapsed, 1) if elapsed > 0 else float("nan"),
+    }
+
+
+FLOOR_COUNT = 200
+
+
+async def commit_floor(dsn: str, count: int) -> list[float]:
+    """Bare ``INSERT`` commits (ms), one row per transaction, in turn, on one connection."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("CREATE TABLE IF NOT EXISTS bench_commit_floor (id int, body text)")
+        took = []
+        for index in range(count):
+            began = time.perf_counter()
+            await conn.execute("INSERT INTO bench_commit_floor VALUES ($1, 'x')", index)
+            took.append((time.perf_counter() - began) * 1000)
+        await conn.execute("DROP TABLE bench_commit_floor")
+    finally:
+        await conn.close()
+    return took
+
+
+async def floors(dsn: str, count: int) -> dict[str, Any]:
+    """p50/p99 (ms) of a bare commit and of a bare NOTIFY round trip, now, on this server."""
+    commits = await commit_floor(dsn, count)
+    notifies = await wake.notify_floor(dsn, count)
+    return {
+        name: {"p50_ms": round(percentile(v, 50), 3), "p99_ms": round(percentile(v, 99), 3)}
+        for name, v in (("commit", commits), ("notify_round_trip", notifies))
     }
 
 
@@ -257,6 +293,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         h: {a: [] for a in askers_list} for h in handlers
     }
     dbos: dict[int, list[dict[str, Any]]] = {a: [] for a in askers_list}
+    floor: list[dict[str, Any]] = []
     try:
         routes = PostgresRoutes(pool, clock=SystemClock())
         await routes.add(AGENT, kind="mailbox")
@@ -266,6 +303,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         await daemon.wait_listening(conn)
         async with open_asking(pool, dsn) as asking:
             for round_index in range(rounds):
+                floor.append(await floors(dsn, FLOOR_COUNT))
                 for handler in handlers:
                     worker = DaemonProcess(
                         dsn,
@@ -320,6 +358,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             "birddog": importlib.metadata.version("birddog"),
             "dbos": importlib.metadata.version("dbos"),
         },
+        "floors": floor,
         "birddog": {h: {str(a): r for a, r in by.items()} for h, by in birddog.items()},
         "dbos": {str(a): r for a, r in dbos.items()},
     }
