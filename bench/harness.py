@@ -748,7 +748,7 @@ class Context:
         """The command that reproduces this benchmark in this mode."""
         prefix = "".join(
             f"{name}={shlex.quote(os.environ[name])} "
-            for name in ("BENCH_DAEMON", "BENCH_SCHEMA_DDL")
+            for name in ("BENCH_DAEMON", "BENCH_SCHEMA_DDL", "BENCH_ASK_COUNT", "BENCH_PEER_COUNT")
             if os.environ.get(name)
         )
         quick = "--quick " if self.quick else ""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.metadata
+import os
 import resource
 import statistics
 import sys
@@ -257,7 +258,8 @@ async def pgqueuer_versus(ctx: Context, *, count: int) -> tuple[Figure, dict[str
 
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     """Pick Procrastinate's concurrency (full mode), then both at the same size."""
-    count = 2_000 if ctx.quick else 20_000
+    # BENCH_PEER_COUNT sizes a full run for a busy machine (the results say what was run).
+    count = int(os.environ.get("BENCH_PEER_COUNT", "0")) or (2_000 if ctx.quick else 20_000)
     await ctx.inbox.configure()
     sweep: dict[int, float] = {}
     concurrency = DEFAULT_CONCURRENCY
