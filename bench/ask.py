@@ -1,7 +1,7 @@
 """Ask: from an ask to its answer, through the real worker, daemon and mailbox; DBOS beside it.
 
-1,000 asks (quick: 100; ``BENCH_ASK_COUNT`` sets another number) from 1, from 50 and
-from 500 concurrent askers (quick: 1 and 50)
+1,000 asks (quick: 50; ``BENCH_ASK_COUNT`` sets another number) from 1, from 50 and
+from 500 concurrent askers (quick: 1 and 10)
 to an agent whose handler answers at once: a ``birddog worker`` with a Python handler
 (``bench/ask_agent.py``), then one with ``--command cat`` (one process per job; full mode
 only). Each asker is an agent of its own (``asker-<i>``, a mailbox route) asking its own
@@ -69,7 +69,7 @@ AGENT = "bench-answer"
 """The agent asked (a mailbox route, so BirdDog knows it)."""
 
 ASKERS = (1, 50, 500)
-QUICK_ASKERS = (1, 50)
+QUICK_ASKERS = (1, 10)
 HANDLERS: dict[str, list[str]] = {
     "python": ["--handler", "bench.ask_agent:answer"],
     "cat": ["--command", "cat"],
@@ -283,7 +283,7 @@ def _process_cpu(pid: int) -> float:
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     """Each handler, then DBOS, at each number of askers; rounds alternate (full mode: 2)."""
     # BENCH_ASK_COUNT sizes a full run for a busy machine (the results say what was run).
-    count = int(os.environ.get("BENCH_ASK_COUNT", "0")) or (100 if ctx.quick else 1_000)
+    count = int(os.environ.get("BENCH_ASK_COUNT", "0")) or (50 if ctx.quick else 1_000)
     askers_list = QUICK_ASKERS if ctx.quick else ASKERS
     handlers = ["python"] if ctx.quick else list(HANDLERS)
     rounds = 1 if ctx.quick else 2

@@ -17,7 +17,7 @@ own database on the same server, to the same inbox server. Each round: a fresh d
 its schema, the jobs enqueued, then one worker process (``mode=drain``) timed from its
 spawn to its exit, start-up included. Full mode runs each concurrency of 16, 64 and 256
 (``max_concurrent_tasks``) once, then the best twice more: the median of its 3 rounds
-counts. Quick mode: concurrency 64, one round. BirdDog's figure beside it is
+counts. Quick mode: 500 replies, concurrency 64, one round. BirdDog's figure beside it is
 ``birddog run --once`` on the same rows, also timed from its spawn to its exit (3 rounds,
 median; quick: 1). Target: BirdDog at least 3 times PgQueuer.
 """
@@ -58,6 +58,7 @@ DEFAULT_CONCURRENCY = 8
 PGQUEUER_TARGET = 3.0
 PGQUEUER_SWEEP = (16, 64, 256)
 PGQUEUER_QUICK_CONCURRENCY = 64
+PGQUEUER_QUICK_COUNT = 500
 ROUNDS = 3
 
 
@@ -281,7 +282,10 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         target=f">= {TARGET:g}x",
         met=ratio(ours["per_s"], peer["per_s"]) >= TARGET,
     )
-    pgqueuer_figure, pgqueuer = await pgqueuer_versus(ctx, count=count)
+    quick_count = min(count, PGQUEUER_QUICK_COUNT)
+    pgqueuer_figure, pgqueuer = await pgqueuer_versus(
+        ctx, count=quick_count if ctx.quick else count
+    )
     details = {
         "replies": count,
         "versions": {
