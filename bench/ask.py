@@ -38,7 +38,6 @@ import asyncio
 import importlib.metadata
 import itertools
 import os
-import resource
 import statistics
 import time
 from collections.abc import Sequence
@@ -55,6 +54,7 @@ from bench.harness import (
     drop_database,
     fresh_database,
     percentile,
+    process_cpu_s,
     ratio,
     run_python,
     spawn_python,
@@ -147,11 +147,6 @@ async def floors(dsn: str, count: int) -> dict[str, Any]:
     }
 
 
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 async def stages(conn: asyncpg.Connection, times: dict[str, tuple[float, float]]) -> dict[str, Any]:
     """Medians and p99s (ms) of each stage of the asks in ``times`` (key: start, end)."""
     rows = await conn.fetch(STAGES_SQL, list(times))
@@ -210,13 +205,13 @@ async def birddog_case(
 
     await asyncio.gather(*(one(index, None) for index in range(askers)))
     cpu = {name: proc.sampler.cpu_s() for name, proc in processes.items() if proc.sampler}
-    asker_cpu = _cpu_s()
+    asker_cpu = process_cpu_s()
     pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
     results = await asyncio.gather(
         *(asker(index, share) for index, share in enumerate(shares(count, askers)))
     )
     pg_cpu_s = pg_cpu.stop()
-    asker_cpu_s = _cpu_s() - asker_cpu
+    asker_cpu_s = process_cpu_s() - asker_cpu
     done = [item for result in results for item in result]
     first = min(began for _, began, _ in done)
     last = max(began + took for _, began, took in done)

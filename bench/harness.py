@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import resource
 import shlex
 import shutil
 import signal
@@ -491,6 +492,30 @@ async def run_python(
     # the child reports about itself.
     result = json.loads(out.strip().splitlines()[-1])
     return result, float(result.get("cpu_s", cpu)), sampler.peak_rss
+
+
+def process_cpu_s(who: int = resource.RUSAGE_SELF) -> float:
+    """User + system CPU seconds of this process (or its waited-for children), start-up included."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def dispatch(
+    argv: Sequence[str],
+    commands: dict[str, Callable[..., Awaitable[dict[str, Any]]]],
+    run: Callable[[Awaitable[dict[str, Any]]], dict[str, Any]] = asyncio.run,
+) -> None:
+    """Run a bench child's command (``argv[0]``) with its arguments; print its result as JSON.
+
+    Args:
+        argv: the command and its arguments (strings, each command converts its own).
+        commands: the coroutine function of each command.
+        run: the event loop runner (``asyncio.run``, or a peer's own such as uvloop's).
+    """
+    command, *args = argv
+    if command not in commands:
+        raise SystemExit(f"unknown command {command!r}")
+    print(json.dumps(run(commands[command](*args))), flush=True)
 
 
 # --------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ from bench.harness import (
     agent_names,
     drop_database,
     fresh_database,
+    process_cpu_s,
     ratio,
     run_python,
     seed_outbox,
@@ -62,18 +63,32 @@ PGQUEUER_QUICK_COUNT = 500
 ROUNDS = 3
 
 
-async def procrastinate_run(ctx: Context, *, count: int, concurrency: int) -> dict[str, Any]:
-    """A fresh database, ``count`` deferred jobs, one worker run; its rate from its events."""
-    dsn = await fresh_database(ctx.server, "peer", birddog=False)
+async def peer_database(
+    ctx: Context, name: str, module: str, load: str, *, count: int
+) -> tuple[str, dict[str, str]]:
+    """A fresh database with a peer's schema and ``count`` jobs loaded; its DSN and env.
+
+    ``module``'s ``schema`` command installs the schema, its ``load`` command writes the
+    jobs; the inbox's counts are reset after. The database is dropped if either fails.
+    """
+    dsn = await fresh_database(ctx.server, name, birddog=False)
     env = {"BENCH_PEER_DSN": dsn}
     try:
-        await run_python(["bench.peer", "schema"], timeout_s=120, env=env)
+        await run_python([module, "schema"], timeout_s=120, env=env)
         await run_python(
-            ["bench.peer", "defer", ctx.inbox.base_url, str(count), str(AGENTS)],
-            timeout_s=300,
-            env=env,
+            [module, load, ctx.inbox.base_url, str(count), str(AGENTS)], timeout_s=300, env=env
         )
         await ctx.inbox.reset()
+    except BaseException:
+        await drop_database(ctx.server, dsn)
+        raise
+    return dsn, env
+
+
+async def procrastinate_run(ctx: Context, *, count: int, concurrency: int) -> dict[str, Any]:
+    """A fresh database, ``count`` deferred jobs, one worker run; its rate from its events."""
+    dsn, env = await peer_database(ctx, "peer", "bench.peer", "defer", count=count)
+    try:
         pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
         result, cpu_s, peak_rss = await run_python(
             ["bench.peer", "worker", str(concurrency)], timeout_s=600, env=env
@@ -124,23 +139,12 @@ async def birddog_run(ctx: Context, *, count: int) -> dict[str, Any]:
         await drop_database(ctx.server, dsn)
 
 
-def _children_cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 async def pgqueuer_run(ctx: Context, *, count: int, concurrency: int) -> dict[str, Any]:
     """A fresh database, PgQueuer's schema, ``count`` jobs, one worker from spawn to exit."""
-    dsn = await fresh_database(ctx.server, "peer_pgqueuer", birddog=False)
-    env = {"BENCH_PEER_DSN": dsn}
+    dsn, env = await peer_database(
+        ctx, "peer_pgqueuer", "bench.peer_pgqueuer", "enqueue", count=count
+    )
     try:
-        await run_python(["bench.peer_pgqueuer", "schema"], timeout_s=120, env=env)
-        await run_python(
-            ["bench.peer_pgqueuer", "enqueue", ctx.inbox.base_url, str(count), str(AGENTS)],
-            timeout_s=300,
-            env=env,
-        )
-        await ctx.inbox.reset()
         inbox_cpu = ctx.inbox.cpu_s()
         pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
         began = time.monotonic()
@@ -183,7 +187,7 @@ async def birddog_once_run(ctx: Context, *, count: int, prefix: str) -> dict[str
         await conn.execute("ANALYZE birddog.outbox")
         await ctx.inbox.reset()
         inbox_cpu = ctx.inbox.cpu_s()
-        children_cpu = _children_cpu_s()
+        children_cpu = process_cpu_s(resource.RUSAGE_CHILDREN)
         pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
         began = time.monotonic()
         daemon.start()
@@ -195,7 +199,7 @@ async def birddog_once_run(ctx: Context, *, count: int, prefix: str) -> dict[str
             raise
         elapsed = time.monotonic() - began
         pg_cpu_s = pg_cpu.stop()
-        cpu_s = _children_cpu_s() - children_cpu
+        cpu_s = process_cpu_s(resource.RUSAGE_CHILDREN) - children_cpu
         daemon.stop()
         if code != 0:
             raise RuntimeError(f"birddog run --once exited with {code}\n" + daemon.log_tail())

@@ -28,13 +28,14 @@ import asyncio
 import importlib.metadata
 import json
 import os
-import resource
 import signal
 import sys
 import time
 from typing import Any
 
 from dbos import DBOS, DBOSConfig, SetWorkflowID
+
+from bench.harness import dispatch, process_cpu_s
 
 RECV_TIMEOUT_S = 60.0
 """The longest an asker (or an idle responder) waits in one ``recv``."""
@@ -133,9 +134,9 @@ async def ask(askers: int, count: int, round_name: str) -> dict[str, Any]:
         with SetWorkflowID(f"asker-{round_name}-{index:04d}"):
             handles.append(await DBOS.start_workflow_async(asker, index, share, round_name))
     await _Start.go.wait()
-    cpu_before = _cpu_s()
+    cpu_before = process_cpu_s()
     results = await asyncio.gather(*(handle.get_result() for handle in handles))
-    cpu_s = _cpu_s() - cpu_before
+    cpu_s = process_cpu_s() - cpu_before
     timings = [timing for result in results for timing in result]
     return {
         "asks": len(timings),
@@ -147,22 +148,20 @@ async def ask(askers: int, count: int, round_name: str) -> dict[str, Any]:
     }
 
 
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+async def _respond(askers: str) -> dict[str, Any]:
+    await respond(int(askers))
+    return {"stopped": True}
 
 
 def main(argv: list[str]) -> None:
     """Dispatch ``respond`` / ``ask``; the result as one JSON line."""
-    command, *args = argv
-    if command == "respond":
-        asyncio.run(respond(int(args[0])))
-        result: dict[str, Any] = {"stopped": True}
-    elif command == "ask":
-        result = asyncio.run(ask(int(args[0]), int(args[1]), args[2]))
-    else:
-        raise SystemExit(f"unknown command {command!r}")
-    print(json.dumps(result), flush=True)
+    dispatch(
+        argv,
+        {
+            "respond": _respond,
+            "ask": lambda askers, count, round_name: ask(int(askers), int(count), round_name),
+        },
+    )
     sys.stdout.flush()
     # DBOS's background threads (listener, queues) would keep the process alive.
     os._exit(0)

@@ -30,7 +30,6 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
-import resource
 import sys
 import time
 from typing import Any
@@ -41,7 +40,7 @@ import uvloop
 from pgqueuer import AsyncpgDriver, DatabaseRetryEntrypointExecutor, Job, Queries, QueueManager
 from pgqueuer.types import QueueExecutionMode
 
-from bench.harness import agent_names, reply_body
+from bench.harness import agent_names, dispatch, process_cpu_s, reply_body
 from birddog.http.signing import Signer, generate_secret
 
 ENTRYPOINT = "deliver"
@@ -136,31 +135,24 @@ async def work(concurrency: int) -> dict[str, Any]:
         await conn.close()
     return {
         "elapsed_s": time.time() - started,
-        "cpu_s": _cpu_s(),
+        "cpu_s": process_cpu_s(),
         "left_in_queue": left,
         "batch_size": batch_size(concurrency),
         "version": version(),
     }
 
 
-def _cpu_s() -> float:
-    """This process's CPU seconds since it started (its start-up included)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def main(argv: list[str]) -> None:
     """Dispatch ``schema`` / ``enqueue`` / ``worker``; the result as one JSON line."""
-    command, *args = argv
-    if command == "schema":
-        result = uvloop.run(schema())
-    elif command == "enqueue":
-        result = uvloop.run(enqueue(args[0], int(args[1]), int(args[2])))
-    elif command == "worker":
-        result = uvloop.run(work(int(args[0])))
-    else:
-        raise SystemExit(f"unknown command {command!r}")
-    print(json.dumps(result), flush=True)
+    dispatch(
+        argv,
+        {
+            "schema": schema,
+            "enqueue": lambda url, count, agents: enqueue(url, int(count), int(agents)),
+            "worker": lambda concurrency: work(int(concurrency)),
+        },
+        run=uvloop.run,
+    )
 
 
 if __name__ == "__main__":
