@@ -7,8 +7,8 @@ Its replies are written by the settling transaction like any other, and delivere
 the same retries, deferrals, dead letters and receipts; only the body (a StreamResponse)
 and what counts as accepted (any 2xx) differ. This revision only lets the kind exist.
 
-Revision ID: 0010
-Revises: 0009
+Revision ID: 0011
+Revises: 0010
 Create Date: 2026-12-02
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0010"
-down_revision: str | Sequence[str] | None = "0009"
+revision: str = "0011"
+down_revision: str | Sequence[str] | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
