@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 )
 @click.option(
     "--a2a-token",
-    envvar="BIRDDOG_A2A_TOKEN",
+    envvar="BIRDDOG_WORKER_A2A_TOKEN",
     default=None,
     help="With --a2a: the bearer token the remote agent wants (default: none).",
 )
