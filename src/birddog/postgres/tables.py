@@ -74,6 +74,14 @@ outbox = sa.Table(
         postgresql_where=sa.text("state = 'pending'"),
     ),
     sa.Index("outbox_recipient_agent_id_idx", "recipient_agent_id"),
+    # The daemon's claim reads each recipient's due head through this index while some
+    # recipients are left out, never past their rows (migration 0010).
+    sa.Index(
+        "outbox_pending_recipient_due_at_idx",
+        "recipient_agent_id",
+        "due_at",
+        postgresql_where=sa.text("state <> 'dead'"),
+    ),
     sa.Index(
         "outbox_dead_at_idx",
         "dead_at",
@@ -122,13 +130,14 @@ routes = sa.Table(
     _ts("held_at", nullable=True),
     sa.Column("previous_secret", sa.Text, nullable=True),
     _ts("previous_secret_until", nullable=True),
-    sa.CheckConstraint("kind IN ('http', 'mailbox')", name="routes_kind_check"),
+    sa.CheckConstraint("kind IN ('http', 'mailbox', 'a2a')", name="routes_kind_check"),
     sa.CheckConstraint(
-        "kind <> 'http' OR (url IS NOT NULL AND secret IS NOT NULL)", name="routes_http_check"
+        "kind = 'mailbox' OR (url IS NOT NULL AND secret IS NOT NULL)", name="routes_http_check"
     ),
     sa.CheckConstraint("batch_size BETWEEN 1 AND 1000", name="routes_batch_size_check"),
 )
-"""Where each agent's replies go: an inbox URL (``http``) or the ``mailbox`` table.
+"""Where each agent's replies go: an inbox URL (``http``), the ``mailbox`` table, or an A2A
+push config's URL (``a2a``: its secret is the sealed ``Authorization`` and token).
 
 A disabled route holds the agent's rows; ``held_at`` says since when (their age is frozen
 meanwhile). ``batch_size`` above 1 lets the daemon put several replies in one signed POST.
