@@ -395,8 +395,11 @@ class ClaimedJob:
     traceparent: str | None = None
 
 
-class JobStore(Protocol):
-    """The job store operations a worker needs (``PostgresJobs``)."""
+class JobStore(JobBacklog, Protocol):
+    """The job store operations a worker needs (``PostgresJobs``).
+
+    :meth:`queued_backlog` tells a worker run with ``once`` whether it has drained.
+    """
 
     async def claim(
         self, *, queues: Sequence[str] | None = None, lease_s: float = 60.0, worker_id: str = ""

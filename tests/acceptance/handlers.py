@@ -42,3 +42,8 @@ UNSTORABLE: dict[str, object] = {
 async def unstorable(payload: AgentJobPayload) -> str:
     """Return a result that cannot be stored, chosen by the command id."""
     return UNSTORABLE.get(payload.command_fact_id, "fine")  # type: ignore[return-value]
+
+
+async def instant(payload: AgentJobPayload) -> str:
+    """Answer at once: the job's own work costs nothing, so the worker's loop is what is timed."""
+    return "done"

@@ -32,7 +32,12 @@ from birddog.runtime import quiet_until_started
     default=None,
     help="Jobs run at once (1 to 1000).",
 )
-@click.option("--once", is_flag=True, help="Run queued jobs, then exit.")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Run jobs until none it may take is queued or running (checked after its last "
+    "job settles), then exit, saying what it settled and any jobs it left queued.",
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -72,18 +77,20 @@ def worker(
         )
     except BirdDogError as exc:
         raise click.UsageError(str(exc)) from exc
-    summary = run(
+    done = run(
         run_worker(settings, function, queues=list(queues), once=once, announce=announcer(ctx))
     )
     if once:
-        click.echo(settled_line(summary))
+        click.echo(settled_line(done.summary, left=done.left))
 
 
-def settled_line(summary: dict[str, int]) -> str:
+def settled_line(summary: dict[str, int], *, left: int | None = None) -> str:
     """One line saying what a worker run settled: ``settled 3 jobs: 2 completed, 1 failed``.
 
     Args:
         summary: counts by outcome (and ``requeued``), as the worker keeps them.
+        left: jobs still queued in the worker's queues when it stopped (not yet due, or
+            it was stopped first); said only when some are.
 
     Returns:
         The line; ``settled no jobs`` when there was nothing to do.
@@ -95,4 +102,6 @@ def settled_line(summary: dict[str, int]) -> str:
     line += ", ".join(f"{n} {what}" for what, n in sorted(settled.items()))
     if requeued:
         line += f"{'; ' if total else ', '}{requeued} given back to the queue"
+    if left:
+        line += f"; left {left} queued job{'s' * (left != 1)}"
     return line

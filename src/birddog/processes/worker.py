@@ -10,6 +10,7 @@ row in ``birddog.daemons``, the lease reaper and the queue gauges.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import structlog
 
@@ -32,10 +33,23 @@ from birddog.worker import Handler
 
 log = structlog.get_logger("birddog.processes.worker")
 
-__all__ = ["QUEUE_GAUGES_S", "observe_queues", "run_worker"]
+__all__ = ["QUEUE_GAUGES_S", "WorkerRun", "observe_queues", "run_worker"]
 
 QUEUE_GAUGES_S = 5.0
 """How often a worker refreshes its queue gauges (one query over the queued jobs)."""
+
+
+class WorkerRun(NamedTuple):
+    """What a worker run did.
+
+    Attributes:
+        summary: how the jobs it handled ended, by outcome (and ``requeued``).
+        left: with ``once``, the jobs still queued in its queues when it stopped (None:
+            not known, or not run with ``once``).
+    """
+
+    summary: dict[str, int]
+    left: int | None = None
 
 
 async def run_worker(
@@ -45,7 +59,7 @@ async def run_worker(
     queues: Sequence[str] | None = None,
     once: bool = False,
     announce: Announce | None = None,
-) -> dict[str, int]:
+) -> WorkerRun:
     """Run agent jobs with ``handler`` until SIGTERM/SIGINT (or, with ``once``, idle).
 
     Args:
@@ -56,12 +70,12 @@ async def run_worker(
         announce: told the embedded server's DSN.
 
     Returns:
-        How the jobs this worker handled ended, by outcome (and ``requeued``).
+        How the jobs this worker handled ended and, with ``once``, what it left queued.
 
     Raises:
         InvalidSetting: the worker's metrics port is taken (the message names the setting).
     """
-    summary: dict[str, int] = {}
+    result = WorkerRun({})
     metrics = WorkerMetrics()
     with stop_on_signals() as stop:
         try:
@@ -94,10 +108,10 @@ async def run_worker(
                 try:
                     await worker.run(once=once)
                 finally:
-                    summary = worker.summary()
+                    result = WorkerRun(worker.summary(), worker.left)
         except StoppedBeforeStart:
             log.info("worker_stopped_before_start")
-    return summary
+    return result
 
 
 async def observe_queues(
