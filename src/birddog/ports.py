@@ -335,7 +335,7 @@ class DaemonRow(Protocol):
         ...
 
     async def gone(self) -> None:
-        """Remove the row on a clean stop."""
+        """Mark the row stopped, on a clean stop."""
         ...
 
 

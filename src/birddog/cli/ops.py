@@ -167,12 +167,21 @@ async def check_report(stack: Stack, limits: CheckLimits) -> list[dict[str, Any]
     if stalled is not None:
         from birddog.display import format_age  # noqa: PLC0415 - keeps --help fast
 
-        last = stalled["last_seen_at"]
+        last, stopped = stalled["last_seen_at"], stalled["last_stopped_at"]
+        if last is None:
+            last_daemon = "no daemon ever ran on this database (start `birddog run`)"
+        elif stopped is not None:
+            last_daemon = f"the last daemon stopped at {_at(stopped)} (start `birddog run`)"
+        else:
+            last_daemon = (
+                f"the last daemon beat at {_at(last)} and vanished without stopping "
+                "(killed, or its host is gone?)"
+            )
         problem(
             "no_daemon",
-            f"replies due and no daemon seen for {format_age(limits.daemon_s)}: "
-            f"{stalled['due']} due, the oldest since {_at(stalled['oldest_due_at'])}; last "
-            f"daemon beat {'never' if last is None else _at(last)} (is `birddog run` running?)",
+            f"replies due and no daemon running for {format_age(limits.daemon_s)}: "
+            f"{stalled['due']} due, the oldest since {_at(stalled['oldest_due_at'])}; "
+            f"{last_daemon}",
             stalled,
         )
     return problems

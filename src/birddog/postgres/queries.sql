@@ -599,24 +599,30 @@ LIMIT 1;
 -- params: $1 daemon_id text, $2 kind text, $3 host text, $4 pid int4
 INSERT INTO birddog.daemons (daemon_id, kind, host, pid, started_at, seen_at)
 VALUES ($1, $2, $3, $4, now(), now())
-ON CONFLICT (daemon_id) DO UPDATE SET seen_at = now();
+ON CONFLICT (daemon_id) DO UPDATE SET seen_at = now(), stopped_at = NULL;
 
 -- name: daemon_gone
--- Forget a daemon that stopped cleanly.
+-- Mark a daemon or worker that stopped cleanly: stopped now, no longer running.
 -- params: $1 daemon_id text
-DELETE FROM birddog.daemons WHERE daemon_id = $1;
+UPDATE birddog.daemons SET stopped_at = now() WHERE daemon_id = $1;
 
 -- name: daemons_expire
--- Forget daemons and workers not seen for $1 seconds (killed, or their host is gone).
+-- Forget daemons and workers not seen for $1 seconds (killed, stopped, or their host is gone), but the last seen of each kind.
 -- params: $1 older_than_s float8
-DELETE FROM birddog.daemons WHERE seen_at < now() - make_interval(secs => $1);
+DELETE FROM birddog.daemons d
+WHERE d.seen_at < now() - make_interval(secs => $1)
+  AND d.daemon_id <> ALL (
+      SELECT DISTINCT ON (l.kind) l.daemon_id
+      FROM birddog.daemons l
+      ORDER BY l.kind, l.seen_at DESC
+  );
 
 -- name: daemons_seen
--- Daemons and workers seen within an interval, newest first.
+-- Daemons and workers running (not stopped) that beat within an interval, newest first.
 -- params: $1 within_s float8
 SELECT daemon_id, kind, host, pid, started_at, seen_at
 FROM birddog.daemons
-WHERE seen_at > now() - make_interval(secs => $1)
+WHERE seen_at > now() - make_interval(secs => $1) AND stopped_at IS NULL
 ORDER BY seen_at DESC;
 
 -- name: check_stale_pending
@@ -669,12 +675,18 @@ ORDER BY r.held_at, r.agent_id
 LIMIT $2;
 
 -- name: check_due_without_daemon
--- Replies due (up to $2 counted) while no drain daemon beat within $1 seconds, and when one last did; no row when a daemon beat in time or nothing is due (for `birddog check`).
+-- Replies due (up to $2 counted) while no running drain daemon beat within $1 seconds, and when the last one beat and whether it stopped cleanly; no row when a daemon beat in time or nothing is due (for `birddog check`).
 -- params: $1 within_s float8, $2 count_limit int4
 SELECT
     count(*)::int AS due,
     min(d.due_at) AS oldest_due_at,
-    (SELECT max(b.seen_at) FROM birddog.daemons b WHERE b.kind = 'drain') AS last_seen_at
+    (SELECT max(b.seen_at) FROM birddog.daemons b WHERE b.kind = 'drain') AS last_seen_at,
+    (
+        SELECT b.stopped_at FROM birddog.daemons b
+        WHERE b.kind = 'drain'
+        ORDER BY b.seen_at DESC
+        LIMIT 1
+    ) AS last_stopped_at
 FROM (
     SELECT o.due_at
     FROM birddog.outbox o
@@ -684,7 +696,8 @@ FROM (
 ) d
 WHERE NOT EXISTS (
     SELECT 1 FROM birddog.daemons b
-    WHERE b.kind = 'drain' AND b.seen_at > now() - make_interval(secs => $1)
+    WHERE b.kind = 'drain' AND b.stopped_at IS NULL
+      AND b.seen_at > now() - make_interval(secs => $1)
 )
 HAVING count(*) > 0;
 

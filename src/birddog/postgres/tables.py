@@ -240,9 +240,14 @@ daemons = sa.Table(
     sa.Column("pid", sa.Integer, nullable=False),
     _ts("started_at", now=True),
     _ts("seen_at", now=True),
+    _ts("stopped_at", nullable=True),
     sa.CheckConstraint("kind IN ('drain', 'worker')", name="daemons_kind_check"),
 )
-"""Drain daemons and workers that reported in, for ``birddog status``."""
+"""Drain daemons and workers that reported in, for ``birddog status``.
+
+A process that stops cleanly keeps its row, marked ``stopped_at``; a stopped row never
+counts as running, and ``birddog check`` tells such a stop from a process that vanished.
+"""
 
 for _table in metadata.tables.values():
     # Every time stored is finite (migration 0005): PostgreSQL takes 'infinity' for a

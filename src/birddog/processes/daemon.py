@@ -28,7 +28,7 @@ from birddog.bootstrap import (
     open_stack,
 )
 from birddog.ports import DaemonRow
-from birddog.processes.sides import SideTasks, metrics_server, reap_expired_jobs
+from birddog.processes.sides import SideTasks, mark_stopped, metrics_server, reap_expired_jobs
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 
@@ -109,10 +109,7 @@ async def _drain_until_stopped(
         if alerts is not None:
             await alerts.close(timeout_s=settings.shutdown_grace_s)
         if not once:
-            try:
-                await row.gone()
-            except Exception as exc:
-                log.warning("daemon_row_left", error=type(exc).__name__)
+            await mark_stopped(row)
 
 
 def _start_side_tasks(sides: SideTasks, stack: Stack, *, row: DaemonRow) -> None:

@@ -40,7 +40,7 @@ import structlog
 
 from birddog.core.errors import InvalidSetting
 from birddog.metrics import Registry, start_server
-from birddog.ports import JobReaper
+from birddog.ports import DaemonRow, JobReaper
 from birddog.runtime import error_class, every
 from birddog.settings import Settings
 
@@ -152,6 +152,21 @@ async def reap_expired_jobs(jobs: JobReaper) -> None:
     """
     for job_id, what in await jobs.recover_expired():
         log.warning("job_lease_expired", job_id=job_id, outcome=what)
+
+
+async def mark_stopped(row: DaemonRow) -> None:
+    """Mark this process's row stopped on a clean stop; never raises (the stop goes on).
+
+    A database away leaves the row as it was: it then reads as a process that vanished,
+    and expires like one.
+
+    Args:
+        row: the process's row in ``birddog.daemons``.
+    """
+    try:
+        await row.gone()
+    except Exception as exc:  # the stop goes on whatever the database says
+        log.warning("daemon_row_left", error=type(exc).__name__)
 
 
 @contextlib.asynccontextmanager

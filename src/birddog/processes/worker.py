@@ -26,7 +26,7 @@ from birddog.bootstrap import (
 from birddog.core.errors import StoreUnavailable
 from birddog.metrics import WorkerMetrics
 from birddog.ports import Clock, JobBacklog
-from birddog.processes.sides import SideTasks, metrics_server, reap_expired_jobs
+from birddog.processes.sides import SideTasks, mark_stopped, metrics_server, reap_expired_jobs
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 from birddog.worker import Handler
@@ -109,6 +109,7 @@ async def run_worker(
                     await worker.run(once=once)
                 finally:
                     result = WorkerRun(worker.summary(), worker.left)
+                    await mark_stopped(row)
         except StoppedBeforeStart:
             log.info("worker_stopped_before_start")
     return result
