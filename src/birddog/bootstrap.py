@@ -50,7 +50,13 @@ from birddog.postgres.locate import (
 )
 from birddog.postgres.mailbox import Mailbox
 from birddog.postgres.outbox import PostgresOutbox
-from birddog.postgres.pool import Pool, check_connection, create_pool, refusal_reason
+from birddog.postgres.pool import (
+    Pool,
+    check_connection,
+    check_schema,
+    create_pool,
+    refusal_reason,
+)
 from birddog.postgres.reports import PostgresReports
 from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
@@ -197,6 +203,10 @@ async def open_stack(
 
     Yields:
         The wired stack.
+
+    Raises:
+        SchemaMissing: the database was never migrated (and ``migrate_first`` is not
+            set): the message says to run ``birddog migrate``.
     """
     dsn, embedded = await database(settings, announce=announce)
     if wait_until is not None:
@@ -206,6 +216,12 @@ async def open_stack(
 
         await migrate(dsn)
     pool = await create_pool(dsn, max_size=pool_size, pgbouncer=settings.pgbouncer)
+    if not migrate_first and embedded is None:
+        try:
+            await check_schema(pool)  # "run `birddog migrate`", before anything is said
+        except BaseException:
+            await pool.close()
+            raise
     clock = CLOCK
     metrics = Metrics()
     egress = settings.egress_policy()

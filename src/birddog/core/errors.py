@@ -187,6 +187,14 @@ class DatabaseRefused(BirdDogError):
     """
 
 
+class SchemaMissing(DatabaseRefused):
+    """The database has no birddog schema, or an older one than this BirdDog: run `birddog migrate`.
+
+    Nothing was written. Retrying cannot help: the schema must be created or upgraded
+    first (``birddog migrate``, or ``birddog run --migrate`` for a single daemon).
+    """
+
+
 class UnreadableRow(BirdDogError):
     """A stored row cannot be read as what BirdDog wrote there.
 

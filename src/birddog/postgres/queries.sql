@@ -592,6 +592,11 @@ WHERE (j.payload #>> '{mail,key}') = $1::text
 ORDER BY j.created_at, j.job_id
 LIMIT 1;
 
+-- name: schema_version
+-- The schema's Alembic revision (no row, or no table: never migrated).
+-- params: none
+SELECT v.version_num FROM birddog.alembic_version v;
+
 -- ===== daemons =====
 
 -- name: daemon_seen
