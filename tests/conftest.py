@@ -3,6 +3,12 @@
 Also the seeded console both the HTTP and the browser tests look at. Helpers live in
 ``tests.support``; fixtures here and in each suite's ``conftest.py`` are built on them.
 
+Under pytest-xdist (``make test`` runs ``-n 2``) every worker is a session of its own: its
+own server (or, with ``DATABASE_URL``, its own template database on the shared server),
+its own clones, ports and temporary directories. The tests that share something bigger
+run on one worker each (``xdist_group``): the browser tests share one Chromium, and the
+tests that create cluster-wide roles never race each other on a shared server.
+
 The server is, in order: ``DATABASE_URL`` when set; a testcontainers PostgreSQL when a
 Docker daemon answers; else the embedded server (``birddog.postgres.embedded``) in a
 temporary directory. The schema is migrated once into ``birddog_template``; each test
@@ -32,6 +38,7 @@ from hypothesis import settings
 from birddog.postgres import migrate
 from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.pool import Pool, create_pool
+from tests.support.browser import BROWSER_TESTS, SCREENSHOTS
 from tests.support.console import ConsoleServer, Seeded, seed, start_console
 
 # Example durations vary with the machine's load (CI shares 2 cores with PostgreSQL and
@@ -39,7 +46,10 @@ from tests.support.console import ConsoleServer, Seeded, seed, start_console
 settings.register_profile("birddog", deadline=None)
 settings.load_profile("birddog")
 
-TEMPLATE_DATABASE = "birddog_template"
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+"""This process's pytest-xdist worker id (``gw0``...), empty in a serial run."""
+
+TEMPLATE_DATABASE = f"birddog_template_{WORKER}" if WORKER else "birddog_template"
 DOCKER_PROBE_TIMEOUT_S = 5.0
 
 
@@ -101,6 +111,52 @@ async def _tune_for_tests(dsn: str) -> None:
         await conn.execute("SELECT pg_reload_conf()")
     finally:
         await conn.close()
+
+
+# ---- running in parallel, and what the end of the run says --------------------------------
+
+ROLE_TESTS = "tests/acceptance/test_roles.py"
+"""Tests that run ``birddog migrate --roles`` (cluster-wide roles), besides ``logins`` users."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, keep the browser tests on one worker, and the role tests on one."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        if item.nodeid.startswith(BROWSER_TESTS):
+            item.add_marker(pytest.mark.xdist_group("browser"))
+        elif item.nodeid.startswith(ROLE_TESTS) or "logins" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("roles"))
+
+
+_browser: dict[str, Any] = {"skipped": 0, "reason": "", "screenshots": set()}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Count skipped browser tests and note where screenshots went (a worker's reports too)."""
+    if report.nodeid.startswith(BROWSER_TESTS) and report.skipped and report.when == "setup":
+        _browser["skipped"] += 1
+        if isinstance(report.longrepr, tuple):
+            _browser["reason"] = str(report.longrepr[2]).removeprefix("Skipped: ")
+    for name, value in report.user_properties:
+        if name == SCREENSHOTS:
+            _browser["screenshots"].add(value)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Say at the end of the run that the browser tests did not run, or where screenshots are."""
+    if _browser["skipped"]:
+        terminalreporter.write_line(
+            f"browser tests: {_browser['skipped']} skipped: {_browser['reason']}",
+            yellow=True,
+            bold=True,
+        )
+    for where in sorted(_browser["screenshots"]):
+        terminalreporter.write_line(f"console screenshots: {where}")
+
+
+# ---- the database -------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="session")
@@ -165,7 +221,7 @@ class DatabaseFactory:
     def give_back(self, dsn: str) -> None:
         """Drop a clone in the background."""
         name = urlsplit(dsn).path.lstrip("/")
-        task = asyncio.create_task(_admin(self.server_dsn, _drop(name)))
+        task = asyncio.create_task(self._drop_quietly(name))
         self._drops.add(task)
         task.add_done_callback(self._drops.discard)
 
@@ -177,6 +233,12 @@ class DatabaseFactory:
         self._ready.clear()
         if self._drops:
             await asyncio.gather(*self._drops, return_exceptions=True)
+
+    async def _drop_quietly(self, name: str) -> None:
+        # A drop that fails (a loaded machine's connect timing out) leaves one clone on a
+        # throwaway server; it must not surface as an unretrieved task error in a test.
+        with contextlib.suppress(Exception):
+            await _admin(self.server_dsn, _drop(name))
 
     async def _create(self) -> str:
         name = f"birddog_test_{uuid.uuid4().hex[:16]}"

@@ -6,7 +6,7 @@ outbox and delivered with bounded retries. A reply succeeds, fails loudly (a dea
 with an alert), or sits visibly pending; it never vanishes.
 """
 
-from birddog.asking import ask
+from birddog.asking import Asked, Asking, open_asking
 from birddog.core.delivery import (
     Accepted,
     DeadReason,
@@ -35,6 +35,7 @@ from birddog.core.errors import (
     RouteNotFound,
     SchemaMissing,
     StaleClaim,
+    StoreBusy,
     StoreRefused,
     StoreUnavailable,
     UnknownAgent,
@@ -69,6 +70,8 @@ __all__ = [
     "AgentWork",
     "AskFailed",
     "AskTimedOut",
+    "Asked",
+    "Asking",
     "BirdDogError",
     "Clock",
     "ContentTooLarge",
@@ -104,6 +107,7 @@ __all__ = [
     "RowState",
     "SchemaMissing",
     "StaleClaim",
+    "StoreBusy",
     "StoreRefused",
     "StoreUnavailable",
     "Transport",
@@ -111,13 +115,13 @@ __all__ = [
     "UnreadableRow",
     "WakeScheduler",
     "agent_job",
-    "ask",
     "bounded_diagnostic",
     "decide",
     "decide_delivery",
     "decode_agent_job",
     "empty_reply_text",
     "has_pending_delivery",
+    "open_asking",
     "replies_for",
     "reply_key",
 ]

@@ -1,8 +1,13 @@
-"""A durable ask: send a question as a job and wait for its reply in the asker's mailbox.
+"""Durable asks and sends: a mail as a job, and the wait for its reply in a mailbox.
 
-``await birddog.ask(pool, to="upper:s-upper", from_="me:s-me", content="hello")`` returns
-the answer's content when the work completed, and raises otherwise: never an empty answer,
-never a silent success.
+One :class:`Asking` per process, over an ask store and the mailbox's answers (both
+adapters; :func:`birddog.open_asking` wires the Postgres ones from a pool)::
+
+    async with birddog.open_asking(pool, dsn) as asking:
+        answer = await asking.ask(to="upper:s-upper", from_="me:s-me", content="hello")
+
+``ask`` returns the answer's content when the work completed, and raises otherwise:
+never an empty answer, never a silent success.
 
 - The question is a mail from the asker to ``to`` whose ``replyTo`` is the asker, run as an
   agent job. An asker without a route gets a mailbox route in the same transaction; an
@@ -14,55 +19,63 @@ never a silent success.
 - The mail key names the question: asking again with the same key is a replay of the same
   mail (no second job) and waits for the same reply; the same key with another question,
   target or asker is refused. Without a key a fresh one is made.
-- The reply is the first one delivered into the mailbox for that key. ``completed`` gives
-  its content; any other outcome raises :class:`AskFailed` with the diagnostic; no reply
-  within ``timeout_s`` raises :class:`AskTimedOut`: the reply is still owed and will land
-  in the asker's mailbox (``birddog inbox AGENT:SESSION`` shows it later).
+- The reply is the first one delivered into the asker's mailbox for that key.
+  ``completed`` gives its content; any other outcome raises :class:`AskFailed` with the
+  diagnostic; no reply within ``timeout_s`` raises :class:`AskTimedOut`: the reply is
+  still owed and will land in the asker's mailbox (``birddog inbox AGENT:SESSION`` shows
+  it later).
+- Waits share one listener: all the asks of a process are answered by one watch over one
+  LISTEN connection, and a waiting ask holds no database connection. ``timeout_s`` bounds
+  every step, the wait for a pool connection to send included.
 """
 
 from __future__ import annotations
 
-import json
+import asyncio
+import contextlib
 import secrets
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from birddog.clock import SystemClock, epoch_ms
-from birddog.core.ask import COMPARED, ask_job, new_ask_key, parse_address, replay_conflicts
-from birddog.core.errors import (
-    AskFailed,
-    AskTimedOut,
-    InvalidInput,
-    InvalidJobPayload,
-    JobConflict,
-    NotAMailbox,
-    UnknownAgent,
-)
-from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, AgentJobPayload, Job, decode_agent_job
+from birddog.clock import epoch_ms
+from birddog.core.ask import address_text, ask_job, new_ask_key, parse_address
+from birddog.core.errors import AskFailed, AskTimedOut, StoreUnavailable
+from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.core.mail import AgentAddress, Outcome
 
 if TYPE_CHECKING:
-    from birddog.ports import Clock
-    from birddog.postgres.mailbox import Mailbox, MailboxEntry
-    from birddog.postgres.pool import Connection, Pool
+    from birddog.core.mailbox import MailboxEntry
+    from birddog.ports import Answers, AskStore, Clock
 
-__all__ = ["DEFAULT_ASK_TIMEOUT_S", "Asked", "answer_of", "ask", "send_ask", "wait_for_answer"]
+__all__ = [
+    "DEFAULT_ASK_TIMEOUT_S",
+    "DEFAULT_SEND_TIMEOUT_S",
+    "Asked",
+    "Asking",
+    "answer_of",
+    "open_asking",
+]
 
 DEFAULT_ASK_TIMEOUT_S = 240.0
 """How long an ask waits for its reply by default (complex questions take minutes)."""
 
+DEFAULT_SEND_TIMEOUT_S = 30.0
+"""How long a send waits for a free database connection by default."""
+
 
 @dataclass(frozen=True, slots=True)
 class Asked:
-    """A question that is on its way (or was already, for a replay).
+    """A mail that is on its way (or was already, for a replay).
 
     Attributes:
         key: the mail key; the reply's ``inReplyTo``.
         job_id: the job that runs it.
         to: the agent session asked.
-        asker: the agent session whose mailbox gets the reply.
-        replay: True when this key had been asked before (nothing new was written).
-        mailbox_added: True when the asker got a mailbox route by this ask.
+        asker: the agent session that sent it (whose mailbox gets an ask's reply).
+        replay: True when this key had been sent before (nothing new was written).
+        mailbox_added: True when the sender got a mailbox route by this send.
     """
 
     key: str
@@ -75,125 +88,15 @@ class Asked:
     @property
     def asker_text(self) -> str:
         """``AGENT:SESSION`` of the asker, as ``birddog inbox`` takes it."""
-        return f"{self.asker.agent_id}:{self.asker.session_id}"
+        return address_text(self.asker)
 
 
-async def send_ask(
-    pool: Pool,
-    *,
-    to: str | AgentAddress,
-    from_: str | AgentAddress,
-    content: str,
-    key: str | None = None,
-    clock: Clock | None = None,
-    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
-) -> Asked:
-    """Send a question as an agent job whose reply goes to the asker's mailbox.
-
-    Everything is checked before anything is written, and what is written (the asker's
-    mailbox route when it has none, the job) commits in one transaction.
-
-    Args:
-        pool: an asyncpg pool on the BirdDog database.
-        to: the agent session asked, ``AGENT:SESSION`` or an address.
-        from_: the asking agent session.
-        content: the question (empty only if you mean it).
-        key: the mail key; None makes a fresh one. The same key again is a replay.
-        clock: the time source (default: the system clock).
-        max_content_bytes: the largest question allowed.
-
-    Returns:
-        What was asked, and whether it was a replay.
-
-    Raises:
-        InvalidInput: a bad address, key or content, naming the field.
-        ContentTooLarge: the question is above ``max_content_bytes``.
-        UnknownAgent: ``to`` has no route and its session was never sent work.
-        NotAMailbox: the asker's route posts to an inbox URL.
-        JobConflict: the key was used before for another question, target or asker.
-        StoreUnavailable: the database is unreachable; nothing was written.
-    """
-    from birddog.postgres.pool import store_errors  # noqa: PLC0415 - import birddog stays light
-
-    clock = clock or SystemClock()
-    target = parse_address(to, "to")
-    asker = parse_address(from_, "from")
-    now = clock.now()
-    key = key if key is not None else new_ask_key(now, secrets.token_hex(4))
-    job = ask_job(
-        to=target,
-        asker=asker,
-        content=content,
-        key=key,
-        created_at_ms=epoch_ms(now),
-        max_content_bytes=max_content_bytes,
-    )
-    with store_errors("ask"):
-        async with pool.acquire() as conn, conn.transaction():
-            replay, added = await _enqueue_ask(conn, job, target=target, asker=asker)
-    return Asked(
-        key=key, job_id=job.job_id, to=target, asker=asker, replay=replay, mailbox_added=added
-    )
-
-
-async def _enqueue_ask(
-    conn: Connection, job: Job, *, target: AgentAddress, asker: AgentAddress
-) -> tuple[bool, bool]:
-    """Check, then write, inside the caller's transaction; returns (replay, mailbox_added)."""
-    from birddog.postgres.enqueue import enqueue_accepted_job  # noqa: PLC0415
-    from birddog.postgres.sql import queries  # noqa: PLC0415
-
-    mail = decode_agent_job(job).mail
-    if mail is None:  # ask_job always carries mail
-        raise InvalidJobPayload("an ask carries mail", field="mail")
-    await conn.execute(queries["ask_lock_key"], mail.key)
-    kind = await conn.fetchval(queries["ask_route_kind"], asker.agent_id)
-    _check_mailbox(kind, asker)
-    if not await conn.fetchval(queries["ask_target_known"], target.agent_id, target.session_id):
-        raise UnknownAgent(
-            f"unknown agent session {target.agent_id}:{target.session_id}: the agent has no "
-            "route and the session was never sent work (add one: birddog route add "
-            f"{target.agent_id} --mailbox)",
-            field="to",
-        )
-    stored = await conn.fetchrow(queries["ask_job_by_mail_key"], mail.key)
-    if stored is not None:
-        try:
-            stored_mail = AgentJobPayload.model_validate(json.loads(stored["payload"])).mail
-        except InvalidInput:
-            stored_mail = None
-        differing = list(COMPARED) if stored_mail is None else replay_conflicts(stored_mail, mail)
-        if differing:
-            raise JobConflict(
-                f"key {mail.key!r} was asked before with a different {', '.join(differing)}; "
-                "a repeat with the same key must be the same question (or use a new key)"
-            )
-        return True, False
-    added = False
-    if kind is None:
-        added = await conn.fetchval(queries["ask_add_mailbox_route"], asker.agent_id) is not None
-        if not added:  # another process added a route for the asker meanwhile
-            _check_mailbox(await conn.fetchval(queries["ask_route_kind"], asker.agent_id), asker)
-    await enqueue_accepted_job(conn, job)
-    return False, added
-
-
-def _check_mailbox(kind: str | None, asker: AgentAddress) -> None:
-    """Refuse an asker whose route posts to an inbox URL (ask waits on mailboxes only)."""
-    if kind is not None and kind != "mailbox":
-        raise NotAMailbox(
-            f"the asker {asker.agent_id!r} has an inbox URL route; ask waits on mailboxes "
-            "only: ask from an agent without a route, or one added with --mailbox",
-            field="from",
-        )
-
-
-def answer_of(entry: MailboxEntry, asked: Asked) -> str:
+def answer_of(entry: MailboxEntry, key: str) -> str:
     """The content of a completed reply; any other reply raises.
 
     Args:
         entry: the reply, from the asker's mailbox.
-        asked: the question it answers.
+        key: the mail key it answers.
 
     Returns:
         The content (never empty: an empty settlement says so in words).
@@ -205,95 +108,247 @@ def answer_of(entry: MailboxEntry, asked: Asked) -> str:
         return entry.content
     outcome = str(entry.outcome) if entry.reply is not None else "unreadable"
     diagnostic = entry.diagnostic
-    message = f"{asked.to.agent_id}:{asked.to.session_id} ended {outcome}" + (
-        f": {diagnostic}" if diagnostic else ""
-    )
-    raise AskFailed(
-        message, key=asked.key, outcome=outcome, diagnostic=diagnostic, content=entry.content
-    )
+    who = address_text(entry.sender) if entry.sender is not None else "the agent asked"
+    message = f"{who} ended {outcome}" + (f": {diagnostic}" if diagnostic else "")
+    raise AskFailed(message, key=key, outcome=outcome, diagnostic=diagnostic, content=entry.content)
 
 
-async def wait_for_answer(mailbox: Mailbox, asked: Asked, *, timeout_s: float) -> str:
-    """Wait for the reply to an ask; return its content if the work completed.
-
-    The reply is acknowledged (marked read) once taken, whatever its outcome.
-
-    Args:
-        mailbox: the mailbox reader.
-        asked: the question (from :func:`send_ask`).
-        timeout_s: the longest wait.
-
-    Returns:
-        The answer's content.
-
-    Raises:
-        AskFailed: the work ended otherwise than ``completed``.
-        AskTimedOut: no reply within ``timeout_s``; it is still owed.
-        StoreUnavailable: the database is unreachable.
-    """
-    entry = await mailbox.wait(asked.key, timeout_s)
-    if entry is None:
-        raise AskTimedOut(
-            f"no reply to {asked.key!r} within {timeout_s:g} s; it is still owed and will "
-            f"land in the mailbox of {asked.asker_text} (birddog inbox {asked.asker_text})",
-            key=asked.key,
-            asker=asked.asker_text,
-        )
-    await mailbox.ack([entry.key])
-    return answer_of(entry, asked)
-
-
-async def ask(
-    pool: Pool,
-    *,
-    to: str | AgentAddress,
-    from_: str | AgentAddress,
-    content: str,
-    key: str | None = None,
-    timeout_s: float = DEFAULT_ASK_TIMEOUT_S,
-    clock: Clock | None = None,
-    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
-    poll_s: float = 2.0,
-) -> str:
-    """Ask an agent session a question and wait for its answer, durably.
-
-    A drain daemon must be running for the reply to reach the mailbox.
-
-    Args:
-        pool: an asyncpg pool on the BirdDog database.
-        to: the agent session asked, ``AGENT:SESSION`` or an address.
-        from_: the asking agent session (its replies must go to a mailbox, or nowhere yet).
-        content: the question.
-        key: the mail key; the same key again is a replay of the same question.
-        timeout_s: the longest wait for the reply.
-        clock: the time source (default: the system clock).
-        max_content_bytes: the largest question allowed.
-        poll_s: while waiting, look at least this often, notification or not.
-
-    Returns:
-        The answer's content, when the work completed.
-
-    Raises:
-        AskFailed: the work ended otherwise than ``completed`` (``.outcome``,
-            ``.diagnostic``).
-        AskTimedOut: no reply in time (``.key``); it is still owed to the mailbox.
-        InvalidInput: bad input (see :func:`send_ask`); nothing was written.
-        UnknownAgent: ``to`` is not an agent session BirdDog knows.
-        NotAMailbox: the asker's route posts to an inbox URL.
-        JobConflict: the key was used before for something else.
-        StoreUnavailable: the database is unreachable.
-    """
-    from birddog.postgres.mailbox import Mailbox  # noqa: PLC0415 - import birddog stays light
-
-    asked = await send_ask(
-        pool,
-        to=to,
-        from_=from_,
-        content=content,
+def still_owed(key: str, asker: AgentAddress, timeout_s: float) -> AskTimedOut:
+    """The error for no reply within ``timeout_s``: it is still owed to the mailbox."""
+    text = address_text(asker)
+    return AskTimedOut(
+        f"no reply to {key!r} within {timeout_s:g} s; it is still owed and will land in the "
+        f"mailbox of {text} (birddog inbox {text})",
         key=key,
-        clock=clock,
-        max_content_bytes=max_content_bytes,
+        asker=text,
     )
-    return await wait_for_answer(
-        Mailbox(pool, poll_s=poll_s, clock=clock), asked, timeout_s=timeout_s
-    )
+
+
+class Asking:
+    """Sends mail and asks questions, durably; one per process (it holds the shared watch).
+
+    Args:
+        asks: the ask store (checks and writes each mail).
+        answers: the mailbox's answers (the one watch every wait of the process shares).
+        clock: the time source (mail ``createdAt``, fresh keys).
+        max_content_bytes: the largest question allowed.
+    """
+
+    def __init__(
+        self,
+        *,
+        asks: AskStore,
+        answers: Answers,
+        clock: Clock,
+        max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+    ) -> None:
+        self.asks = asks
+        self.answers = answers
+        self.clock = clock
+        self.max_content_bytes = max_content_bytes
+
+    async def send(
+        self,
+        *,
+        to: str | AgentAddress,
+        from_: str | AgentAddress,
+        content: str,
+        key: str | None = None,
+        reply_to: Sequence[str | AgentAddress] | None = None,
+        timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
+        mailbox_required: bool = False,
+    ) -> Asked:
+        """Send a mail as an agent job; its replies go to ``reply_to``.
+
+        Everything is checked before anything is written, and what is written (the
+        sender's mailbox route when it has none and is on ``reply_to``, the job) commits
+        in one transaction.
+
+        Args:
+            to: the agent session addressed, ``AGENT:SESSION`` or an address.
+            from_: the sending agent session.
+            content: the mail's content (empty only if you mean it).
+            key: the mail key; None makes a fresh one. The same key again is a replay.
+            reply_to: who gets the replies (None: the sender; empty: nobody).
+            timeout_s: the longest wait for a free database connection.
+            mailbox_required: refuse a sender whose route posts to an inbox URL (an ask).
+
+        Returns:
+            What was sent, and whether it was a replay.
+
+        Raises:
+            InvalidInput: a bad address, key or content, naming the field.
+            ContentTooLarge: the content is above ``max_content_bytes``.
+            UnknownAgent: ``to`` has no route and its session was never sent work.
+            NotAMailbox: ``mailbox_required`` and the sender's route posts to an inbox URL.
+            JobConflict: the key was used before for another mail.
+            StoreBusy: no database connection was free within ``timeout_s``.
+            StoreUnavailable: the database is unreachable; nothing was written.
+        """
+        target = parse_address(to, "to")
+        sender = parse_address(from_, "from")
+        replies = (
+            [sender]
+            if reply_to is None
+            else [parse_address(value, f"replyTo.{index}") for index, value in enumerate(reply_to)]
+        )
+        now = self.clock.now()
+        key = key if key is not None else new_ask_key(now, secrets.token_hex(4))
+        job = ask_job(
+            to=target,
+            asker=sender,
+            content=content,
+            key=key,
+            created_at_ms=epoch_ms(now),
+            max_content_bytes=self.max_content_bytes,
+            reply_to=replies,
+        )
+        posted = await self.asks.send(
+            job,
+            mailbox_for=sender if sender in replies else None,
+            require_mailbox=mailbox_required,
+            timeout_s=timeout_s,
+        )
+        return Asked(
+            key=key,
+            job_id=job.job_id,
+            to=target,
+            asker=sender,
+            replay=posted.replay,
+            mailbox_added=posted.mailbox_added,
+        )
+
+    async def send_ask(
+        self,
+        *,
+        to: str | AgentAddress,
+        from_: str | AgentAddress,
+        content: str,
+        key: str | None = None,
+        timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
+    ) -> Asked:
+        """Send a question whose reply goes to the asker's mailbox (see :meth:`send`).
+
+        Raises:
+            NotAMailbox: the asker's route posts to an inbox URL.
+        """
+        return await self.send(
+            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, mailbox_required=True
+        )
+
+    async def wait_for_answer(self, asked: Asked, *, timeout_s: float) -> str:
+        """Wait for the reply to an ask; return its content if the work completed.
+
+        The reply is acknowledged (marked read) once taken, whatever its outcome, when
+        there is time left for it.
+
+        Args:
+            asked: the question (from :meth:`send_ask`).
+            timeout_s: the longest wait.
+
+        Returns:
+            The answer's content.
+
+        Raises:
+            AskFailed: the work ended otherwise than ``completed``.
+            AskTimedOut: no reply within ``timeout_s``; it is still owed.
+            StoreUnavailable: the database is unreachable.
+        """
+        return await self.wait(asked.key, asked.asker, timeout_s=timeout_s)
+
+    async def wait(self, key: str, asker: AgentAddress, *, timeout_s: float) -> str:
+        """Wait for the reply to mail ``key`` in ``asker``'s mailbox (see :meth:`wait_for_answer`).
+
+        Raises:
+            AskFailed: the work ended otherwise than ``completed``.
+            AskTimedOut: no reply within ``timeout_s``; it is still owed.
+            StoreUnavailable: the database is unreachable.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_s, 0.0)
+        entry = await self.answers.wait(key, timeout_s, owner=asker)
+        if entry is None:
+            raise still_owed(key, asker, timeout_s)
+        await self._ack(entry, deadline - loop.time())
+        return answer_of(entry, key)
+
+    async def _ack(self, entry: MailboxEntry, left_s: float) -> None:
+        """Mark the reply read, if that can be done before the deadline (else it stays unread)."""
+        if entry.read_at is not None or left_s <= 0:
+            return
+        # The answer is in hand either way; a reply not acknowledged stays listed by `inbox`.
+        with contextlib.suppress(StoreUnavailable):
+            await self.answers.ack([entry.key], timeout_s=left_s)
+
+    async def ask(
+        self,
+        *,
+        to: str | AgentAddress,
+        from_: str | AgentAddress,
+        content: str,
+        key: str | None = None,
+        timeout_s: float = DEFAULT_ASK_TIMEOUT_S,
+    ) -> str:
+        """Ask an agent session a question and wait for its answer, durably.
+
+        A drain daemon must be running for the reply to reach the mailbox. ``timeout_s``
+        bounds the whole call: the wait for a connection to send, and the wait for the
+        reply.
+
+        Args:
+            to: the agent session asked, ``AGENT:SESSION`` or an address.
+            from_: the asking agent session (its replies must go to a mailbox, or nowhere
+                yet).
+            content: the question.
+            key: the mail key; the same key again is a replay of the same question.
+            timeout_s: the longest the call takes.
+
+        Returns:
+            The answer's content, when the work completed.
+
+        Raises:
+            AskFailed: the work ended otherwise than ``completed`` (``.outcome``,
+                ``.diagnostic``).
+            AskTimedOut: no reply in time (``.key``); it is still owed to the mailbox.
+            InvalidInput: bad input (see :meth:`send`); nothing was written.
+            UnknownAgent: ``to`` is not an agent session BirdDog knows.
+            NotAMailbox: the asker's route posts to an inbox URL.
+            JobConflict: the key was used before for something else.
+            StoreBusy: no database connection was free in time; nothing was asked.
+            StoreUnavailable: the database is unreachable.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_s, 0.0)
+        asked = await self.send_ask(
+            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s
+        )
+        try:
+            return await self.wait_for_answer(asked, timeout_s=deadline - loop.time())
+        except AskTimedOut:
+            raise still_owed(asked.key, asked.asker, timeout_s) from None
+
+
+def open_asking(
+    pool: Any, listen_dsn: str | None, **options: Any
+) -> AbstractAsyncContextManager[Asking]:
+    """The process's :class:`Asking` over an asyncpg pool, waits sharing one LISTEN.
+
+    Make one per process (it keeps one listening connection for all its waits) and use
+    it for every send and ask::
+
+        async with birddog.open_asking(pool, dsn) as asking:
+            answer = await asking.ask(to="upper:s-upper", from_="me:s-me", content="hi")
+
+    Args:
+        pool: an asyncpg pool on the BirdDog database (``birddog.postgres.pool.create_pool``
+            or your own); a waiting ask holds none of its connections.
+        listen_dsn: the database for the listening connection (direct, not through
+            PgBouncer); None: waits poll only.
+        **options: ``poll_s``, ``clock``, ``max_content_bytes``.
+
+    Returns:
+        An async context manager yielding the :class:`Asking`.
+    """
+    from birddog.bootstrap import open_asking as wired  # noqa: PLC0415 - import birddog stays light
+
+    return wired(pool, listen_dsn, **options)

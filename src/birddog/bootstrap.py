@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from birddog.asking import Asking
 from birddog.clock import SystemClock
 from birddog.console import Sessions, make_app
-from birddog.core.jobs import Job
+from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, Job
 from birddog.daemon import DrainDaemon
 from birddog.http.alerts import AlertCoalescer, AlertPoster
 from birddog.http.transport import HttpTransport
@@ -37,6 +38,7 @@ from birddog.mailroom import MailRoom
 from birddog.metrics import Metrics, TimedTransport, WorkerMetrics
 from birddog.ports import Clock, Listener
 from birddog.postgres.admin import PostgresAdmin
+from birddog.postgres.asks import PostgresAsks
 from birddog.postgres.daemons import PostgresDaemons
 from birddog.postgres.jobs import JOBS_CHANNEL, PostgresJobs, enqueue_accepted_job
 from birddog.postgres.locate import (
@@ -48,7 +50,8 @@ from birddog.postgres.locate import (
     running_database,
     wait_for_database,
 )
-from birddog.postgres.mailbox import Mailbox
+from birddog.postgres.mailbox import PostgresMailbox
+from birddog.postgres.notices import PostgresNotices
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import (
     Pool,
@@ -66,6 +69,7 @@ from birddog.settings import Settings
 from birddog.worker import Handler, Worker
 
 if TYPE_CHECKING:
+    from birddog.mcp.tools import Desk
     from birddog.postgres.embedded import EmbeddedPostgres
 
 __all__ = [
@@ -111,7 +115,10 @@ class Stack:
         outbox: the Postgres outbox.
         wake: the Postgres wake scheduler.
         routes: the route book.
-        mailbox: the reading side of mailbox routes.
+        mailbox: the reading side of mailbox routes (its waits share ``notices``).
+        notices: the process's one LISTEN connection (mailbox and job notifications).
+        asks: the ask store (checks and writes a send's or an ask's mail).
+        asking: sends and asks, waiting in the mailbox.
         jobs: the job store.
         reports: the operator's reports (status, check).
         retention: deletes what the retention settings no longer keep.
@@ -130,7 +137,10 @@ class Stack:
     outbox: PostgresOutbox
     wake: PostgresWake
     routes: PostgresRoutes
-    mailbox: Mailbox
+    mailbox: PostgresMailbox
+    notices: PostgresNotices
+    asks: PostgresAsks
+    asking: Asking
     jobs: PostgresJobs
     reports: PostgresReports
     retention: PostgresRetention
@@ -255,6 +265,10 @@ async def open_stack(
         queue_concurrency=settings.queue_concurrency,
         clock=clock,
     )
+    notices = PostgresNotices(settings.listen_url or dsn)
+    mailbox, asks, asking = _asking(
+        pool, notices, clock=clock, max_content_bytes=settings.max_content_bytes
+    )
     try:
         yield Stack(
             settings=settings,
@@ -265,7 +279,10 @@ async def open_stack(
             outbox=outbox,
             wake=wake,
             routes=routes,
-            mailbox=Mailbox(pool, clock=clock),
+            mailbox=mailbox,
+            notices=notices,
+            asks=asks,
+            asking=asking,
             jobs=jobs,
             reports=PostgresReports(pool),
             retention=PostgresRetention(pool, clock=clock),
@@ -276,8 +293,59 @@ async def open_stack(
             embedded=embedded,
         )
     finally:
+        await mailbox.close()
+        await notices.close()
         await transport.close()
         await pool.close()
+
+
+@contextlib.asynccontextmanager
+async def open_asking(
+    pool: Pool,
+    listen_dsn: str | None,
+    *,
+    poll_s: float = 2.0,
+    clock: Clock | None = None,
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+) -> AsyncIterator[Asking]:
+    """Sends and asks over ``pool``, their waits sharing one LISTEN on ``listen_dsn``.
+
+    Args:
+        pool: an asyncpg pool on the BirdDog database (any size: a waiting ask holds no
+            connection).
+        listen_dsn: the database for the one listening connection (a direct one, not
+            PgBouncer's); None: waits poll only.
+        poll_s: while waiting, look again at least this often, notification or not.
+        clock: the time source (default: the system clock).
+        max_content_bytes: the largest question allowed.
+
+    Yields:
+        The asking, for the life of the block; its listener closes with it.
+    """
+    notices = PostgresNotices(listen_dsn)
+    mailbox, _asks, asking = _asking(
+        pool, notices, clock=clock or CLOCK, max_content_bytes=max_content_bytes, poll_s=poll_s
+    )
+    try:
+        yield asking
+    finally:
+        await mailbox.close()
+        await notices.close()
+
+
+def _asking(
+    pool: Pool,
+    notices: PostgresNotices,
+    *,
+    clock: Clock,
+    max_content_bytes: int,
+    poll_s: float = 2.0,
+) -> tuple[PostgresMailbox, PostgresAsks, Asking]:
+    """The mailbox (its waits on ``notices``), the ask store, and the asking over both."""
+    mailbox = PostgresMailbox(pool, poll_s=poll_s, clock=clock, notices=notices)
+    asks = PostgresAsks(pool)
+    asking = Asking(asks=asks, answers=mailbox, clock=clock, max_content_bytes=max_content_bytes)
+    return mailbox, asks, asking
 
 
 @contextlib.asynccontextmanager
@@ -459,4 +527,36 @@ def build_console(stack: Stack, *, sessions: Sessions, read_only: bool) -> web.A
         clock=stack.clock,
         sessions=sessions,
         read_only=read_only,
+    )
+
+
+# ---- the MCP server -----------------------------------------------------------------
+
+MCP_POOL_SIZE = 10
+"""The MCP server's pool: a waiting tool call holds none of its connections."""
+
+
+def mcp_desk(stack: Stack) -> Desk:
+    """The MCP tools over ``stack``'s adapters (one desk per server process).
+
+    Args:
+        stack: the open adapters.
+
+    Returns:
+        The desk; ``close()`` it when the server stops.
+    """
+    from birddog.mcp.tools import Desk, Services  # noqa: PLC0415 - the MCP server only
+
+    return Desk(
+        Services(
+            asking=stack.asking,
+            mailbox=stack.mailbox,
+            asks=stack.asks,
+            jobs=stack.jobs,
+            admin=stack.admin,
+            routes=stack.routes,
+            notices=stack.notices,
+            lease_s=stack.settings.job_lease_s,
+            max_content_bytes=stack.settings.max_content_bytes,
+        )
     )

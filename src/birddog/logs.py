@@ -85,3 +85,30 @@ def renders_json(log_format: str) -> bool:
 def redact_dsn(dsn: str) -> str:
     """A DSN with its password masked, for messages meant for people."""
     return re.sub(r"(://[^/:@]*:)[^@]*@", r"\1***@", dsn)
+
+
+class _JsonLines(logging.Formatter):
+    """A stdlib log record as one JSON line: level, logger, event (the message)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json  # noqa: PLC0415
+
+        return json.dumps(
+            {
+                "level": record.levelname.lower(),
+                "logger": record.name,
+                "event": record.getMessage(),
+            }
+        )
+
+
+def json_stdlib_logs(level: int = logging.WARNING) -> None:
+    """Send the standard library's log records (libraries' warnings) to stderr as JSON lines.
+
+    For processes whose stdout is a protocol and whose stderr must be JSON throughout.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_JsonLines())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)

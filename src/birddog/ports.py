@@ -1,4 +1,4 @@
-"""The ports BirdDog is written against: outbox, transport, wake, routes, clock, jobs, wakes.
+"""The ports BirdDog is written against: outbox, transport, wake, routes, tokens, asks and more.
 
 Each is a small ``Protocol`` with keyword-only arguments. ``birddog.testing`` has the
 in-memory fakes; ``birddog.postgres`` and ``birddog.http`` the real adapters. The last
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
+from birddog.core.ask import Posted
 from birddog.core.delivery import (
     Attempt,
     DeliveryResult,
@@ -24,7 +25,8 @@ from birddog.core.delivery import (
 )
 from birddog.core.jobs import Job, JobState
 from birddog.core.lifecycle import ClaimEvent, Finished
-from birddog.core.mail import Outcome, Reply
+from birddog.core.mail import AgentAddress, Outcome, Reply
+from birddog.core.mailbox import MailboxEntry
 
 RouteKind = Literal["http", "mailbox"]
 """How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
@@ -308,6 +310,64 @@ class RouteBook(Protocol):
 
     async def route(self, agent_id: str) -> Route | None:
         """The route for ``agent_id``, or None when the agent is unknown."""
+        ...
+
+
+class TokenBook(Protocol):
+    """Tells which agent session a bearer token names (the caller of an HTTP endpoint)."""
+
+    async def authenticate(self, token: str) -> AgentAddress | None:
+        """The agent session ``token`` names; None for an unknown, revoked or malformed one.
+
+        Never raises for what the caller presented; only a database that is away raises
+        (:class:`~birddog.StoreUnavailable`).
+        """
+        ...
+
+
+class AskStore(Protocol):
+    """Writes the mail of an ask or a send, after checking it (``PostgresAsks``)."""
+
+    async def send(
+        self,
+        job: Job,
+        *,
+        mailbox_for: AgentAddress | None,
+        require_mailbox: bool,
+        timeout_s: float,
+    ) -> Posted:
+        """Check, then enqueue the job of a mail, in one transaction.
+
+        The target must be known (a route, or its session was sent work before); the
+        same key again is a replay when the mail is the same, a conflict otherwise.
+
+        Args:
+            job: the agent job carrying the mail.
+            mailbox_for: give this agent a mailbox route when it has none.
+            require_mailbox: refuse when ``mailbox_for`` has an inbox URL route.
+            timeout_s: the longest wait for a database connection.
+        """
+        ...
+
+    async def ensure_mailbox(self, agent_id: str, *, timeout_s: float) -> bool:
+        """Give ``agent_id`` a mailbox route when it has none; True when one was added."""
+        ...
+
+
+class Answers(Protocol):
+    """Where replies land for a mailbox route, and who waits for them (``PostgresMailbox``)."""
+
+    async def wait(
+        self, key: str, timeout_s: float, *, owner: AgentAddress | None = None
+    ) -> MailboxEntry | None:
+        """The reply to mail ``key`` once it is in a mailbox; None after ``timeout_s``.
+
+        With ``owner``, only a reply in that agent session's mailbox counts.
+        """
+        ...
+
+    async def ack(self, keys: Sequence[str], *, timeout_s: float | None = None) -> list[str]:
+        """Mark replies read; the keys that were unread and now are read."""
         ...
 
 

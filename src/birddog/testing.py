@@ -53,7 +53,7 @@ from birddog.core.lifecycle import (
     SettleRequested,
     decide_job,
 )
-from birddog.core.mail import Outcome, Reply
+from birddog.core.mail import AgentAddress, Outcome, Reply
 from birddog.ports import ClaimedJob, Clock, Outbox, Page, RouteHint, Settled
 
 Answer = bool | DeliveryResult
@@ -342,6 +342,24 @@ class ManualWake:
     def earliest(self) -> datetime | None:
         """The earliest wake requested so far."""
         return min(self.scheduled, default=None)
+
+
+class InMemoryTokenBook:
+    """Bearer tokens and the agent sessions they name (a :class:`~birddog.ports.TokenBook`).
+
+    Args:
+        tokens: who each token is.
+
+    Attributes:
+        tokens: who each token is; change it to revoke or add one.
+    """
+
+    def __init__(self, tokens: dict[str, AgentAddress] | None = None) -> None:
+        self.tokens: dict[str, AgentAddress] = dict(tokens or {})
+
+    async def authenticate(self, token: str) -> AgentAddress | None:
+        """The agent session ``token`` names; None for an unknown one."""
+        return self.tokens.get(token)
 
 
 class ManualListener:

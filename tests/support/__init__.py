@@ -16,9 +16,10 @@ This module has what most suites use; the rest has a module of its own:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
-from collections.abc import Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -42,9 +43,12 @@ from birddog import (
     RetrySchedule,
     agent_job,
 )
+from birddog.clock import SystemClock
 from birddog.core.delivery import Attempt, RowOutcome, new_row
 from birddog.ports import Settled
 from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
+from birddog.postgres.mailbox import PostgresMailbox
+from birddog.postgres.notices import PostgresNotices
 from birddog.postgres.pool import Pool
 from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTransport
 from tests.support.waiting import eventually
@@ -237,6 +241,24 @@ async def job_row(pool: Pool, job_id: str) -> dict[str, Any]:
     row = await pool.fetchrow("SELECT * FROM birddog.jobs WHERE job_id = $1", job_id)
     assert row is not None
     return dict(row)
+
+
+# ---- mailboxes -----------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def mailbox_on(
+    pool: Pool, listen_dsn: str | None = None, **options: Any
+) -> AsyncIterator[PostgresMailbox]:
+    """A PostgresMailbox over ``pool`` whose waits LISTEN on ``listen_dsn`` (None: poll only)."""
+    notices = PostgresNotices(listen_dsn)
+    options.setdefault("clock", SystemClock())
+    mailbox = PostgresMailbox(pool, notices=notices, **options)
+    try:
+        yield mailbox
+    finally:
+        await mailbox.close()
+        await notices.close()
 
 
 # ---- the network ---------------------------------------------------------------------

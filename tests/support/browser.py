@@ -8,6 +8,12 @@ from tests.support.console import ConsoleServer
 
 VIEWPORT = {"width": 1280, "height": 600}
 
+BROWSER_TESTS = "tests/browser/"
+"""Where the browser tests live (their node ids start so)."""
+
+SCREENSHOTS = "console_screenshots"
+"""The user property under which a test reports where its screenshots went."""
+
 
 class PageWatch:
     """What a page did that it must not: dialogs (a script ran) and console errors (CSP)."""

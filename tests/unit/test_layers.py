@@ -35,13 +35,7 @@ APP_MODULES = sorted(
 COMPOSITION_ROOT = SOURCE / "bootstrap.py"
 """The one app module that names the Postgres adapters (the processes take them from it)."""
 
-NOT_YET_BEHIND_A_PORT = {
-    # The ask still runs its own queries and builds its mailbox from a pool; it moves to
-    # an ask store in the Postgres adapter, and ask() takes adapters.
-    SOURCE / "asking.py",
-    # Types its entries with the mailbox adapter's MailboxEntry, which moves with the ask.
-    SOURCE / "cli" / "mailbox.py",
-}
+NOT_YET_BEHIND_A_PORT: set[Path] = set()
 """Temporary exceptions to the rule below, each with the change that removes it."""
 
 

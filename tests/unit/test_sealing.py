@@ -87,6 +87,8 @@ def test_without_a_key_secrets_stay_plain_and_plain_always_opens() -> None:
         (base64.b64encode(b"short").decode(), "", "BIRDDOG_SECRET_KEY"),
         (NEW, "c2hvcnQ=", "BIRDDOG_SECRET_KEY_PREVIOUS"),
     ],
+    # Named, not shown: NEW is drawn afresh in each process (and xdist workers must agree).
+    ids=["not-base64", "too-short", "previous-too-short"],
 )
 def test_a_bad_key_names_the_setting_not_the_value(key: str, previous: str, setting: str) -> None:
     """A key that is not 32 bytes of base64 is refused naming its setting, never echoing it."""

@@ -290,6 +290,7 @@ from birddog.cli import jobs as jobs  # noqa: E402
 from birddog.cli import listen as listen  # noqa: E402
 from birddog.cli import mail as mail  # noqa: E402
 from birddog.cli import mailbox as mailbox  # noqa: E402
+from birddog.cli import mcp as mcp  # noqa: E402
 from birddog.cli import ops as ops  # noqa: E402
 from birddog.cli import prune as prune  # noqa: E402
 from birddog.cli import routes as routes  # noqa: E402

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import announce, main, settings_of, with_stack
+from birddog.cli import announce, main, with_stack
 from birddog.cli.mail import read_content
 from birddog.cli.mailbox import shown
 from birddog.core.text import inert
@@ -121,22 +121,15 @@ def ask(
       3  nothing was asked: bad input, an unknown agent, an asker with an inbox URL
     """  # noqa: D301 - "\b" is click's mark for a paragraph it must not rewrap
     content = read_content(question, how="the question as an argument", empty="''")
-    settings = settings_of(ctx)
 
     async def go(stack: Stack) -> int:
-        from birddog.asking import send_ask  # noqa: PLC0415 - keeps --help fast
-
-        asked = await send_ask(
-            stack.pool,
-            to=to,
-            from_=from_,
-            content=content,
-            key=key,
-            clock=stack.clock,
-            max_content_bytes=settings.max_content_bytes,
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        asked = await stack.asking.send_ask(
+            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s
         )
         _tell_sent(asked, key_given=key is not None)
-        return await _wait(stack, asked, timeout_s)
+        return await _wait(stack, asked, max(deadline - loop.time(), 0.0), timeout_s)
 
     sys.exit(with_stack(ctx, go))
 
@@ -153,9 +146,9 @@ def _tell_sent(asked: Asked, *, key_given: bool) -> None:
         announce(f"asked as key {asked.key} (--key {asked.key} asks the same again)")
 
 
-async def _wait(stack: Stack, asked: Asked, timeout_s: float) -> int:
+async def _wait(stack: Stack, asked: Asked, left_s: float, timeout_s: float) -> int:
     """Wait for the answer and report it; every way this ends has its exit status."""
-    from birddog.asking import wait_for_answer  # noqa: PLC0415
+    from birddog.asking import still_owed  # noqa: PLC0415
     from birddog.core.errors import AskFailed, AskTimedOut, StoreUnavailable  # noqa: PLC0415
     from birddog.runtime import stop_on_signals  # noqa: PLC0415
 
@@ -164,7 +157,7 @@ async def _wait(stack: Stack, asked: Asked, timeout_s: float) -> int:
         f"{asked.asker_text} (birddog inbox {asked.asker_text})"
     )
     with stop_on_signals() as stop:
-        waiting = asyncio.ensure_future(wait_for_answer(stack.mailbox, asked, timeout_s=timeout_s))
+        waiting = asyncio.ensure_future(stack.asking.wait_for_answer(asked, timeout_s=left_s))
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
@@ -180,8 +173,8 @@ async def _wait(stack: Stack, asked: Asked, timeout_s: float) -> int:
         if exc.diagnostic is None and exc.content:
             announce(shown(exc.content))
         return EXIT_NOT_COMPLETED
-    except AskTimedOut as exc:
-        announce(inert(str(exc)))
+    except AskTimedOut:
+        announce(inert(str(still_owed(asked.key, asked.asker, timeout_s))))
         return EXIT_NO_REPLY_YET
     except StoreUnavailable as exc:
         announce(f"{exc}; {owed}")

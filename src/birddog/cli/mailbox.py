@@ -15,7 +15,7 @@ from birddog.display import format_value
 
 if TYPE_CHECKING:
     from birddog.bootstrap import Stack
-    from birddog.postgres.mailbox import MailboxEntry
+    from birddog.core.mailbox import MailboxEntry
 
 
 def entry_json(entry: MailboxEntry) -> dict[str, Any]:

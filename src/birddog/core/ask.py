@@ -2,12 +2,15 @@
 
 An ask is a mail from the asker's session to the target's, whose ``replyTo`` is the
 asker itself, run as an agent job. Its key identifies the question: asking again with the
-same key is the same mail (a replay, one job), never a second question.
+same key is the same mail (a replay, one job), never a second question. A plain send is
+the same mail with a ``replyTo`` of the sender's choosing.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from birddog.core.errors import InvalidInput
@@ -20,6 +23,19 @@ ASK_JOB_PREFIX = "ask:"
 
 COMPARED = ("to", "from", "replyTo", "content")
 """The fields of a stored mail an ask must match to be its replay."""
+
+
+@dataclass(frozen=True, slots=True)
+class Posted:
+    """What sending a mail wrote (or found written).
+
+    Attributes:
+        replay: True when this key had been sent before (nothing new was written).
+        mailbox_added: True when the sender got a mailbox route by this send.
+    """
+
+    replay: bool
+    mailbox_added: bool
 
 
 def address_text(address: AgentAddress) -> str:
@@ -89,8 +105,9 @@ def ask_job(
     key: str,
     created_at_ms: int,
     max_content_bytes: int,
+    reply_to: Sequence[AgentAddress] | None = None,
 ) -> Job:
-    """The job an ask enqueues: mail from the asker to ``to``, replies to the asker.
+    """The job an ask (or a send) enqueues: mail from the asker to ``to``.
 
     Args:
         to: the agent session asked.
@@ -99,6 +116,7 @@ def ask_job(
         key: the mail key.
         created_at_ms: the mail's ``createdAt``.
         max_content_bytes: the largest content allowed.
+        reply_to: who gets the replies (None: the asker; empty: nobody).
 
     Returns:
         The queued job (its command fact id is its job id).
@@ -108,7 +126,12 @@ def ask_job(
         ContentTooLarge: the content is above ``max_content_bytes``.
     """
     mail = Mail(
-        key=key, to=to, from_=asker, reply_to=[asker], content=content, created_at=created_at_ms
+        key=key,
+        to=to,
+        from_=asker,
+        reply_to=[asker] if reply_to is None else list(reply_to),
+        content=content,
+        created_at=created_at_ms,
     )
     job_id = ask_job_id(key)
     work = AgentWork(job_id=job_id, session_id=to.session_id, command_fact_id=job_id)

@@ -17,7 +17,8 @@ Every error BirdDog raises on purpose derives from one root::
     ├── AskFailed: an asked question whose work ended otherwise than ``completed``
     ├── AskTimedOut: no reply to an ask in time (it is still owed to the mailbox)
     ├── StoreUnavailable: the database could not be reached or failed mid-operation
-    │   └── StoreRefused: the database refused a statement (its data, not the connection)
+    │   ├── StoreRefused: the database refused a statement (its data, not the connection)
+    │   └── StoreBusy: no database connection was free in time (nothing was done)
     ├── DatabaseRefused: the database turned BirdDog away for good (login, name, URL)
     ├── UnreadableRow: a stored row that is not what BirdDog wrote (SQL, another version)
     ├── SecretUnreadable: a sealed secret that no configured BIRDDOG_SECRET_KEY opens
@@ -176,6 +177,14 @@ class StoreRefused(StoreUnavailable):
 
     The connection is fine; what failed may be one row's data, so a caller that wrote
     several rows at once can try them one by one and set the one that fails aside.
+    """
+
+
+class StoreBusy(StoreUnavailable):
+    """No database connection was free in time; nothing was done.
+
+    Many callers share a small pool; one with a deadline gives up waiting for a
+    connection rather than overrun it. Trying again later may succeed.
     """
 
 

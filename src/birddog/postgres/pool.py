@@ -15,15 +15,21 @@ from __future__ import annotations
 import json
 import re
 import socket
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, TypeAlias
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 
-from birddog.core.errors import DatabaseRefused, SchemaMissing, StoreRefused, StoreUnavailable
+from birddog.core.errors import (
+    DatabaseRefused,
+    SchemaMissing,
+    StoreBusy,
+    StoreRefused,
+    StoreUnavailable,
+)
 from birddog.core.text import inert
 from birddog.postgres.sql import queries
 
@@ -265,6 +271,41 @@ async def create_pool(
     if pool is None:  # asyncpg types the awaited pool as optional; it never is
         raise StoreUnavailable("create_pool returned no pool")
     return pool
+
+
+@asynccontextmanager
+async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncIterator[Connection]:
+    """A pool connection, waited for no longer than ``timeout_s``.
+
+    Many callers on a small pool queue for a connection; a caller with a deadline (an
+    ask, a tool call) must not wait past it for one.
+
+    Args:
+        pool: the pool.
+        timeout_s: the longest wait for a free connection.
+        operation: what it is for, for the message.
+
+    Yields:
+        The connection, released when the block ends.
+
+    Raises:
+        StoreBusy: no connection was free in time; nothing was done.
+        StoreUnavailable: the database could not be reached.
+    """
+    try:
+        with store_errors(operation):
+            conn = await pool.acquire(timeout=max(timeout_s, 0.001))
+    except StoreUnavailable as exc:
+        if isinstance(exc.__cause__, TimeoutError):
+            raise StoreBusy(
+                f"no database connection was free for {operation} within {timeout_s:g} s; "
+                "nothing was done"
+            ) from exc.__cause__
+        raise
+    try:
+        yield conn
+    finally:
+        await pool.release(conn)
 
 
 @contextmanager

@@ -535,16 +535,42 @@ WHERE m.agent_id = $1::text
 ORDER BY m.delivered_at, m.key
 LIMIT $5::int;
 
--- name: mailbox_answer
--- The first reply (read or not) that answers mail $1, if it has been delivered.
--- params: $1 in_reply_to text
+-- name: mailbox_answers
+-- Every reply (read or not) to the mails $1, by mail key then reply key: one look for many waiters.
+-- params: $1 in_reply_to text[]
 SELECT
     m.key, m.agent_id, m.session_id, m.in_reply_to, m.command_id, m.outcome,
     m.reply::text AS reply, m.delivered_at, m.read_at
 FROM birddog.mailbox m
-WHERE m.in_reply_to = $1::text
-ORDER BY m.key
-LIMIT 1;
+WHERE m.in_reply_to = ANY($1::text[])
+ORDER BY m.in_reply_to, m.key;
+
+-- name: mailbox_owned
+-- The replies among keys $1 (read or not) in the mailbox of agent $2, session $3.
+-- params: $1 keys text[], $2 agent_id text, $3 session_id text
+SELECT
+    m.key, m.agent_id, m.session_id, m.in_reply_to, m.command_id, m.outcome,
+    m.reply::text AS reply, m.delivered_at, m.read_at
+FROM birddog.mailbox m
+WHERE m.key = ANY($1::text[]) AND m.agent_id = $2::text AND m.session_id = $3::text
+ORDER BY m.key;
+
+-- name: mailbox_latest
+-- The latest replies (read or not) in the mailbox of agent $1, session $2, newest first.
+-- params: $1 agent_id text, $2 session_id text, $3 limit int
+SELECT
+    m.key, m.agent_id, m.session_id, m.in_reply_to, m.command_id, m.outcome,
+    m.reply::text AS reply, m.delivered_at, m.read_at
+FROM birddog.mailbox m
+WHERE m.agent_id = $1::text AND m.session_id = $2::text
+ORDER BY m.delivered_at DESC, m.key DESC
+LIMIT $3::int;
+
+-- name: mailbox_unread_count
+-- How many unread replies the mailbox of agent $1, session $2 holds.
+-- params: $1 agent_id text, $2 session_id text
+SELECT count(*) FROM birddog.mailbox m
+WHERE m.agent_id = $1::text AND m.session_id = $2::text AND m.read_at IS NULL;
 
 -- name: mailbox_ack
 -- Mark replies read at $2; returns the keys that were unread.

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Self
@@ -136,21 +137,26 @@ class WakeListener:
 
     Args:
         dsn: the database (``postgresql://...``).
-        channel: the channel to LISTEN on.
+        channel: the channel to LISTEN on, or several.
         check_timeout_s: how long the idle health check may take.
         max_backoff_s: the longest pause between reconnection attempts.
+        on_notify: also told each notification's channel and payload (for a process
+            that routes hints to many waiters).
     """
 
     def __init__(
         self,
         dsn: str,
-        channel: str = WAKE_CHANNEL,
+        channel: str | Sequence[str] = WAKE_CHANNEL,
         *,
         check_timeout_s: float = 5.0,
         max_backoff_s: float = 5.0,
+        on_notify: Callable[[str, str], None] | None = None,
     ) -> None:
         self.dsn = dsn
-        self.channel = channel
+        self.channels = [channel] if isinstance(channel, str) else list(channel)
+        self.channel = ",".join(self.channels)
+        self.on_notify = on_notify
         self.check_timeout_s = check_timeout_s
         self.max_backoff_s = max_backoff_s
         self.reconnects = 0
@@ -256,7 +262,8 @@ class WakeListener:
             return False
         try:
             conn.add_termination_listener(self._on_terminated)
-            await conn.add_listener(self.channel, self._on_notify)
+            for channel in self.channels:
+                await conn.add_listener(channel, self._on_notify)
         except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError) as exc:
             conn.terminate()
             log.warning(
@@ -274,8 +281,10 @@ class WakeListener:
         self._retry_at = 0.0
         return True
 
-    def _on_notify(self, _conn: object, _pid: int, _channel: str, _payload: object) -> None:
+    def _on_notify(self, _conn: object, _pid: int, channel: str, payload: object) -> None:
         self._event.set()
+        if self.on_notify is not None:
+            self.on_notify(channel, str(payload))
 
     def _on_terminated(self, conn: Any) -> None:
         if conn is self._conn:

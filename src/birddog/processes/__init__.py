@@ -3,6 +3,7 @@
 - :mod:`birddog.processes.daemon`: the drain daemon (``birddog run``).
 - :mod:`birddog.processes.worker`: the job worker (``birddog worker``).
 - :mod:`birddog.processes.console`: the operator's console (``birddog console``).
+- :mod:`birddog.processes.mcp`: the MCP server (``birddog mcp``).
 - :mod:`birddog.processes.sides`: the one way every process runs its side tasks
   (heartbeat, gauges, reapers, prune, the ``LISTEN`` connection, the metrics server).
 

@@ -1,0 +1,172 @@
+"""The ask store in PostgreSQL: the checks and the write of an ask's (or a send's) mail.
+
+One transaction per mail: the key is locked (so two asks with one key cannot both
+write), the sender's route is looked at (an asker must take its replies from a mailbox;
+one without a route gets a mailbox route in the same transaction), the target must be
+known, and a key sent before is a replay when the mail is the same, a conflict otherwise.
+Only then is the job enqueued. A caller with a deadline waits for a pool connection no
+longer than its ``timeout_s``.
+"""
+
+from __future__ import annotations
+
+import json
+
+from birddog.core.ask import COMPARED, Posted, address_text, replay_conflicts
+from birddog.core.errors import (
+    InvalidInput,
+    InvalidJobPayload,
+    JobConflict,
+    NotAMailbox,
+    UnknownAgent,
+)
+from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
+from birddog.core.mail import AgentAddress, Mail
+from birddog.postgres.enqueue import enqueue_accepted_job
+from birddog.postgres.pool import Connection, Pool, acquire_within, store_errors
+from birddog.postgres.sql import queries
+
+__all__ = ["PostgresAsks"]
+
+
+class PostgresAsks:
+    """The ask store over an asyncpg pool (an :class:`~birddog.ports.AskStore`).
+
+    Args:
+        pool: the pool on the BirdDog database.
+    """
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+
+    async def send(
+        self,
+        job: Job,
+        *,
+        mailbox_for: AgentAddress | None,
+        require_mailbox: bool,
+        timeout_s: float,
+    ) -> Posted:
+        """Check, then enqueue the job of a mail, in one transaction.
+
+        Args:
+            job: the agent job carrying the mail.
+            mailbox_for: give this agent a mailbox route when it has none.
+            require_mailbox: refuse when ``mailbox_for`` has an inbox URL route.
+            timeout_s: the longest wait for a pool connection.
+
+        Returns:
+            Whether it was a replay, and whether a mailbox route was added.
+
+        Raises:
+            UnknownAgent: the target has no route and its session was never sent work.
+            NotAMailbox: ``mailbox_for`` posts to an inbox URL and a mailbox is required.
+            JobConflict: the key was sent before with another mail.
+            StoreBusy: no pool connection was free within ``timeout_s``; nothing written.
+            StoreUnavailable: the database is unreachable; nothing was written.
+        """
+        mail = decode_agent_job(job).mail
+        if mail is None:  # an ask's or a send's job always carries mail
+            raise InvalidJobPayload("a mail to send carries mail", field="mail")
+        async with acquire_within(self.pool, timeout_s, "send") as conn:
+            with store_errors("send"):
+                async with conn.transaction():
+                    return await self._send(conn, job, mail, mailbox_for, require_mailbox)
+
+    async def _send(
+        self,
+        conn: Connection,
+        job: Job,
+        mail: Mail,
+        mailbox_for: AgentAddress | None,
+        require_mailbox: bool,
+    ) -> Posted:
+        await conn.execute(queries["ask_lock_key"], mail.key)
+        kind = None
+        if mailbox_for is not None:
+            kind = await conn.fetchval(queries["ask_route_kind"], mailbox_for.agent_id)
+            _check_mailbox(kind, mailbox_for, required=require_mailbox)
+        target = mail.to
+        if not await conn.fetchval(queries["ask_target_known"], target.agent_id, target.session_id):
+            raise UnknownAgent(
+                f"unknown agent session {address_text(target)}: the agent has no route and "
+                f"the session was never sent work (add one: birddog route add "
+                f"{target.agent_id} --mailbox)",
+                field="to",
+            )
+        stored = await conn.fetchrow(queries["ask_job_by_mail_key"], mail.key)
+        if stored is not None:
+            try:
+                stored_mail = AgentJobPayload.model_validate(json.loads(stored["payload"])).mail
+            except InvalidInput:
+                stored_mail = None
+            differing = (
+                list(COMPARED) if stored_mail is None else replay_conflicts(stored_mail, mail)
+            )
+            if differing:
+                raise JobConflict(
+                    f"key {mail.key!r} was sent before with a different "
+                    f"{', '.join(differing)}; a repeat with the same key must be the same "
+                    "mail (or use a new key)"
+                )
+            return Posted(replay=True, mailbox_added=False)
+        added = False
+        if mailbox_for is not None and kind is None:
+            added = await self._add_mailbox(conn, mailbox_for, required=require_mailbox)
+        await enqueue_accepted_job(conn, job)
+        return Posted(replay=False, mailbox_added=added)
+
+    async def ensure_mailbox(self, agent_id: str, *, timeout_s: float) -> bool:
+        """Give ``agent_id`` a mailbox route when it has none.
+
+        Args:
+            agent_id: the agent.
+            timeout_s: the longest wait for a pool connection.
+
+        Returns:
+            True when a route was added (False: it had one, of either kind).
+
+        Raises:
+            StoreBusy: no pool connection was free within ``timeout_s``.
+            StoreUnavailable: the database is unreachable.
+        """
+        async with acquire_within(self.pool, timeout_s, "add mailbox") as conn:
+            with store_errors("add mailbox"):
+                added = await conn.fetchval(queries["ask_add_mailbox_route"], agent_id)
+        return added is not None
+
+    async def mail(self, key: str, *, timeout_s: float) -> Mail | None:
+        """The mail sent under ``key`` (None: none, or its job is not readable as one).
+
+        Raises:
+            StoreBusy: no pool connection was free within ``timeout_s``.
+            StoreUnavailable: the database is unreachable.
+        """
+        async with acquire_within(self.pool, timeout_s, "mail") as conn:
+            with store_errors("mail"):
+                stored = await conn.fetchrow(queries["ask_job_by_mail_key"], key)
+        if stored is None:
+            return None
+        try:
+            return AgentJobPayload.model_validate(json.loads(stored["payload"])).mail
+        except InvalidInput:
+            return None
+
+    async def _add_mailbox(self, conn: Connection, owner: AgentAddress, *, required: bool) -> bool:
+        if await conn.fetchval(queries["ask_add_mailbox_route"], owner.agent_id) is not None:
+            return True
+        # Another process added a route for the agent meanwhile: it must still do.
+        _check_mailbox(
+            await conn.fetchval(queries["ask_route_kind"], owner.agent_id), owner, required=required
+        )
+        return False
+
+
+def _check_mailbox(kind: str | None, owner: AgentAddress, *, required: bool) -> None:
+    """Refuse an asker whose route posts to an inbox URL (ask waits on mailboxes only)."""
+    if required and kind is not None and kind != "mailbox":
+        raise NotAMailbox(
+            f"the asker {owner.agent_id!r} has an inbox URL route; ask waits on mailboxes "
+            "only: ask from an agent without a route, or one added with --mailbox",
+            field="from",
+        )

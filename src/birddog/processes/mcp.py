@@ -1,0 +1,93 @@
+"""Runs the MCP server (``birddog mcp``): the one file that runs it.
+
+:func:`run_mcp` opens the stack, builds the tools' desk (:func:`birddog.bootstrap.mcp_desk`)
+and serves it with the ``mcp`` SDK (:mod:`birddog.mcp.server`): over stdio until the
+client closes stdin, or over streamable HTTP on 127.0.0.1 until SIGTERM/SIGINT. The
+identity gets a mailbox route when it has none; a task it took stops being renewed when
+the server stops, so recovery applies.
+"""
+
+from __future__ import annotations
+
+import secrets
+
+import structlog
+
+from birddog.bootstrap import MCP_POOL_SIZE, Announce, mcp_desk, open_stack
+from birddog.core.ask import parse_address
+from birddog.core.errors import InvalidSetting, StoreUnavailable
+from birddog.runtime import stop_on_signals
+from birddog.settings import Settings
+
+log = structlog.get_logger("birddog.processes.mcp")
+
+__all__ = ["run_mcp"]
+
+
+async def run_mcp(
+    settings: Settings,
+    *,
+    caller: str | None,
+    http: bool,
+    port: int,
+    channel: bool,
+    token: str | None,
+    announce: Announce,
+) -> None:
+    """Serve the mail room as MCP tools until stdin ends (stdio) or SIGTERM/SIGINT (HTTP).
+
+    Args:
+        settings: the settings.
+        caller: ``AGENT:SESSION`` every call acts as; None (HTTP only): each request's
+            per-agent token names its caller.
+        http: serve streamable HTTP on 127.0.0.1 instead of stdio.
+        port: the HTTP port.
+        channel: declare Claude Code's ``claude/channel`` and push replies and tasks.
+        token: the bearer token of ``caller`` over HTTP (None: a fresh one, announced).
+        announce: told the URL and the token (over HTTP) and the embedded server's DSN.
+
+    Raises:
+        InvalidInput: ``caller`` is not ``AGENT:SESSION``.
+        InvalidSetting: no ``--as`` over stdio; HTTP without ``--as`` needs per-agent
+            tokens, which this installation does not have yet.
+    """
+    from birddog.mcp.server import OneToken, serve_http, serve_stdio  # noqa: PLC0415 - an extra
+
+    identity = parse_address(caller, "--as") if caller is not None else None
+    if identity is None and not http:
+        raise InvalidSetting("over stdio, give the identity: --as AGENT:SESSION", field="--as")
+    if identity is None:
+        raise InvalidSetting(
+            "serving many agents needs per-agent tokens (birddog agent add), which this "
+            "installation does not have yet: give --as AGENT:SESSION",
+            field="--as",
+        )
+    async with open_stack(settings, announce=announce, pool_size=MCP_POOL_SIZE) as stack:
+        desk = mcp_desk(stack)
+        try:
+            if await desk.prepare(identity):
+                log.info("mcp_mailbox_added", agent_id=identity.agent_id)
+        except StoreUnavailable as exc:
+            log.warning("mcp_database_unavailable", error=type(exc).__name__)
+        try:
+            if not http:
+                await serve_stdio(desk, identity, channel=channel)
+                return
+            bearer = token or secrets.token_urlsafe(32)
+
+            def ready(url: str) -> None:
+                announce(f"BirdDog MCP server for {caller}: {url}")
+                if token is None:
+                    announce(f"bearer token (BIRDDOG_MCP_TOKEN to choose one): {bearer}")
+
+            with stop_on_signals() as stop:
+                await serve_http(
+                    desk,
+                    OneToken(bearer, identity),
+                    port=port,
+                    channel=channel,
+                    ready=ready,
+                    stop=stop,
+                )
+        finally:
+            await desk.close()
