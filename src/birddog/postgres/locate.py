@@ -161,10 +161,7 @@ def psql_session(settings: Settings, args: Sequence[str]) -> tuple[list[str], di
         StoreUnavailable: no ``psql`` is installed and the embedded server is not.
         InvalidSetting: no ``DATABASE_URL`` and no embedded server installed.
     """
-    if settings.database_url:
-        dsn = settings.database_url
-    else:
-        dsn = _embedded_server(settings).start()
+    dsn = settings.database_url or _embedded_server(settings).start()
     executable = shutil.which("psql")
     if executable is None:
         try:
