@@ -235,12 +235,17 @@ async def open_stack(
     clock = CLOCK
     metrics = Metrics()
     egress = settings.egress_policy()
-    routes = PostgresRoutes(pool, clock=clock, egress=egress, box=settings.secret_box())
+    routes = PostgresRoutes(
+        pool, clock=clock, egress=egress, box=settings.secret_box(), lease_s=settings.lease_s
+    )
     transport = HttpTransport(
         routes,
         egress=egress,
         proxy=settings.http_proxy,
         timeout_s=settings.post_timeout_s,
+        # A route's own post timeout never outlasts the claim's lease, as the default may
+        # not (route add refuses one as long; this daemon's lease may be shorter).
+        max_timeout_s=settings.lease_s,
         max_body_bytes=settings.max_body_bytes,
         max_deferral_s=settings.max_deferral_s,
         clock=clock,

@@ -27,6 +27,7 @@ from birddog.core.jobs import Job, JobState
 from birddog.core.lifecycle import ClaimEvent, Finished
 from birddog.core.mail import AgentAddress, Outcome, Reply
 from birddog.core.mailbox import MailboxEntry
+from birddog.core.policy import NO_POLICY, RoutePolicy
 
 RouteKind = Literal["http", "mailbox"]
 """How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
@@ -39,10 +40,13 @@ class RouteHint:
     Attributes:
         kind: ``http`` (posted) or ``mailbox`` (written to the mailbox table, not posted).
         batch_size: the most replies one post may carry.
+        policy: what the route overrides of the daemon's defaults (the age limit and
+            attempts of its rows' delivery decision).
     """
 
     kind: RouteKind = "http"
     batch_size: int = 1
+    policy: RoutePolicy = NO_POLICY
 
 
 HTTP_ROUTE = RouteHint()
@@ -266,6 +270,8 @@ class Route:
         previous_secret: a rotated-out secret that still signs, beside ``secret``, until
             ``previous_secret_until``.
         previous_secret_until: when ``previous_secret`` stops signing.
+        policy: what the route overrides of the daemon's defaults (post timeout, age
+            limit, attempts) for this recipient.
     """
 
     agent_id: str
@@ -277,6 +283,7 @@ class Route:
     held_at: datetime | None = None
     previous_secret: str | None = None
     previous_secret_until: datetime | None = None
+    policy: RoutePolicy = NO_POLICY
 
     def __repr__(self) -> str:
         return (

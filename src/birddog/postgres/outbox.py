@@ -39,6 +39,7 @@ from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import InvalidInput
 from birddog.core.mail import Outcome, Reply
 from birddog.core.model import ID_MAX_LENGTH, KEY_MAX_LENGTH
+from birddog.core.policy import POLICY_FIELDS, RoutePolicy
 from birddog.core.text import first_control
 from birddog.ports import Page, RouteHint, Settled
 from birddog.postgres.pool import Connection, Pool, store_errors
@@ -533,7 +534,9 @@ class PostgresOutbox:
             kind = record["route_kind"]
             if kind is not None:
                 routes[record["recipient_agent_id"]] = RouteHint(
-                    kind=kind, batch_size=record["route_batch_size"]
+                    kind=kind,
+                    batch_size=record["route_batch_size"],
+                    policy=RoutePolicy(**{name: record[f"route_{name}"] for name in POLICY_FIELDS}),
                 )
         rows.sort(key=lambda r: r.key)
         return Page(

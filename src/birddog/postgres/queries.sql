@@ -44,7 +44,7 @@ ON CONFLICT (key) DO NOTHING
 RETURNING o.key;
 
 -- name: outbox_claim_page
--- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order, skipping recipients $6; with each row's route kind and batch size, and its reply as JSON text (posted as is).
+-- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order, skipping recipients $6; with each row's route kind, batch size and policy, and its reply as JSON text (posted as is).
 -- params: $1 after_key text ('' for the start), $2 now timestamptz, $3 limit int, $4 claim uuid, $5 lease_until timestamptz, $6 skip_agents text[]
 WITH due AS (
     SELECT o.key, o.recipient_agent_id
@@ -71,10 +71,13 @@ RETURNING
     o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
     o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, o.traceparent,
     r.kind AS route_kind,
-    r.batch_size AS route_batch_size;
+    r.batch_size AS route_batch_size,
+    r.post_timeout_s AS route_post_timeout_s,
+    r.max_age_s AS route_max_age_s,
+    r.max_attempts AS route_max_attempts;
 
 -- name: outbox_claim_due
--- Lease up to $6 + $2 claimable rows (due, unheld, unleased, recipients not in $5): the $6 latest-due, then $2 earliest-due; with each row's route kind and batch size, and its reply as JSON text (posted as is).
+-- Lease up to $6 + $2 claimable rows (due, unheld, unleased, recipients not in $5): the $6 latest-due, then $2 earliest-due; with each row's route kind, batch size and policy, and its reply as JSON text (posted as is).
 -- params: $1 now timestamptz, $2 limit int (the earliest-due part), $3 claim uuid, $4 lease_until timestamptz, $5 skip_agents text[], $6 newest int
 -- Due order reads the partial due-time index from its start and stops after $2 rows, so
 -- its cost is the page (plus rows in flight), whatever the future backlog. The few
@@ -123,7 +126,10 @@ RETURNING
     o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
     o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, o.traceparent,
     r.kind AS route_kind,
-    r.batch_size AS route_batch_size;
+    r.batch_size AS route_batch_size,
+    r.post_timeout_s AS route_post_timeout_s,
+    r.max_age_s AS route_max_age_s,
+    r.max_attempts AS route_max_attempts;
 
 -- name: outbox_swap_receipts
 -- Replace delivered rows still held by their claim ($1, per row) with their receipts (attempt log: the row's plus entry n of $9); rows flagged $10 are also written to the mailbox table; returns the keys swapped.
@@ -401,35 +407,42 @@ DELETE FROM birddog.wake w WHERE w.wake_at <= $1::timestamptz;
 -- params: $1 agent_id text
 SELECT
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts
 FROM birddog.routes r
 WHERE r.agent_id = $1::text;
 
 -- name: routes_add
 -- Add a route; nothing when the agent already has one.
--- params: $1 agent_id text, $2 url text (null for a mailbox), $3 secret text (null for a mailbox), $4 enabled boolean, $5 kind text, $6 batch_size int4, $7 now timestamptz
-INSERT INTO birddog.routes AS r (agent_id, url, secret, enabled, kind, batch_size, held_at)
+-- params: $1 agent_id text, $2 url text (null for a mailbox), $3 secret text (null for a mailbox), $4 enabled boolean, $5 kind text, $6 batch_size int4, $7 now timestamptz, $8 post_timeout_s float8 (null: the default), $9 max_age_s float8 (null: the default), $10 max_attempts int4 (null: the default)
+INSERT INTO birddog.routes AS r (
+    agent_id, url, secret, enabled, kind, batch_size, held_at,
+    post_timeout_s, max_age_s, max_attempts
+)
 VALUES (
     $1::text, $2::text, $3::text, $4::boolean, $5::text, $6::int4,
-    CASE WHEN $4::boolean THEN NULL ELSE $7::timestamptz END
+    CASE WHEN $4::boolean THEN NULL ELSE $7::timestamptz END,
+    $8::float8, $9::float8, $10::int4
 )
 ON CONFLICT (agent_id) DO NOTHING
 RETURNING
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until;
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts;
 
 -- name: routes_update
--- Change a route's URL, secret and/or batch size (null keeps the current value).
--- params: $1 agent_id text, $2 url text (null: keep), $3 secret text (null: keep), $4 batch_size int4 (null: keep)
+-- Change a route's URL, secret and/or batch size (null keeps the current value), and set its policy columns as given (null: the daemon's default).
+-- params: $1 agent_id text, $2 url text (null: keep), $3 secret text (null: keep), $4 batch_size int4 (null: keep), $5 post_timeout_s float8, $6 max_age_s float8, $7 max_attempts int4
 UPDATE birddog.routes r
 SET url = coalesce($2::text, r.url),
     secret = coalesce($3::text, r.secret),
     batch_size = coalesce($4::int4, r.batch_size),
+    post_timeout_s = $5::float8,
+    max_age_s = $6::float8,
+    max_attempts = $7::int4,
     updated_at = now()
 WHERE r.agent_id = $1::text
 RETURNING
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until;
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts;
 
 -- name: routes_rotate
 -- A new current secret; the old one keeps signing, beside it, until $3.
@@ -442,7 +455,7 @@ SET previous_secret = r.secret,
 WHERE r.agent_id = $1::text AND r.kind = 'http'
 RETURNING
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until;
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts;
 
 -- name: routes_forget_previous_secrets
 -- Drop every rotated-out secret whose overlap ended by $1.
@@ -456,7 +469,7 @@ WHERE r.previous_secret_until <= $1::timestamptz;
 -- params: $1 agent_id text
 SELECT
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts
 FROM birddog.routes r
 WHERE r.agent_id = $1::text
 FOR UPDATE;
@@ -471,7 +484,7 @@ SET enabled = $2::boolean,
 WHERE r.agent_id = $1::text
 RETURNING
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until;
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts;
 
 -- name: outbox_resume_aging
 -- A released recipient's pending rows get back the age they had when the hold began ($2).
@@ -493,7 +506,8 @@ DELETE FROM birddog.routes r WHERE r.agent_id = $1::text RETURNING r.agent_id;
 -- Every route, by agent id, without its secrets.
 -- params: none
 SELECT
-    r.agent_id, r.url, r.enabled, r.kind, r.batch_size, r.held_at, r.previous_secret_until
+    r.agent_id, r.url, r.enabled, r.kind, r.batch_size, r.held_at, r.previous_secret_until,
+    r.post_timeout_s, r.max_age_s, r.max_attempts
 FROM birddog.routes r
 ORDER BY r.agent_id;
 
@@ -794,8 +808,8 @@ LIMIT $4::int;
 -- Routes by agent id after $1, with their pending and dead counts; never a secret.
 -- params: $1 after_agent_id text (null: from the start), $2 limit int
 SELECT
-    r.agent_id, r.kind, r.url, r.enabled, r.held_at, r.batch_size, r.created_at,
-    r.updated_at, c.pending, c.dead
+    r.agent_id, r.kind, r.url, r.enabled, r.held_at, r.batch_size, r.post_timeout_s,
+    r.max_age_s, r.max_attempts, r.created_at, r.updated_at, c.pending, c.dead
 FROM birddog.routes r
 LEFT JOIN LATERAL (
     SELECT

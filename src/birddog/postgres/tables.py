@@ -122,17 +122,27 @@ routes = sa.Table(
     _ts("held_at", nullable=True),
     sa.Column("previous_secret", sa.Text, nullable=True),
     _ts("previous_secret_until", nullable=True),
+    sa.Column("post_timeout_s", sa.Float, nullable=True),
+    sa.Column("max_age_s", sa.Float, nullable=True),
+    sa.Column("max_attempts", sa.Integer, nullable=True),
     sa.CheckConstraint("kind IN ('http', 'mailbox')", name="routes_kind_check"),
     sa.CheckConstraint(
         "kind <> 'http' OR (url IS NOT NULL AND secret IS NOT NULL)", name="routes_http_check"
     ),
     sa.CheckConstraint("batch_size BETWEEN 1 AND 1000", name="routes_batch_size_check"),
+    sa.CheckConstraint(
+        "post_timeout_s > 0 AND post_timeout_s < 'infinity'", name="routes_post_timeout_check"
+    ),
+    sa.CheckConstraint("max_age_s > 0 AND max_age_s < 'infinity'", name="routes_max_age_check"),
+    sa.CheckConstraint("max_attempts BETWEEN 1 AND 100000", name="routes_max_attempts_check"),
 )
 """Where each agent's replies go: an inbox URL (``http``) or the ``mailbox`` table.
 
 A disabled route holds the agent's rows; ``held_at`` says since when (their age is frozen
 meanwhile). ``batch_size`` above 1 lets the daemon put several replies in one signed POST.
 ``previous_secret`` still signs posts, beside ``secret``, until ``previous_secret_until``.
+``post_timeout_s``, ``max_age_s`` and ``max_attempts`` override the daemon's defaults for
+this recipient (NULL: the default; :class:`birddog.core.policy.RoutePolicy`).
 """
 
 jobs = sa.Table(
