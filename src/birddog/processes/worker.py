@@ -100,6 +100,8 @@ async def run_worker(
                 async def reap() -> None:
                     await reap_expired_jobs(stack.jobs)
 
+                # One beat before any work: a --once run may end before the side task's first.
+                await row.seen()
                 sides.every("heartbeat", HEARTBEAT_S, row.seen)
                 # A worker-only deployment still recovers jobs whose worker crashed, and so
                 # frees their queues; one index probe when none expired.
