@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from birddog.core.ask import Posted
+from birddog.core.ask_facts import AskFacts
 from birddog.core.delivery import (
     Attempt,
     DeliveryResult,
@@ -358,6 +359,10 @@ class AskStore(Protocol):
 
     async def ensure_mailbox(self, agent_id: str, *, timeout_s: float) -> bool:
         """Give ``agent_id`` a mailbox route when it has none; True when one was added."""
+        ...
+
+    async def facts(self, key: str, asker: AgentAddress, *, timeout_s: float) -> AskFacts:
+        """Where the ask with mail ``key`` stands for ``asker``: its job, its reply, the beats."""
         ...
 
 

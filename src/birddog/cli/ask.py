@@ -116,8 +116,10 @@ def ask(
     Exit status:
       0  the work completed; the answer is on stdout
       1  it ended failed, interrupted, cancelled or outcome_unknown (stderr says why)
-      2  no reply in time: it is still owed and will land in the asker's mailbox
-         (birddog inbox AGENT:SESSION); ask again with the same --key to wait again
+      2  no reply in time: stderr says where it stands (queued, and whether a worker
+         beat lately; running, for how long; settled, its reply pending or dead); it is
+         still owed and will land in the asker's mailbox (birddog inbox AGENT:SESSION);
+         ask again with the same --key to wait again
       3  nothing was asked: bad input, an unknown agent, an asker with an inbox URL
     """  # noqa: D301 - "\b" is click's mark for a paragraph it must not rewrap
     content = read_content(question, how="the question as an argument", empty="''")
@@ -173,8 +175,8 @@ async def _wait(stack: Stack, asked: Asked, left_s: float, timeout_s: float) -> 
         if exc.diagnostic is None and exc.content:
             announce(shown(exc.content))
         return EXIT_NOT_COMPLETED
-    except AskTimedOut:
-        announce(inert(str(still_owed(asked.key, asked.asker, timeout_s))))
+    except AskTimedOut as exc:
+        announce(inert(str(still_owed(asked.key, asked.asker, timeout_s, exc.facts))))
         return EXIT_NO_REPLY_YET
     except StoreUnavailable as exc:
         announce(f"{exc}; {owed}")

@@ -63,7 +63,8 @@ def render_status(report: dict[str, Any]) -> str:
         The text to print.
     """
     from birddog.bootstrap import HEARTBEAT_S  # noqa: PLC0415 - keeps --help fast
-    from birddog.display import format_age, render_table  # noqa: PLC0415
+    from birddog.core.duration import format_age  # noqa: PLC0415
+    from birddog.display import render_table  # noqa: PLC0415
 
     replies = dict(report["replies"])
     for name in ("oldest_pending_age_s", "next_wake_in_s"):
@@ -165,7 +166,7 @@ async def check_report(stack: Stack, limits: CheckLimits) -> list[dict[str, Any]
         )
     stalled = await reports.due_without_daemon(within_s=limits.daemon_s)
     if stalled is not None:
-        from birddog.display import format_age  # noqa: PLC0415 - keeps --help fast
+        from birddog.core.duration import format_age  # noqa: PLC0415 - keeps --help fast
 
         last, stopped = stalled["last_seen_at"], stalled["last_stopped_at"]
         if last is None:

@@ -9,11 +9,10 @@ from typing import Any
 import click
 
 from birddog.cli import duration, main, with_stack
-from birddog.core.duration import parse_duration
+from birddog.core.duration import format_age, parse_duration
 from birddog.core.egress import shown_url
 from birddog.core.errors import InvalidInput
 from birddog.core.policy import RoutePolicy
-from birddog.display import format_age
 from birddog.ports import Route
 
 BATCH_HELP = (

@@ -28,6 +28,7 @@ from markupsafe import Markup
 
 from birddog.console.auth import Sessions, host_is_loopback, safe_next, same_origin
 from birddog.console.chart import activity_chart
+from birddog.core.duration import format_age
 from birddog.core.errors import (
     BirdDogError,
     InvalidInput,
@@ -37,7 +38,7 @@ from birddog.core.errors import (
 )
 from birddog.core.mail import Outcome
 from birddog.core.text import inert
-from birddog.display import format_age, format_value
+from birddog.display import format_value
 from birddog.ports import (
     JOB_STATES,
     PENDING_STATUSES,

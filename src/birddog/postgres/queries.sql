@@ -623,6 +623,47 @@ RETURNING r.agent_id;
 SELECT EXISTS (SELECT 1 FROM birddog.routes r WHERE r.agent_id = $1::text)
     OR EXISTS (SELECT 1 FROM birddog.jobs j WHERE j.queue = $2::text);
 
+-- name: ask_facts
+-- Where the ask with mail key $1 stands for its asker $2:$3: its job, the workers and daemons that beat within $4 seconds, the reply's outbox row and its mailbox row; one row.
+-- params: $1 key text, $2 asker_agent_id text, $3 asker_session_id text, $4 within_s float8
+SELECT
+    now() AS now,
+    j.state AS job_state, j.queue, j.created_at AS job_created_at, j.started_at, j.outcome,
+    (SELECT count(*) FROM birddog.daemons d
+     WHERE d.kind = 'worker' AND d.stopped_at IS NULL
+       AND d.seen_at > now() - make_interval(secs => $4::float8))::int AS workers_recent,
+    (SELECT count(*) FROM birddog.daemons d
+     WHERE d.kind = 'drain' AND d.stopped_at IS NULL
+       AND d.seen_at > now() - make_interval(secs => $4::float8))::int AS daemons_recent,
+    o.key AS reply_key, o.state AS reply_state, coalesce(o.attempts, 0) AS reply_attempts,
+    o.due_at AS reply_due_at, o.last_error, o.dead_reason,
+    coalesce(NOT r.enabled, false) AS route_held,
+    m.delivered_at
+FROM (SELECT 1) one
+LEFT JOIN LATERAL (
+    SELECT j.state, j.queue, j.created_at, j.started_at, j.outcome
+    FROM birddog.jobs j
+    WHERE (j.payload #>> '{mail,key}') = $1::text
+    ORDER BY j.created_at, j.job_id
+    LIMIT 1
+) j ON true
+LEFT JOIN LATERAL (
+    SELECT o.key, o.state, o.attempts, o.due_at, o.last_error, o.dead_reason
+    FROM birddog.outbox o
+    WHERE o.recipient_agent_id = $2::text AND o.recipient_session_id = $3::text
+      AND o.in_reply_to = $1::text
+    ORDER BY o.key
+    LIMIT 1
+) o ON true
+LEFT JOIN LATERAL (
+    SELECT m.delivered_at
+    FROM birddog.mailbox m
+    WHERE m.in_reply_to = $1::text AND m.agent_id = $2::text AND m.session_id = $3::text
+    ORDER BY m.delivered_at
+    LIMIT 1
+) m ON true
+LEFT JOIN birddog.routes r ON r.agent_id = $2::text;
+
 -- name: ask_job_by_mail_key
 -- The job that carries the mail with key $1, its payload as text (jobs_mail_key_idx).
 -- params: $1 key text
@@ -1338,6 +1379,13 @@ BEGIN
     GRANT INSERT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
     GRANT SELECT ON birddog.mailbox TO birddog_sender;
     GRANT UPDATE (read_at) ON birddog.mailbox TO birddog_sender;
+    -- An ask that times out says where it stands: who beat lately, and its reply's state
+    -- and last error (never a reply's content).
+    GRANT SELECT ON birddog.daemons TO birddog_sender;
+    GRANT SELECT (
+        key, recipient_agent_id, recipient_session_id, in_reply_to, state, attempts, due_at,
+        last_error, dead_reason
+    ) ON birddog.outbox TO birddog_sender;
     -- The reader (status, check, pending, dead): the views and counts; no content, no
     -- secret, no URL.
     GRANT SELECT ON birddog.pending, birddog.dead_letters, birddog.daemons TO birddog_reader;
