@@ -1,7 +1,8 @@
 """Fan-out: settlements with fan-out per second, and agent jobs enqueued per second.
 
 - Settle: ``PostgresJobs.settle`` on claimed agent jobs whose mail has 1 or 8 ``replyTo``
-  addresses: the job update, the reply rows and the wake commit in one transaction.
+  addresses: one call of ``birddog.settle`` (one round trip), whose job update, reply rows
+  and wake commit together.
 - Enqueue: ``enqueue_accepted_job(conn, job)`` inside the caller's own transaction
   (``async with conn.transaction()``), jobs built by ``agent_job`` beforehand.
 

@@ -38,6 +38,7 @@ from birddog.mailroom import MailRoom
 from birddog.metrics import Metrics, TimedTransport, WorkerMetrics
 from birddog.ports import Clock, Listener
 from birddog.postgres.admin import PostgresAdmin
+from birddog.postgres.agents import PostgresAgents
 from birddog.postgres.asks import PostgresAsks
 from birddog.postgres.daemons import PostgresDaemons
 from birddog.postgres.jobs import JOBS_CHANNEL, PostgresJobs, enqueue_accepted_job
@@ -126,6 +127,7 @@ class Stack:
         transport: the HTTP transport.
         room: the mail room.
         metrics: the daemon's metrics.
+        agents: the agents and their bearer tokens (``birddog agent``, HTTP endpoints).
         embedded: the embedded server, when no ``DATABASE_URL`` was given.
     """
 
@@ -148,6 +150,7 @@ class Stack:
     transport: HttpTransport
     room: MailRoom
     metrics: Metrics
+    agents: PostgresAgents
     embedded: EmbeddedPostgres | None = None
 
     async def enqueue(self, jobs: Sequence[Job]) -> list[bool]:
@@ -295,6 +298,7 @@ async def open_stack(
             transport=transport,
             room=room,
             metrics=metrics,
+            agents=PostgresAgents(pool),
             embedded=embedded,
         )
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import secrets
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -54,6 +55,7 @@ from birddog.core.lifecycle import (
     decide_job,
 )
 from birddog.core.mail import AgentAddress, Outcome, Reply
+from birddog.core.tokens import TOKEN_BYTES, make_token
 from birddog.ports import ClaimedJob, Clock, Outbox, Page, RouteHint, Settled
 
 Answer = bool | DeliveryResult
@@ -357,9 +359,19 @@ class InMemoryTokenBook:
     def __init__(self, tokens: dict[str, AgentAddress] | None = None) -> None:
         self.tokens: dict[str, AgentAddress] = dict(tokens or {})
 
+    def issue(self, address: AgentAddress) -> str:
+        """A new token (``bd_`` and 32 random bytes, as ``birddog agent`` makes) for ``address``."""
+        token = make_token(secrets.token_bytes(TOKEN_BYTES))
+        self.tokens[token] = address
+        return token
+
+    def revoke(self, token: str) -> None:
+        """End ``token``; an unknown one is ignored."""
+        self.tokens.pop(token, None)
+
     async def authenticate(self, token: str) -> AgentAddress | None:
-        """The agent session ``token`` names; None for an unknown one."""
-        return self.tokens.get(token)
+        """The agent session ``token`` names; None for an unknown or malformed one."""
+        return self.tokens.get(token) if isinstance(token, str) else None
 
 
 class ManualListener:

@@ -12,13 +12,16 @@ from collections.abc import Callable
 
 import pytest
 
+from birddog import AgentAddress
 from birddog.clock import SystemClock
-from birddog.postgres.pool import Pool
+from birddog.postgres.asks import PostgresAsks
+from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support import eventually
 from tests.support.cli import Daemon, cli
 
 ASKER = "asker:s-ask"
+ASKER_ADDRESS = AgentAddress(agent_id="asker", session_id="s-ask")
 TARGET = "upper:s-upper"
 OWED = "it is still owed and will land in the mailbox of asker:s-ask (birddog inbox asker:s-ask)"
 
@@ -117,3 +120,27 @@ async def test_an_ask_whose_reply_died_says_why_and_how_to_replay_it(
     assert "its job settled completed, but the reply died: unknown_recipient" in dead.stderr
     assert "birddog replay outbox:d-1:reply:0" in dead.stderr
     assert "still owed" not in dead.stderr
+
+
+@pytest.mark.usefixtures("upper")
+async def test_a_senders_login_reads_where_its_own_ask_stands_and_no_other(
+    database_url: str, pg_pool: Pool, logins: dict[str, str]
+) -> None:
+    """Under the sender role the timeout still says queued, then pending; another's reply stays unseen."""
+    queued = await ask(logins["sender"], "s-1")
+    assert "nobody has taken it: its job has been queued for session s-upper" in queued.stderr
+    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    pending = await ask(logins["sender"], "s-1")
+    assert "its job settled completed; the reply is not delivered yet (pending)" in pending.stderr
+    await ask(database_url, "o-1")  # the operator's own ask, settled too
+    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    sender = await create_pool(logins["sender"], min_size=1, max_size=1)
+    try:
+        theirs = await PostgresAsks(sender).facts("o-1", ASKER_ADDRESS, timeout_s=10)
+        mine = await PostgresAsks(sender).facts("s-1", ASKER_ADDRESS, timeout_s=10)
+    finally:
+        await sender.close()
+    assert (theirs.job_state, theirs.reply_state) == (None, None)
+    assert (mine.job_state, mine.reply_state) == ("settled", "pending")

@@ -15,7 +15,18 @@ from birddog.postgres import alembic_config, migrate, migrations_dir, sqlalchemy
 from birddog.postgres.sql import QUERIES, parse_queries
 from birddog.postgres.tables import metadata
 
-TABLES = {"outbox", "receipts", "wake", "routes", "jobs", "mailbox", "daemons"}
+TABLES = {
+    "outbox",
+    "receipts",
+    "wake",
+    "routes",
+    "jobs",
+    "mailbox",
+    "daemons",
+    "agents",
+    "agent_tokens",
+    "agent_logins",
+}
 VIEWS = {"pending", "dead_letters"}
 
 

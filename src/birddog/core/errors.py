@@ -14,6 +14,7 @@ Every error BirdDog raises on purpose derives from one root::
     ├── JobNotFound: no job with that id
     ├── StaleClaim: a claim token that no longer holds the job
     ├── RouteNotFound: no route for that agent id
+    ├── AgentNotFound: no agent with that id was added (``birddog agent add``)
     ├── AskFailed: an asked question whose work ended otherwise than ``completed``
     ├── AskTimedOut: no reply to an ask in time (it is still owed to the mailbox)
     ├── StoreUnavailable: the database could not be reached or failed mid-operation
@@ -133,6 +134,10 @@ class StaleClaim(BirdDogError):
 
 class RouteNotFound(BirdDogError):
     """No route is configured for this agent id."""
+
+
+class AgentNotFound(BirdDogError):
+    """No agent with this id was added (add it with ``birddog agent add``)."""
 
 
 class AskFailed(BirdDogError):

@@ -2,12 +2,45 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import InvalidInput
 from birddog.core.jobs import Job, JobState, check_content_size, decode_agent_job
 from birddog.core.mail import OUTCOMES_WITH_DIAGNOSTIC, Outcome, Reply, ReplyFacts, reply_key
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def created_at_ms(now: datetime) -> int:
+    """A settlement time as a reply's ``createdAt``: whole milliseconds, rounded down.
+
+    Integer arithmetic, not ``timestamp() * 1000``: the float product can fall a hair
+    below a whole millisecond and round to the one before, which the database's own
+    derivation of the same reply (``floor(extract(epoch ...) * 1000)``) never does.
+
+    Args:
+        now: a timezone-aware time.
+
+    Returns:
+        The milliseconds since 1970-01-01 UTC.
+    """
+    return (now - _EPOCH) // timedelta(milliseconds=1)
+
+
+def reply_diagnostic(outcome: Outcome, diagnostic: str | None) -> str | None:
+    """The diagnostic a reply carries: bounded, for failed, interrupted, outcome_unknown only.
+
+    Args:
+        outcome: how the work ended.
+        diagnostic: the session's terminal diagnostic.
+
+    Returns:
+        The diagnostic for the reply, or None.
+    """
+    if diagnostic is None or outcome not in OUTCOMES_WITH_DIAGNOSTIC:
+        return None
+    return bounded_diagnostic(diagnostic)
 
 
 def empty_reply_text(outcome: Outcome) -> str:
@@ -54,14 +87,10 @@ def replies_for(
     facts = ReplyFacts(
         command_id=payload.command_fact_id,
         outcome=outcome,
-        diagnostic=(
-            bounded_diagnostic(diagnostic)
-            if diagnostic is not None and outcome in OUTCOMES_WITH_DIAGNOSTIC
-            else None
-        ),
+        diagnostic=reply_diagnostic(outcome, diagnostic),
     )
     text = content or empty_reply_text(outcome)
-    created_at = int(now.timestamp() * 1000)
+    created_at = created_at_ms(now)
     return [
         Reply(
             key=reply_key(mail.key, index),

@@ -30,7 +30,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Final
 
-from birddog.core.diagnostic import bounded_diagnostic
+from birddog.core.diagnostic import DIAGNOSTIC_MAX_LENGTH, bounded_diagnostic
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, JobState
 from birddog.core.mail import Outcome
 from birddog.core.text import escape_char
@@ -277,12 +277,62 @@ def decide_job(facts: JobFacts, event: JobEvent, *, now: datetime, limits: Limit
         return _on_lease_expired(facts, now, limits)
     if isinstance(event, QueuedTooLong):
         return _on_queued_too_long(facts, now, limits)
-    diagnostic = (
-        f"handler timed out after {format_duration(event.timeout_s)}"
-        if isinstance(event, HandlerTimedOut)
-        else event.diagnostic
+    return _on_stopped(facts, stop_diagnostic(event), limits)
+
+
+def result_settlement(event: SettleRequested, limits: Limits) -> Settle:
+    """What a result settles with when no cancellation was recorded.
+
+    The result as reported, its diagnostic bounded; a result that cannot be stored (not a
+    string, a NUL, a lone surrogate, above the content limit) settles ``failed`` instead,
+    with a diagnostic that says why.
+
+    Args:
+        event: the executor's report.
+        limits: the content limit.
+
+    Returns:
+        The settlement.
+    """
+    problem = result_problem(event.content, limit_bytes=limits.max_content_bytes)
+    if problem is not None or not isinstance(event.content, str):
+        why = problem or "handler returned no text"
+        return Settle(Outcome.FAILED, "", bounded_diagnostic(why), Cause.UNSTORABLE_RESULT)
+    return Settle(event.outcome, event.content, _bounded(event.diagnostic), Cause.REQUESTED)
+
+
+def stop_diagnostic(event: WorkerStopped | HandlerTimedOut) -> str:
+    """The bounded diagnostic a stop requeues or settles a job with.
+
+    Args:
+        event: the worker's stop.
+
+    Returns:
+        e.g. ``"handler timed out after 90 s"``.
+    """
+    if isinstance(event, HandlerTimedOut):
+        return bounded_diagnostic(f"handler timed out after {format_duration(event.timeout_s)}")
+    return bounded_diagnostic(event.diagnostic)
+
+
+def queued_too_long_settlement(recovery_count: int, limits: Limits) -> Settle:
+    """What a job nobody claimed within the maximum queued age settles with.
+
+    Args:
+        recovery_count: how many times the job lost its worker and was queued again.
+        limits: the maximum queued age.
+
+    Returns:
+        ``cancelled``, its content saying why, recorded as the job's cancellation.
+    """
+    content = queued_too_long_text(limits.max_queued_s, recovered=recovery_count)
+    return Settle(
+        Outcome.CANCELLED,
+        content,
+        bounded_diagnostic(content),
+        Cause.QUEUED_TOO_LONG,
+        records_cancellation=True,
     )
-    return _on_stopped(facts, diagnostic, limits)
 
 
 def _on_settle(facts: JobFacts, event: SettleRequested, limits: Limits) -> Decision:
@@ -301,12 +351,8 @@ def _on_settle(facts: JobFacts, event: SettleRequested, limits: Limits) -> Decis
 
 def _finish(facts: JobFacts, event: SettleRequested, limits: Limits) -> Settle:
     if facts.cancellation is not None:
-        return _cancelled(facts.cancellation, event.diagnostic, limits)
-    problem = result_problem(event.content, limit_bytes=limits.max_content_bytes)
-    if problem is not None or not isinstance(event.content, str):
-        why = problem or "handler returned no text"
-        return Settle(Outcome.FAILED, "", bounded_diagnostic(why), Cause.UNSTORABLE_RESULT)
-    return Settle(event.outcome, event.content, _bounded(event.diagnostic), Cause.REQUESTED)
+        return cancelled_settlement(facts.cancellation, _bounded(event.diagnostic), limits)
+    return result_settlement(event, limits)
 
 
 def _on_cancel(facts: JobFacts, event: CancelRequested, limits: Limits) -> Decision:
@@ -315,7 +361,7 @@ def _on_cancel(facts: JobFacts, event: CancelRequested, limits: Limits) -> Decis
     if facts.state is JobState.QUEUED:
         # Never ran, and never will: settle now with the first content recorded.
         first = event.content if facts.cancellation is None else facts.cancellation
-        settle = _cancelled(first, None, limits)
+        settle = cancelled_settlement(first, None, limits)
         return Settle(
             settle.outcome,
             settle.content,
@@ -334,13 +380,14 @@ def _on_lease_expired(facts: JobFacts, now: datetime, limits: Limits) -> Decisio
     if facts.lease_expires_at is not None and facts.lease_expires_at > now:
         return Keep()
     if facts.cancellation is not None:
-        return _cancelled(facts.cancellation, LEASE_EXPIRED_DIAGNOSTIC, limits)
+        return cancelled_settlement(facts.cancellation, LEASE_EXPIRED_DIAGNOSTIC, limits)
     if facts.budget_left:
         return Requeue(None)
     return Settle(Outcome.OUTCOME_UNKNOWN, "", LEASE_EXPIRED_DIAGNOSTIC, Cause.LEASE_EXPIRED)
 
 
 def _on_stopped(facts: JobFacts, diagnostic: str, limits: Limits) -> Decision:
+    # ``diagnostic`` is bounded already (stop_diagnostic).
     if facts.state is JobState.SETTLED:
         if facts.claim_matches and facts.outcome in (Outcome.INTERRUPTED, Outcome.CANCELLED):
             return Keep()
@@ -348,10 +395,10 @@ def _on_stopped(facts: JobFacts, diagnostic: str, limits: Limits) -> Decision:
     if facts.state is not JobState.RUNNING or not facts.claim_matches:
         return Refuse(f"the job is not running under this claim (it is {facts.state.value})")
     if facts.cancellation is not None:
-        return _cancelled(facts.cancellation, diagnostic, limits)
+        return cancelled_settlement(facts.cancellation, diagnostic, limits)
     if facts.budget_left:
-        return Requeue(bounded_diagnostic(diagnostic))
-    return Settle(Outcome.INTERRUPTED, "", bounded_diagnostic(diagnostic), Cause.INTERRUPTED)
+        return Requeue(diagnostic)
+    return Settle(Outcome.INTERRUPTED, "", diagnostic, Cause.INTERRUPTED)
 
 
 def _on_queued_too_long(facts: JobFacts, now: datetime, limits: Limits) -> Decision:
@@ -359,28 +406,38 @@ def _on_queued_too_long(facts: JobFacts, now: datetime, limits: Limits) -> Decis
         return Keep()
     if (now - facts.created_at).total_seconds() < limits.max_queued_s:
         return Keep()
-    content = queued_too_long_text(limits.max_queued_s, recovered=facts.recovery_count)
-    return Settle(
-        Outcome.CANCELLED,
-        content,
-        bounded_diagnostic(content),
-        Cause.QUEUED_TOO_LONG,
-        records_cancellation=True,
-    )
+    return queued_too_long_settlement(facts.recovery_count, limits)
 
 
-def _cancelled(content: str, diagnostic: str | None, limits: Limits) -> Settle:
+def cancelled_settlement(content: str, diagnostic: str | None, limits: Limits) -> Settle:
+    """What a job settles with when a recorded cancellation wins.
+
+    The recorded content, cut to the content limit with a visible mark when it was
+    recorded under a larger one (never refused), and a note saying so joined to the
+    diagnostic.
+
+    Args:
+        content: the recorded cancellation's content.
+        diagnostic: the event's diagnostic, bounded already (None: none).
+        limits: the content limit.
+
+    Returns:
+        The ``cancelled`` settlement.
+    """
     # A recorded cancellation was checked when it was recorded; whatever it holds now, the
     # settlement must still be storable, so NUL and lone surrogates become U+FFFD here.
     content = _STORABLE.sub("\ufffd", content)
     kept, cut = bounded_content(content, limit_bytes=limits.max_content_bytes)
+    bounded = diagnostic
     if cut:
+        # The note is BirdDog's own text: it is joined to the bounded diagnostic and cut,
+        # not masked again, so the database's settle function can write the same words.
         note = (
             f"the cancellation content was {format_bytes(_size(content))}; the limit is "
             f"{format_bytes(limits.max_content_bytes)}, so it was cut"
         )
-        diagnostic = note if diagnostic is None else f"{diagnostic}; {note}"
-    return Settle(Outcome.CANCELLED, kept, _bounded(diagnostic), Cause.CANCELLED)
+        bounded = note if bounded is None else f"{bounded}; {note}"[:DIAGNOSTIC_MAX_LENGTH]
+    return Settle(Outcome.CANCELLED, kept, bounded, Cause.CANCELLED)
 
 
 # --------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from birddog.core.errors import (
 )
 from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
 from birddog.core.mail import AgentAddress, Mail
-from birddog.postgres.enqueue import enqueue_accepted_job
+from birddog.postgres.enqueue import enqueue_job
 from birddog.postgres.pool import Connection, Pool, acquire_within, store_errors
 from birddog.postgres.sql import queries
 
@@ -112,21 +112,35 @@ class PostgresAsks:
                     "mail (or use a new key)"
                 )
             return Posted(replay=True, mailbox_added=False)
-        added = False
-        if mailbox_for is not None and kind is None:
-            added = await self._add_mailbox(conn, mailbox_for, required=require_mailbox)
-        await enqueue_accepted_job(conn, job)
-        return Posted(replay=False, mailbox_added=added)
+        # The sender's mailbox route comes with its job: birddog.enqueue gives one only to
+        # the sender of the mail it enqueues, so a sender's role needs no right on routes.
+        wanted = mailbox_for is not None and kind is None
+        if wanted and mailbox_for != mail.from_:
+            raise InvalidInput("a mailbox route goes only to the mail's sender", field="from")
+        enqueued = await enqueue_job(conn, job, sender_mailbox=wanted)
+        if wanted and not enqueued.mailbox_added and mailbox_for is not None:
+            # Another process added a route for the agent meanwhile: it must still do.
+            _check_mailbox(
+                await conn.fetchval(queries["ask_route_kind"], mailbox_for.agent_id),
+                mailbox_for,
+                required=require_mailbox,
+            )
+        return Posted(replay=False, mailbox_added=enqueued.mailbox_added)
 
     async def ensure_mailbox(self, agent_id: str, *, timeout_s: float) -> bool:
-        """Give ``agent_id`` a mailbox route when it has none.
+        """Give ``agent_id`` a mailbox route when it has none (``birddog.ensure_mailbox``).
+
+        Under the least-privilege roles only an operator, or the agent's own login, gives
+        a route this way; for any other login nothing is added (the first mail it sends
+        for the agent brings the route, through ``birddog.enqueue``).
 
         Args:
             agent_id: the agent.
             timeout_s: the longest wait for a pool connection.
 
         Returns:
-            True when a route was added (False: it had one, of either kind).
+            True when a route was added (False: it had one, of either kind, or this login
+            may not give one).
 
         Raises:
             StoreBusy: no pool connection was free within ``timeout_s``.
@@ -134,8 +148,8 @@ class PostgresAsks:
         """
         async with acquire_within(self.pool, timeout_s, "add mailbox") as conn:
             with store_errors("add mailbox"):
-                added = await conn.fetchval(queries["ask_add_mailbox_route"], agent_id)
-        return added is not None
+                added: bool = await conn.fetchval(queries["routes_ensure_mailbox"], agent_id)
+        return added
 
     async def facts(self, key: str, asker: AgentAddress, *, timeout_s: float) -> AskFacts:
         """Where the ask with mail ``key`` stands for ``asker``, read in one statement.
@@ -177,15 +191,6 @@ class PostgresAsks:
             return AgentJobPayload.model_validate(json.loads(stored["payload"])).mail
         except InvalidInput:
             return None
-
-    async def _add_mailbox(self, conn: Connection, owner: AgentAddress, *, required: bool) -> bool:
-        if await conn.fetchval(queries["ask_add_mailbox_route"], owner.agent_id) is not None:
-            return True
-        # Another process added a route for the agent meanwhile: it must still do.
-        _check_mailbox(
-            await conn.fetchval(queries["ask_route_kind"], owner.agent_id), owner, required=required
-        )
-        return False
 
 
 def _check_mailbox(kind: str | None, owner: AgentAddress, *, required: bool) -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Final, LiteralString, TypeAlias
+from typing import LiteralString, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
@@ -25,18 +26,28 @@ from birddog import tracing
 from birddog.core.errors import InvalidInput, JobConflict, StoreUnavailable
 from birddog.core.jobs import Job, JobState
 from birddog.core.model import check_text
-from birddog.postgres.job_rows import Row, job_from_row
+from birddog.postgres.job_rows import Row
 from birddog.postgres.pool import Connection, store_errors
 from birddog.postgres.sql import queries
-
-_JOB_FIELDS: Final = ("queue", "lane", "priority", "payload", "recovery")
-"""The fields a replayed enqueue must match, by their JSON names."""
 
 SenderConnection: TypeAlias = (
     "Connection | PoolConnectionProxy[asyncpg.Record] | AsyncConnection | AsyncSession"
 )
 """What :func:`enqueue_accepted_job` runs on: an asyncpg connection (pooled or not), or a
 SQLAlchemy ``AsyncConnection`` or ``AsyncSession`` on the asyncpg driver."""
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What an enqueue came to.
+
+    Attributes:
+        inserted: True when the job was inserted, False for an identical replay.
+        mailbox_added: the mail's sender had no route and got a mailbox route.
+    """
+
+    inserted: bool
+    mailbox_added: bool = False
 
 
 async def enqueue_accepted_job(
@@ -50,6 +61,8 @@ async def enqueue_accepted_job(
     ``NOTIFY birddog_jobs`` (payload: its queue), which Postgres delivers at commit.
     With OpenTelemetry (:mod:`birddog.tracing`) the insert runs in a ``birddog.enqueue``
     span, a child of the current one, whose context the job keeps for its replies' posts.
+    The insert and the comparison are one call of ``birddog.enqueue``, a function that
+    takes queued jobs only, so a sender's role needs no privilege on the table.
 
     Args:
         conn: an asyncpg connection (in a transaction or not; without one, the insert and
@@ -66,7 +79,35 @@ async def enqueue_accepted_job(
         InvalidInput: the job is not queued, has an outcome, or its payload holds what
             PostgreSQL JSON cannot store (NUL, lone surrogates, NaN); nothing is written.
         JobConflict: a job with this id exists with different fields, named in the message.
-        UnreadableRow: the stored job with this id cannot be read (written by SQL).
+        StoreUnavailable: the database could not be reached or refused the statement.
+    """
+    return (await enqueue_job(conn, job, created_at=created_at)).inserted
+
+
+async def enqueue_job(
+    conn: SenderConnection,
+    job: Job,
+    *,
+    created_at: datetime | None = None,
+    sender_mailbox: bool = False,
+) -> Enqueued:
+    """:func:`enqueue_accepted_job`, optionally giving the mail's sender a mailbox route.
+
+    Args:
+        conn: as for :func:`enqueue_accepted_job`.
+        job: the job.
+        created_at: the job's age for claim order (default: the database's clock).
+        sender_mailbox: when the job is inserted and the ``from`` agent of its mail has no
+            route, give that agent a mailbox route (an asker's, so its replies land in its
+            mailbox): never any other agent's.
+
+    Returns:
+        Whether the job was inserted, and whether a mailbox route was added.
+
+    Raises:
+        InvalidInput: as for :func:`enqueue_accepted_job`, or ``sender_mailbox`` for a job
+            without mail.
+        JobConflict: a job with this id exists with different fields, named in the message.
         StoreUnavailable: the database could not be reached or refused the statement.
     """
     if not isinstance(job, Job):
@@ -75,27 +116,28 @@ async def enqueue_accepted_job(
         raise InvalidInput(f"an enqueued job must be queued, not {job.state.value}", field="state")
     if job.outcome is not None:
         raise InvalidInput("an enqueued job has no outcome yet", field="outcome")
+    if sender_mailbox and not isinstance(job.payload.get("mail"), dict):
+        raise InvalidInput("only a job with mail can give its sender a mailbox", field="mail")
     payload = _json_text(job.payload, field="payload")
     recovery = None if job.recovery is None else job.recovery.model_dump_json()
     ids = {"job_id": job.job_id, "queue": job.queue}
     with tracing.span("enqueue", parent=None, root=True, kind="producer", attributes=ids) as span:
         fields = (job.job_id, job.queue, job.lane, job.priority, payload, recovery)
-        args = (*fields, created_at, span.traceparent)
-        rows = await _run_on_sender(conn, queries["jobs_enqueue"], args)
-    if rows:
-        return True
-    stored = await _run_on_sender(conn, queries["jobs_get"], (job.job_id,))
-    if not stored:
+        args = (*fields, created_at, span.traceparent, sender_mailbox)
+        [row] = await _run_on_sender(conn, queries["jobs_enqueue"], args)
+    if row["inserted"]:
+        return Enqueued(inserted=True, mailbox_added=bool(row["mailbox_added"]))
+    differing = row["differing"]
+    if differing is None:
         # The insert met the id, yet this transaction cannot read it: it was deleted
         # meanwhile, or the caller's snapshot predates its commit. Nothing to compare.
         raise StoreUnavailable(f"job {job.job_id!r} changed while it was enqueued; try again")
-    differing = _differing_fields(job, job_from_row(stored[0]))
     if differing:
         raise JobConflict(
             f"job {job.job_id!r} already exists with a different {', '.join(differing)}; "
             "a replayed enqueue must match the stored job exactly"
         )
-    return False
+    return Enqueued(inserted=False)
 
 
 async def _run_on_sender(
@@ -132,10 +174,6 @@ async def _run_on_sender(
     )
 
 
-def _differing_fields(job: Job, stored: Job) -> list[str]:
-    return [name for name in _JOB_FIELDS if getattr(job, name) != getattr(stored, name)]
-
-
 def _json_text(value: JsonValue, *, field: str) -> str:
     """JSON text PostgreSQL's jsonb accepts, or InvalidInput naming the offending field."""
     problem = _json_problem(value, field)
@@ -166,4 +204,4 @@ def _json_problem(value: object, path: str) -> tuple[str, str] | None:
     return None
 
 
-__all__ = ["SenderConnection", "enqueue_accepted_job"]
+__all__ = ["Enqueued", "SenderConnection", "enqueue_accepted_job", "enqueue_job"]

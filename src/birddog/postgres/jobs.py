@@ -38,15 +38,15 @@ from typing import Final, LiteralString
 import asyncpg
 import structlog
 
-from birddog.core.delivery import new_row
+from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import (
     InvalidInput,
     JobNotFound,
     StaleClaim,
+    StoreRefused,
     StoreUnavailable,
     UnreadableRow,
 )
-from birddog.core.fanout import replies_for
 from birddog.core.jobs import (
     DEFAULT_MAX_CONTENT_BYTES,
     RESERVED_QUEUE_PREFIX,
@@ -57,36 +57,27 @@ from birddog.core.jobs import (
 from birddog.core.lifecycle import (
     DEFAULT_MAX_QUEUED_S,
     LEASE_EXPIRED_DIAGNOSTIC,
-    CancelRequested,
+    Cause,
     ClaimEvent,
     Decision,
     Finished,
-    JobEvent,
     Keep,
-    LeaseExpired,
     Limits,
-    QueuedTooLong,
-    RecordCancellation,
-    Refuse,
     Requeue,
     Settle,
     SettleRequested,
     WorkerStopped,
-    decide_job,
+    queued_too_long_settlement,
+    result_settlement,
+    stop_diagnostic,
 )
-from birddog.core.mail import Outcome, Reply
+from birddog.core.mail import Outcome
 from birddog.core.text import inert
 from birddog.ports import ClaimedJob, Clock
 from birddog.postgres.enqueue import SenderConnection, enqueue_accepted_job
-from birddog.postgres.job_rows import (
-    Row,
-    facts_from_row,
-    job_from_row,
-    settled_job,
-)
+from birddog.postgres.job_rows import Row, job_from_row
 from birddog.postgres.job_rows import claim_token as claim_token_of
-from birddog.postgres.outbox import insert_rows
-from birddog.postgres.pool import Connection, Pool, is_refusal, store_errors
+from birddog.postgres.pool import Pool, is_refusal, store_errors
 from birddog.postgres.sql import queries
 
 log = structlog.get_logger("birddog.jobs")
@@ -336,17 +327,39 @@ class PostgresJobs:
                 it was recovered, or it settled otherwise).
         """
         token = claim_token_of(claim_token)
-        now = self.clock.now()
+        # The texts Python makes (the masker is Python's): what the job settles with
+        # unless a recorded cancellation wins, and the diagnostic that cancellation takes.
+        if isinstance(event, SettleRequested):
+            kind = "result"
+            wanted = result_settlement(event, self.limits)
+            cancel_diagnostic = _bounded(event.diagnostic)
+        else:
+            kind = "stop"
+            wanted = Settle(Outcome.INTERRUPTED, "", stop_diagnostic(event), Cause.INTERRUPTED)
+            cancel_diagnostic = wanted.diagnostic
         with store_errors("finish"):
-            async with self.pool.acquire() as conn, conn.transaction():
-                row = await self._lock(conn, job_id)
-                decision = decide_job(
-                    facts_from_row(row, token=token), event, now=now, limits=self.limits
+            # One call, one round trip: the function locks the job, checks the claim,
+            # decides as decide() does and writes the settlement, replies and wake.
+            row = _returned(
+                await self.pool.fetchrow(
+                    queries["jobs_settle"],
+                    job_id,
+                    token,
+                    kind,
+                    wanted.outcome.value if kind == "result" else None,
+                    wanted.content,
+                    wanted.diagnostic,
+                    _bounded(wanted.diagnostic),
+                    cancel_diagnostic,
+                    self.clock.now(),
+                    self.limits.max_content_bytes,
+                    traceparent,
+                    self.schedule_wake,
                 )
-                if isinstance(decision, Refuse):
-                    raise StaleClaim(f"job {job_id!r}: {decision.reason}")
-                keys = await self._carry_out(conn, [(row, decision)], now, traceparent)
-        return Finished(job_id, decision, _outcome_after(row, decision), keys)
+            )
+        decision = _decision(job_id, row, wanted)
+        self._note_unreadable(job_id, row)
+        return Finished(job_id, decision, _outcome_of(row), list(row["keys"] or ()))
 
     async def settle(
         self,
@@ -437,15 +450,21 @@ class PostgresJobs:
             JobNotFound: no job has this id.
         """
         check_stored_content(content, limit_bytes=self.limits.max_content_bytes)
-        now = self.clock.now()
         with store_errors("cancel"):
-            async with self.pool.acquire() as conn, conn.transaction():
-                row = await self._lock(conn, job_id)
-                decision = decide_job(
-                    facts_from_row(row), CancelRequested(content), now=now, limits=self.limits
+            row = _returned(
+                await self.pool.fetchrow(
+                    queries["jobs_cancel"],
+                    job_id,
+                    content,
+                    self.clock.now(),
+                    self.limits.max_content_bytes,
+                    self.schedule_wake,
                 )
-                await self._carry_out(conn, [(row, decision)], now)
-        return _outcome_after(row, decision)
+            )
+        if row["decision"] == "missing":
+            raise JobNotFound(f"no job has id {job_id!r}")
+        self._note_unreadable(job_id, row)
+        return _outcome_of(row)
 
     async def recover_expired(
         self, *, now: datetime | None = None, limit: int = RECOVER_BATCH
@@ -475,7 +494,7 @@ class PostgresJobs:
         """
         at = now or self.clock.now()
         return await self._reap(
-            queries["jobs_lock_expired"], LeaseExpired(), since=at, now=at, limit=limit
+            "lease_expired", queries["jobs_expired"], since=at, now=at, limit=limit
         )
 
     async def cancel_queued_too_long(
@@ -503,8 +522,8 @@ class PostgresJobs:
         at = now or self.clock.now()
         enqueued_by = at - timedelta(seconds=self.limits.max_queued_s)
         return await self._reap(
-            queries["jobs_lock_queued_too_long"],
-            QueuedTooLong(),
+            "queued_too_long",
+            queries["jobs_queued_too_long"],
             since=enqueued_by,
             now=at,
             limit=limit,
@@ -564,40 +583,37 @@ class PostgresJobs:
 
     async def _reap(
         self,
-        lock_query: LiteralString,
-        event: JobEvent,
+        event: str,
+        list_query: LiteralString,
         *,
         since: datetime,
         now: datetime,
         limit: int,
     ) -> list[tuple[str, str]]:
-        """Carry out ``event`` at ``now`` for the jobs ``lock_query`` locks from ``since``.
+        """Carry out the reaper ``event`` at ``now`` for the jobs ``list_query`` finds.
 
-        The jobs are locked and handled a batch at a time. A batch the database refuses is
-        retried a job at a time, and a job refused on its own is skipped for the rest of
-        this pass, so one bad job never blocks the others.
+        The jobs are found and handled a batch at a time, each batch in one call of
+        ``birddog.reap``, which locks them (skipping any another transaction holds) and
+        checks each again. A batch the database refuses is retried a job at a time, and a
+        job refused on its own is skipped for the rest of this pass, so one bad job never
+        blocks the others.
         """
         if limit < 1:
             raise InvalidInput("limit must be at least 1", field="limit")
-        limits = self.limits
         handled: list[tuple[str, str]] = []
         skipped: list[str] = []
         batch = limit
         while True:
-            ids: list[str] = []
+            with store_errors("reap"):
+                rows = await self.pool.fetch(list_query, since, batch, skipped)
+            if not rows:
+                return handled
+            ids = [row["job_id"] for row in rows]
             refused: StoreUnavailable | None = None
             try:
-                with store_errors("reap"):
-                    async with self.pool.acquire() as conn, conn.transaction():
-                        rows = await conn.fetch(lock_query, since, batch, skipped)
-                        ids = [row["job_id"] for row in rows]
-                        items = [
-                            (row, decide_job(facts_from_row(row), event, now=now, limits=limits))
-                            for row in rows
-                        ]
-                        await self._carry_out(conn, items, now)
+                done = await self._reap_batch(event, rows, since=since, now=now)
             except StoreUnavailable as exc:
-                if not ids or not is_refusal(exc):
+                if not is_refusal(exc):
                     raise
                 refused = exc
             if refused is not None:
@@ -607,94 +623,51 @@ class PostgresJobs:
                 skipped.extend(ids)
                 log.error("job_reap_failed", job_id=repr(ids[0]), error=_cause_name(refused))
                 continue
+            outcomes = {row["job_id"]: row["what"] for row in done}
+            # Kept, or held by another transaction (a worker settling it now): looked at
+            # again by the next pass, not by this one.
+            skipped.extend(job_id for job_id in ids if outcomes.get(job_id, "keep") == "keep")
+            for row in done:
+                self._note_unreadable(row["job_id"], row)
             handled.extend(
-                (row["job_id"], _what(decision))
-                for row, decision in items
-                if not isinstance(decision, Keep)
+                (job_id, outcomes[job_id])
+                for job_id in ids
+                if outcomes.get(job_id, "keep") != "keep"
             )
             if len(rows) < batch:
                 return handled
 
-    # ---- inside a transaction that holds the rows' locks -----------------------------
-
-    async def _lock(self, conn: Connection, job_id: str) -> Row:
-        row = await conn.fetchrow(queries["jobs_lock"], job_id)
-        if row is None:
-            raise JobNotFound(f"no job has id {job_id!r}")
-        return row
-
-    async def _carry_out(
-        self,
-        conn: Connection,
-        items: Sequence[tuple[Row, Decision]],
-        now: datetime,
-        traceparent: str | None = None,
-    ) -> list[str]:
-        """Store the decisions for locked rows: requeues, cancellations, settlements."""
-        requeue = [(row, d) for row, d in items if isinstance(d, Requeue)]
-        if requeue:
-            await conn.fetch(
-                queries["jobs_requeue"],
-                [row["job_id"] for row, _ in requeue],
-                [d.diagnostic for _, d in requeue],
-            )
-        for row, decision in items:
-            if isinstance(decision, RecordCancellation):
-                await conn.fetch(
-                    queries["jobs_request_cancel"], row["job_id"], now, decision.content
+    async def _reap_batch(
+        self, event: str, rows: Sequence[Row], *, since: datetime, now: datetime
+    ) -> list[Row]:
+        # The bounce texts are Python's (the masker): one per job, for its recovery count.
+        bounces = [queued_too_long_settlement(row["recovery_count"], self.limits) for row in rows]
+        with store_errors("reap"):
+            return list(
+                await self.pool.fetch(
+                    queries["jobs_reap"],
+                    event,
+                    [row["job_id"] for row in rows],
+                    [row["recovery_count"] for row in rows],
+                    [bounce.content for bounce in bounces],
+                    [bounce.diagnostic for bounce in bounces],
+                    now,
+                    since,
+                    LEASE_EXPIRED_DIAGNOSTIC,
+                    bounded_diagnostic(LEASE_EXPIRED_DIAGNOSTIC),
+                    self.limits.max_content_bytes,
+                    self.schedule_wake,
                 )
-        settle = [(row, d) for row, d in items if isinstance(d, Settle)]
-        return await self._settle_locked(conn, settle, now, traceparent) if settle else []
-
-    async def _settle_locked(
-        self,
-        conn: Connection,
-        items: Sequence[tuple[Row, Settle]],
-        now: datetime,
-        traceparent: str | None,
-    ) -> list[str]:
-        """Mark the jobs settled, write their replies, arm one wake: all or nothing."""
-        # Built before the first write, so a reply that cannot exist fails the
-        # settlement while nothing has changed yet. Each reply's post continues the
-        # settlement's trace, or the job's when nobody traced the settlement (a reaper).
-        replies = [
-            new_row(reply, now=now, traceparent=traceparent or row["traceparent"])
-            for row, settle in items
-            for reply in self._replies(row, settle, now)
-        ]
-        await conn.fetch(
-            queries["jobs_settle"],
-            [row["job_id"] for row, _ in items],
-            [settle.outcome.value for _, settle in items],
-            [settle.content for _, settle in items],
-            [settle.diagnostic for _, settle in items],
-            [settle.content if settle.records_cancellation else None for _, settle in items],
-            now,
-        )
-        if not replies:
-            return []
-        # Inserting takes the wake lock shared; the statement that checks the insert also
-        # arms the wake (notifying only when the last drainer to sleep looks later).
-        return await insert_rows(conn, replies, wake_at=now if self.schedule_wake else None)
-
-    def _replies(self, row: Row, settle: Settle, now: datetime) -> list[Reply]:
-        try:
-            return replies_for(
-                settled_job(row, settle.outcome),
-                content=settle.content,
-                diagnostic=settle.diagnostic,
-                now=now,
-                max_content_bytes=self.limits.max_content_bytes,
             )
-        except (InvalidInput, UnreadableRow) as exc:
+
+    def _note_unreadable(self, job_id: str, row: Row) -> None:
+        """Log a settled job whose payload is no agent job: it owed no replies."""
+        if row["unreadable"] is not None:
             # The store is Watchdog-shaped and never requires a BirdDog payload; a job
             # that is not an agent job has no mail, so it owes no replies.
             log.warning(
-                "job_settled_without_replies",
-                job_id=inert(str(row["job_id"])),
-                field=getattr(exc, "field", ""),
+                "job_settled_without_replies", job_id=inert(job_id), field=row["unreadable"]
             )
-            return []
 
     def _lease_until(self, lease_s: float) -> datetime:
         if not lease_s > 0 or not math.isfinite(lease_s):
@@ -712,19 +685,41 @@ def _claim_order(row: Row) -> tuple[int, datetime, str]:
     return (-row["priority"], row["created_at"], row["job_id"])
 
 
-def _outcome_after(row: Row, decision: Decision) -> Outcome | None:
-    """The job's outcome once ``decision`` is stored."""
-    if isinstance(decision, Settle):
-        return decision.outcome
-    if isinstance(decision, Keep) and row["outcome"] is not None:
-        return Outcome(row["outcome"])
-    return None
+def _decision(job_id: str, row: Row, wanted: Settle) -> Decision:
+    """The decision ``birddog.settle`` carried out, as the lifecycle names it.
+
+    Raises:
+        JobNotFound: no job has this id.
+        StaleClaim: the claim did not hold the job.
+    """
+    what = row["decision"]
+    if what == "missing":
+        raise JobNotFound(f"no job has id {job_id!r}")
+    if what == "refuse":
+        raise StaleClaim(f"job {job_id!r}: {row['reason']}")
+    if what == "keep":
+        return Keep()
+    if what == "requeue":
+        return Requeue(row["diagnostic"])
+    cause = Cause(row["cause"]) if row["cause"] is not None else wanted.cause
+    content = row["content"] if cause is Cause.CANCELLED else wanted.content
+    return Settle(Outcome(row["outcome"]), content, row["diagnostic"], cause)
 
 
-def _what(decision: Decision) -> str:
-    if isinstance(decision, Settle):
-        return decision.outcome.value
-    return "requeued" if isinstance(decision, Requeue) else type(decision).__name__.lower()
+def _returned(row: Row | None) -> Row:
+    """The one row a write function always returns."""
+    if row is None:
+        raise StoreRefused("the database's write function returned no row")
+    return row
+
+
+def _outcome_of(row: Row) -> Outcome | None:
+    """The job's outcome once the function's decision is stored (None: not settled)."""
+    return None if row["outcome"] is None else Outcome(row["outcome"])
+
+
+def _bounded(diagnostic: str | None) -> str | None:
+    return None if diagnostic is None else bounded_diagnostic(diagnostic)
 
 
 def _cause_name(exc: BaseException) -> str:

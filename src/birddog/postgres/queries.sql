@@ -587,12 +587,9 @@ SELECT count(*) FROM birddog.mailbox m
 WHERE m.agent_id = $1::text AND m.session_id = $2::text AND m.read_at IS NULL;
 
 -- name: mailbox_ack
--- Mark replies read at $2; returns the keys that were unread.
+-- Mark replies read at $2 (birddog.ack); returns the keys that were unread.
 -- params: $1 keys text[], $2 read_at timestamptz
-UPDATE birddog.mailbox m
-SET read_at = $2::timestamptz
-WHERE m.key = ANY($1::text[]) AND m.read_at IS NULL
-RETURNING m.key;
+SELECT a.key FROM birddog.ack($1::text[], $2::timestamptz) AS a;
 
 -- ---------------------------------------------------------------------------------------
 -- ask: a mail whose reply the asker waits for in its mailbox
@@ -608,38 +605,27 @@ SELECT pg_advisory_xact_lock(hashtextextended('birddog.ask:' || $1::text, 0));
 -- params: $1 agent_id text
 SELECT r.kind FROM birddog.routes r WHERE r.agent_id = $1::text;
 
--- name: ask_add_mailbox_route
--- Give an agent without a route a mailbox route (enabled); nothing when it has one.
+-- name: routes_ensure_mailbox
+-- Give an agent without a route a mailbox route (birddog.ensure_mailbox: an operator, or the agent's own login); whether one was added.
 -- params: $1 agent_id text
--- Only the columns the sender role may insert: no URL, no secret.
-INSERT INTO birddog.routes AS r (agent_id, kind, enabled)
-VALUES ($1::text, 'mailbox', true)
-ON CONFLICT (agent_id) DO NOTHING
-RETURNING r.agent_id;
+SELECT birddog.ensure_mailbox($1::text);
 
 -- name: ask_target_known
--- Whether an agent session can be asked: the agent has a route, or the session was sent work before.
+-- Whether an agent session can be asked: the agent has a route, or the session was sent work before (by anyone: birddog.session_known shows no job).
 -- params: $1 agent_id text, $2 session_id text
-SELECT EXISTS (SELECT 1 FROM birddog.routes r WHERE r.agent_id = $1::text)
-    OR EXISTS (SELECT 1 FROM birddog.jobs j WHERE j.queue = $2::text);
+SELECT birddog.session_known($1::text, $2::text);
 
 -- name: ask_facts
--- Where the ask with mail key $1 stands for its asker $2:$3: its job, the workers and daemons that beat within $4 seconds, the reply's outbox row and its mailbox row; one row.
+-- Where the ask with mail key $1 stands for its asker $2:$3: its job (as the caller may see it), the workers and daemons that beat within $4 seconds and the reply's outbox row (birddog.ask_standing), its mailbox row; one row.
 -- params: $1 key text, $2 asker_agent_id text, $3 asker_session_id text, $4 within_s float8
 SELECT
     now() AS now,
     j.state AS job_state, j.queue, j.created_at AS job_created_at, j.started_at, j.outcome,
-    (SELECT count(*) FROM birddog.daemons d
-     WHERE d.kind = 'worker' AND d.stopped_at IS NULL
-       AND d.seen_at > now() - make_interval(secs => $4::float8))::int AS workers_recent,
-    (SELECT count(*) FROM birddog.daemons d
-     WHERE d.kind = 'drain' AND d.stopped_at IS NULL
-       AND d.seen_at > now() - make_interval(secs => $4::float8))::int AS daemons_recent,
-    o.key AS reply_key, o.state AS reply_state, coalesce(o.attempts, 0) AS reply_attempts,
-    o.due_at AS reply_due_at, o.last_error, o.dead_reason,
+    s.workers_recent, s.daemons_recent, s.reply_key, s.reply_state, s.reply_attempts,
+    s.reply_due_at, s.last_error, s.dead_reason,
     coalesce(NOT r.enabled, false) AS route_held,
     m.delivered_at
-FROM (SELECT 1) one
+FROM birddog.ask_standing($1::text, $2::text, $3::text, $4::float8) s
 LEFT JOIN LATERAL (
     SELECT j.state, j.queue, j.created_at, j.started_at, j.outcome
     FROM birddog.jobs j
@@ -647,14 +633,6 @@ LEFT JOIN LATERAL (
     ORDER BY j.created_at, j.job_id
     LIMIT 1
 ) j ON true
-LEFT JOIN LATERAL (
-    SELECT o.key, o.state, o.attempts, o.due_at, o.last_error, o.dead_reason
-    FROM birddog.outbox o
-    WHERE o.recipient_agent_id = $2::text AND o.recipient_session_id = $3::text
-      AND o.in_reply_to = $1::text
-    ORDER BY o.key
-    LIMIT 1
-) o ON true
 LEFT JOIN LATERAL (
     SELECT m.delivered_at
     FROM birddog.mailbox m
@@ -677,6 +655,65 @@ LIMIT 1;
 -- The schema's Alembic revision (no row, or no table: never migrated).
 -- params: none
 SELECT v.version_num FROM birddog.alembic_version v;
+
+-- ---------------------------------------------------------------------------------------
+-- agents: per-agent identity (birddog agent ...); a token is stored as its SHA-256 only
+-- ---------------------------------------------------------------------------------------
+
+-- name: agents_add
+-- Record an agent; nothing when it exists (then no row comes back).
+-- params: $1 agent_id text
+INSERT INTO birddog.agents AS a (agent_id)
+VALUES ($1::text)
+ON CONFLICT (agent_id) DO NOTHING
+RETURNING a.agent_id, a.created_at;
+
+-- name: agents_token_insert
+-- Store a new token of an existing agent by its digest; no row when the agent was never added.
+-- params: $1 token_id text, $2 agent_id text, $3 session_id text, $4 token_digest bytea
+INSERT INTO birddog.agent_tokens AS t (token_id, agent_id, session_id, token_digest)
+SELECT $1::text, a.agent_id, $3::text, $4::bytea
+FROM birddog.agents a
+WHERE a.agent_id = $2::text
+RETURNING t.token_id, t.created_at;
+
+-- name: agents_token_use
+-- The agent session a token digest names (no row: unknown or revoked), recording its use.
+-- params: $1 token_digest bytea
+SELECT u.token_id, u.agent_id, u.session_id FROM birddog.agent_token_use($1::bytea) AS u;
+
+-- name: agents_revoke
+-- Delete an agent's tokens (every one, or the one with id $2); returns the ids deleted.
+-- params: $1 agent_id text, $2 token_id text (null: every token of the agent)
+DELETE FROM birddog.agent_tokens t
+WHERE t.agent_id = $1::text AND ($2::text IS NULL OR t.token_id = $2::text)
+RETURNING t.token_id;
+
+-- name: agents_exists
+-- Whether an agent was added.
+-- params: $1 agent_id text
+SELECT EXISTS (SELECT 1 FROM birddog.agents a WHERE a.agent_id = $1::text);
+
+-- name: agents_list
+-- Every agent with its database login (if any) and its tokens' ids, sessions, creation and last use (never a digest), by agent id.
+-- params: none
+SELECT
+    a.agent_id, a.created_at, l.login, t.token_id, t.session_id,
+    t.created_at AS token_created_at, t.last_used_at
+FROM birddog.agents a
+LEFT JOIN birddog.agent_logins l ON l.agent_id = a.agent_id
+LEFT JOIN birddog.agent_tokens t ON t.agent_id = a.agent_id
+ORDER BY a.agent_id, t.created_at, t.token_id;
+
+-- name: agents_create_login
+-- Make a database login for an agent, a member of birddog_agent (needs CREATEROLE: the caller's rights); returns its name.
+-- params: $1 agent_id text, $2 password text
+SELECT birddog.create_agent_login($1::text, $2::text);
+
+-- name: agents_drop_login
+-- Forget and drop an agent's database login; returns it (null: it had none).
+-- params: $1 agent_id text
+SELECT birddog.drop_agent_login($1::text);
 
 -- ===== daemons =====
 
@@ -988,207 +1025,86 @@ LIMIT $2::int;
 -- Times that drive claims (lease, settlement) come from the store's clock as parameters.
 
 -- name: jobs_enqueue
--- Insert a queued job unless its id exists; NOTIFY birddog_jobs with its queue when inserted.
--- params: $1 job_id text, $2 queue text, $3 lane text, $4 priority int2, $5 payload text (JSON), $6 recovery text (JSON, null: none), $7 created_at timestamptz (null: clock_timestamp()), $8 traceparent text (W3C, null: not traced)
-WITH inserted AS (
-    INSERT INTO birddog.jobs AS j (
-        job_id, queue, lane, priority, state, payload, recovery, created_at, traceparent
-    )
-    VALUES (
-        $1::text, $2::text, $3::text, $4::int2, 'queued', $5::text::jsonb, $6::text::jsonb,
-        coalesce($7::timestamptz, clock_timestamp()), $8::text
-    )
-    ON CONFLICT (job_id) DO NOTHING
-    RETURNING j.job_id, j.queue
-)
-SELECT i.job_id, pg_notify('birddog_jobs', i.queue) AS notified FROM inserted i;
+-- Enqueue a queued job through birddog.enqueue: inserted (and announced at commit), or a replay with the fields that differ (null: the stored job is not visible); a mailbox route for the mail's sender when $9 asks.
+-- params: $1 job_id text, $2 queue text, $3 lane text, $4 priority int2, $5 payload text (JSON), $6 recovery text (JSON, null: none), $7 created_at timestamptz (null: clock_timestamp()), $8 traceparent text (W3C, null: not traced), $9 sender_mailbox boolean
+SELECT e.inserted, e.differing, e.mailbox_added
+FROM birddog.enqueue(
+    $1::text, $2::text, $3::text, $4::int2, $5::text, $6::text, $7::timestamptz, $8::text,
+    $9::boolean
+) AS e;
 
 -- name: jobs_get
--- One job, its JSON as text.
+-- One job, its JSON as text (never its claim token: an agent's login may not read it).
 -- params: $1 job_id text
 SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
-    j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at
+    j.recovery::text AS recovery, j.outcome, j.lease_expires_at, j.recovery_count,
+    j.cancel_requested_at, j.cancel_content, j.created_at
 FROM birddog.jobs j
 WHERE j.job_id = $1::text;
 
--- name: jobs_lock
--- One job, locked until the transaction ends, its JSON as text.
--- params: $1 job_id text
-SELECT
-    j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
-    j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent
-FROM birddog.jobs j
-WHERE j.job_id = $1::text
-FOR UPDATE;
-
 -- name: jobs_claim
--- Claim up to $2 jobs, at most one per queue: the head of each queue (priority, then age, then id) whose running jobs hold fewer than $5 slots; running in the lowest free slot, a fresh claim token, a lease.
+-- Claim up to $2 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) whose running jobs hold fewer than $5 slots; running in the lowest free slot, a fresh claim token, a lease.
 -- params: $1 queues text[] (null: every queue not starting with $7), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none), $5 slots per queue int, $6 started_at timestamptz, $7 reserved queue prefix text
-WITH RECURSIVE every_head AS (
-    -- A skip scan of the claim index (queue, priority DESC, created_at, job_id): each
-    -- probe lands on the next queue's head, so a claim costs one probe per queue that has
-    -- queued jobs, however many jobs each holds.
-    (
-        SELECT j.queue, j.priority, j.created_at, j.job_id
-        FROM birddog.jobs j
-        WHERE j.state = 'queued' AND $1::text[] IS NULL
-        ORDER BY j.queue, j.priority DESC, j.created_at, j.job_id
-        LIMIT 1
-    )
-    UNION ALL
-    SELECT next.queue, next.priority, next.created_at, next.job_id
-    FROM every_head h
-    CROSS JOIN LATERAL (
-        SELECT j.queue, j.priority, j.created_at, j.job_id
-        FROM birddog.jobs j
-        WHERE j.state = 'queued' AND j.queue > h.queue
-        ORDER BY j.queue, j.priority DESC, j.created_at, j.job_id
-        LIMIT 1
-    ) next
-),
-heads AS (
-    SELECT h.queue, h.priority, h.created_at, h.job_id
-    FROM every_head h
-    WHERE NOT starts_with(h.queue, $7::text)
-    UNION ALL
-    SELECT named.queue, named.priority, named.created_at, named.job_id
-    FROM (SELECT DISTINCT g.queue FROM unnest($1::text[]) AS g(queue)) q
-    CROSS JOIN LATERAL (
-        SELECT j.queue, j.priority, j.created_at, j.job_id
-        FROM birddog.jobs j
-        WHERE j.state = 'queued' AND j.queue = q.queue
-        ORDER BY j.priority DESC, j.created_at, j.job_id
-        LIMIT 1
-    ) named
-),
-busy AS (
-    SELECT r.queue FROM birddog.jobs r
-    WHERE r.state = 'running'
-    GROUP BY r.queue
-    HAVING count(*) >= $5::int
-),
-picked AS (
-    -- A head another transaction holds is skipped, never the job behind it taken instead:
-    -- only heads are candidates.
-    SELECT j.job_id, j.queue
-    FROM heads h
-    JOIN birddog.jobs j ON j.job_id = h.job_id
-    WHERE j.state = 'queued' AND NOT EXISTS (SELECT 1 FROM busy b WHERE b.queue = h.queue)
-    ORDER BY h.priority DESC, h.created_at, h.job_id
-    LIMIT $2::int
-    FOR UPDATE OF j SKIP LOCKED
-)
-UPDATE birddog.jobs j
-SET state = 'running',
-    slot = (
-        SELECT min(s.slot) FROM generate_series(0, $5::int - 1) AS s(slot)
-        WHERE NOT EXISTS (
-            SELECT 1 FROM birddog.jobs r
-            WHERE r.queue = p.queue AND r.state = 'running' AND r.slot = s.slot
-        )
-    ),
-    claim_token = gen_random_uuid(),
-    lease_expires_at = $3::timestamptz,
-    worker_id = $4::text,
-    started_at = $6::timestamptz,
-    updated_at = now()
-FROM picked p
-WHERE j.job_id = p.job_id
-RETURNING
-    j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
-    j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent;
+-- The function holds the statement (a skip scan of the claim index: one probe per queue
+-- with queued jobs); see migrations/versions/0007_write_functions.py.
+SELECT
+    c.job_id, c.queue, c.lane, c.priority, c.state, c.payload, c.recovery, c.outcome,
+    c.claim_token, c.lease_expires_at, c.recovery_count, c.cancel_requested_at,
+    c.cancel_content, c.created_at, c.traceparent
+FROM birddog.claim(
+    $1::text[], $2::int, $3::timestamptz, $4::text, $5::int, $6::timestamptz, $7::text
+) AS c;
 
 -- name: jobs_heartbeat
--- Extend the lease of a job still running under claim $2; returns whether a cancellation was requested.
+-- Extend the lease of a job still running under claim $2 (birddog.heartbeat); whether a cancellation was requested, null when the claim holds nothing.
 -- params: $1 job_id text, $2 claim_token uuid, $3 lease_until timestamptz
-UPDATE birddog.jobs j
-SET lease_expires_at = $3::timestamptz, updated_at = now()
-WHERE j.job_id = $1::text AND j.state = 'running' AND j.claim_token = $2::uuid
-RETURNING j.cancel_requested_at IS NOT NULL AS cancel_requested;
+SELECT birddog.heartbeat($1::text, $2::uuid, $3::timestamptz);
 
 -- name: jobs_settle
--- Settle running or queued jobs from parallel arrays at $6, recording a first cancellation where $5 has one; the claim token stays (it proves a replay), the lease and slot go.
--- params: $1 job_ids text[], $2 outcomes text[], $3 contents text[], $4 diagnostics text[], $5 cancel_contents text[] (null: none to record), $6 settled_at timestamptz
-UPDATE birddog.jobs j
-SET state = 'settled',
-    outcome = s.outcome,
-    result_content = s.content,
-    diagnostic = s.diagnostic,
-    cancel_requested_at = CASE
-        WHEN s.cancel_content IS NULL THEN j.cancel_requested_at
-        ELSE coalesce(j.cancel_requested_at, $6::timestamptz)
-    END,
-    cancel_content = CASE
-        WHEN s.cancel_content IS NULL OR j.cancel_requested_at IS NOT NULL THEN j.cancel_content
-        ELSE s.cancel_content
-    END,
-    settled_at = $6::timestamptz,
-    lease_expires_at = NULL,
-    slot = NULL,
-    updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[])
-    AS s(job_id, outcome, content, diagnostic, cancel_content)
-WHERE j.job_id = s.job_id AND j.state <> 'settled'
-RETURNING j.job_id;
-
--- name: jobs_request_cancel
--- Record the first cancellation of a job: when, and the content its replies will carry.
--- params: $1 job_id text, $2 requested_at timestamptz, $3 content text
-UPDATE birddog.jobs j
-SET cancel_requested_at = $2::timestamptz, cancel_content = $3::text, updated_at = now()
-WHERE j.job_id = $1::text AND j.cancel_requested_at IS NULL AND j.state <> 'settled'
-RETURNING j.job_id;
-
--- name: jobs_requeue
--- Put running jobs back in their queue (a recovery): claim cleared, recovery_count + 1; NOTIFY birddog_jobs per queue.
--- params: $1 job_ids text[], $2 diagnostics text[] (null: keep the last one)
-WITH requeued AS (
-    UPDATE birddog.jobs j
-    SET state = 'queued',
-        claim_token = NULL,
-        lease_expires_at = NULL,
-        worker_id = NULL,
-        slot = NULL,
-        recovery_count = j.recovery_count + 1,
-        diagnostic = coalesce(r.diagnostic, j.diagnostic),
-        updated_at = now()
-    FROM unnest($1::text[], $2::text[]) AS r(job_id, diagnostic)
-    WHERE j.job_id = r.job_id AND j.state = 'running'
-    RETURNING j.job_id, j.queue
-)
-SELECT r.job_id, pg_notify('birddog_jobs', r.queue) AS notified FROM requeued r;
-
--- name: jobs_lock_expired
--- Lock up to $2 running jobs whose lease ended by $1, oldest lease first, skipping jobs another transaction holds and jobs $3.
--- params: $1 now timestamptz, $2 limit int, $3 skip text[] (jobs the database refused this pass)
+-- Finish a job under claim $2 in one call (birddog.settle): the decision, the stored outcome and diagnostic, the reply keys written, and why it was refused.
+-- params: $1 job_id text, $2 claim_token uuid (null: none), $3 event text ('result' or 'stop'), $4 outcome text (result: as reported, or failed when unstorable), $5 content text, $6 diagnostic text (bounded), $7 reply_diagnostic text (bounded again, as a reply carries it), $8 cancel_diagnostic text (a recorded cancellation's), $9 now timestamptz, $10 max_content_bytes int, $11 traceparent text, $12 wake boolean
 SELECT
-    j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
-    j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent
+    s.decision, s.outcome, s.cause, s.diagnostic, s.content, s.keys, s.unreadable, s.reason
+FROM birddog.settle(
+    $1::text, $2::uuid, $3::text, $4::text, $5::text, $6::text, $7::text, $8::text,
+    $9::timestamptz, $10::int, $11::text, $12::boolean
+) AS s;
+
+-- name: jobs_cancel
+-- Cancel a job (birddog.cancel): a queued one settles cancelled with its replies, a running one records it for its worker; the decision, the outcome and the keys written.
+-- params: $1 job_id text, $2 content text, $3 now timestamptz, $4 max_content_bytes int, $5 wake boolean
+SELECT c.decision, c.outcome, c.keys, c.unreadable
+FROM birddog.cancel($1::text, $2::text, $3::timestamptz, $4::int, $5::boolean) AS c;
+
+-- name: jobs_reap
+-- Carry out a reaper event for jobs $2 (birddog.reap): what became of each job it locked (requeued, an outcome, or keep).
+-- params: $1 event text ('lease_expired' or 'queued_too_long'), $2 job_ids text[], $3 recovery_counts int4[], $4 bounce contents text[], $5 bounce diagnostics text[], $6 now timestamptz (the settlement time), $7 since timestamptz (lease ended by, or enqueued by for a bounce), $8 lease diagnostic text, $9 lease reply diagnostic text, $10 max_content_bytes int, $11 wake boolean
+SELECT r.job_id, r.what, r.unreadable
+FROM birddog.reap(
+    $1::text, $2::text[], $3::int4[], $4::text[], $5::text[], $6::timestamptz, $7::timestamptz,
+    $8::text, $9::text, $10::int, $11::boolean
+) AS r;
+
+-- name: jobs_expired
+-- Up to $2 running jobs whose lease ended by $1, oldest lease first, except jobs $3 (for birddog.reap, which locks them).
+-- params: $1 now timestamptz, $2 limit int, $3 skip text[] (jobs refused or held elsewhere this pass)
+SELECT j.job_id, j.recovery_count
 FROM birddog.jobs j
 WHERE j.state = 'running' AND j.lease_expires_at <= $1::timestamptz
   AND NOT (j.job_id = ANY($3::text[]))
 ORDER BY j.lease_expires_at, j.job_id
-LIMIT $2::int
-FOR UPDATE SKIP LOCKED;
+LIMIT $2::int;
 
--- name: jobs_lock_queued_too_long
--- Lock up to $2 queued jobs enqueued by $1 (the maximum queued age ago), oldest first, skipping jobs another transaction holds and jobs $3.
--- params: $1 enqueued_by timestamptz, $2 limit int, $3 skip text[] (jobs the database refused this pass)
-SELECT
-    j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
-    j.recovery::text AS recovery, j.outcome, j.claim_token, j.lease_expires_at,
-    j.recovery_count, j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent
+-- name: jobs_queued_too_long
+-- Up to $2 queued jobs enqueued by $1 (the maximum queued age ago), oldest first, except jobs $3 (for birddog.reap, which locks them).
+-- params: $1 enqueued_by timestamptz, $2 limit int, $3 skip text[] (jobs refused or held elsewhere this pass)
+SELECT j.job_id, j.recovery_count
 FROM birddog.jobs j
 WHERE j.state = 'queued' AND j.created_at <= $1::timestamptz
   AND NOT (j.job_id = ANY($3::text[]))
 ORDER BY j.created_at, j.job_id
-LIMIT $2::int
-FOR UPDATE SKIP LOCKED;
+LIMIT $2::int;
 
 -- name: jobs_counts
 -- How many jobs are in each state.
@@ -1285,14 +1201,15 @@ WHERE m.key IN (
 -- ---------------------------------------------------------------------------------------
 
 -- name: roles_create
--- Create the five group roles (NOLOGIN) that do not exist yet; needs CREATEROLE only then.
+-- Create the six group roles (NOLOGIN) that do not exist yet; needs CREATEROLE only then.
 -- params: none
 DO $roles$
 DECLARE
     wanted text;
 BEGIN
     FOREACH wanted IN ARRAY ARRAY[
-        'birddog_owner', 'birddog_daemon', 'birddog_worker', 'birddog_sender', 'birddog_reader'
+        'birddog_owner', 'birddog_daemon', 'birddog_worker', 'birddog_sender', 'birddog_reader',
+        'birddog_agent'
     ] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = wanted) THEN
             BEGIN
@@ -1316,7 +1233,7 @@ JOIN pg_roles r ON r.oid = n.nspowner
 WHERE n.nspname = 'birddog';
 
 -- name: roles_own
--- Give the schema and everything in it to birddog_owner, so DDL needs that role and nothing else owns a table.
+-- Give the schema and everything in it (tables, views, sequences, functions) to birddog_owner, so DDL needs that role and nothing else owns a table.
 -- params: none
 DO $own$
 DECLARE
@@ -1341,6 +1258,15 @@ BEGIN
     LOOP
         EXECUTE format('ALTER %s birddog.%I OWNER TO birddog_owner', item.kind, item.relname);
     END LOOP;
+    -- The SECURITY DEFINER functions run as their owner: birddog_owner, never a superuser.
+    FOR item IN
+        SELECT p.oid::regprocedure::text AS signature
+        FROM pg_proc p
+        JOIN pg_namespace n ON n.oid = p.pronamespace
+        WHERE n.nspname = 'birddog' AND pg_get_userbyid(p.proowner) <> 'birddog_owner'
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s OWNER TO birddog_owner', item.signature);
+    END LOOP;
 END
 $own$;
 
@@ -1350,12 +1276,15 @@ $own$;
 DO $grant$
 BEGIN
     REVOKE ALL ON ALL TABLES IN SCHEMA birddog
-        FROM birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
+        FROM birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
     REVOKE ALL ON SCHEMA birddog FROM PUBLIC;
+    REVOKE ALL ON ALL FUNCTIONS IN SCHEMA birddog
+        FROM PUBLIC, birddog_daemon, birddog_worker, birddog_sender, birddog_reader,
+             birddog_agent;
     GRANT USAGE ON SCHEMA birddog
-        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
+        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
     GRANT SELECT ON birddog.alembic_version
-        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader;
+        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
     -- The daemon and the operator's commands (route, replay, prune, probe, secrets rekey,
     -- jobs cancel, the console): every row, no DDL.
     GRANT SELECT, INSERT, UPDATE, DELETE ON
@@ -1363,29 +1292,91 @@ BEGIN
         birddog.mailbox, birddog.daemons
         TO birddog_daemon;
     GRANT SELECT ON birddog.pending, birddog.dead_letters TO birddog_daemon;
-    -- The worker: claims and settles jobs, writes the replies they owe (dropping any a
-    -- receipt already covers) and the wake; no
-    -- route, no mailbox.
-    GRANT SELECT, UPDATE ON birddog.jobs TO birddog_worker;
-    GRANT SELECT, INSERT, DELETE ON birddog.outbox TO birddog_worker;
-    GRANT SELECT ON birddog.receipts TO birddog_worker;
-    GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.wake, birddog.daemons TO birddog_worker;
-    -- The sender (send, ask, the library's enqueue): enqueues jobs, reads its mailbox,
-    -- knows which agents have a route; never a secret or a URL.
-    GRANT SELECT, INSERT ON birddog.jobs TO birddog_sender;
+    -- The operator's `birddog agent` commands: agents and their tokens (digests only).
+    GRANT SELECT, INSERT, UPDATE, DELETE
+        ON birddog.agents, birddog.agent_tokens, birddog.agent_logins
+        TO birddog_daemon;
+    -- Jobs and mailboxes change through the rules (the SECURITY DEFINER functions of
+    -- migrations 0007 and 0008) for every role; the daemon, which may write every row
+    -- anyway, may call each of them (the operators' cancel and agent logins among them).
+    GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA birddog TO birddog_daemon;
+    -- The worker: claims, heartbeats and settles jobs and reaps lost ones, only through
+    -- the functions (the claim token checked, the replies derived from the job's stored
+    -- mail), and enqueues what a handler sends on; reads jobs; no outbox, route, mailbox
+    -- or wake row of its own making.
+    GRANT SELECT ON birddog.jobs TO birddog_worker;
+    GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.daemons TO birddog_worker;
+    GRANT EXECUTE ON FUNCTION
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
+        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text),
+        birddog.heartbeat(text, uuid, timestamptz),
+        birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
+                       text, boolean),
+        birddog.reap(text, text[], integer[], text[], text[], timestamptz, timestamptz, text,
+                     text, integer, boolean),
+        birddog.agent_token_use(bytea),
+        birddog.session_known(text, text),
+        birddog.ensure_mailbox(text)
+        TO birddog_worker;
+    -- The sender (send, ask, inbox, the library's enqueue): enqueues queued jobs (with a
+    -- mailbox route for an asker without a route) and acknowledges replies through the
+    -- functions; reads the jobs its login sent and the replies to them (row-level security,
+    -- below), and which agents have a route; never a secret or a URL, and no row of its own
+    -- making.
+    GRANT SELECT ON birddog.jobs TO birddog_sender;
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
-    -- ask gives an asker without a route a mailbox: with no URL or secret to insert, the
-    -- routes check admits no other kind.
-    GRANT INSERT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
     GRANT SELECT ON birddog.mailbox TO birddog_sender;
-    GRANT UPDATE (read_at) ON birddog.mailbox TO birddog_sender;
-    -- An ask that times out says where it stands: who beat lately, and its reply's state
-    -- and last error (never a reply's content).
-    GRANT SELECT ON birddog.daemons TO birddog_sender;
+    GRANT EXECUTE ON FUNCTION
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
+        birddog.ack(text[], timestamptz),
+        birddog.agent_token_use(bytea),
+        birddog.mailbox_visible(text, text),
+        birddog.job_visible(text, jsonb),
+        birddog.session_known(text, text),
+        birddog.ensure_mailbox(text),
+        birddog.ask_standing(text, text, text, double precision)
+        TO birddog_sender;
+    -- An agent's own login (birddog agent add AGENT --login): what a sender may, for its
+    -- own agent only (mail from itself, its own mailbox, the jobs it sent or serves), and
+    -- claim, heartbeat and settle its own jobs; never another claim's token.
     GRANT SELECT (
-        key, recipient_agent_id, recipient_session_id, in_reply_to, state, attempts, due_at,
-        last_error, dead_reason
-    ) ON birddog.outbox TO birddog_sender;
+        job_id, queue, lane, priority, state, payload, recovery, outcome, lease_expires_at,
+        recovery_count, cancel_requested_at, cancel_content, result_content, diagnostic,
+        worker_id, created_at, updated_at, settled_at, slot, started_at, traceparent, sent_by
+    ) ON birddog.jobs TO birddog_agent;
+    GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_agent;
+    GRANT SELECT ON birddog.mailbox TO birddog_agent;
+    GRANT EXECUTE ON FUNCTION
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
+        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text),
+        birddog.heartbeat(text, uuid, timestamptz),
+        birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
+                       text, boolean),
+        birddog.ack(text[], timestamptz),
+        birddog.mailbox_visible(text, text),
+        birddog.job_visible(text, jsonb),
+        birddog.session_known(text, text),
+        birddog.ensure_mailbox(text),
+        birddog.ask_standing(text, text, text, double precision)
+        TO birddog_agent;
+    -- Mailboxes and jobs are private (row-level security; the owner, whose functions
+    -- write them, is not bound by it): operators see every row, a sender the jobs its
+    -- login sent and the replies to them, an agent's login its own mailbox and the jobs
+    -- it sent or serves.
+    ALTER TABLE birddog.mailbox ENABLE ROW LEVEL SECURITY;
+    ALTER TABLE birddog.jobs ENABLE ROW LEVEL SECURITY;
+    DROP POLICY IF EXISTS mailbox_operators ON birddog.mailbox;
+    DROP POLICY IF EXISTS mailbox_own ON birddog.mailbox;
+    DROP POLICY IF EXISTS jobs_operators ON birddog.jobs;
+    DROP POLICY IF EXISTS jobs_own ON birddog.jobs;
+    CREATE POLICY mailbox_operators ON birddog.mailbox TO birddog_daemon
+        USING (true) WITH CHECK (true);
+    CREATE POLICY mailbox_own ON birddog.mailbox FOR SELECT TO birddog_sender, birddog_agent
+        USING (birddog.mailbox_visible(agent_id, in_reply_to));
+    CREATE POLICY jobs_operators ON birddog.jobs TO birddog_daemon, birddog_worker, birddog_reader
+        USING (true) WITH CHECK (true);
+    CREATE POLICY jobs_own ON birddog.jobs FOR SELECT TO birddog_sender, birddog_agent
+        USING (birddog.job_visible(sent_by, payload));
     -- The reader (status, check, pending, dead): the views and counts; no content, no
     -- secret, no URL.
     GRANT SELECT ON birddog.pending, birddog.dead_letters, birddog.daemons TO birddog_reader;

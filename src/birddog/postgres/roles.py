@@ -1,6 +1,6 @@
 """Least privilege: one PostgreSQL role per kind of process (``birddog migrate --roles``).
 
-Five group roles (``NOLOGIN``); each process connects as a login that is a member of one:
+Six group roles (``NOLOGIN``); each process connects as a login that is a member of one:
 
 ==================  ====================================================================
 ``birddog_owner``   owns the ``birddog`` schema and everything in it: migrations (DDL).
@@ -15,10 +15,20 @@ Five group roles (``NOLOGIN``); each process connects as a login that is a membe
                     add a mailbox route (no URL, no secret) for an asker without one.
 ``birddog_reader``  ``status``, ``check``, ``pending``, ``dead``: the ``pending`` and
                     ``dead_letters`` views and row metadata; no content, no URL, no secret.
+``birddog_agent``   one agent's own login (``birddog agent add AGENT --login``): its own
+                    mailbox and the jobs it sent or serves, nothing else; it enqueues mail
+                    from itself, claims and settles its own jobs, acknowledges its mailbox.
 ==================  ====================================================================
 
 Secrets stay with the daemon: column privileges keep ``routes.secret`` and
 ``routes.previous_secret`` (and URLs) from the worker, the sender and the reader.
+
+Writes go through the rules: the worker, the sender and agents have no ``INSERT``,
+``UPDATE`` or ``DELETE`` on ``outbox``, ``jobs``, ``mailbox``, ``routes`` or ``wake``; they
+call the ``SECURITY DEFINER`` functions of migration 0007. Mailboxes and jobs are private:
+``roles_grant`` turns on row-level security on ``mailbox`` and ``jobs``, with one policy
+for the operators (every row) and one for senders and agents
+(``birddog.mailbox_visible``, ``birddog.job_visible``, migration 0008).
 
 :func:`install_roles` creates the roles that are missing, gives the schema to
 ``birddog_owner`` and sets every role's privileges; it is idempotent. Later migrations
@@ -43,6 +53,7 @@ ROLES: Final = {
     "worker": "birddog_worker",
     "sender": "birddog_sender",
     "reader": "birddog_reader",
+    "agent": "birddog_agent",
 }
 """The group roles by the kind of process that uses them."""
 

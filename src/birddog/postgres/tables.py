@@ -172,6 +172,8 @@ jobs = sa.Table(
     sa.Column("slot", sa.SmallInteger, nullable=True),
     _ts("started_at", nullable=True),
     sa.Column("traceparent", sa.Text, nullable=True),
+    # The login that enqueued the job (migration 0007): a sender reads what it sent.
+    sa.Column("sent_by", sa.Text, nullable=True),
     sa.CheckConstraint("state IN ('queued', 'running', 'settled')", name="jobs_state_check"),
     sa.CheckConstraint(
         "outcome IS NULL OR outcome IN "
@@ -258,6 +260,50 @@ daemons = sa.Table(
 A process that stops cleanly keeps its row, marked ``stopped_at``; a stopped row never
 counts as running, and ``birddog check`` tells such a stop from a process that vanished.
 """
+
+agents = sa.Table(
+    "agents",
+    metadata,
+    sa.Column("agent_id", sa.Text, primary_key=True),
+    _ts("created_at", now=True),
+)
+"""The agents ``birddog agent add`` made, each able to act as itself (migration 0006)."""
+
+agent_tokens = sa.Table(
+    "agent_tokens",
+    metadata,
+    sa.Column("token_id", sa.Text, primary_key=True),
+    sa.Column(
+        "agent_id",
+        sa.Text,
+        sa.ForeignKey("birddog.agents.agent_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    sa.Column("session_id", sa.Text, nullable=False),
+    # SHA-256 of the token: the token itself is shown once and never stored.
+    sa.Column("token_digest", sa.LargeBinary, nullable=False),
+    _ts("created_at", now=True),
+    _ts("last_used_at", nullable=True),
+    sa.CheckConstraint("octet_length(token_digest) = 32", name="agent_tokens_digest_check"),
+    sa.Index("agent_tokens_digest_idx", "token_digest", unique=True),
+    sa.Index("agent_tokens_agent_id_idx", "agent_id"),
+)
+"""Bearer tokens, each naming one agent session, looked up by their digest."""
+
+agent_logins = sa.Table(
+    "agent_logins",
+    metadata,
+    sa.Column("login", sa.Text, primary_key=True),
+    sa.Column(
+        "agent_id",
+        sa.Text,
+        sa.ForeignKey("birddog.agents.agent_id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    _ts("created_at", now=True),
+    sa.UniqueConstraint("agent_id", name="agent_logins_agent_id_key"),
+)
+"""Database logins made for agents (members of ``birddog_agent``), one per agent (0008)."""
 
 for _table in metadata.tables.values():
     # Every time stored is finite (migration 0005): PostgreSQL takes 'infinity' for a
