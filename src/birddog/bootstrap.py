@@ -66,6 +66,7 @@ from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.scratch import create_demo_database, drop_demo_database
 from birddog.postgres.wake import PostgresWake, WakeListener
+from birddog.replaying import CheckedReplay
 from birddog.settings import Settings
 from birddog.worker import Handler, Worker
 
@@ -114,6 +115,7 @@ class Stack:
         pool: the asyncpg pool they share.
         clock: the wall clock every adapter reads.
         outbox: the Postgres outbox.
+        replay: replays dead letters once their cause is fixed (CLI and console).
         wake: the Postgres wake scheduler.
         routes: the route book.
         mailbox: the reading side of mailbox routes (its waits share ``notices``).
@@ -137,6 +139,7 @@ class Stack:
     pool: Pool
     clock: Clock
     outbox: PostgresOutbox
+    replay: CheckedReplay
     wake: PostgresWake
     routes: PostgresRoutes
     mailbox: PostgresMailbox
@@ -285,6 +288,7 @@ async def open_stack(
             pool=pool,
             clock=clock,
             outbox=outbox,
+            replay=CheckedReplay(outbox, routes, egress),
             wake=wake,
             routes=routes,
             mailbox=mailbox,
@@ -530,7 +534,7 @@ def build_console(stack: Stack, *, sessions: Sessions, read_only: bool) -> web.A
     """
     return make_app(
         admin=stack.admin,
-        outbox=stack.outbox,
+        outbox=stack.replay,
         routes=stack.routes,
         jobs=stack.jobs,
         clock=stack.clock,

@@ -18,12 +18,14 @@ from aiohttp import web
 from birddog import AgentAddress, Outcome
 from birddog.clock import SystemClock
 from birddog.console import Sessions, make_app
+from birddog.core.egress import EgressPolicy
 from birddog.http.server import serve
 from birddog.postgres.admin import PostgresAdmin
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
+from birddog.replaying import CheckedReplay
 from birddog.testing import FrozenClock, ManualWake, RecordingTransport
 from tests.support import ALICE, CAROL, claim, enqueue, make_job
 from tests.support.stacks import pg_room
@@ -177,7 +179,11 @@ async def start_console(pool: Pool, *, read_only: bool = False) -> ConsoleServer
     sessions = Sessions()
     app = make_app(
         admin=PostgresAdmin(pool),
-        outbox=PostgresOutbox(pool),
+        outbox=CheckedReplay(
+            PostgresOutbox(pool),
+            PostgresRoutes(pool, cache_s=0, clock=SystemClock()),
+            EgressPolicy(),
+        ),
         routes=PostgresRoutes(pool, cache_s=0, clock=SystemClock()),
         jobs=PostgresJobs(pool, clock=SystemClock()),
         clock=SystemClock(),

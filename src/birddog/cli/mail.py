@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import main, settings_of, with_stack
+from birddog.cli import announce, main, settings_of, with_stack
+from birddog.core.text import inert
 
 if TYPE_CHECKING:
     from birddog.bootstrap import Stack
@@ -35,6 +37,13 @@ if TYPE_CHECKING:
     help="The mail's createdAt (ms since the epoch). Unset: now, or the stored mail's when "
     "this job id was sent before, so an identical send is a replay.",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse, before anything is written, a --reply-to agent without a route (its "
+    "reply would die unknown_recipient). Without it: a warning on stderr.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.pass_context
 def send(
     ctx: click.Context,
@@ -47,12 +56,18 @@ def send(
     content: str | None,
     max_recoveries: int | None,
     created_at: int | None,
+    strict: bool,
+    as_json: bool,
 ) -> None:
-    """Enqueue an agent job with mail; sending the same job again is a replay ("already sent")."""
+    """Enqueue an agent job with mail; sending the same job again is a replay ("already sent").
+
+    A --reply-to agent without a route gets a warning (its reply would die
+    unknown_recipient: add the route first); --strict refuses the send instead.
+    """
     from birddog.bootstrap import CLOCK  # noqa: PLC0415 - keeps --help fast
     from birddog.clock import epoch_ms  # noqa: PLC0415
     from birddog.core.ask import parse_address  # noqa: PLC0415
-    from birddog.core.errors import InvalidInput  # noqa: PLC0415
+    from birddog.core.errors import InvalidInput, UnknownAgent  # noqa: PLC0415
     from birddog.core.jobs import AgentWork, Job, agent_job, check_content_size  # noqa: PLC0415
     from birddog.core.mail import Mail  # noqa: PLC0415
 
@@ -94,7 +109,10 @@ def send(
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from exc
 
-    async def enqueue(stack: Stack) -> bool:
+    async def enqueue(stack: Stack) -> tuple[bool, list[str]]:
+        unrouted = await stack.routes.missing([reply.agent_id for reply in replies])
+        if unrouted and strict:
+            raise UnknownAgent(_unrouted(unrouted) + "; nothing was sent", field="replyTo")
         chosen = job
         if created_at is None:
             # A retried send stamps a new time; the stored mail's time makes the retry the
@@ -103,12 +121,35 @@ def send(
             if stored is not None:
                 chosen = build(stored)
         [inserted] = await stack.enqueue([chosen])
-        return inserted
+        return inserted, unrouted
 
-    if with_stack(ctx, enqueue):
+    inserted, unrouted = with_stack(ctx, enqueue)
+    if unrouted:
+        announce(f"warning: {_unrouted(unrouted)}")
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "status": "sent" if inserted else "already sent",
+                    "jobId": job_id,
+                    "unroutedReplyTo": unrouted,
+                }
+            )
+        )
+    elif inserted:
         click.echo(f"sent: {job_id}")
     else:
         click.echo(f"already sent: {job_id} (identical to the stored job; nothing written)")
+
+
+def _unrouted(agent_ids: list[str]) -> str:
+    """What a reply to agents without a route would do, and the fix."""
+    named = ", ".join(inert(agent) for agent in agent_ids)
+    first = inert(agent_ids[0])
+    return (
+        f"no route for reply-to {named}: its reply would die unknown_recipient; add one "
+        f"first (birddog route add {first} URL, or --mailbox)"
+    )
 
 
 def read_content(

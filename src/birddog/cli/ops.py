@@ -240,10 +240,14 @@ def dead(ctx: click.Context, limit: int, as_json: bool) -> None:
 @click.option("--agent", "agent_id", default=None, help="Every dead letter of this recipient.")
 @click.pass_context
 def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
-    """Put a dead letter (KEY) or all of a recipient's back to pending, attempts reset."""
+    """Put a dead letter (KEY) or all of a recipient's back to pending, attempts reset.
+
+    Refused, saying what to fix, while a recipient's cause still holds: it has no route
+    yet, its route is held, or its URL is refused by the egress policy.
+    """
     if (key is None) == (agent_id is None):
         raise click.UsageError("give exactly one of KEY or --agent")
-    keys = with_stack(ctx, lambda s: s.outbox.replay(key=key, agent_id=agent_id))
+    keys = with_stack(ctx, lambda s: s.replay.replay(key=key, agent_id=agent_id))
     if not keys:
         what = f"key {key!r}" if key is not None else f"recipient {agent_id!r}"
         click.echo(f"Error: no dead letter with {inert(what)}; see `birddog dead`", err=True)

@@ -656,6 +656,22 @@ class PostgresOutbox:
             )
         return due
 
+    async def dead_recipients(
+        self, *, key: str | None = None, agent_id: str | None = None
+    ) -> list[str]:
+        """The recipients of the dead letters :meth:`replay` would put back, by agent id.
+
+        Args:
+            key: one dead letter.
+            agent_id: every dead letter to this recipient.
+
+        Returns:
+            Their agent ids (empty when nothing matches).
+        """
+        with store_errors("outbox dead_recipients"):
+            records = await self.pool.fetch(queries["outbox_dead_recipients"], key, agent_id)
+        return [record["recipient_agent_id"] for record in records]
+
     async def replay(self, *, key: str | None = None, agent_id: str | None = None) -> list[str]:
         """Put dead letters back to pending under the same key, due now, and wake a drain.
 

@@ -273,6 +273,16 @@ WHERE o.state = 'pending'
 ORDER BY o.due_at
 LIMIT 1;
 
+-- name: outbox_dead_recipients
+-- The recipients of the dead letters outbox_replay would put back, by agent id.
+-- params: $1 key text (null: any key), $2 recipient_agent_id text (null: any recipient)
+SELECT DISTINCT o.recipient_agent_id
+FROM birddog.outbox o
+WHERE o.state = 'dead'
+  AND ($1::text IS NULL OR o.key = $1::text)
+  AND ($2::text IS NULL OR o.recipient_agent_id = $2::text)
+ORDER BY o.recipient_agent_id;
+
 -- name: outbox_replay
 -- Put dead letters back to pending under the same key: due now, fresh attempts and age.
 -- params: $1 key text (null: any key), $2 recipient_agent_id text (null: any recipient)
@@ -410,6 +420,14 @@ SELECT
     r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts
 FROM birddog.routes r
 WHERE r.agent_id = $1::text;
+
+-- name: routes_missing
+-- Which of the agents $1 have no route (a reply to one would die unknown_recipient), in the order given.
+-- params: $1 agent_ids text[]
+SELECT a.agent_id
+FROM unnest($1::text[]) WITH ORDINALITY AS a (agent_id, n)
+WHERE NOT EXISTS (SELECT 1 FROM birddog.routes r WHERE r.agent_id = a.agent_id)
+ORDER BY a.n;
 
 -- name: routes_add
 -- Add a route; nothing when the agent already has one.

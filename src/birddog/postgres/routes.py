@@ -22,7 +22,7 @@ import binascii
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -189,6 +189,24 @@ class PostgresRoutes:
         if self.cache_s > 0:
             self._cache[agent_id] = (now + self.cache_s, found)
         return found
+
+    async def missing(self, agent_ids: Sequence[str]) -> list[str]:
+        """Which of ``agent_ids`` have no route: a reply to one would die ``unknown_recipient``.
+
+        Reads no URL and no secret (a sender's role may ask).
+
+        Args:
+            agent_ids: the agents, e.g. a mail's ``replyTo``.
+
+        Returns:
+            Those without a route, each once, in the order given.
+        """
+        unique = list(dict.fromkeys(agent_ids))
+        if not unique:
+            return []
+        with store_errors("route missing"):
+            records = await self.pool.fetch(queries["routes_missing"], unique)
+        return [record["agent_id"] for record in records]
 
     async def add(
         self,
