@@ -627,6 +627,37 @@ class RouteHolds(Protocol):
         ...
 
 
+class RouteEdits(RouteHolds, RouteBook, Protocol):
+    """Adds, changes, holds and releases routes (``PostgresRoutes``; the console)."""
+
+    async def add(
+        self,
+        agent_id: str,
+        url: str | None = None,
+        secret: str | None = None,
+        enabled: bool = True,
+        *,
+        kind: RouteKind = "http",
+        batch_size: int = 1,
+        policy: RoutePolicy = NO_POLICY,
+    ) -> Route:
+        """Add an agent's route: an inbox URL (its secret made when not given) or a mailbox."""
+        ...
+
+    async def update(
+        self,
+        agent_id: str,
+        *,
+        url: str | None = None,
+        secret: str | None = None,
+        batch_size: int | None = None,
+        policy: RoutePolicy = NO_POLICY,
+        cleared: frozenset[str] = frozenset(),
+    ) -> Route:
+        """Change an agent's inbox URL, secret, batch size or policy (None keeps each)."""
+        ...
+
+
 class JobCancels(Protocol):
     """Records cancellations (``PostgresJobs.cancel``)."""
 

@@ -61,7 +61,7 @@ class Seeded:
     Attributes:
         delivered_key: alice's reply to job-1's mail, delivered (a receipt).
         held_key: carol's reply to job-1's mail, pending behind carol's hold.
-        dead_key: the hostile job's reply to mallory, dead.
+        dead_key: the hostile job's reply to mallory, dead (mallory has a route since).
         queued_job: a queued job (to cancel).
         running_job: a running job.
         mail_key: job-1's mail key.
@@ -128,6 +128,9 @@ async def seed(pool: Pool, *, now: datetime) -> Seeded:
         HOSTILE_ERROR,
         json.dumps(ATTEMPTS),
     )
+
+    # Its cause fixed since (mallory has a route now), so the dead letter may be replayed.
+    await routes.add(HOSTILE_AGENT, kind="mailbox")
 
     # One running job and one queued job, in sessions of their own.
     await enqueue(pool, make_job(seeded.running_job, session="s-run", reply_to=(ALICE,)))
