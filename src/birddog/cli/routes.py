@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from birddog.cli import duration, main, with_stack
+from birddog.cli import agent_id_argument, duration, main, with_stack
 from birddog.core.duration import format_age, parse_duration
 from birddog.core.egress import shown_url
 from birddog.core.errors import InvalidInput
@@ -112,7 +112,7 @@ def route() -> None:
 
 
 @route.command("add")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.argument("url", required=False)
 @click.option(
     "--mailbox",
@@ -171,7 +171,7 @@ def route_add(
 
 
 @route.command("update")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.option("--url", default=None, help="The new inbox URL.")
 @click.option("--secret", default=None, help="The new whsec_... signing secret.")
 @click.option("--batch", "batch_size", type=int, default=None, help=BATCH_HELP)
@@ -219,7 +219,7 @@ def _overlap(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
 
 
 @route.command("rotate")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.option(
     "--overlap",
     "overlap_s",
@@ -276,7 +276,7 @@ def route_list(ctx: click.Context, as_json: bool) -> None:
 
 
 @route.command("hold")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.pass_context
 def route_hold(ctx: click.Context, agent_id: str) -> None:
     """Hold AGENT_ID: its replies stay, untouched, until released."""
@@ -285,7 +285,7 @@ def route_hold(ctx: click.Context, agent_id: str) -> None:
 
 
 @route.command("release")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.pass_context
 def route_release(ctx: click.Context, agent_id: str) -> None:
     """Release AGENT_ID: its waiting replies are delivered."""
@@ -294,7 +294,7 @@ def route_release(ctx: click.Context, agent_id: str) -> None:
 
 
 @route.command("remove")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.pass_context
 def route_remove(ctx: click.Context, agent_id: str) -> None:
     """Remove AGENT_ID's route (its future replies die as unknown recipients)."""

@@ -1079,6 +1079,20 @@ FROM birddog.claim(
 -- params: $1 job_id text, $2 claim_token uuid, $3 lease_until timestamptz
 SELECT birddog.heartbeat($1::text, $2::uuid, $3::timestamptz);
 
+-- name: jobs_record_turn
+-- Record where the turn of a job still running under claim $2 runs: its supervisor's host, boot, pid and start time; returns the job id (none: the claim is gone).
+-- params: $1 job_id text, $2 claim_token uuid, $3 host text, $4 boot_id text, $5 pid int, $6 start_ticks bigint
+SELECT birddog.record_turn($1::text, $2::uuid, $3::text, $4::text, $5::int, $6::bigint);
+
+-- name: jobs_turns_on_host
+-- The recorded turns of running jobs on host $1 in its boot $2 (a worker starting there ends those whose worker is gone).
+-- params: $1 host text, $2 boot_id text
+SELECT j.job_id, j.turn_host, j.turn_boot_id, j.turn_pid, j.turn_start_ticks
+FROM birddog.jobs j
+WHERE j.state = 'running' AND j.turn_host = $1::text AND j.turn_boot_id = $2::text
+  AND j.turn_pid IS NOT NULL AND j.turn_start_ticks IS NOT NULL
+ORDER BY j.job_id;
+
 -- name: jobs_settle
 -- Finish a job under claim $2 in one call (birddog.settle): the decision, the stored outcome and diagnostic, the reply keys written, and why it was refused.
 -- params: $1 job_id text, $2 claim_token uuid (null: none), $3 event text ('result' or 'stop'), $4 outcome text (result: as reported, or failed when unstorable), $5 content text, $6 diagnostic text (bounded), $7 reply_diagnostic text (bounded again, as a reply carries it), $8 cancel_diagnostic text (a recorded cancellation's), $9 now timestamptz, $10 max_content_bytes int, $11 traceparent text, $12 wake boolean
@@ -1332,6 +1346,7 @@ BEGIN
                        text, boolean),
         birddog.reap(text, text[], integer[], text[], text[], timestamptz, timestamptz, text,
                      text, integer, boolean),
+        birddog.record_turn(text, uuid, text, text, integer, bigint),
         birddog.agent_token_use(bytea),
         birddog.session_known(text, text),
         birddog.ensure_mailbox(text)
@@ -1360,7 +1375,8 @@ BEGIN
     GRANT SELECT (
         job_id, queue, lane, priority, state, payload, recovery, outcome, lease_expires_at,
         recovery_count, cancel_requested_at, cancel_content, result_content, diagnostic,
-        worker_id, created_at, updated_at, settled_at, slot, started_at, traceparent, sent_by
+        worker_id, created_at, updated_at, settled_at, slot, started_at, traceparent, sent_by,
+        turn_host, turn_boot_id, turn_pid, turn_start_ticks
     ) ON birddog.jobs TO birddog_agent;
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_agent;
     GRANT SELECT ON birddog.mailbox TO birddog_agent;
@@ -1370,6 +1386,7 @@ BEGIN
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
+        birddog.record_turn(text, uuid, text, text, integer, bigint),
         birddog.ack(text[], timestamptz),
         birddog.mailbox_visible(text, text),
         birddog.job_visible(text, jsonb),

@@ -34,6 +34,7 @@ from birddog.core.egress import URL_MAX_LENGTH, EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound, SecretUnreadable
 from birddog.core.model import Id
 from birddog.core.policy import NO_POLICY, POLICY_FIELDS, RoutePolicy
+from birddog.core.text import shown_key
 from birddog.ports import Clock, Route, RouteKind
 from birddog.postgres.pool import Pool, store_errors
 from birddog.postgres.sql import queries
@@ -271,7 +272,8 @@ class PostgresRoutes:
             )
         if record is None:
             raise InvalidInput(
-                f"agent {agent_id!r} already has a route; update it instead", field="agentId"
+                f"agent {shown_key(agent_id)} already has a route; update it instead",
+                field="agentId",
             )
         return self._route(record)
 
@@ -326,7 +328,7 @@ class PostgresRoutes:
                 *(getattr(final, name) for name in POLICY_FIELDS),
             )
         if record is None:  # the row is locked above, so it cannot vanish in between
-            raise RouteNotFound(f"no route for agent {agent_id!r}")
+            raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
         return self._route(record)
 
     async def hold(self, agent_id: str) -> Route:
@@ -343,7 +345,7 @@ class PostgresRoutes:
                 queries["routes_set_enabled"], agent_id, False, self.clock.now()
             )
         if record is None:
-            raise RouteNotFound(f"no route for agent {agent_id!r}")
+            raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
         return self._route(record, must_open=False)
 
     async def release(self, agent_id: str) -> Route:
@@ -370,7 +372,7 @@ class PostgresRoutes:
                         )
                     await schedule_wake_on(conn, now)
         if record is None:
-            raise RouteNotFound(f"no route for agent {agent_id!r}")
+            raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
         return self._route(record, must_open=False)
 
     async def remove(self, agent_id: str) -> None:
@@ -383,7 +385,7 @@ class PostgresRoutes:
         with store_errors("route remove"):
             record = await self.pool.fetchrow(queries["routes_remove"], agent_id)
         if record is None:
-            raise RouteNotFound(f"no route for agent {agent_id!r}")
+            raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
 
     async def list(self) -> list[Route]:
         """Every route, by agent id, without its secrets (``secret`` is None)."""
@@ -435,7 +437,7 @@ class PostgresRoutes:
         async with self._readable_route(agent_id, "route rotate") as (conn, _current):
             record = await conn.fetchrow(queries["routes_rotate"], agent_id, sealed, until)
         if record is None:
-            raise RouteNotFound(f"no http route for agent {agent_id!r}")
+            raise RouteNotFound(f"no http route for agent {shown_key(agent_id)}")
         return self._route(record)
 
     @contextlib.asynccontextmanager
@@ -458,7 +460,7 @@ class PostgresRoutes:
             async with self.pool.acquire() as conn, conn.transaction():
                 current = await conn.fetchrow(queries["routes_lock"], agent_id)
                 if current is None:
-                    raise RouteNotFound(f"no route for agent {agent_id!r}")
+                    raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
                 self._route(current)
                 yield conn, current
 

@@ -172,6 +172,12 @@ jobs = sa.Table(
     sa.Column("slot", sa.SmallInteger, nullable=True),
     _ts("started_at", nullable=True),
     sa.Column("traceparent", sa.Text, nullable=True),
+    # Where the current (or last) turn runs: its supervisor on which host and boot, with
+    # the pid's start time so that a reused pid is not taken for it (migration 0009).
+    sa.Column("turn_host", sa.Text, nullable=True),
+    sa.Column("turn_boot_id", sa.Text, nullable=True),
+    sa.Column("turn_pid", sa.Integer, nullable=True),
+    sa.Column("turn_start_ticks", sa.BigInteger, nullable=True),
     # The login that enqueued the job (migration 0007): a sender reads what it sent.
     sa.Column("sent_by", sa.Text, nullable=True),
     sa.CheckConstraint("state IN ('queued', 'running', 'settled')", name="jobs_state_check"),

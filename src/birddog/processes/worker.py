@@ -29,6 +29,7 @@ from birddog.ports import Clock, JobBacklog
 from birddog.processes.sides import SideTasks, mark_stopped, metrics_server, reap_expired_jobs
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
+from birddog.spawn import end_leftover_turns
 from birddog.worker import Handler
 
 log = structlog.get_logger("birddog.processes.worker")
@@ -87,6 +88,8 @@ async def run_worker(
                 worker = build_worker(
                     stack, handler, listener=listener, queues=queues, stop=stop, metrics=metrics
                 )
+                # No job runs again here while a turn of it, whose worker died, still does.
+                await end_leftover_turns(stack.jobs, grace_s=settings.kill_grace_s)
                 if not once and settings.worker_metrics_port:
                     url = await sides.enter(
                         metrics_server(settings, metrics, lambda: metrics.healthy, worker=True)
