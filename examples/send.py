@@ -6,6 +6,9 @@ Run it next to the tour (``make run`` in another terminal)::
     .venv/bin/birddog worker --handler examples.handler:handle --once
     .venv/bin/birddog inbox alice:s-alice          # bob's answer, delivered by the daemon
 
+(After the README's by-hand tour alice has an inbox URL route: the answer goes there, to
+``birddog listen alice``, instead of her mailbox.)
+
 It makes its own pool (``DATABASE_URL``, else the database ``birddog uri`` prints), checks
 that the database was migrated, gives alice (the reply address) a mailbox route when she
 has no route at all (a reply to an agent without one would die ``unknown_recipient``),
