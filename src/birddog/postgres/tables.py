@@ -74,6 +74,14 @@ outbox = sa.Table(
         postgresql_where=sa.text("state = 'pending'"),
     ),
     sa.Index("outbox_recipient_agent_id_idx", "recipient_agent_id"),
+    # The daemon's claim reads each recipient's due head through this index while some
+    # recipients are left out, never past their rows (migration 0010).
+    sa.Index(
+        "outbox_pending_recipient_due_at_idx",
+        "recipient_agent_id",
+        "due_at",
+        postgresql_where=sa.text("state <> 'dead'"),
+    ),
     sa.Index(
         "outbox_dead_at_idx",
         "dead_at",
