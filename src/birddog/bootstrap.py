@@ -464,6 +464,7 @@ def build_worker(
     queues: Sequence[str] | None,
     stop: asyncio.Event,
     metrics: WorkerMetrics | None = None,
+    agents: Sequence[str] | None = None,
 ) -> Worker:
     """Wire a job worker over ``stack``'s job store.
 
@@ -471,9 +472,10 @@ def build_worker(
         stack: the open adapters.
         handler: the user's async handler.
         listener: ``LISTEN birddog_jobs`` on its own connection.
-        queues: only these queues (session ids); None or empty for all.
+        queues: these queues (session ids); with ``agents``, None or empty for all.
         stop: set to stop the worker.
         metrics: the worker's metrics (default: a registry of its own).
+        agents: every session of these agents as well.
 
     Returns:
         The worker, ready to ``run``.
@@ -484,6 +486,7 @@ def build_worker(
         handler=handler,
         listener=listener,
         queues=queues,
+        agents=agents,
         concurrency=settings.worker_concurrency,
         handler_timeout_s=settings.handler_timeout_s,
         lease_s=settings.job_lease_s,

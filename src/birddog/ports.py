@@ -411,9 +411,9 @@ class JobBacklog(Protocol):
     """Says how much work waits (a worker's queue gauges)."""
 
     async def queued_backlog(
-        self, *, queues: Sequence[str] | None = None
+        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
     ) -> tuple[int, datetime | None]:
-        """How many jobs wait in ``queues`` (None: all), and the oldest one's enqueue time."""
+        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time."""
         ...
 
 
@@ -459,9 +459,14 @@ class JobStore(Protocol):
     """The job store operations a worker needs (``PostgresJobs``)."""
 
     async def claim(
-        self, *, queues: Sequence[str] | None = None, lease_s: float = 60.0, worker_id: str = ""
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        lease_s: float = 60.0,
+        worker_id: str = "",
     ) -> ClaimedJobLike | None:
-        """Claim the next job, or None."""
+        """Claim the next job of ``queues`` or of ``agents``' sessions (both None: any), or None."""
         ...
 
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:

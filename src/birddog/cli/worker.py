@@ -20,11 +20,19 @@ from birddog.runtime import quiet_until_started
     "variables, stdout the reply; e.g. 'tr a-z A-Z'.",
 )
 @click.option(
+    "--agent",
+    "agents",
+    multiple=True,
+    help="Serve every session of this agent (the mail's to agent), one turn at a time per "
+    "session; repeatable.",
+)
+@click.option(
     "--queue",
     "queues",
     multiple=True,
-    help="Only these queues (session ids). Without it, every queue except those starting "
-    "with 'birddog:', which BirdDog keeps for itself (its probe).",
+    help="Serve this one session (queue) as well; repeatable. With neither --agent nor "
+    "--queue, every queue except those starting with 'birddog:', which BirdDog keeps for "
+    "itself (its probe), whatever agent the mail is for.",
 )
 @click.option(
     "--concurrency",
@@ -38,6 +46,7 @@ def worker(
     ctx: click.Context,
     handler: str | None,
     command: str | None,
+    agents: tuple[str, ...],
     queues: tuple[str, ...],
     concurrency: int | None,
     once: bool,
@@ -72,11 +81,28 @@ def worker(
         )
     except BirdDogError as exc:
         raise click.UsageError(str(exc)) from exc
+    if not agents and not queues:
+        # On a terminal a plain line; where logs are JSON, a notice event like the rest.
+        announcer(ctx)(EVERY_QUEUE_NOTICE)
     summary = run(
-        run_worker(settings, function, queues=list(queues), once=once, announce=announcer(ctx))
+        run_worker(
+            settings,
+            function,
+            queues=list(queues),
+            agents=list(agents),
+            once=once,
+            announce=announcer(ctx),
+        )
     )
     if once:
         click.echo(settled_line(summary))
+
+
+EVERY_QUEUE_NOTICE = (
+    "this worker takes every queue: it answers mail for every agent; "
+    "give --agent AGENT to serve one agent's sessions"
+)
+"""What a worker given neither --agent nor --queue says at start."""
 
 
 def settled_line(summary: dict[str, int]) -> str:

@@ -967,11 +967,11 @@ LIMIT $2::int;
 
 -- name: jobs_enqueue
 -- Enqueue a queued job through birddog.enqueue: inserted (and announced at commit), or a replay with the fields that differ (null: the stored job is not visible); a mailbox route for the mail's sender when $9 asks.
--- params: $1 job_id text, $2 queue text, $3 lane text, $4 priority int2, $5 payload text (JSON), $6 recovery text (JSON, null: none), $7 created_at timestamptz (null: clock_timestamp()), $8 traceparent text (W3C, null: not traced), $9 sender_mailbox boolean
+-- params: $1 job_id text, $2 queue text, $3 lane text, $4 priority int2, $5 payload text (JSON), $6 recovery text (JSON, null: none), $7 created_at timestamptz (null: clock_timestamp()), $8 traceparent text (W3C, null: not traced), $9 sender_mailbox boolean, $10 not_before timestamptz (null: at once), $11 expires_in_s float8 (null: never on its own)
 SELECT e.inserted, e.differing, e.mailbox_added
 FROM birddog.enqueue(
     $1::text, $2::text, $3::text, $4::int2, $5::text, $6::text, $7::timestamptz, $8::text,
-    $9::boolean
+    $9::boolean, $10::timestamptz, $11::float8
 ) AS e;
 
 -- name: jobs_get
@@ -980,22 +980,28 @@ FROM birddog.enqueue(
 SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
     j.recovery::text AS recovery, j.outcome, j.lease_expires_at, j.recovery_count,
-    j.cancel_requested_at, j.cancel_content, j.created_at
+    j.cancel_requested_at, j.cancel_content, j.created_at, j.not_before, j.expires_at
 FROM birddog.jobs j
 WHERE j.job_id = $1::text;
 
 -- name: jobs_claim
--- Claim up to $2 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) whose running jobs hold fewer than $5 slots; running in the lowest free slot, a fresh claim token, a lease.
--- params: $1 queues text[] (null: every queue not starting with $7), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none), $5 slots per queue int, $6 started_at timestamptz, $7 reserved queue prefix text
--- The function holds the statement (a skip scan of the claim index: one probe per queue
--- with queued jobs); see migrations/versions/0007_write_functions.py.
+-- Claim up to $3 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) that may be claimed at $7 (not before its not-before, not after its expiry) and whose running jobs hold fewer than $6 slots; running in the lowest free slot, a fresh claim token, a lease.
+-- params: $1 queues text[] (null: with $2 null, every queue not starting with $8), $2 agents text[] (the sessions of these agents as well; null: none), $3 limit int, $4 lease_until timestamptz, $5 worker_id text (null: none), $6 slots per queue int, $7 started_at timestamptz (the claim's now), $8 reserved queue prefix text
+-- The function reads the queue heads (birddog.queue_heads) and probes only the candidate
+-- queues' jobs; see migrations/versions/0009_jobs_model.py.
 SELECT
     c.job_id, c.queue, c.lane, c.priority, c.state, c.payload, c.recovery, c.outcome,
     c.claim_token, c.lease_expires_at, c.recovery_count, c.cancel_requested_at,
-    c.cancel_content, c.created_at, c.traceparent
+    c.cancel_content, c.created_at, c.traceparent, c.not_before, c.expires_at
 FROM birddog.claim(
-    $1::text[], $2::int, $3::timestamptz, $4::text, $5::int, $6::timestamptz, $7::text
+    $1::text[], $2::text[], $3::int, $4::timestamptz, $5::text, $6::int, $7::timestamptz,
+    $8::text
 ) AS c;
+
+-- name: jobs_queue_heads_repair
+-- Recompute the queue heads that differ from the jobs (birddog.queue_heads_repair); how many queues were repaired.
+-- params: none
+SELECT birddog.queue_heads_repair();
 
 -- name: jobs_heartbeat
 -- Extend the lease of a job still running under claim $2 (birddog.heartbeat); whether a cancellation was requested, null when the claim holds nothing.
@@ -1038,11 +1044,12 @@ ORDER BY j.lease_expires_at, j.job_id
 LIMIT $2::int;
 
 -- name: jobs_queued_too_long
--- Up to $2 queued jobs enqueued by $1 (the maximum queued age ago), oldest first, except jobs $3 (for birddog.reap, which locks them).
--- params: $1 enqueued_by timestamptz, $2 limit int, $3 skip text[] (jobs refused or held elsewhere this pass)
-SELECT j.job_id, j.recovery_count
+-- Up to $2 queued jobs enqueued by $1 (the maximum queued age ago) or past their own expiry at $4, oldest first, except jobs $3 (for birddog.reap, which locks them).
+-- params: $1 enqueued_by timestamptz, $2 limit int, $3 skip text[] (jobs refused or held elsewhere this pass), $4 now timestamptz
+SELECT j.job_id, j.recovery_count, j.created_at, j.expires_at
 FROM birddog.jobs j
-WHERE j.state = 'queued' AND j.created_at <= $1::timestamptz
+WHERE j.state = 'queued'
+  AND (j.created_at <= $1::timestamptz OR j.expires_at <= $4::timestamptz)
   AND NOT (j.job_id = ANY($3::text[]))
 ORDER BY j.created_at, j.job_id
 LIMIT $2::int;
@@ -1054,13 +1061,14 @@ SELECT j.state, count(*)::int AS jobs FROM birddog.jobs j GROUP BY j.state;
 
 -- name: jobs_queued_backlog
 -- How many jobs are queued in the queues a worker serves, and when the oldest was enqueued.
--- params: $1 queues text[] (null: every queue not starting with $2), $2 reserved queue prefix text
+-- params: $1 queues text[] (null: with $3 null, every queue not starting with $2), $2 reserved queue prefix text, $3 agents text[] (their sessions as well; null: none)
 SELECT count(*)::int AS queued, min(j.created_at) AS oldest
 FROM birddog.jobs j
 WHERE j.state = 'queued'
   AND CASE
-      WHEN $1::text[] IS NULL THEN NOT starts_with(j.queue, $2::text)
+      WHEN $1::text[] IS NULL AND $3::text[] IS NULL THEN NOT starts_with(j.queue, $2::text)
       ELSE j.queue = ANY($1::text[])
+          OR (j.agent_id = ANY($3::text[]) AND NOT starts_with(j.queue, $2::text))
   END;
 
 -- name: demo_database_drop
@@ -1230,7 +1238,7 @@ BEGIN
     -- jobs cancel, the console): every row, no DDL.
     GRANT SELECT, INSERT, UPDATE, DELETE ON
         birddog.outbox, birddog.receipts, birddog.wake, birddog.routes, birddog.jobs,
-        birddog.mailbox, birddog.daemons
+        birddog.mailbox, birddog.daemons, birddog.queue_heads
         TO birddog_daemon;
     GRANT SELECT ON birddog.pending, birddog.dead_letters TO birddog_daemon;
     -- The operator's `birddog agent` commands: agents and their tokens (digests only).
@@ -1248,8 +1256,9 @@ BEGIN
     GRANT SELECT ON birddog.jobs TO birddog_worker;
     GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.daemons TO birddog_worker;
     GRANT EXECUTE ON FUNCTION
-        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
-        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text),
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
+                        timestamptz, double precision),
+        birddog.claim(text[], text[], integer, timestamptz, text, integer, timestamptz, text),
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
@@ -1257,7 +1266,8 @@ BEGIN
                      text, integer, boolean),
         birddog.agent_token_use(bytea),
         birddog.session_known(text, text),
-        birddog.ensure_mailbox(text)
+        birddog.ensure_mailbox(text),
+        birddog.queue_heads_repair()
         TO birddog_worker;
     -- The sender (send, ask, inbox, the library's enqueue): enqueues queued jobs (with a
     -- mailbox route for an asker without a route) and acknowledges replies through the
@@ -1268,7 +1278,8 @@ BEGIN
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
     GRANT SELECT ON birddog.mailbox TO birddog_sender;
     GRANT EXECUTE ON FUNCTION
-        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
+                        timestamptz, double precision),
         birddog.ack(text[], timestamptz),
         birddog.agent_token_use(bytea),
         birddog.mailbox_visible(text, text),
@@ -1282,13 +1293,15 @@ BEGIN
     GRANT SELECT (
         job_id, queue, lane, priority, state, payload, recovery, outcome, lease_expires_at,
         recovery_count, cancel_requested_at, cancel_content, result_content, diagnostic,
-        worker_id, created_at, updated_at, settled_at, slot, started_at, traceparent, sent_by
+        worker_id, created_at, updated_at, settled_at, slot, started_at, traceparent, sent_by,
+        agent_id, not_before, expires_at
     ) ON birddog.jobs TO birddog_agent;
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_agent;
     GRANT SELECT ON birddog.mailbox TO birddog_agent;
     GRANT EXECUTE ON FUNCTION
-        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
-        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text),
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
+                        timestamptz, double precision),
+        birddog.claim(text[], text[], integer, timestamptz, text, integer, timestamptz, text),
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
@@ -1327,7 +1340,8 @@ BEGIN
     GRANT SELECT (agent_id, kind, enabled, held_at, updated_at) ON birddog.routes TO birddog_reader;
     GRANT SELECT (
         job_id, queue, lane, priority, state, outcome, recovery_count, lease_expires_at,
-        cancel_requested_at, worker_id, created_at, updated_at, settled_at, started_at, slot
+        cancel_requested_at, worker_id, created_at, updated_at, settled_at, started_at, slot,
+        agent_id, not_before, expires_at
     ) ON birddog.jobs TO birddog_reader;
 END
 $grant$;
