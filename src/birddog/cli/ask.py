@@ -96,6 +96,13 @@ class AskCommand(click.Command):
     show_default=True,
     help="Seconds to wait for the reply.",
 )
+@click.option(
+    "--priority",
+    type=click.IntRange(-32768, 32767),
+    default=0,
+    show_default=True,
+    help="Higher runs first among the queued jobs of the session asked.",
+)
 @click.argument("question", required=False)
 @click.pass_context
 def ask(
@@ -104,6 +111,7 @@ def ask(
     from_: str,
     key: str | None,
     timeout_s: float,
+    priority: int,
     question: str | None,
 ) -> None:
     """Ask AGENT:SESSION a QUESTION (or stdin) and print the answer.
@@ -126,7 +134,7 @@ def ask(
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         asked = await stack.asking.send_ask(
-            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s
+            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, priority=priority
         )
         _tell_sent(asked, key_given=key is not None)
         return await _wait(stack, asked, max(deadline - loop.time(), 0.0), timeout_s)

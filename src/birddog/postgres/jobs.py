@@ -583,6 +583,16 @@ class PostgresJobs:
         counts.update({row["state"]: row["jobs"] for row in rows})
         return counts
 
+    async def not_yet_due(self) -> tuple[int, datetime | None]:
+        """How many queued jobs wait for their ``not_before``, and the earliest of those times.
+
+        Returns:
+            The number of such jobs and the next time one becomes claimable (None: none).
+        """
+        with store_errors("not_yet_due"):
+            row = await self.pool.fetchrow(queries["jobs_not_yet_due"], self.clock.now())
+        return (0, None) if row is None else (row["jobs"], row["next_at"])
+
     async def queued_backlog(
         self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
     ) -> tuple[int, datetime | None]:

@@ -888,7 +888,8 @@ WITH running AS (
 )
 SELECT
     p.rank, p.at, j.job_id, j.queue, j.lane, j.priority, j.state, j.outcome, j.created_at,
-    j.started_at, j.settled_at, j.lease_expires_at, j.recovery_count,
+    j.started_at, j.settled_at, j.lease_expires_at, j.recovery_count, j.agent_id,
+    j.not_before, j.expires_at,
     j.cancel_requested_at, j.worker_id, j.diagnostic,
     j.payload #>> '{mail,key}' AS mail_key,
     j.payload #>> '{mail,from,agentId}' AS sender_agent_id
@@ -903,6 +904,7 @@ SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.outcome, j.created_at, j.started_at,
     j.settled_at, j.updated_at, j.lease_expires_at, j.recovery_count, j.recovery,
     j.cancel_requested_at, j.cancel_content, j.worker_id, j.slot, j.diagnostic,
+    j.agent_id, j.not_before, j.expires_at,
     left(j.result_content, $3::int) AS result_preview,
     length(j.result_content) AS result_chars,
     j.payload #>> '{mail,key}' AS mail_key,
@@ -1058,6 +1060,13 @@ LIMIT $2::int;
 -- How many jobs are in each state.
 -- params: none
 SELECT j.state, count(*)::int AS jobs FROM birddog.jobs j GROUP BY j.state;
+
+-- name: jobs_not_yet_due
+-- How many queued jobs may not be claimed before a later time than $1 (send --not-before), and the earliest such time.
+-- params: $1 now timestamptz
+SELECT count(*)::int AS jobs, min(j.not_before) AS next_at
+FROM birddog.jobs j
+WHERE j.state = 'queued' AND j.not_before > $1::timestamptz;
 
 -- name: jobs_queued_backlog
 -- How many jobs are queued in the queues a worker serves, and when the oldest was enqueued.

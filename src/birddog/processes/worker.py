@@ -25,7 +25,12 @@ from birddog.bootstrap import (
 from birddog.core.errors import StoreUnavailable
 from birddog.metrics import WorkerMetrics
 from birddog.ports import Clock, JobBacklog
-from birddog.processes.sides import SideTasks, metrics_server, reap_expired_jobs
+from birddog.processes.sides import (
+    QUEUE_HEADS_CHECK_S,
+    SideTasks,
+    metrics_server,
+    reap_expired_jobs,
+)
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 from birddog.worker import Handler
@@ -103,6 +108,7 @@ async def run_worker(
                 # frees their queues; one index probe when none expired.
                 sides.every("reaper", max(1.0, settings.job_lease_s / 2), reap)
                 sides.every("gauges", QUEUE_GAUGES_S, gauges)
+                sides.every("queue_heads", QUEUE_HEADS_CHECK_S, stack.jobs.repair_queue_heads)
                 try:
                     await worker.run(once=once)
                 finally:
