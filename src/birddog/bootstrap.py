@@ -251,6 +251,7 @@ async def open_stack(
         max_queued_s=settings.job_max_queued_s,
         queue_concurrency=settings.queue_concurrency,
         clock=clock,
+        kill_grace_s=settings.kill_grace_s,
     )
     notices = PostgresNotices(settings.listen_url or dsn)
     mailbox, asks, asking = _asking(

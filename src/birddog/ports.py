@@ -27,6 +27,7 @@ from birddog.core.jobs import Job, JobState
 from birddog.core.lifecycle import ClaimEvent, Finished
 from birddog.core.mail import AgentAddress, Outcome, Reply
 from birddog.core.mailbox import MailboxEntry
+from birddog.core.turns import Turn
 
 RouteKind = Literal["http", "mailbox"]
 """How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
@@ -473,6 +474,10 @@ class JobStore(Protocol):
         """Extend the lease; True when a cancellation was requested."""
         ...
 
+    async def record_turn(self, *, job_id: str, claim_token: str, turn: Turn) -> None:
+        """Record where the claimed job's turn runs (its supervisor), under the claim."""
+        ...
+
     async def finish(
         self, *, job_id: str, claim_token: str, event: ClaimEvent, traceparent: str | None = None
     ) -> Finished:
@@ -622,4 +627,12 @@ class JobCancels(Protocol):
 
     async def cancel(self, *, job_id: str, content: str) -> Outcome | None:
         """Cancel a job: the outcome if it settled, None while it still runs."""
+        ...
+
+
+class TurnRecords(Protocol):
+    """Where running jobs' turns run, as workers recorded them (``PostgresJobs``)."""
+
+    async def turns_on_host(self, *, host: str, boot_id: str) -> list[tuple[str, Turn]]:
+        """``(job_id, turn)`` of every running job whose turn was recorded on this host."""
         ...

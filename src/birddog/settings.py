@@ -6,12 +6,13 @@ Every default of the design is a setting; the README has the table.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import platformdirs
 from pydantic import (
     AliasChoices,
+    AliasGenerator,
     Field,
     SecretStr,
     ValidationInfo,
@@ -54,10 +55,42 @@ def data_dir_for(package_dir: Path) -> Path:
     return Path(platformdirs.user_data_dir("birddog"))
 
 
-class Settings(BaseSettings):
-    """BirdDog's settings; each field reads ``BIRDDOG_<NAME>`` (``DATABASE_URL`` as is)."""
+def variable_of(field: str) -> str:
+    """The environment variable a setting is read from: ``BIRDDOG_PAGE_SIZE``.
 
-    model_config = SettingsConfigDict(env_prefix="BIRDDOG_", extra="ignore", frozen=True)
+    Args:
+        field: the setting's field name (``page_size``).
+
+    Returns:
+        Its variable, upper case (``DATABASE_URL`` for the database).
+    """
+    return "DATABASE_URL" if field == "database_url" else f"BIRDDOG_{field.upper()}"
+
+
+class Settings(BaseSettings):
+    """BirdDog's settings; each field reads ``BIRDDOG_<NAME>`` (``DATABASE_URL`` as is).
+
+    Only the upper-case names count: ``database_url`` or ``birddog_secret_key`` in the
+    environment are someone else's variables, never BirdDog's settings. In code, give
+    settings by field name (``Settings(database_url=...)``): they win over the
+    environment, as pydantic-settings' keywords do; an unknown name is an error.
+    """
+
+    def __init__(self, **values: Any) -> None:
+        # The fields read their variables' names (upper case, case-sensitive); a keyword
+        # given by field name is passed on under that name, so code keeps field names.
+        fields = type(self).model_fields
+        super().__init__(**{variable_of(k) if k in fields else k: v for k, v in values.items()})
+
+    model_config = SettingsConfigDict(
+        env_prefix="BIRDDOG_",
+        case_sensitive=True,
+        alias_generator=AliasGenerator(validation_alias=variable_of),
+        extra="forbid",
+        frozen=True,
+        # A duration or a ratio of nan or inf is no setting: refused like any bad value.
+        allow_inf_nan=False,
+    )
 
     database_url: str | None = Field(
         default=None,

@@ -56,6 +56,7 @@ from birddog.core.lifecycle import (
 )
 from birddog.core.mail import AgentAddress, Outcome, Reply
 from birddog.core.tokens import TOKEN_BYTES, make_token
+from birddog.core.turns import DEFAULT_KILL_GRACE_S, Turn
 from birddog.ports import ClaimedJob, Clock, Outbox, Page, RouteHint, Settled
 
 Answer = bool | DeliveryResult
@@ -431,6 +432,7 @@ class StoredJob:
         cancellation: the recorded cancellation's content, None when none.
         content: the settlement's content.
         diagnostic: the last diagnostic (a settlement's, or a recovery's).
+        turn: where its last turn ran, as the worker recorded it.
     """
 
     job: Job
@@ -442,6 +444,7 @@ class StoredJob:
     cancellation: str | None = None
     content: str | None = None
     diagnostic: str | None = None
+    turn: Turn | None = None
 
     def facts(self, token: str | None = None) -> JobFacts:
         """The lifecycle's facts, ``token`` being the claim presented (if any)."""
@@ -471,6 +474,7 @@ class InMemoryJobs:
         outbox: where settlements write replies (default: a fresh :class:`InMemoryOutbox`).
         max_content_bytes: the largest settlement or cancellation content accepted.
         queue_concurrency: how many jobs of one queue may run at once.
+        kill_grace_s: a job whose lease ended is recovered only this much later.
 
     Attributes:
         jobs: every job by id.
@@ -484,8 +488,10 @@ class InMemoryJobs:
         outbox: Outbox | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         queue_concurrency: int = 1,
+        kill_grace_s: float = DEFAULT_KILL_GRACE_S,
     ) -> None:
         self.clock = clock
+        self.kill_grace_s = max(0.0, kill_grace_s)
         self.outbox: Outbox = outbox if outbox is not None else InMemoryOutbox()
         self.limits = Limits(max_content_bytes=max_content_bytes)
         self.queue_concurrency = queue_concurrency
@@ -586,6 +592,27 @@ class InMemoryJobs:
         stored.lease_expires_at = self._lease_until(lease_s)
         return stored.cancellation is not None
 
+    async def record_turn(self, *, job_id: str, claim_token: str, turn: Turn) -> None:
+        """Record where the turn of a job this claim holds runs.
+
+        Raises:
+            StaleClaim: the job is not running under this claim any more.
+        """
+        stored = self.jobs.get(job_id)
+        if stored is None or stored.job.state is not RUNNING or stored.claim_token != claim_token:
+            raise StaleClaim(f"job {job_id!r} is no longer held by this claim")
+        stored.turn = turn
+
+    async def turns_on_host(self, *, host: str, boot_id: str) -> list[tuple[str, Turn]]:
+        """``(job_id, turn)`` of every running job whose turn was recorded on this host."""
+        return [
+            (job_id, stored.turn)
+            for job_id, stored in sorted(self.jobs.items())
+            if stored.job.state is RUNNING
+            and stored.turn is not None
+            and (stored.turn.host, stored.turn.boot_id) == (host, boot_id)
+        ]
+
     async def finish(
         self, *, job_id: str, claim_token: str, event: ClaimEvent, traceparent: str | None = None
     ) -> Finished:
@@ -646,17 +673,18 @@ class InMemoryJobs:
         return _outcome_after(before, decision)
 
     async def recover_expired(self) -> list[tuple[str, str]]:
-        """Requeue, or settle, running jobs whose lease ended by now.
+        """Requeue, or settle, running jobs whose lease ended a kill grace ago or more.
 
         Returns:
             ``(job_id, what)`` for each job handled: ``requeued`` or the outcome.
         """
         now = self.clock.now()
+        ended_by = now - timedelta(seconds=self.kill_grace_s)
         expired = [
             s
             for s in sorted(self.jobs.values(), key=lambda s: (s.lease_expires_at, s.order))
             if s.job.state is RUNNING and s.lease_expires_at is not None
-            if s.lease_expires_at <= now
+            if s.lease_expires_at <= ended_by
         ]
         handled: list[tuple[str, str]] = []
         for stored in expired:

@@ -41,6 +41,7 @@ from birddog.core.lifecycle import (
     WorkerStopped,
 )
 from birddog.core.mail import Outcome
+from birddog.core.turns import Turn
 from birddog.metrics import WorkerMetrics
 from birddog.ports import ClaimedJobLike, JobStore, Listener
 from birddog.runtime import Backoff, cause_name, sleep_unless_stopped
@@ -51,6 +52,7 @@ Handler = Callable[[AgentJobPayload], Awaitable[str]]
 """What a worker runs for each agent job: the payload in, the reply content out."""
 
 _CURRENT_JOB: ContextVar[Job] = ContextVar("birddog_current_job")
+_TURN_RECORDER: ContextVar[Callable[[Turn], Awaitable[None]]] = ContextVar("birddog_turn")
 
 
 def current_job() -> Job | None:
@@ -60,6 +62,21 @@ def current_job() -> Job | None:
     :func:`birddog.spawn.command_handler`) the job itself, for its id.
     """
     return _CURRENT_JOB.get(None)
+
+
+async def report_turn(turn: Turn) -> None:
+    """Record on the current job where its turn's processes run (nothing outside a worker).
+
+    :mod:`birddog.spawn` calls it once a supervisor runs, so that no second turn of the
+    job starts while a process of this one lives (see :meth:`Worker.run`). A record the
+    database cannot take is logged; the turn goes on.
+
+    Args:
+        turn: the supervisor's host, boot, pid and start time.
+    """
+    record = _TURN_RECORDER.get(None)
+    if record is not None:
+        await record(turn)
 
 
 class HandlerNotFound(BirdDogError):
@@ -247,6 +264,7 @@ class Worker:
     async def _call(self, claimed: ClaimedJobLike, payload: AgentJobPayload) -> object:
         """Run the handler in a task of its own for the job, timed, in its span if traced."""
         _CURRENT_JOB.set(claimed.job)  # the task's own context: no reset needed
+        _TURN_RECORDER.set(lambda turn: self._record_turn(claimed, turn))
         began = time.perf_counter()
         try:
             ids = {"job_id": claimed.job.job_id}
@@ -339,6 +357,16 @@ class Worker:
             await _cancel(stopping)
             await _cancel(work)
         return why
+
+    async def _record_turn(self, claimed: ClaimedJobLike, turn: Turn) -> None:
+        """Write where the job's turn runs on the job, under this claim."""
+        try:
+            await self.jobs.record_turn(
+                job_id=claimed.job.job_id, claim_token=claimed.claim_token, turn=turn
+            )
+        except (StoreUnavailable, StaleClaim) as exc:
+            # The supervisor still ends the turn with the worker; only the record is lost.
+            log.warning("turn_not_recorded", job_id=claimed.job.job_id, error=cause_name(exc))
 
     async def _finish(self, claimed: ClaimedJobLike, event: ClaimEvent, bound: Any) -> Finished:
         ids = {"job_id": claimed.job.job_id}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ import pytest
 from birddog.clock import SystemClock
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.support import eventually
+from tests.support import eventually, until_listening
 from tests.support.cli import BIRDDOG, ROOT, Daemon, cli, cli_env
 
 ASKER = "asker:s-ask"
@@ -243,3 +244,56 @@ async def test_an_ask_runs_under_the_sender_role(
             )
     finally:
         await conn.close()
+
+
+@pytest.mark.usefixtures("upper")
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--timeout", "nan", "hi"], "--timeout"),
+        (["--timeout", "inf", "hi"], "--timeout"),
+        (["--timeout", "1e400", "hi"], "--timeout"),
+        (["''"], "empty"),
+        ([""], "empty"),
+        (["   "], "empty"),
+    ],
+    ids=["nan", "inf", "overflow", "quotes", "empty", "blank"],
+)
+async def test_a_bad_timeout_or_an_empty_question_asks_nothing(
+    database_url: str, pg_pool: Pool, args: list[str], says: str
+) -> None:
+    """--timeout nan/inf is refused as every bad duration is; '' is no question: exit 3, no job."""
+    if args == ["''"]:
+        args = [""]
+    refused = await run_ask(database_url, "--to", TARGET, "--from", ASKER, *args)
+    assert refused.returncode == 3, refused.stderr
+    [error] = [line for line in refused.stderr.splitlines() if line.startswith("Error:")]
+    assert says in error
+    assert await job_count(pg_pool) == 0
+
+
+@pytest.mark.usefixtures("upper")
+async def test_an_interrupted_ask_says_the_reply_is_owed_and_prints_no_driver_warning(
+    database_url: str, pg_pool: Pool
+) -> None:
+    """SIGINT while waiting: exit 2, one line saying where the reply will land, no warning."""
+    proc = await asyncio.create_subprocess_exec(
+        BIRDDOG, "ask", "--to", TARGET, "--from", ASKER, "--timeout", "120", "hello",
+        env=cli_env(database_url), cwd=ROOT, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        await until_a_job_is_queued(pg_pool)
+        await until_listening(pg_pool)
+        proc.send_signal(signal.SIGINT)
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    stderr = err.decode()
+    assert proc.returncode == 2, stderr
+    assert "stopped waiting: the reply to ask-" in stderr
+    assert "Warning" not in stderr
+    assert "Traceback" not in stderr
+    assert out == b""

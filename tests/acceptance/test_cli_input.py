@@ -110,3 +110,58 @@ async def test_a_statement_the_database_refuses_is_one_line_with_its_reason(
     line = _one_line(done.stderr)
     assert line.startswith("Error: the database refused: ")
     assert "does not exist (SQLSTATE 42P01)" in line
+
+
+LONG_ID = "a" * 300
+
+
+LONG_ID_COMMANDS = [
+    ["inbox", LONG_ID],
+    ["inbox", f"alice:{LONG_ID}"],
+    ["route", "add", LONG_ID, "--mailbox"],
+    ["route", "hold", LONG_ID],
+    ["route", "release", LONG_ID],
+    ["listen", LONG_ID, "--count", "1"],
+    ["send", "--job-id", "j", "--to", f"{LONG_ID}:s", "--from", "a:s", "--key", "k",
+     "--command-id", "c", "--content", "x"],
+    ["ask", "--to", f"{LONG_ID}:s", "--from", "me:s", "--timeout", "1", "hi"],
+    ["ask", "--to", "bob:s", "--from", f"me:{LONG_ID}", "--timeout", "1", "hi"],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "args",
+    LONG_ID_COMMANDS,
+    ids=lambda args: "-".join(word for word in args[:2] if len(word) < 20),
+)
+async def test_an_agent_id_over_256_characters_is_a_one_line_error_everywhere(
+    database_url: str, args: list[str]
+) -> None:
+    """A 300-character id is refused in one line naming the limit, never "no unread replies"."""
+    done = await cli(database_url, *args)
+    assert done.returncode != 0, done.stdout
+    line = _one_line(done.stderr)
+    assert "256" in line
+    assert "no unread replies" not in done.stdout + done.stderr
+    assert len(line) < 400, "the id is echoed whole"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["route", "hold", "b" * 256],
+        ["jobs", "cancel", "j" * 256],
+        ["replay", "k" * 600],
+    ],
+    ids=["route", "job", "replay"],
+)
+async def test_an_error_that_echoes_a_key_cuts_it_to_200_characters(
+    database_url: str, args: list[str]
+) -> None:
+    """No route, no job, no dead letter: the message names the key, at most 200 characters of it."""
+    done = await cli(database_url, *args)
+    assert done.returncode != 0
+    line = _one_line(done.stderr)
+    shown = max(line.split("'")[1:-1] or [""], key=len)
+    assert 0 < len(shown.rstrip("…")) <= 200, line
+    assert shown.endswith("…")

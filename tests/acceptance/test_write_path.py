@@ -230,7 +230,8 @@ async def test_the_reapers_run_as_the_daemon_and_the_worker(
     worker = PostgresJobs(pools["worker"], max_queued_s=86_400, clock=SystemClock())
     claimed = await worker.claim(queues=["s-1"], lease_s=0.001)
     assert claimed is not None
-    later = datetime.now(UTC) + timedelta(seconds=1)
+    # Past the lease and the kill grace a dead worker's supervisor takes.
+    later = datetime.now(UTC) + timedelta(seconds=worker.kill_grace_s + 1)
     assert await worker.recover_expired(now=later) == [("lost", "outcome_unknown")]
     daemon = PostgresJobs(pools["daemon"], max_queued_s=86_400, clock=SystemClock())
     assert await daemon.cancel_queued_too_long() == [("old", "cancelled")]

@@ -7,7 +7,11 @@ two daemons are SIGKILLed and restarted, the database crashes, a worker is kille
 middle of a job and a held recipient is released. A fifth of the jobs crowd into one
 session, some handlers return results that cannot be stored, a few recipients accept
 everything at once (so a crash finds the window full of accepted posts), and poison rows
-(a reply no BirdDog can read, written by SQL) land mid-run. At the end every reply key has
+(a reply no BirdDog can read, written by SQL) land mid-run. A tenth of the jobs go to a
+``worker --command`` whose agents stamp their turns; it is SIGKILLed while an agent runs
+``sh -c 'sleep 300 & sleep 300'``, and every process under it must be gone within the kill
+grace, no turn of a session may start before the last one's processes died, and no
+process of any turn may be left at the end. At the end every reply key has
 exactly one receipt or one dead letter whose reason matches its recipient, every poison
 row died ``undecodable``, duplicates stay within what was in flight at the crashes (at
 most a window per crash), no two turns of one session overlapped, every unstorable result
@@ -42,12 +46,17 @@ from birddog.postgres.embedded import EmbeddedPostgres
 from birddog.postgres.jobs import enqueue_accepted_job
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.support import eventually
+from birddog.supervisor import descendants
+from tests.support import eventually, process_running
 from tests.support.chaos import (
+    AGENT_SCRIPT,
+    COMMAND_SESSIONS,
     CROWDED_SESSION,
     DAEMONS,
     DATABASE_AWAY,
+    FAST_SETTINGS,
     FULL,
+    HANDLER_SESSIONS,
     REDUCED,
     WINDOW_SIZE,
     Answer,
@@ -63,6 +72,7 @@ from tests.support.chaos import (
 )
 
 SIZE = FULL if os.environ.get("BIRDDOG_CHAOS_FULL") == "1" else REDUCED
+KILL_GRACE_S = float(FAST_SETTINGS["BIRDDOG_KILL_GRACE_S"])
 SEED = int(os.environ.get("BIRDDOG_CHAOS_SEED", "20261129"))
 
 pytestmark = [
@@ -81,6 +91,11 @@ class Run:
         daemon_kills: SIGKILLs of daemons so far.
         db_restarts: database crashes so far.
         worker_kills: SIGKILLs of a worker mid-job so far.
+        command_worker: the ``worker --command`` currently running.
+        command_kills: SIGKILLs of the command worker while an agent of it ran.
+        killed_turns: ``(session, pid of the agent, when its last process was seen dead)``
+            of each turn running when its worker was killed.
+        orphans: processes under a killed command worker still running after the grace.
         in_flight: keys under a page's claim, their outcome not stored, just after a crash:
             the only replies a crash may have posted without recording it, so the only
             ones a recipient may get twice.
@@ -93,9 +108,18 @@ class Run:
         self.logs = logs
         self.marker = logs / "blocking-job-started"
         self.turns = logs / "turns.tsv"
+        self.agent_turns = logs / "agent-turns.log"
+        self.agent_marks = logs / "marks"
+        self.agent_marks.mkdir()
+        (logs / "agent.sh").write_text(AGENT_SCRIPT)
         self.started: list[Process] = []
         self.daemons = [self._daemon(slot) for slot in range(DAEMONS)]
         self.worker = self._worker()
+        self.command_worker = self._command_worker()
+        self.command_kills = 0
+        self.killed_turns: list[tuple[str, int, float]] = []
+        self.orphans: list[int] = []
+        self.turn_processes: list[int] = []
         self.daemon_kills = 0
         self.db_restarts = 0
         self.worker_kills = 0
@@ -115,15 +139,32 @@ class Run:
     def _worker(self) -> Process:
         return self._start(
             "worker",
-            ["worker", "--handler", "tests.chaos.handlers:answer"],
+            [
+                "worker",
+                "--handler",
+                "tests.chaos.handlers:answer",
+                *(arg for session in HANDLER_SESSIONS for arg in ("--queue", session)),
+            ],
             CHAOS_BLOCK_COMMAND=self.plan.blocking.command,
             CHAOS_MARKER=str(self.marker),
             CHAOS_TURNS=str(self.turns),
         )
 
+    def _command_worker(self) -> Process:
+        return self._start(
+            "command-worker",
+            [
+                "worker", "--command", f"sh {self.logs / 'agent.sh'}",
+                "--env", "CHAOS_AGENT_TURNS", "--env", "CHAOS_AGENT_MARKS",
+                *(arg for session in COMMAND_SESSIONS for arg in ("--queue", session)),
+            ],
+            CHAOS_AGENT_TURNS=str(self.agent_turns),
+            CHAOS_AGENT_MARKS=str(self.agent_marks),
+        )  # fmt: skip
+
     def running(self) -> list[Process]:
         """The processes that should be alive now."""
-        return [*self.daemons, self.worker]
+        return [*self.daemons, self.worker, self.command_worker]
 
     def check_alive(self) -> None:
         """Fail if a process this run did not kill has died on its own."""
@@ -139,6 +180,7 @@ class Run:
         for daemon in self.daemons:
             await daemon.started("daemon_started")
         await self.worker.started("worker_started")
+        await self.command_worker.started("worker_started")
 
     def kill_daemon(self, slot: int) -> None:
         """SIGKILL the daemon in ``slot`` and start a new one in its place."""
@@ -152,6 +194,31 @@ class Run:
         self.worker.kill()
         self.worker_kills += 1
         self.worker = self._worker()
+
+    async def kill_command_worker(self) -> None:
+        """SIGKILL the command worker mid-turn, watch its turns die, start another one."""
+        doomed = descendants(self.command_worker.pid)
+        self.turn_processes.extend(doomed)
+        self.command_worker.kill()
+        self.command_kills += 1
+        killed_at = time.monotonic()
+        last_seen = time.time()
+        while alive := [pid for pid in doomed if process_running(pid)]:
+            if time.monotonic() - killed_at > KILL_GRACE_S + 1.0:
+                self.orphans.extend(alive)
+                break
+            last_seen = time.time()
+            await asyncio.sleep(0.01)
+        # Every turn that never wrote its end line and was not cut before was cut now: the
+        # only command worker is dead, and the next one has not started yet.
+        cut_before = {pid for _, pid, _ in self.killed_turns}
+        text = self.agent_turns.read_text() if self.agent_turns.exists() else ""
+        self.killed_turns.extend(
+            (session, pid, last_seen)
+            for session, pid, _, end in agent_turns(text)
+            if end is None and pid not in cut_before
+        )
+        self.command_worker = self._command_worker()
 
     def kill_all(self) -> None:
         """SIGKILL whatever is still running, by pid, and close every log."""
@@ -204,6 +271,24 @@ async def _poison(pool: Pool, keys: list[str], agent: str) -> None:
         keys,
         agent,
     )
+
+
+def agent_turns(text: str) -> list[tuple[str, int, float, float | None]]:
+    """The command agents' turns: ``(session, pid, start, end)``; end None: never ended."""
+    turns: dict[int, tuple[str, float, float | None]] = {}
+    for line in text.splitlines():
+        what, session, _command, *rest = line.split()
+        if what == "start":
+            turns[int(rest[1])] = (session, float(rest[0]), None)
+        elif what == "end" and int(rest[1]) in turns:
+            turns[int(rest[1])] = (session, turns[int(rest[1])][1], float(rest[0]))
+    return [(session, pid, start, end) for pid, (session, start, end) in turns.items()]
+
+
+def _blocked(path: Path) -> int:
+    """How many command agents blocked so far (a first turn of a blocking job)."""
+    text = path.read_text() if path.exists() else ""
+    return sum(line.startswith("blocked ") for line in text.splitlines())
 
 
 async def _job_row(pool: Pool, job_id: str) -> Any:
@@ -264,6 +349,23 @@ async def _chaos(
     async def blocking_job_running() -> bool:
         return run.marker.exists()
 
+    async def kill_command_worker_mid_turn() -> None:
+        # Each blocking job's first turn blocks: kill its worker while it runs, until every
+        # one of them has blocked once (one kill may catch several).
+        planned = plan.size.command_worker_kills
+        blocked = 0
+        while blocked < planned:
+
+            async def another_blocks(seen: int = blocked) -> bool:
+                return _blocked(run.agent_turns) > seen
+
+            await eventually(another_blocks, "a command agent to block", within_s=60)
+            await asyncio.sleep(plan.worker_kill_delay_s)  # a random moment into the turn
+            run.check_alive()
+            blocked = _blocked(run.agent_turns)
+            await run.kill_command_worker()
+            await run.command_worker.started("worker_started")
+
     async def kill_worker_mid_job() -> None:
         await eventually(blocking_job_running, "the blocking job to start", within_s=30)
         await asyncio.sleep(plan.worker_kill_delay_s)  # a random moment into the job
@@ -273,7 +375,8 @@ async def _chaos(
         run.kill_worker()
 
     await asyncio.wait_for(
-        asyncio.gather(produce(), strike(), kill_worker_mid_job()), plan.size.window_s + 90
+        asyncio.gather(produce(), strike(), kill_worker_mid_job(), kill_command_worker_mid_turn()),
+        plan.size.window_s + 90,
     )
 
 
@@ -372,6 +475,26 @@ class Turns:
         return found
 
 
+def _command_turns(run: Run) -> tuple[int, list[tuple[str, int, int]]]:
+    """How many command turns ran, and ``(session, pid, next pid)`` of each overlap.
+
+    A turn cut by its worker's SIGKILL ends when its last process was seen dead.
+    """
+    killed = {pid: dead for _, pid, dead in run.killed_turns}
+    by_session: dict[str, list[tuple[float, float, int]]] = {}
+    for session, pid, start, end in agent_turns(run.agent_turns.read_text()):
+        finish = end if end is not None else killed.get(pid)
+        assert finish is not None, f"turn {pid} of {session} neither ended nor was killed"
+        by_session.setdefault(session, []).append((start, finish, pid))
+    overlaps = [
+        (session, first[2], second[2])
+        for session, turns in by_session.items()
+        for first, second in pairwise(sorted(turns))
+        if second[0] < first[1]
+    ]
+    return sum(map(len, by_session.values())), overlaps
+
+
 def _turns(path: Path) -> Turns:
     turns = Turns()
     text = path.read_text(encoding="utf-8") if path.exists() else ""
@@ -400,6 +523,9 @@ async def _check_and_report(
     got |= dict.fromkeys(receipts, "receipt")
     duplicates_bound = WINDOW_SIZE * (run.daemon_kills + DAEMONS * run.db_restarts)
     turns = _turns(run.turns)
+    command_turns, command_overlaps = _command_turns(run)
+    agents = [pid for _, pid, _, _ in agent_turns(run.agent_turns.read_text())]
+    left = [pid for pid in {*run.turn_processes, *agents} if process_running(pid)]
     answers = ", ".join(
         f"{answer.value} {count}" for answer, count in recipients.answers.most_common()
     )
@@ -418,7 +544,11 @@ async def _check_and_report(
         f"  turns {sum(map(len, turns.by_session.values()))}, "
         f"{len(turns.by_session.get(CROWDED_SESSION, []))} of them in {CROWDED_SESSION}, "
         f"{len(turns.overlapping)} overlapping; "
-        f"unstorable results {sum(spec.unstorable for spec in plan.jobs)}, settled failed"
+        f"unstorable results {sum(spec.unstorable for spec in plan.jobs)}, settled failed\n"
+        f"  command agents: {command_turns} turns, {run.command_kills} worker SIGKILLs "
+        f"mid-turn ({len(run.killed_turns)} turns cut, {len(run.turn_processes)} processes "
+        f"under the killed workers), {len(run.orphans)} alive past the kill grace, "
+        f"{len(left)} left at the end, {len(command_overlaps)} overlapping turns"
     )
 
     assert not set(rows) & receipts, "a key is both a row and a receipt"
@@ -460,6 +590,11 @@ async def _check_and_report(
         # The handler never runs again for it; only a worker killed mid-job reruns one.
         assert 1 <= len(turns.by_command[spec.command]) <= row["recovery_count"] + 1, spec.command
     assert turns.overlapping == [], f"turns of one session overlapped: {turns.overlapping[:3]}"
+    assert run.command_kills >= 1, "the command worker was never killed mid-turn"
+    assert run.killed_turns, "no command agent was running when its worker was killed"
+    assert run.orphans == [], f"processes outlived their killed worker: {run.orphans}"
+    assert left == [], f"processes of killed turns still run: {left}"
+    assert command_overlaps == [], f"command turns of one session overlapped: {command_overlaps}"
     blocking = jobs[plan.blocking.job.job_id]
     assert blocking["recovery_count"] == 1, "the killed worker's job was not recovered once"
     assert blocking["worker_id"].endswith(f":{run.worker.pid}"), "not finished by the second worker"

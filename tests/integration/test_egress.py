@@ -219,16 +219,21 @@ async def test_a_failure_reason_shows_no_query() -> None:
 
 
 async def test_route_writes_are_checked_against_the_policy(pg_pool: Pool) -> None:
-    """Adding or updating a route refuses metadata hosts, credentials, and loopback when public."""
+    """Route writes refuse metadata hosts in every spelling, credentials, loopback when public."""
     routes = PostgresRoutes(pg_pool, clock=SystemClock())
-    for bad in [
-        "http://169.254.169.254/latest/meta-data/",
-        "http://0xa9fea9fe/",
-        "https://user:pw@inbox.example/hook",
+    for bad, named in [
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
+        ("http://0xa9fea9fe/", "169.254.169.254"),
+        ("https://user:pw@inbox.example/hook", "credentials"),
+        # The issue's NAT64 and SIIT spellings, and ideographic full stops.
+        ("http://[64:ff9b:1::a9fe:a9fe]/", "169.254.169.254"),
+        ("http://[::ffff:0:a9fe:a9fe]/", "169.254.169.254"),
+        ("http://169\u3002254\u3002169\u3002254/", "169.254.169.254"),
     ]:
         with pytest.raises(InvalidInput) as caught:
             await routes.add(AGENT, bad)
         assert caught.value.field == "url"
+        assert named in str(caught.value)
     await routes.add(AGENT, "http://127.0.0.1:9/hook")
     public = PostgresRoutes(pg_pool, egress=PUBLIC, clock=SystemClock())
     with pytest.raises(InvalidInput, match="not a public address"):
@@ -237,3 +242,22 @@ async def test_route_writes_are_checked_against_the_policy(pg_pool: Pool) -> Non
         await public.add("other", "http://localhost:9/hook")
     assert (await routes.route(AGENT)) is not None
     assert (await routes.route("other")) is None
+
+
+@pytest.mark.parametrize(
+    "host", ["64:ff9b:1::a9fe:a9fe", "::ffff:0:a9fe:a9fe", "64:ff9b::a9fe:a9fe"]
+)
+async def test_an_ipv6_spelling_of_the_metadata_address_is_never_connected_to(
+    inbox: Inbox, host: str
+) -> None:
+    """Stored unchecked, or answered by DNS, a NAT64/SIIT metadata address is refused at connect."""
+    async with transport_to(f"http://[{host}]:{inbox.port}/hook") as transport:
+        literal = await transport.post(reply(0))
+    dns = FakeDns({"inbox.test": [host]})
+    async with transport_to(f"http://inbox.test:{inbox.port}/hook", dns=dns) as transport:
+        resolved = await transport.post(reply(1))
+    for result in (literal, resolved):
+        assert isinstance(result, Rejected)
+        assert result.dead_reason is DeadReason.EGRESS_REFUSED
+        assert "carries 169.254.169.254" in result.reason
+    assert inbox.seen == []

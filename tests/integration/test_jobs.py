@@ -20,6 +20,7 @@ from birddog import (
     StoreUnavailable,
     UnreadableRow,
 )
+from birddog.core.turns import DEFAULT_KILL_GRACE_S, Turn
 from birddog.postgres.jobs import (
     LEASE_EXPIRED_DIAGNOSTIC,
     PostgresJobs,
@@ -402,12 +403,17 @@ async def test_cancelling_an_unknown_job_raises(jobs: PostgresJobs) -> None:
 async def test_an_expired_lease_with_budget_left_is_queued_again(
     jobs: PostgresJobs, pg_pool: Pool, clock: FrozenClock
 ) -> None:
-    """A running job past its lease returns to its queue, recovery_count + 1, claim cleared."""
+    """A job past its lease and the kill grace returns to its queue, recovery_count + 1."""
     await enqueue(pg_pool, make_job(max_recoveries=1))
     first = await claim(jobs, lease_s=60)
     clock.advance(59)
     assert await jobs.recover_expired() == []
     clock.advance(1)
+    # The lease has ended, but a vanished worker's supervisor may still be ending its turn.
+    assert await jobs.recover_expired() == []
+    clock.advance(DEFAULT_KILL_GRACE_S - 0.5)
+    assert await jobs.recover_expired() == []
+    clock.advance(0.5)
     assert await jobs.recover_expired() == [("job-1", "requeued")]
     stored = await job_row(pg_pool, "job-1")
     assert (stored["state"], stored["recovery_count"], stored["claim_token"]) == ("queued", 1, None)
@@ -427,7 +433,8 @@ async def test_an_expired_lease_without_budget_settles_outcome_unknown_with_repl
     """With the budget spent, an expired job settles outcome_unknown and its replies are owed."""
     await enqueue(pg_pool, make_job(max_recoveries=1))
     await claim(jobs, lease_s=60)
-    assert await jobs.recover_expired(now=T0 + timedelta(seconds=61)) == [("job-1", "requeued")]
+    late = T0 + timedelta(seconds=61 + DEFAULT_KILL_GRACE_S)
+    assert await jobs.recover_expired(now=late) == [("job-1", "requeued")]
     await claim(jobs, lease_s=60)
     clock.advance(200)
     assert await jobs.recover_expired() == [("job-1", "outcome_unknown")]
@@ -456,7 +463,7 @@ async def test_a_job_without_recovery_policy_is_never_requeued(
     """No recovery policy means no budget: the first expired lease settles outcome_unknown."""
     await enqueue(pg_pool, make_job(with_mail=False))
     await claim(jobs, lease_s=5)
-    clock.advance(5)
+    clock.advance(5 + DEFAULT_KILL_GRACE_S)
     assert await jobs.recover_expired() == [("job-1", "outcome_unknown")]
     assert await outbox_rows(pg_pool) == []
     assert await wake_at(pg_pool) is None
@@ -469,7 +476,7 @@ async def test_an_expired_job_with_a_recorded_cancellation_settles_cancelled(
     await enqueue(pg_pool, make_job(max_recoveries=3))
     await claim(jobs, lease_s=5)
     await jobs.cancel(job_id="job-1", content="never mind")
-    clock.advance(6)
+    clock.advance(6 + DEFAULT_KILL_GRACE_S)
     assert await jobs.recover_expired() == [("job-1", "cancelled")]
     assert {row["reply"]["content"] for row in await outbox_rows(pg_pool)} == {"never mind"}
 
@@ -482,7 +489,7 @@ async def test_recovery_works_in_batches_and_skips_jobs_being_settled(
         pg_pool, *(make_job(f"job-{i}", session=f"s-{i}", max_recoveries=1) for i in range(5))
     )
     assert len(await jobs.claim_many(limit=5, lease_s=1)) == 5
-    clock.advance(2)
+    clock.advance(2 + DEFAULT_KILL_GRACE_S)
     async with pg_conn.transaction():
         await pg_conn.execute("SELECT 1 FROM birddog.jobs WHERE job_id = 'job-4' FOR UPDATE")
         handled = await asyncio.wait_for(jobs.recover_expired(limit=2), timeout=5)
@@ -632,7 +639,7 @@ async def test_an_oversized_recorded_cancellation_still_settles_when_the_lease_e
     await enqueue(pg_pool, make_job())
     await claim(generous, lease_s=10)
     assert await generous.cancel(job_id="job-1", content="stop " * 1000) is None
-    clock.advance(11)
+    clock.advance(11 + DEFAULT_KILL_GRACE_S)
     assert await strict.recover_expired() == [("job-1", "cancelled")]
     stored = await job_row(pg_pool, "job-1")
     assert (stored["state"], stored["outcome"]) == ("settled", "cancelled")
@@ -658,7 +665,7 @@ async def test_a_job_the_database_refuses_to_settle_never_blocks_the_reaper(
         "ALTER TABLE birddog.outbox ADD CONSTRAINT test_refuses_carol "
         "CHECK (recipient_agent_id <> 'carol')"
     )
-    clock.advance(11)
+    clock.advance(11 + DEFAULT_KILL_GRACE_S)
     with structlog.testing.capture_logs() as log_events:
         handled = await jobs.recover_expired(limit=2)
     assert sorted(handled) == [(f"job-{i}", "outcome_unknown") for i in range(4)]
@@ -713,3 +720,30 @@ async def test_a_job_queued_past_its_maximum_age_is_cancelled_and_its_sender_hea
     assert (await job_row(pg_pool, "young"))["state"] == "queued"
     assert (await job_row(pg_pool, "busy"))["state"] == "running"
     assert await jobs.cancel_queued_too_long() == []
+
+
+# ---- where a turn runs -----------------------------------------------------------------
+
+
+async def test_a_turn_is_recorded_under_its_claim_only_and_listed_by_host_while_running(
+    jobs: PostgresJobs, pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """record_turn needs the current claim; turns_on_host lists running jobs of that host and boot."""
+    await enqueue(pg_pool, make_job("job-1", max_recoveries=1), make_job("job-2", session="s-2"))
+    first = await claim(jobs, lease_s=10)
+    other = await claim(jobs, lease_s=10)
+    here = Turn(host="host-a", boot_id="boot-1", pid=4242, start_ticks=987654321012)
+    await jobs.record_turn(job_id=first.job.job_id, claim_token=first.claim_token, turn=here)
+    elsewhere = Turn(host="host-b", boot_id="boot-1", pid=4243, start_ticks=5)
+    await jobs.record_turn(job_id=other.job.job_id, claim_token=other.claim_token, turn=elsewhere)
+    with pytest.raises(StaleClaim):
+        await jobs.record_turn(job_id=first.job.job_id, claim_token=other.claim_token, turn=here)
+    assert await jobs.turns_on_host(host="host-a", boot_id="boot-1") == [(first.job.job_id, here)]
+    assert await jobs.turns_on_host(host="host-a", boot_id="boot-2") == []
+    clock.advance(10 + DEFAULT_KILL_GRACE_S)
+    assert (first.job.job_id, "requeued") in await jobs.recover_expired()
+    # Requeued, the job keeps its last record (the next claim's replaces it), but is not listed.
+    assert (await job_row(pg_pool, first.job.job_id))["turn_pid"] == 4242
+    assert await jobs.turns_on_host(host="host-a", boot_id="boot-1") == []
+    with pytest.raises(StaleClaim):
+        await jobs.record_turn(job_id=first.job.job_id, claim_token=first.claim_token, turn=here)

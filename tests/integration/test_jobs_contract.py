@@ -14,6 +14,7 @@ import pytest
 
 from birddog import AgentJobPayload, Job, JobConflict, JobNotFound, JobState, Outcome, StaleClaim
 from birddog.core.lifecycle import Keep, SettleRequested
+from birddog.core.turns import DEFAULT_KILL_GRACE_S, Turn
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool
 from birddog.testing import FrozenClock, InMemoryJobs, InMemoryOutbox, ManualListener
@@ -191,11 +192,14 @@ async def test_an_expired_lease_requeues_within_budget_then_settles_unknown(
     await backend.enqueue(make_job("job-1", reply_to=[ALICE], max_recoveries=1))
     assert await claimed_ids(backend) == ["job-1"]
     backend.clock.advance(LEASE_S)
+    # The lease ended; the kill grace keeps the job until a dead worker's turn is over.
+    assert await backend.jobs.recover_expired() == []
+    backend.clock.advance(DEFAULT_KILL_GRACE_S)
     assert await backend.jobs.recover_expired() == [("job-1", "requeued")]
     again = await backend.jobs.claim(lease_s=LEASE_S)
     assert again is not None
     assert (again.job.job_id, again.job.state) == ("job-1", JobState.RUNNING)
-    backend.clock.advance(LEASE_S)
+    backend.clock.advance(LEASE_S + DEFAULT_KILL_GRACE_S)
     assert await backend.jobs.recover_expired() == [("job-1", "outcome_unknown")]
     assert await backend.reply_keys() == ["outbox:mail-job-1:reply:0"]
 
@@ -220,3 +224,22 @@ async def test_a_worker_runs_its_jobs_on_either_store(backend: Backend) -> None:
     await worker.run(once=True)
     assert worker.summary() == {"completed": 3}
     assert len(await backend.reply_keys()) == 3
+
+
+async def test_a_turn_is_recorded_under_its_claim_and_listed_while_the_job_runs(
+    backend: Backend,
+) -> None:
+    """record_turn needs the current claim; turns_on_host lists running jobs of that boot."""
+    await backend.enqueue(make_job("job-1"))
+    claimed = await backend.jobs.claim(lease_s=LEASE_S)
+    assert claimed is not None
+    turn = Turn(host="host-a", boot_id="boot-1", pid=4242, start_ticks=987654321012)
+    await backend.jobs.record_turn(job_id="job-1", claim_token=claimed.claim_token, turn=turn)
+    with pytest.raises(StaleClaim):
+        await backend.jobs.record_turn(job_id="job-1", claim_token="not-the-claim", turn=turn)
+    assert await backend.jobs.turns_on_host(host="host-a", boot_id="boot-1") == [("job-1", turn)]
+    assert await backend.jobs.turns_on_host(host="host-a", boot_id="boot-2") == []
+    await backend.jobs.settle(
+        job_id="job-1", claim_token=claimed.claim_token, outcome=Outcome.COMPLETED, content=""
+    )
+    assert await backend.jobs.turns_on_host(host="host-a", boot_id="boot-1") == []

@@ -73,6 +73,7 @@ class Size:
         window_s: the chaos window: jobs arrive and faults strike within it.
         daemon_kills: SIGKILLs per drain daemon.
         db_restarts: ``pg_ctl restart -m immediate`` during the window.
+        command_worker_kills: SIGKILLs of the command worker while an agent of it runs.
         settle_s: after the window, the deadline for every reply to end.
     """
 
@@ -84,6 +85,7 @@ class Size:
     daemon_kills: int
     db_restarts: int
     settle_s: float
+    command_worker_kills: int = 1
 
     @property
     def replies(self) -> int:
@@ -91,7 +93,10 @@ class Size:
         return self.jobs * self.replies_per_job
 
 
-FULL = Size("full", 1000, 5, 20, window_s=60, daemon_kills=3, db_restarts=2, settle_s=420)
+FULL = Size(
+    "full", 1000, 5, 20, window_s=60, daemon_kills=3, db_restarts=2, settle_s=420,
+    command_worker_kills=3,
+)  # fmt: skip
 REDUCED = Size("reduced", 100, 5, 20, window_s=14, daemon_kills=1, db_restarts=1, settle_s=45)
 
 DAEMONS = 2
@@ -112,10 +117,12 @@ FAST_SETTINGS = {
     "BIRDDOG_SHUTDOWN_GRACE_S": "2",
     "BIRDDOG_MAX_DEFERRAL_S": "2",
     "BIRDDOG_JOB_LEASE_S": "2",
+    "BIRDDOG_KILL_GRACE_S": "1",
     "BIRDDOG_WINDOW_SIZE": str(WINDOW_SIZE),
 }
 """Retry fast, give up on a post after 1 s, take over a dead daemon's page after 5 s, and
-recover a dead worker's job after 2 s; 50 attempts so 35% failures never exhaust one."""
+recover a dead worker's job after 2 s and the 1 s kill grace; 50 attempts so 35% failures
+never exhaust one."""
 
 
 class Kind(StrEnum):
@@ -129,6 +136,34 @@ class Kind(StrEnum):
 
 
 CROWDED_SESSION = "s-crowded"
+
+HANDLER_SESSIONS = (*(f"s-{index}" for index in range(10)), CROWDED_SESSION)
+"""The sessions the Python handler's worker serves."""
+
+COMMAND_SESSIONS = ("c-0", "c-1", "c-2")
+"""The sessions a ``worker --command`` serves: a tenth of the jobs."""
+
+BLOCK_MARK = "-block"
+"""A command job whose first turn runs ``sh -c 'sleep 300 & sleep 300'``: its worker is
+SIGKILLed mid-turn, and the recovered turn answers like any other."""
+
+AGENT_SCRIPT = """\
+log="$CHAOS_AGENT_TURNS"
+echo "start $BIRDDOG_SESSION_ID $BIRDDOG_COMMAND_ID $(date +%s.%N) $$" >> "$log"
+case "$BIRDDOG_COMMAND_ID" in
+  *-block)
+    if mkdir "$CHAOS_AGENT_MARKS/$BIRDDOG_COMMAND_ID" 2>/dev/null; then
+      echo "blocked $BIRDDOG_SESSION_ID $BIRDDOG_COMMAND_ID $$" >> "$log"
+      sh -c 'sleep 300 & sleep 300'
+    fi;;
+esac
+sleep 0.02
+echo "end $BIRDDOG_SESSION_ID $BIRDDOG_COMMAND_ID $(date +%s.%N) $$" >> "$log"
+printf 'answer:%s' "$BIRDDOG_COMMAND_ID"
+"""
+"""What the command worker runs for each job (``sh agent.sh``): it stamps the start and
+end of its turn in ``CHAOS_AGENT_TURNS`` (passed with ``--env``) and answers like the
+Python handler."""
 
 FAST_RECIPIENTS = 4
 """Recipients that accept at once, so a SIGKILL finds the window full of accepted posts."""
@@ -243,6 +278,8 @@ def make_plan(seed: int, size: Size) -> Plan:
     unstorable = list(UNSTORABLE_RESULTS)
     for index in range(size.jobs):
         session = CROWDED_SESSION if index % 5 == 3 else f"s-{index % 10}"
+        if index % 10 == 6:
+            session = COMMAND_SESSIONS[index // 10 % len(COMMAND_SESSIONS)]
         # Some keys carry SQL metacharacters: they must travel as data, never as SQL.
         mail_key = f"mail-{index:05d}" + (
             "'; DROP TABLE birddog.outbox; --" if index % 50 == 7 else ""
@@ -250,6 +287,8 @@ def make_plan(seed: int, size: Size) -> Plan:
         pool = flaky if index == 0 else agents
         reply_to = tuple(rng.sample(pool, size.replies_per_job))
         command = f"cmd-{index:05d}"
+        if index % 10 == 6 and index // 10 < size.command_worker_kills:
+            command += BLOCK_MARK
         if index % 25 == 12:
             command += UNSTORABLE_MARK + unstorable[(index // 25) % len(unstorable)]
         mail = Mail(

@@ -6,8 +6,11 @@ source, where a secret scanner would flag it.
 
 from __future__ import annotations
 
+import json
+from urllib.parse import quote
+
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from birddog import DIAGNOSTIC_MAX_LENGTH, bounded_diagnostic
@@ -299,3 +302,162 @@ def test_an_aws_secret_key_starting_with_a_slash_or_plus_is_masked(key: str) -> 
     out = bounded_diagnostic(f"credentials rejected: {key} (region us-east-1)")
     assert key[-12:] not in out
     assert "[redacted]" in out
+
+
+# ---- what people actually paste --------------------------------------------------------
+
+PASTED = [
+    (
+        "curl -u admin:hunter2 https://api.example/x",
+        "curl -u admin:[redacted] https://api.example/x",
+    ),
+    ("curl --user=admin:hunter2 x", "curl --user=admin:[redacted] x"),
+    ("mysql -u root -phunter2 -h db", "mysql -u root -p[redacted] -h db"),
+    ("mysqldump -uroot -phunter2 shop", "mysqldump -uroot -p[redacted] shop"),
+    ("run --password hunter2 now", "run --password [redacted] now"),
+    ("<password>hunter2</password>", "<password>[redacted]</password>"),
+    ("<db:Password id='1'>hunter2</db:Password>", "<db:Password id='1'>[redacted]</db:Password>"),
+    ("https://u:pa/ss@h.example/x", "https://u:[redacted]@h.example/x"),
+    ("pass=hunter2", "pass=[redacted]"),
+    ("pw=hunter2", "pw=[redacted]"),
+    ('"pass": "hunter2"', '"pass": "[redacted]"'),
+    ('passphrase: "correct horse"', 'passphrase: "[redacted]"'),
+    ("sshpass -p hunter2 ssh host", "sshpass -p [redacted] ssh host"),
+    (
+        "export GITHUB_TOKEN=abc123; FOO_TOKEN=xyz",
+        "export GITHUB_TOKEN=[redacted]; FOO_TOKEN=[redacted]",
+    ),
+    ("tool --api-key=abc123 --api-key abc456", "tool --api-key=[redacted] --api-key [redacted]"),
+    ("curl -H 'X-Api-Key: abc123' x", "curl -H 'X-Api-Key: [redacted]' x"),
+    ("Authorization: Custom abc123", "Authorization: Custom [redacted]"),
+    ("Proxy-Authorization: Basic dXNlcg==", "Proxy-Authorization: Basic [redacted]"),
+    ("GET /cb?access_token=abc123&x=1", "GET /cb?access_token=[redacted]&x=1"),
+    ("GET /cb#access_token=abc123", "GET /cb#access_token=[redacted]"),
+    ("redis-cli -a hunter2 ping", "redis-cli -a [redacted] ping"),
+    ("docker login -u me -p hunter2 ghcr.io", "docker login -u me -p [redacted] ghcr.io"),
+    ("keytool -storepass hunter2 -list", "keytool -storepass [redacted] -list"),
+    ("openssl rsa -passin pass:hunter2", "openssl rsa -passin [redacted]"),
+    ("$config = array('password' => 'hunter2')", "$config = array('password' => '[redacted]')"),
+    (
+        "post to https://hooks.slack.com/services/T0/B0/abcdef failed",
+        "post to https://hooks.slack.com/services/[redacted] failed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("raw", "masked"), PASTED)
+def test_what_people_paste_is_masked_and_the_rest_kept(raw: str, masked: str) -> None:
+    """Each shape of the issue and its kin is masked exactly where the secret was."""
+    assert bounded_diagnostic(raw) == masked
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "gcc -pthread -o agent main.c: error 1",
+        "mkdir -p /var/lib/agent; ssh -p2222 host",
+        "docker run -u 1000:1000 image exited 3",
+        "bypass=yes; compass heading 270",
+        "provider_error: 401 Authorization: Bearer [redacted]",
+    ],
+)
+def test_flags_that_are_not_passwords_are_kept(text: str) -> None:
+    """-p of mkdir, ssh and gcc, uid:gid and words ending in 'pass' are not masked."""
+    assert bounded_diagnostic(text) == text
+
+
+SHAPES = [
+    "curl -u admin:{v} https://h.example/x",
+    "mysql -u root -p{v} -h db",
+    "mysql --password {v} shop",
+    "<password>{v}</password>",
+    "https://u:{v}@h.example/x",
+    "pass={v}",
+    "pw={v}",
+    "sshpass -p {v} ssh h",
+    "FOO_TOKEN={v}",
+    "--api-key={v}",
+    "--api-key {v}",
+    "-H 'X-Api-Key: {v}'",
+    "Authorization: Custom {v}",
+    "GET /cb?access_token={v}",
+    "redis-cli -a {v}",
+]
+"""Shapes whose value is bare: they are also tried with the value quoted."""
+
+QUOTED_SHAPES = ['"pass": "{v}"', 'passphrase: "{v}"', "{{'password': '{v}'}}"]
+"""Shapes whose value is quoted already (it may hold spaces)."""
+
+
+def _forms(line: str) -> list[str]:
+    """The line as pasted, URL-encoded, JSON-escaped (also HTML-safe and twice)."""
+    escaped = json.dumps(line)[1:-1]
+    html_safe = escaped.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+    return [line, quote(line, safe=""), escaped, html_safe, json.dumps(json.dumps(line))[1:-1]]
+
+
+@pytest.mark.parametrize("shape", SHAPES + QUOTED_SHAPES)
+def test_every_shape_is_masked_quoted_url_encoded_and_json_escaped(shape: str) -> None:
+    """hunter2 never survives a shape, with its value quoted, URL-encoded or JSON-escaped."""
+    lines = [shape.format(v="hunter2")]
+    if shape in SHAPES:
+        lines += [shape.format(v="'hunter2'"), shape.format(v='"hunter2"')]
+    for line in lines:
+        for form in _forms(line):
+            out = bounded_diagnostic(f"failed: {form} (exit 1)")
+            assert "hunter2" not in out, (form, out)
+            assert "hunter" not in out, (form, out)
+
+
+_SECRET = st.from_regex(r"[A-Za-z0-9][A-Za-z0-9._~+/=!*$^@:-]{7,20}", fullmatch=True)
+_SPACED_SECRET = st.from_regex(
+    r"[A-Za-z0-9][A-Za-z0-9 ._~+/=!*$^@:-]{7,20}[A-Za-z0-9]", fullmatch=True
+)
+_AROUND = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=40)
+
+
+@given(
+    st.tuples(st.sampled_from(SHAPES), st.sampled_from(["", "'", '"'])),
+    _SECRET,
+    st.sampled_from(range(5)),
+    _AROUND,
+    _AROUND,
+)
+def test_no_pasted_secret_survives_in_any_form(
+    shaped: tuple[str, str], secret: str, form: int, before: str, after: str
+) -> None:
+    """A secret in any shape, quoted or not, in any encoding, amid any text, never survives."""
+    shape, quote_mark = shaped
+    assume(secret not in before + shape + after + "[redacted]")
+    value = f"{quote_mark}{secret}{quote_mark}"
+    out = bounded_diagnostic(f"{before} {_forms(shape.format(v=value))[form]} {after}")
+    assert secret not in out
+    assert secret[-6:] not in out or secret[-6:] in before + shape + after
+
+
+@given(st.sampled_from(QUOTED_SHAPES), _SPACED_SECRET, st.sampled_from(range(5)), _AROUND, _AROUND)
+def test_no_quoted_secret_survives_spaces_and_all(
+    shape: str, secret: str, form: int, before: str, after: str
+) -> None:
+    """A quoted secret with spaces in it is masked whole, in every encoding."""
+    assume(secret not in before + shape + after + "[redacted]")
+    out = bounded_diagnostic(f"{before} {_forms(shape.format(v=secret))[form]} {after}")
+    assert secret not in out
+    for word in secret.split():
+        assert len(word) < 6 or word not in out or word in before + shape + after
+
+
+@given(
+    st.from_regex(r"[a-z][a-z0-9._-]{0,12}", fullmatch=True),
+    st.text(
+        alphabet=st.characters(min_codepoint=33, max_codepoint=126, exclude_characters="\\"),
+        min_size=6,
+        max_size=30,
+    ),
+)
+def test_url_userinfo_is_masked_whatever_the_password_holds(user: str, password: str) -> None:
+    """scheme://user:password@host loses its password, '/', '@', '?', '#' and ':' included."""
+    assume(password not in f"https://{user}:[redacted]@db.example.com/x refused")
+    out = bounded_diagnostic(f"connect https://{user}:{password}@db.example.com/x refused")
+    assert password not in out
+    assert f"https://{user}:[redacted]@" in out

@@ -57,3 +57,27 @@ def test_any_text_is_a_duration_or_invalid_input(text: str) -> None:
     except InvalidInput:
         return
     assert 0 <= seconds <= 100 * 365 * 86400
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "Infinity", "1e400"])
+@pytest.mark.parametrize("name", ["BIRDDOG_LEASE_S", "BIRDDOG_KILL_GRACE_S", "BIRDDOG_JITTER"])
+def test_a_setting_of_nan_or_inf_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str
+) -> None:
+    """A duration (or ratio) setting of nan or inf is refused like any bad value, named."""
+    from birddog.settings import Settings  # noqa: PLC0415
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=name):
+        Settings()
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "1e400", "soon"])
+def test_a_wait_of_nan_or_inf_is_refused_and_zero_is_no_wait(value: str) -> None:
+    """The --timeout of ask parses as every duration does; 0 (do not wait) is the one extra."""
+    from birddog.cli import wait_duration  # noqa: PLC0415
+
+    with pytest.raises(ValueError, match="duration"):
+        wait_duration(value)
+    assert wait_duration("0") == 0.0
+    assert wait_duration("4m") == 240.0

@@ -39,6 +39,28 @@ def spellings(address: ipaddress.IPv4Address) -> list[str]:
         f"::ffff:{number >> 16:x}:{number & 0xFFFF:x}",
         f"64:ff9b::{address}",
         f"2002:{number >> 16:x}:{number & 0xFFFF:x}::1",
+        *embeddings(address),
+    ]
+
+
+def embeddings(address: ipaddress.IPv4Address) -> list[str]:
+    """IPv6 addresses that carry an IPv4 one: NAT64 (every RFC 6052 layout), SIIT, Teredo..."""
+    n = int(address)
+    hi, lo = n >> 16, n & 0xFFFF
+    teredo = (0x2001 << 112) | (0x41_36_E3_78 << 64) | (0x8000 << 48) | (0x63BF << 32)
+    return [
+        f"64:ff9b::{hi:x}:{lo:x}",  # the well-known prefix, hex
+        f"64:ff9b:1::{hi:x}:{lo:x}",  # RFC 8215 local use, a /96 prefix
+        f"64:ff9b:1:ab:cd::{hi:x}:{lo:x}",  # another /96 cut of the same /48
+        str(ipaddress.IPv6Address((0x64FF9B0001 << 80) | (n >> 16) << 64 | (n & 0xFFFF) << 40)),
+        str(ipaddress.IPv6Address((0x64FF9B0001 << 80) | (n >> 24) << 64 | (n & 0xFFFFFF) << 32)),
+        str(ipaddress.IPv6Address((0x64FF9B0001 << 80) | n << 24)),  # a /64 prefix
+        f"::ffff:0:{hi:x}:{lo:x}",  # SIIT, IPv4-translated
+        f"::ffff:0:{address}",
+        f"::{address}",  # IPv4-compatible
+        str(ipaddress.IPv6Address(teredo | (~n & 0xFFFFFFFF))),  # Teredo: the client, inverted
+        f"2001:db8::5efe:{hi:x}:{lo:x}",  # ISATAP
+        f"2001:db8::200:5efe:{address}",
     ]
 
 
@@ -227,3 +249,58 @@ def test_the_proxy_setting_must_be_an_http_url(monkeypatch: pytest.MonkeyPatch) 
         Settings()
     monkeypatch.setenv("BIRDDOG_HTTP_PROXY", "http://proxy.internal:3128")
     assert Settings().http_proxy == "http://proxy.internal:3128"
+
+
+@pytest.mark.parametrize("host", embeddings(ipaddress.IPv4Address("169.254.169.254")))
+def test_every_ipv6_spelling_of_the_metadata_address_is_refused_naming_it(host: str) -> None:
+    """NAT64 (both prefixes, every layout), SIIT, 6to4, Teredo, ISATAP: unwrapped, then refused."""
+    for policy in (INTERNAL, PUBLIC):
+        reason = host_refusal(host, policy)
+        assert reason is not None, host
+        assert "carries 169.254.169.254 is a link-local or cloud metadata address" in reason
+    with pytest.raises(InvalidInput, match="egress policy"):
+        check_route_url(f"http://[{host}]/latest/meta-data/", INTERNAL)
+
+
+@pytest.mark.parametrize("host", embeddings(ipaddress.IPv4Address("8.8.8.8"))[:6])
+def test_a_nat64_address_of_a_public_host_is_allowed_in_every_layout(host: str) -> None:
+    """Unwrapping refuses nothing it should not: 8.8.8.8 through NAT64 passes public egress."""
+    assert host_refusal(host, PUBLIC) is None, host
+
+
+def test_an_allow_entry_for_a_nat64_prefix_does_not_open_the_metadata_address() -> None:
+    """The IPv4 address inside is judged first: allowing 64:ff9b::/96 opens no metadata."""
+    policy = EgressPolicy.parse("public", allow="64:ff9b::/96,64:ff9b:1::/48")
+    assert policy.refusal(ipaddress.ip_address("64:ff9b::808:808")) is None
+    for host in ("64:ff9b::a9fe:a9fe", "64:ff9b:1::a9fe:a9fe"):
+        assert "metadata" in (policy.refusal(ipaddress.ip_address(host)) or "")
+    deny = EgressPolicy.parse("internal", deny="10.0.0.0/8")
+    assert deny.refusal(ipaddress.ip_address("64:ff9b:1::a00:1")) is not None
+
+
+@pytest.mark.parametrize(
+    ("url", "named"),
+    [
+        ("http://169\u3002254\u3002169\u3002254/", "169.254.169.254"),
+        ("http://169\uff0e254\uff0e169\uff0e254/", "169.254.169.254"),
+        ("http://\uff11\uff16\uff19.254.169.254/", "169.254.169.254"),
+        ("http://inbox\u3002example\u3002com/hook", "inbox.example.com"),
+        ("http://inbox.example.com./hook", "inbox.example.com"),
+        ("http://\uff49\uff4e\uff42\uff4f\uff58.example.com/hook", "inbox.example.com"),
+        ("http://\u2460\u2461\u2462.example/hook", "123.example"),
+    ],
+)
+def test_a_host_that_idna_normalisation_changes_is_refused_naming_what_it_becomes(
+    url: str, named: str
+) -> None:
+    """Ideographic or fullwidth dots and digits, trailing dots: refused, the normal form named."""
+    with pytest.raises(InvalidInput) as caught:
+        check_route_url(url, INTERNAL)
+    assert caught.value.field == "url"
+    assert named in str(caught.value)
+
+
+def test_a_host_normalisation_leaves_alone_is_accepted() -> None:
+    """An IDN already in normal form (or punycode) is a route like any other."""
+    for url in ("http://b\u00fccher.example/hook", "http://xn--bcher-kva.example/hook"):
+        assert check_route_url(url, PUBLIC) == url

@@ -21,10 +21,12 @@ from pydantic import ValidationError
 
 from birddog.core.duration import parse_duration
 from birddog.core.errors import BirdDogError, DatabaseRefused, InvalidInput, InvalidSetting
+from birddog.core.model import ID_MAX_LENGTH, check_name
+from birddog.core.text import shown_key
 from birddog.display import dump_json, render_table
 from birddog.logs import configure, renders_json
 from birddog.runtime import event_loop_factory
-from birddog.settings import Settings
+from birddog.settings import Settings, variable_of
 
 if TYPE_CHECKING:
     from birddog.bootstrap import Stack
@@ -61,6 +63,20 @@ def duration(value: str | float) -> float:
     if seconds <= 0:
         raise ValueError("it must be longer than 0 s")
     return seconds
+
+
+def wait_duration(value: str | float) -> float:
+    """How long to wait: a :func:`duration`, or ``0`` (do not wait at all).
+
+    Raises:
+        ValueError: not such a duration (``nan``, ``inf`` and negatives included).
+    """
+    if isinstance(value, float):
+        return value
+    try:
+        return parse_duration(str(value), field="it")
+    except InvalidInput as exc:
+        raise ValueError(str(exc)) from None
 
 
 class BirdDogGroup(click.Group):
@@ -130,7 +146,8 @@ def settings_error(exc: ValidationError) -> str:
     for error in exc.errors(include_input=False, include_url=False):
         location = [str(part) for part in error["loc"]]
         name = location[0] if location else ""
-        variable = "DATABASE_URL" if name == "database_url" else f"BIRDDOG_{name.upper()}"
+        # Settings are read by their variable names, so pydantic names those already.
+        variable = name if name.isupper() else variable_of(name)
         reason = str(error["msg"]).removeprefix("Value error, ")
         problems.append(f"{variable}: {reason}" if name else reason)
     return "invalid setting " + "; ".join(problems)
@@ -214,6 +231,36 @@ def with_stack(ctx: click.Context, action: Callable[[Stack], Awaitable[T]]) -> T
             return await action(stack)
 
     return run(go())
+
+
+def checked_id(value: str, what: str) -> str:
+    """An agent, session or job id from the command line, refused in one line when invalid.
+
+    Args:
+        value: the id as given.
+        what: how the message names it (``AGENT_ID``).
+
+    Returns:
+        The id.
+
+    Raises:
+        click.BadParameter: it is empty, longer than 256 characters, or holds a control
+            character; the message shows at most 200 characters of it.
+    """
+    if not 1 <= len(value) <= ID_MAX_LENGTH:
+        raise click.BadParameter(
+            f"{what} must be 1 to {ID_MAX_LENGTH} characters, not {len(value)}: {shown_key(value)}"
+        )
+    try:
+        check_name(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"{what} {exc}") from None
+    return value
+
+
+def agent_id_argument(_ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Click callback for an ``AGENT_ID`` argument: see :func:`checked_id`."""
+    return checked_id(value, (param.human_readable_name or "AGENT_ID").upper())
 
 
 def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> None:
@@ -307,8 +354,10 @@ __all__ = [
     "EXIT_OK",
     "BirdDogGroup",
     "ConfigurationError",
+    "agent_id_argument",
     "announce",
     "announcer",
+    "checked_id",
     "duration",
     "main",
     "name_environment_twins",
@@ -316,5 +365,6 @@ __all__ = [
     "run",
     "settings_error",
     "settings_of",
+    "wait_duration",
     "with_stack",
 ]

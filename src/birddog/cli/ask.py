@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import announce, main, with_stack
+from birddog.cli import announce, main, wait_duration, with_stack
 from birddog.cli.mail import read_content
 from birddog.cli.mailbox import shown
-from birddog.core.text import inert
+from birddog.core.text import inert, shown_key
 
 if TYPE_CHECKING:
     from birddog.asking import Asked
@@ -91,10 +91,10 @@ class AskCommand(click.Command):
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0),
+    type=wait_duration,
     default=240.0,
     show_default=True,
-    help="Seconds to wait for the reply.",
+    help="How long to wait for the reply: seconds, or 90s, 4m, 1h; 0 does not wait.",
 )
 @click.option(
     "--priority",
@@ -129,6 +129,8 @@ def ask(
       3  nothing was asked: bad input, an unknown agent, an asker with an inbox URL
     """  # noqa: D301 - "\b" is click's mark for a paragraph it must not rewrap
     content = read_content(question, how="the question as an argument", empty="''")
+    if not content.strip():
+        raise click.UsageError("the question is empty: nothing was asked")
 
     async def go(stack: Stack) -> int:
         loop = asyncio.get_running_loop()
@@ -149,7 +151,7 @@ def _tell_sent(asked: Asked, *, key_given: bool) -> None:
             f"(birddog inbox {asked.asker_text})"
         )
     if asked.replay:
-        announce(f"key {asked.key} was asked before: waiting for its reply")
+        announce(f"key {shown_key(asked.key)} was asked before: waiting for its reply")
     elif not key_given:
         announce(f"asked as key {asked.key} (--key {asked.key} asks the same again)")
 

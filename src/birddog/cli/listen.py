@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from birddog.cli import ConfigurationError, announce, main, run, with_stack
+from birddog.cli import ConfigurationError, agent_id_argument, announce, main, run, with_stack
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 @main.command()
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.option("--port", type=click.IntRange(1, 65535), default=8080, help="The port to listen on.")
 @click.option("--host", default="127.0.0.1", help="The address to listen on.")
 @click.option(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import main, with_stack
+from birddog.cli import checked_id, main, with_stack
 from birddog.core.ask import address_text
 from birddog.core.text import inert
 from birddog.display import format_value
@@ -78,6 +78,9 @@ def inbox(
     agent_id, _, session = address.partition(":")
     if not agent_id or (":" in address and not session):
         raise click.BadParameter("must be AGENT or AGENT:SESSION", param_hint="AGENT[:SESSION]")
+    checked_id(agent_id, "AGENT")
+    if session:
+        checked_id(session, "SESSION")
     session_id = session or None
 
     async def show(stack: Stack) -> None:

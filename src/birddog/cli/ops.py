@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from birddog.cli import EXIT_ALARM, EXIT_OK, duration, main, print_rows, settings_of, with_stack
-from birddog.core.text import inert
+from birddog.core.text import inert, shown_key
 
 if TYPE_CHECKING:
     from birddog.bootstrap import Stack
@@ -250,8 +250,10 @@ def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
         raise click.UsageError("give exactly one of KEY or --agent")
     keys = with_stack(ctx, lambda s: s.outbox.replay(key=key, agent_id=agent_id))
     if not keys:
-        what = f"key {key!r}" if key is not None else f"recipient {agent_id!r}"
-        click.echo(f"Error: no dead letter with {inert(what)}; see `birddog dead`", err=True)
+        what = (
+            f"key {shown_key(key)}" if key is not None else f"recipient {shown_key(agent_id or '')}"
+        )
+        click.echo(f"Error: no dead letter with {what}; see `birddog dead`", err=True)
         sys.exit(EXIT_ALARM)
     click.echo(f"replayed {len(keys)} dead letter(s)")
     for replayed in keys:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from birddog.cli import main, with_stack
+from birddog.cli import agent_id_argument, main, with_stack
 from birddog.core.duration import parse_duration
 from birddog.core.egress import shown_url
 from birddog.core.errors import InvalidInput
@@ -32,7 +32,7 @@ def route() -> None:
 
 
 @route.command("add")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.argument("url", required=False)
 @click.option(
     "--mailbox",
@@ -73,7 +73,7 @@ def route_add(
 
 
 @route.command("update")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.option("--url", default=None, help="The new inbox URL.")
 @click.option("--secret", default=None, help="The new whsec_... signing secret.")
 @click.option("--batch", "batch_size", type=int, default=None, help=BATCH_HELP)
@@ -99,7 +99,7 @@ def _overlap(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
 
 
 @route.command("rotate")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.option(
     "--overlap",
     "overlap_s",
@@ -149,7 +149,7 @@ def route_list(ctx: click.Context, as_json: bool) -> None:
 
 
 @route.command("hold")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.pass_context
 def route_hold(ctx: click.Context, agent_id: str) -> None:
     """Hold AGENT_ID: its replies stay, untouched, until released."""
@@ -158,7 +158,7 @@ def route_hold(ctx: click.Context, agent_id: str) -> None:
 
 
 @route.command("release")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.pass_context
 def route_release(ctx: click.Context, agent_id: str) -> None:
     """Release AGENT_ID: its waiting replies are delivered."""
@@ -167,7 +167,7 @@ def route_release(ctx: click.Context, agent_id: str) -> None:
 
 
 @route.command("remove")
-@click.argument("agent_id")
+@click.argument("agent_id", callback=agent_id_argument)
 @click.pass_context
 def route_remove(ctx: click.Context, agent_id: str) -> None:
     """Remove AGENT_ID's route (its future replies die as unknown recipients)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import click
 
@@ -27,6 +28,30 @@ from birddog.runtime import quiet_until_started
     "session; repeatable.",
 )
 @click.option(
+    "--env",
+    "env_names",
+    multiple=True,
+    metavar="NAME",
+    help="With --command: pass the worker's variable NAME to agents (repeatable). Agents "
+    "get PATH, HOME, LANG, LC_*, TZ and the job's BIRDDOG_* ids only, never the worker's "
+    "DATABASE_URL, PG* or other BIRDDOG_* (refused here, in any case).",
+)
+@click.option(
+    "--cwd",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="With --command: run every agent in this directory. Default: a fresh temporary "
+    "directory per job, removed after its turn.",
+)
+@click.option(
+    "--user",
+    default=None,
+    metavar="NAME",
+    help="With --command: run agents as this OS user (uid, groups, HOME), so the data "
+    "directory, pgpass and the worker's /proc are out of their reach. Needs the worker to "
+    "run as root.",
+)
+@click.option(
     "--queue",
     "queues",
     multiple=True,
@@ -47,16 +72,21 @@ def worker(
     handler: str | None,
     command: str | None,
     agents: tuple[str, ...],
+    env_names: tuple[str, ...],
+    cwd: Path | None,
+    user: str | None,
     queues: tuple[str, ...],
     concurrency: int | None,
     once: bool,
 ) -> None:
     """Run agent jobs with --handler or --command, settling and fanning out each one.
 
-    A --command runs once per job in its own process group; on the handler timeout, a
-    recorded cancellation or the worker stopping, the whole group is ended (SIGTERM,
-    then SIGKILL after BIRDDOG_KILL_GRACE_S). A non-zero exit fails the job with the
-    tail of its stderr as the diagnostic.
+    A --command runs once per job under a supervisor that leads its process group; on
+    the handler timeout, a recorded cancellation, the worker stopping or the worker being
+    killed, everything the command started is ended (SIGTERM, then SIGKILL after
+    BIRDDOG_KILL_GRACE_S). A non-zero exit fails the job with the tail of its stderr as
+    the diagnostic. Agents start in their own directory with fds 0-2 only and an
+    allow-listed environment (see --env, --cwd, --user).
     """
     quiet_until_started()
     from birddog.processes.worker import run_worker  # noqa: PLC0415 - keeps --help fast
@@ -65,6 +95,8 @@ def worker(
 
     if (handler is None) == (command is None):
         raise click.UsageError("give exactly one of --handler or --command")
+    if command is None and (env_names or cwd is not None or user is not None):
+        raise click.UsageError("--env, --cwd and --user go with --command")
     settings = settings_of(ctx)
     if concurrency is not None:
         settings = settings.model_copy(update={"worker_concurrency": concurrency})
@@ -77,6 +109,9 @@ def worker(
                 command or "",
                 grace_s=settings.kill_grace_s,
                 max_output_bytes=settings.max_content_bytes,
+                env=env_names,
+                cwd=cwd,
+                user=user,
             )
         )
     except BirdDogError as exc:

@@ -6,8 +6,12 @@ network. The policy keeps that from reaching what it must not:
 - link-local and cloud metadata addresses (``169.254.0.0/16``, ``fe80::/10``,
   ``fd00:ec2::254``, ``100.100.100.200``, ``168.63.129.16``) are always refused, as are
   addresses that are not unicast destinations (``0.0.0.0``, ``::``, multicast,
-  broadcast), however they are spelled (IPv4-mapped IPv6, hex, octal or decimal IPv4, an
-  IPv4 address inside a 6to4, NAT64 or Teredo address);
+  broadcast), however they are spelled (hex, octal or decimal IPv4, or an IPv6 address
+  that carries an IPv4 one: IPv4-mapped ``::ffff:0:0/96``, SIIT ``::ffff:0:0:0/96``,
+  NAT64 ``64:ff9b::/96`` and ``64:ff9b:1::/48`` in every RFC 6052 layout, 6to4
+  ``2002::/16``, Teredo ``2001::/32`` (the client's inverted address), ISATAP and
+  IPv4-compatible ``::/96``). Such an address is unwrapped to the IPv4 address it carries
+  and the policy judges that one first, then the IPv6 address itself;
 - loopback and private addresses are allowed in ``internal`` mode (the default: agent
   meshes are usually internal) and refused in ``public`` mode;
 - CIDR allow and deny lists come first: the most specific entry that holds the address
@@ -16,7 +20,10 @@ network. The policy keeps that from reaching what it must not:
 
 The policy is applied to a route's URL when the route is added or updated (its host, if
 it is an address or a well-known name) and again to every address a name resolves to
-when the daemon connects (``birddog.http.egress``), so a name cannot rebind past it.
+when the daemon connects (``birddog.http.egress``), so a name cannot rebind past it. A
+host that IDNA normalisation would change before the lookup (``169。254。169。254`` with
+ideographic full stops, fullwidth digits, a trailing dot) is refused when the route is
+written, naming the host it would become.
 
 Pure: the standard library only.
 """
@@ -71,7 +78,12 @@ _LOOPBACK = ipaddress.ip_address("127.0.0.1")
 _BROADCAST = ipaddress.ip_address("255.255.255.255")
 _THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")  # 0.0.0.0 itself reaches this host on Linux
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # RFC 8215: any prefix length >= 48
+_SIIT = ipaddress.ip_network("::ffff:0:0:0/96")  # IPv4-translated (RFC 2765)
 _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+_ISATAP_IDS = (0x00005EFE, 0x02005EFE)  # the interface id of an ISATAP address (RFC 5214)
+_DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
+"""Full stops UTS-46 reads as the label separator (ideographic, fullwidth, halfwidth)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +133,12 @@ class EgressPolicy:
             A short reason naming the address (never a URL), or None.
         """
         address = _unmapped(address)
+        # What the address leads to is judged first: an allow entry for a NAT64 prefix
+        # must not open the metadata address inside it.
+        for inner in _embedded_ipv4(address):
+            reason = self.refusal(inner)
+            if reason is not None:
+                return f"{address} carries {reason}"
         listed = self._listed(address)
         if listed is not None:
             return None if listed == "allow" else f"{address} is in BIRDDOG_EGRESS_DENY"
@@ -135,10 +153,6 @@ class EgressPolicy:
             return f"{address} is a link-local or cloud metadata address"
         if self.mode == "public" and not address.is_global:
             return f"{address} is not a public address (BIRDDOG_EGRESS=public)"
-        for inner in _embedded_ipv4(address):
-            reason = self.refusal(inner)
-            if reason is not None:
-                return f"{address} carries {reason}"
         return None
 
     def _listed(self, address: IPAddress) -> Literal["allow", "deny"] | None:
@@ -166,7 +180,7 @@ def host_refusal(host: str, policy: EgressPolicy) -> str | None:
     Returns:
         A short reason, or None.
     """
-    name = unicodedata.normalize("NFKC", host).lower().rstrip(".")
+    name = normalised_host(host)
     address = _literal_address(name)
     if address is not None:
         reason = policy.refusal(address)
@@ -178,6 +192,21 @@ def host_refusal(host: str, policy: EgressPolicy) -> str | None:
     if name in LOOPBACK_NAMES or name.endswith(".localhost"):
         return policy.refusal(_LOOPBACK)
     return None
+
+
+def normalised_host(host: str) -> str:
+    """A host as a resolver will be asked for it: NFKC, UTS-46 full stops, lower case.
+
+    ``169。254。169。254`` (ideographic full stops) becomes ``169.254.169.254``, fullwidth
+    digits become ASCII ones, ``Example.COM.`` becomes ``example.com``.
+
+    Args:
+        host: a URL's host, without brackets.
+
+    Returns:
+        The normalised host, without trailing dots.
+    """
+    return unicodedata.normalize("NFKC", host).translate(_DOTS).lower().rstrip(".")
 
 
 def check_route_url(url: object, policy: EgressPolicy) -> str:
@@ -216,6 +245,14 @@ def check_route_url(url: object, policy: EgressPolicy) -> str:
     reason = host_refusal(host, policy)
     if reason is not None:
         raise InvalidInput(f"url is refused by the egress policy: {reason}", field="url")
+    normal = normalised_host(host)
+    if normal != host.lower():
+        # What is stored is what is shown and checked: one spelling, the one connected to.
+        raise InvalidInput(
+            f"url's host {inert(host)[:200]!r} is read as {inert(normal)[:200]!r} once "
+            f"normalised (IDNA): write {inert(normal)[:200]!r}",
+            field="url",
+        )
     return url
 
 
@@ -311,15 +348,43 @@ def _unmapped(address: IPAddress) -> IPAddress:
 
 
 def _embedded_ipv4(address: IPAddress) -> Iterator[ipaddress.IPv4Address]:
-    """IPv4 addresses an IPv6 address leads to: 6to4, NAT64, Teredo, IPv4-compatible."""
+    """IPv4 addresses an IPv6 address leads to (see the module docstring for the kinds)."""
     if not isinstance(address, ipaddress.IPv6Address):
         return
+    number = int(address)
+    low = ipaddress.IPv4Address(number & 0xFFFFFFFF)
     if address.sixtofour is not None:
         yield address.sixtofour
     if address.teredo is not None:
-        yield address.teredo[1]
-    if address in _NAT64 or (address in _IPV4_COMPATIBLE and int(address) > 1):
-        yield ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        yield address.teredo[1]  # the client, its bits inverted back
+    if address in _NAT64 or address in _SIIT or (address in _IPV4_COMPATIBLE and number > 1):
+        yield low
+    if address in _NAT64_LOCAL:
+        yield from _rfc6052(number)
+    if (number >> 32) & 0xFFFFFFFF in _ISATAP_IDS:
+        yield low
+
+
+def _rfc6052(number: int) -> Iterator[ipaddress.IPv4Address]:
+    """The IPv4 address in each RFC 6052 layout a NAT64 prefix of 48 bits or more allows.
+
+    An operator may cut ``64:ff9b:1::/48`` into a prefix of 48, 56, 64 or 96 bits; each
+    puts the IPv4 address elsewhere, around the zero "u" octet (bits 64-71) and before a
+    zero suffix. Every layout the address fits is tried; an all-zero one is 0.0.0.0 only
+    when no other layout finds an address.
+    """
+    candidates = []  # the layout with the longest zero suffix first: the likeliest
+    if (number >> 56) & 0xFF == 0:
+        if number & 0xFFFFFFFFFF == 0:  # /48: bits 48-63 and 72-87
+            candidates.append(((number >> 64) & 0xFFFF) << 16 | (number >> 40) & 0xFFFF)
+        if number & 0xFFFFFFFF == 0:  # /56: bits 56-63 and 72-95
+            candidates.append(((number >> 64) & 0xFF) << 24 | (number >> 32) & 0xFFFFFF)
+        if number & 0xFFFFFF == 0:  # /64: bits 72-103
+            candidates.append((number >> 24) & 0xFFFFFFFF)
+    candidates.append(number & 0xFFFFFFFF)  # /96: the last 32 bits
+    found = [candidate for candidate in candidates if candidate] or [0]
+    for candidate in found:
+        yield ipaddress.IPv4Address(candidate)
 
 
 def _literal_address(name: str) -> IPAddress | None:

@@ -107,3 +107,23 @@ def _escape_match(match: re.Match[str]) -> str:
     if is_control(char) or _INVISIBLE.match(char):
         return escape_char(char)
     return char
+
+
+SHOWN_KEY_MAX_LENGTH = 200
+"""An error message echoes at most this many characters of a key or id it names."""
+
+
+def shown_key(value: str) -> str:
+    """A key or id as an error message echoes it: quoted, inert, at most 200 characters.
+
+    A key may be 512 characters and a refused id longer still; the message stays one
+    readable line, the cut marked with an ellipsis.
+
+    Args:
+        value: the key or id.
+
+    Returns:
+        ``'alice'``, or ``'aaa…'`` holding the first 200 characters of a longer one.
+    """
+    cut = value if len(value) <= SHOWN_KEY_MAX_LENGTH else value[:SHOWN_KEY_MAX_LENGTH] + "…"
+    return repr(inert(cut))

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from birddog.core.egress import EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput, RouteNotFound
+from birddog.core.text import shown_key
 from birddog.http import signing
 from birddog.ports import Route
 
@@ -115,7 +116,7 @@ class StaticRoutes:
     def _set_enabled(self, agent_id: str, *, enabled: bool) -> Route:
         current = self.routes.get(agent_id)
         if current is None:
-            raise RouteNotFound(f"no route for agent {agent_id}")
+            raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
         updated = dataclasses.replace(current, enabled=enabled)
         self.routes[agent_id] = updated
         return updated

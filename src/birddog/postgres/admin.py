@@ -27,6 +27,7 @@ from typing import Any, Final
 from birddog.core.egress import shown_url
 from birddog.core.errors import InvalidInput, JobNotFound
 from birddog.core.mail import mail_key_of
+from birddog.core.text import shown_key
 from birddog.ports import JOB_STATES, PENDING_STATUSES, PREVIEW_CHARS, Listing, Overview, Story
 from birddog.postgres.pool import Pool, store_errors
 from birddog.postgres.sql import queries
@@ -305,7 +306,7 @@ class PostgresAdmin:
                 queries["admin_story_jobs"], job_id, [], PREVIEW_CHARS, 1
             )
         if not records:
-            raise JobNotFound(f"no job has id {job_id!r}")
+            raise JobNotFound(f"no job has id {shown_key(job_id)}")
         return dict(records[0])
 
     async def story(self, key: str) -> Story:

@@ -72,7 +72,8 @@ from birddog.core.lifecycle import (
     stop_diagnostic,
 )
 from birddog.core.mail import Outcome
-from birddog.core.text import inert
+from birddog.core.text import inert, shown_key
+from birddog.core.turns import DEFAULT_KILL_GRACE_S, Turn
 from birddog.ports import ClaimedJob, Clock
 from birddog.postgres.enqueue import SenderConnection, enqueue_accepted_job
 from birddog.postgres.job_rows import Row, job_from_row
@@ -105,6 +106,10 @@ class PostgresJobs:
             across every worker; the database enforces it with one slot per running job.
         clock: the current time; leases, settlement times and reply times come from it,
             so tests can freeze time.
+        kill_grace_s: a job whose lease ended is recovered only this much later, when the
+            supervisor of its vanished worker has ended the turn's processes
+            (``SIGTERM``, then ``SIGKILL`` after this grace: ``BIRDDOG_KILL_GRACE_S``,
+            which workers read too).
     """
 
     def __init__(
@@ -116,6 +121,7 @@ class PostgresJobs:
         max_queued_s: float = DEFAULT_MAX_QUEUED_S,
         queue_concurrency: int = 1,
         clock: Clock,
+        kill_grace_s: float = DEFAULT_KILL_GRACE_S,
     ) -> None:
         if queue_concurrency < 1:
             raise InvalidInput("queue_concurrency must be at least 1", field="queue_concurrency")
@@ -124,6 +130,7 @@ class PostgresJobs:
         self.schedule_wake = schedule_wake
         self.limits = Limits(max_content_bytes=max_content_bytes, max_queued_s=max_queued_s)
         self.clock = clock
+        self.kill_grace_s = max(0.0, kill_grace_s)
 
     @property
     def max_content_bytes(self) -> int:
@@ -314,8 +321,64 @@ class PostgresJobs:
                 queries["jobs_heartbeat"], job_id, token, lease_until
             )
         if cancel_requested is None:
-            raise StaleClaim(f"job {job_id!r} is no longer held by this claim")
+            raise StaleClaim(f"job {shown_key(job_id)} is no longer held by this claim")
         return bool(cancel_requested)
+
+    async def record_turn(self, *, job_id: str, claim_token: str, turn: Turn) -> None:
+        """Record on a job this claim holds where its turn runs (its supervisor).
+
+        Args:
+            job_id: the job.
+            claim_token: the claim's token.
+            turn: the supervisor's host, boot, pid and start time.
+
+        Raises:
+            StaleClaim: the job is not running under this claim any more.
+            StoreUnavailable: the database could not be reached.
+        """
+        token = claim_token_of(claim_token)
+        if token is None:
+            raise StaleClaim(f"claim token {claim_token!r} is not a claim token")
+        with store_errors("record_turn"):
+            recorded = await self.pool.fetchval(
+                queries["jobs_record_turn"],
+                job_id,
+                token,
+                turn.host,
+                turn.boot_id,
+                turn.pid,
+                turn.start_ticks,
+            )
+        if recorded is None:
+            raise StaleClaim(f"job {shown_key(job_id)} is no longer held by this claim")
+
+    async def turns_on_host(self, *, host: str, boot_id: str) -> list[tuple[str, Turn]]:
+        """The recorded turns of running jobs on one host, in one boot of it.
+
+        Args:
+            host: the host name.
+            boot_id: its boot.
+
+        Returns:
+            ``(job_id, turn)`` for each.
+
+        Raises:
+            StoreUnavailable: the database could not be reached.
+        """
+        with store_errors("turns_on_host"):
+            rows = await self.pool.fetch(queries["jobs_turns_on_host"], host, boot_id)
+        return [
+            (
+                row["job_id"],
+                Turn(
+                    host=row["turn_host"],
+                    boot_id=row["turn_boot_id"],
+                    pid=row["turn_pid"],
+                    start_ticks=row["turn_start_ticks"],
+                ),
+            )
+            for row in rows
+        ]
 
     # ---- finishing under a claim -----------------------------------------------------
 
@@ -483,16 +546,18 @@ class PostgresJobs:
                 )
             )
         if row["decision"] == "missing":
-            raise JobNotFound(f"no job has id {job_id!r}")
+            raise JobNotFound(f"no job has id {shown_key(job_id)}")
         self._note_unreadable(job_id, row)
         return _outcome_of(row)
 
     async def recover_expired(
         self, *, now: datetime | None = None, limit: int = RECOVER_BATCH
     ) -> list[tuple[str, str]]:
-        """Handle running jobs whose lease expired: their worker is gone.
+        """Handle running jobs whose lease ended a kill grace ago or more: their worker is gone.
 
-        Each job is queued again while ``recovery_count < recovery.maxRecoveries``
+        The grace (``kill_grace_s``) is what a vanished worker's supervisor takes to end
+        the turn's processes, so no job runs again while a process of its last turn may
+        still live. Each job is queued again while ``recovery_count < recovery.maxRecoveries``
         (``recovery_count`` + 1, claim cleared); otherwise it settles ``outcome_unknown``
         (nobody knows whether the work happened) and its replies are written. A job
         whose cancellation was recorded settles ``cancelled`` instead. One transaction per
@@ -514,8 +579,9 @@ class PostgresJobs:
                 committed stay committed.
         """
         at = now or self.clock.now()
+        ended_by = at - timedelta(seconds=self.kill_grace_s)
         return await self._reap(
-            "lease_expired", queries["jobs_expired"], since=at, now=at, limit=limit
+            "lease_expired", queries["jobs_expired"], since=ended_by, now=at, limit=limit
         )
 
     async def cancel_queued_too_long(
@@ -568,7 +634,7 @@ class PostgresJobs:
         with store_errors("get"):
             row = await self.pool.fetchrow(queries["jobs_get"], job_id)
         if row is None:
-            raise JobNotFound(f"no job has id {job_id!r}")
+            raise JobNotFound(f"no job has id {shown_key(job_id)}")
         return job_from_row(row)
 
     async def counts(self) -> dict[str, int]:
@@ -781,9 +847,9 @@ def _decision(job_id: str, row: Row, wanted: Settle) -> Decision:
     """
     what = row["decision"]
     if what == "missing":
-        raise JobNotFound(f"no job has id {job_id!r}")
+        raise JobNotFound(f"no job has id {shown_key(job_id)}")
     if what == "refuse":
-        raise StaleClaim(f"job {job_id!r}: {row['reason']}")
+        raise StaleClaim(f"job {shown_key(job_id)}: {row['reason']}")
     if what == "keep":
         return Keep()
     if what == "requeue":

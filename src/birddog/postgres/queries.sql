@@ -990,7 +990,7 @@ WHERE j.job_id = $1::text;
 -- Claim up to $3 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) that may be claimed at $7 (not before its not-before, not after its expiry) and whose running jobs hold fewer than $6 slots; running in the lowest free slot, a fresh claim token, a lease.
 -- params: $1 queues text[] (null: with $2 null, every queue not starting with $8), $2 agents text[] (the sessions of these agents as well; null: none), $3 limit int, $4 lease_until timestamptz, $5 worker_id text (null: none), $6 slots per queue int, $7 started_at timestamptz (the claim's now), $8 reserved queue prefix text
 -- The function reads the queue heads (birddog.queue_heads) and probes only the candidate
--- queues' jobs; see migrations/versions/0009_jobs_model.py.
+-- queues' jobs; see migrations/versions/0010_jobs_model.py.
 SELECT
     c.job_id, c.queue, c.lane, c.priority, c.state, c.payload, c.recovery, c.outcome,
     c.claim_token, c.lease_expires_at, c.recovery_count, c.cancel_requested_at,
@@ -1009,6 +1009,20 @@ SELECT birddog.queue_heads_repair();
 -- Extend the lease of a job still running under claim $2 (birddog.heartbeat); whether a cancellation was requested, null when the claim holds nothing.
 -- params: $1 job_id text, $2 claim_token uuid, $3 lease_until timestamptz
 SELECT birddog.heartbeat($1::text, $2::uuid, $3::timestamptz);
+
+-- name: jobs_record_turn
+-- Record where the turn of a job still running under claim $2 runs: its supervisor's host, boot, pid and start time; returns the job id (none: the claim is gone).
+-- params: $1 job_id text, $2 claim_token uuid, $3 host text, $4 boot_id text, $5 pid int, $6 start_ticks bigint
+SELECT birddog.record_turn($1::text, $2::uuid, $3::text, $4::text, $5::int, $6::bigint);
+
+-- name: jobs_turns_on_host
+-- The recorded turns of running jobs on host $1 in its boot $2 (a worker starting there ends those whose worker is gone).
+-- params: $1 host text, $2 boot_id text
+SELECT j.job_id, j.turn_host, j.turn_boot_id, j.turn_pid, j.turn_start_ticks
+FROM birddog.jobs j
+WHERE j.state = 'running' AND j.turn_host = $1::text AND j.turn_boot_id = $2::text
+  AND j.turn_pid IS NOT NULL AND j.turn_start_ticks IS NOT NULL
+ORDER BY j.job_id;
 
 -- name: jobs_settle
 -- Finish a job under claim $2 in one call (birddog.settle): the decision, the stored outcome and diagnostic, the reply keys written, and why it was refused.
@@ -1273,6 +1287,7 @@ BEGIN
                        text, boolean),
         birddog.reap(text, text[], integer[], text[], text[], timestamptz, timestamptz, text,
                      text, integer, boolean),
+        birddog.record_turn(text, uuid, text, text, integer, bigint),
         birddog.agent_token_use(bytea),
         birddog.session_known(text, text),
         birddog.ensure_mailbox(text),
@@ -1303,7 +1318,7 @@ BEGIN
         job_id, queue, lane, priority, state, payload, recovery, outcome, lease_expires_at,
         recovery_count, cancel_requested_at, cancel_content, result_content, diagnostic,
         worker_id, created_at, updated_at, settled_at, slot, started_at, traceparent, sent_by,
-        agent_id, not_before, expires_at
+        turn_host, turn_boot_id, turn_pid, turn_start_ticks, agent_id, not_before, expires_at
     ) ON birddog.jobs TO birddog_agent;
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_agent;
     GRANT SELECT ON birddog.mailbox TO birddog_agent;
@@ -1314,6 +1329,7 @@ BEGIN
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
+        birddog.record_turn(text, uuid, text, text, integer, bigint),
         birddog.ack(text[], timestamptz),
         birddog.mailbox_visible(text, text),
         birddog.job_visible(text, jsonb),

@@ -33,6 +33,7 @@ from pydantic import TypeAdapter, ValidationError
 from birddog.core.egress import URL_MAX_LENGTH, EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound, SecretUnreadable
 from birddog.core.model import Id
+from birddog.core.text import shown_key
 from birddog.ports import Clock, Route, RouteKind
 from birddog.postgres.pool import Pool, store_errors
 from birddog.postgres.sql import queries
@@ -243,7 +244,8 @@ class PostgresRoutes:
             )
         if record is None:
             raise InvalidInput(
-                f"agent {agent_id!r} already has a route; update it instead", field="agentId"
+                f"agent {shown_key(agent_id)} already has a route; update it instead",
+                field="agentId",
             )
         return self._route(record)
 
@@ -286,7 +288,7 @@ class PostgresRoutes:
                 queries["routes_update"], agent_id, url, stored, batch_size
             )
         if record is None:  # the row is locked above, so it cannot vanish in between
-            raise RouteNotFound(f"no route for agent {agent_id!r}")
+            raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
         return self._route(record)
 
     async def hold(self, agent_id: str) -> Route:
@@ -303,7 +305,7 @@ class PostgresRoutes:
                 queries["routes_set_enabled"], agent_id, False, self.clock.now()
             )
         if record is None:
-            raise RouteNotFound(f"no route for agent {agent_id!r}")
+            raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
         return self._route(record, must_open=False)
 
     async def release(self, agent_id: str) -> Route:
@@ -330,7 +332,7 @@ class PostgresRoutes:
                         )
                     await schedule_wake_on(conn, now)
         if record is None:
-            raise RouteNotFound(f"no route for agent {agent_id!r}")
+            raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
         return self._route(record, must_open=False)
 
     async def remove(self, agent_id: str) -> None:
@@ -343,7 +345,7 @@ class PostgresRoutes:
         with store_errors("route remove"):
             record = await self.pool.fetchrow(queries["routes_remove"], agent_id)
         if record is None:
-            raise RouteNotFound(f"no route for agent {agent_id!r}")
+            raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
 
     async def list(self) -> list[Route]:
         """Every route, by agent id, without its secrets (``secret`` is None)."""
@@ -394,7 +396,7 @@ class PostgresRoutes:
         async with self._readable_route(agent_id, "route rotate") as conn:
             record = await conn.fetchrow(queries["routes_rotate"], agent_id, sealed, until)
         if record is None:
-            raise RouteNotFound(f"no http route for agent {agent_id!r}")
+            raise RouteNotFound(f"no http route for agent {shown_key(agent_id)}")
         return self._route(record)
 
     @contextlib.asynccontextmanager
@@ -412,7 +414,7 @@ class PostgresRoutes:
             async with self.pool.acquire() as conn, conn.transaction():
                 current = await conn.fetchrow(queries["routes_lock"], agent_id)
                 if current is None:
-                    raise RouteNotFound(f"no route for agent {agent_id!r}")
+                    raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
                 self._route(current)
                 yield conn
 

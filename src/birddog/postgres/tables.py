@@ -162,10 +162,16 @@ jobs = sa.Table(
     sa.Column("slot", sa.SmallInteger, nullable=True),
     _ts("started_at", nullable=True),
     sa.Column("traceparent", sa.Text, nullable=True),
+    # Where the current (or last) turn runs: its supervisor on which host and boot, with
+    # the pid's start time so that a reused pid is not taken for it (migration 0009).
+    sa.Column("turn_host", sa.Text, nullable=True),
+    sa.Column("turn_boot_id", sa.Text, nullable=True),
+    sa.Column("turn_pid", sa.Integer, nullable=True),
+    sa.Column("turn_start_ticks", sa.BigInteger, nullable=True),
     # The login that enqueued the job (migration 0007): a sender reads what it sent.
     sa.Column("sent_by", sa.Text, nullable=True),
     # The agent its mail is addressed to, and when it may be claimed or expires
-    # (migration 0009); NULL: no mail, at once, never on its own.
+    # (migration 0010); NULL: no mail, at once, never on its own.
     sa.Column("agent_id", sa.Text, nullable=True),
     _ts("not_before", nullable=True),
     _ts("expires_at", nullable=True),
@@ -242,7 +248,7 @@ queue_heads = sa.Table(
     sa.Index("queue_heads_agent_idx", "agent_id", sa.text("priority DESC"), "created_at", "job_id"),
 )
 """One row per queue with queued or running jobs: its head, when it is due, its turns
-(migration 0009); kept by the job functions, read by the claim."""
+(migration 0010); kept by the job functions, read by the claim."""
 
 mailbox = sa.Table(
     "mailbox",

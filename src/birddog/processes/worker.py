@@ -33,6 +33,7 @@ from birddog.processes.sides import (
 )
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
+from birddog.spawn import end_leftover_turns
 from birddog.worker import Handler
 
 log = structlog.get_logger("birddog.processes.worker")
@@ -86,6 +87,8 @@ async def run_worker(
                     stop=stop,
                     metrics=metrics,
                 )
+                # No job runs again here while a turn of it, whose worker died, still does.
+                await end_leftover_turns(stack.jobs, grace_s=settings.kill_grace_s)
                 if not once and settings.worker_metrics_port:
                     url = await sides.enter(
                         metrics_server(settings, metrics, lambda: metrics.healthy, worker=True)

@@ -29,8 +29,8 @@ jobs (the daemon and the worker run it now and then; after writing jobs by hand,
 ``_requeue``, ``_settle_job`` and ``reap`` are revision 0007's with the head kept, and
 ``reap``'s bounce also takes jobs past their own expiry.
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-12-02
 """
 
@@ -41,8 +41,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0009"
-down_revision: str | Sequence[str] | None = "0008"
+revision: str = "0010"
+down_revision: str | Sequence[str] | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
