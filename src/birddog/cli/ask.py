@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from birddog.cli import announce, main, wait_duration, with_stack
-from birddog.cli.mail import read_content
+from birddog.cli.mail import priority_option, read_content
 from birddog.cli.mailbox import shown
 from birddog.core.text import inert, shown_key
 
@@ -96,13 +96,7 @@ class AskCommand(click.Command):
     show_default=True,
     help="How long to wait for the reply: seconds, or 90s, 4m, 1h; 0 does not wait.",
 )
-@click.option(
-    "--priority",
-    type=click.IntRange(-32768, 32767),
-    default=0,
-    show_default=True,
-    help="Higher runs first among the queued jobs of the session asked.",
-)
+@priority_option
 @click.argument("question", required=False)
 @click.pass_context
 def ask(

@@ -14,6 +14,16 @@ if TYPE_CHECKING:
     from birddog.bootstrap import Stack
 
 
+priority_option = click.option(
+    "--priority",
+    type=click.IntRange(-32768, 32767),
+    default=0,
+    show_default=True,
+    help="Higher runs first among the queued jobs of the session sent to.",
+)
+"""``--priority N`` of ``send`` and ``ask``: the job's priority, -32768 to 32767."""
+
+
 @main.command()
 @click.option("--job-id", required=True, help="The job id; the same mail sent again is a replay.")
 @click.option("--to", "to", required=True, help="Target AGENT_ID:SESSION_ID.")
@@ -28,13 +38,7 @@ if TYPE_CHECKING:
     "Empty content needs --content ''.",
 )
 @click.option("--max-recoveries", type=int, default=None, help="Recovery budget of the job.")
-@click.option(
-    "--priority",
-    type=click.IntRange(-32768, 32767),
-    default=0,
-    show_default=True,
-    help="Higher runs first among the queued jobs of the session.",
-)
+@priority_option
 @click.option(
     "--not-before",
     "not_before",
