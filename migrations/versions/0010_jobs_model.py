@@ -25,7 +25,8 @@ the free slot), so a wrong row can hide a queue but never start a second turn of
 session; ``birddog.queue_heads_repair()`` finds and fixes the rows that differ from the
 jobs (the daemon and the worker run it now and then; after writing jobs by hand, run it).
 
-``enqueue`` and ``claim`` change signature (not-before, expiry; the agents claimed for);
+``enqueue`` and ``claim`` gain parameters at their end, NULL by default, so a call
+written for revision 0007 means what it meant (not-before, expiry; the agents claimed for);
 ``_requeue``, ``_settle_job`` and ``reap`` are revision 0007's with the head kept, and
 ``reap``'s bounce also takes jobs past their own expiry.
 
@@ -596,7 +597,7 @@ ENQUEUE = """
 CREATE FUNCTION birddog.enqueue(
     p_job_id text, p_queue text, p_lane text, p_priority smallint, p_payload text,
     p_recovery text, p_created_at timestamptz, p_traceparent text, p_sender_mailbox boolean,
-    p_not_before timestamptz, p_expires_in_s double precision
+    p_not_before timestamptz DEFAULT NULL, p_expires_in_s double precision DEFAULT NULL
 )
 RETURNS TABLE (inserted boolean, differing text[], mailbox_added boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
@@ -709,8 +710,9 @@ $fn$"""
 
 CLAIM = """
 CREATE FUNCTION birddog.claim(
-    p_queues text[], p_agents text[], p_limit integer, p_lease_until timestamptz,
-    p_worker_id text, p_slots integer, p_started_at timestamptz, p_reserved_prefix text
+    p_queues text[], p_limit integer, p_lease_until timestamptz, p_worker_id text,
+    p_slots integer, p_started_at timestamptz, p_reserved_prefix text,
+    p_agents text[] DEFAULT NULL
 )
 RETURNS TABLE (
     job_id text, queue text, lane text, priority smallint, state text, payload text,
@@ -830,7 +832,7 @@ SIGNATURES = {
         "enqueue(text,text,text,smallint,text,text,timestamptz,text,boolean,timestamptz,"
         "double precision)"
     ): ENQUEUE,
-    "claim(text[],text[],integer,timestamptz,text,integer,timestamptz,text)": CLAIM,
+    "claim(text[],integer,timestamptz,text,integer,timestamptz,text,text[])": CLAIM,
 }
 """The functions this revision adds (and drops on downgrade), by signature."""
 

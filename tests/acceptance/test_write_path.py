@@ -141,7 +141,7 @@ async def test_the_sender_role_squats_no_queue_and_takes_no_mailbox(
     assert await refusal(sender, victim) == DENIED
     assert await refusal(sender, "UPDATE birddog.mailbox SET read_at = now()") == DENIED
     for call in (
-        "SELECT * FROM birddog.claim(NULL, NULL, 1, now(), NULL, 1, now(), 'birddog:')",
+        "SELECT * FROM birddog.claim(NULL, 1, now(), NULL, 1, now(), 'birddog:')",
         "SELECT birddog.heartbeat('x', gen_random_uuid(), now())",
         "SELECT * FROM birddog.reap('lease_expired', '{}', '{}', '{}', '{}', now(), now(), '', '', 1, true)",
     ):

@@ -276,13 +276,13 @@ class PostgresJobs:
             await self.pool.fetch(
                 queries["jobs_claim"],
                 queues,
-                agents,
                 limit,
                 lease_until,
                 worker_id,
                 self.queue_concurrency,
                 self.clock.now(),
                 RESERVED_QUEUE_PREFIX,
+                agents,
             )
         )
 

@@ -987,8 +987,8 @@ FROM birddog.jobs j
 WHERE j.job_id = $1::text;
 
 -- name: jobs_claim
--- Claim up to $3 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) that may be claimed at $7 (not before its not-before, not after its expiry) and whose running jobs hold fewer than $6 slots; running in the lowest free slot, a fresh claim token, a lease.
--- params: $1 queues text[] (null: with $2 null, every queue not starting with $8), $2 agents text[] (the sessions of these agents as well; null: none), $3 limit int, $4 lease_until timestamptz, $5 worker_id text (null: none), $6 slots per queue int, $7 started_at timestamptz (the claim's now), $8 reserved queue prefix text
+-- Claim up to $2 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) that may be claimed at $6 (not before its not-before, not after its expiry) and whose running jobs hold fewer than $5 slots; running in the lowest free slot, a fresh claim token, a lease.
+-- params: $1 queues text[] (null: with $8 null, every queue not starting with $7), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none), $5 slots per queue int, $6 started_at timestamptz (the claim's now), $7 reserved queue prefix text, $8 agents text[] (the sessions of these agents as well; null: none)
 -- The function reads the queue heads (birddog.queue_heads) and probes only the candidate
 -- queues' jobs; see migrations/versions/0010_jobs_model.py.
 SELECT
@@ -996,8 +996,8 @@ SELECT
     c.claim_token, c.lease_expires_at, c.recovery_count, c.cancel_requested_at,
     c.cancel_content, c.created_at, c.traceparent, c.not_before, c.expires_at
 FROM birddog.claim(
-    $1::text[], $2::text[], $3::int, $4::timestamptz, $5::text, $6::int, $7::timestamptz,
-    $8::text
+    $1::text[], $2::int, $3::timestamptz, $4::text, $5::int, $6::timestamptz, $7::text,
+    $8::text[]
 ) AS c;
 
 -- name: jobs_queue_heads_repair
@@ -1281,7 +1281,8 @@ BEGIN
     GRANT EXECUTE ON FUNCTION
         birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
                         timestamptz, double precision),
-        birddog.claim(text[], text[], integer, timestamptz, text, integer, timestamptz, text),
+        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text,
+                      text[]),
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
@@ -1325,7 +1326,8 @@ BEGIN
     GRANT EXECUTE ON FUNCTION
         birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
                         timestamptz, double precision),
-        birddog.claim(text[], text[], integer, timestamptz, text, integer, timestamptz, text),
+        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text,
+                      text[]),
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
