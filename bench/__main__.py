@@ -42,6 +42,7 @@ BENCHMARKS = (
     "concentrated",
     "hanging",
     "peer",
+    "ask",
     "batch",
     "scale",
     "claim",

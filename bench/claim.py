@@ -1,7 +1,7 @@
 """The job claim: one turn per session, priced against the backlog it must look past.
 
 A claim takes only the head of each queue (session) with a free slot. Since migration
-0010 it reads the queue heads (``birddog.queue_heads``: one row per session with work,
+0011 it reads the queue heads (``birddog.queue_heads``: one row per session with work,
 kept by the job functions) and probes only the candidate sessions' jobs; before, it found
 the heads with a skip scan over every session that had queued jobs (one index probe per
 waiting session). Both are measured in the same run, each on its own fresh database:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
+import psutil
 
 from bench.harness import (
     Context,
@@ -51,6 +52,15 @@ async def wake(conn: asyncpg.Connection) -> float:
     """Arm the wake as a fan-out does (NOTIFY at commit); the wall time once committed."""
     await conn.execute(queries["wake_schedule"], datetime.now(UTC), [])
     return time.time()
+
+
+def idle_share(before: Any, after: Any) -> float:
+    """The share of the machine's CPU time that was idle between two ``psutil.cpu_times()``."""
+    total = sum(after) - sum(before)
+    idle = (after.idle - before.idle) + (
+        getattr(after, "iowait", 0.0) - getattr(before, "iowait", 0.0)
+    )
+    return round(idle / total, 3) if total > 0 else 0.0
 
 
 def inbox_counts(stats: dict[str, Any]) -> dict[str, int]:
@@ -114,6 +124,7 @@ async def product_round(
     cpu = daemon.sampler.cpu_s()
     inbox_cpu = ctx.inbox.cpu_s()
     pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
+    machine = psutil.cpu_times()
     started = await wake(conn)
 
     async def done() -> bool:
@@ -129,11 +140,16 @@ async def product_round(
     last = await conn.fetchval("SELECT max(delivered_at) FROM birddog.receipts")
     elapsed = last.timestamp() - started
     pg_cpu_s = pg_cpu.stop()
+    daemon_cpu_s = daemon.sampler.cpu_s() - cpu
     result: dict[str, Any] = {
         "delivered": count,
         "elapsed_s": round(elapsed, 3),
         "per_s": count / elapsed,
-        "daemon_cpu_us_per_reply": (daemon.sampler.cpu_s() - cpu) / count * 1e6,
+        "daemon_cpu_us_per_reply": daemon_cpu_s / count * 1e6,
+        # How much of one core the daemon used, and how idle the whole machine was (the
+        # round plus the poll that saw it end): below 1.0 and above 0, the drain waited.
+        "daemon_core_share": round(daemon_cpu_s / elapsed, 3),
+        "machine_idle_share": idle_share(machine, psutil.cpu_times()),
         "postgres_cpu_us_per_reply": pg_cpu_s / count * 1e6,
         "inbox_cpu_us_per_reply": (ctx.inbox.cpu_s() - inbox_cpu) / count * 1e6,
         **inbox_counts(await ctx.inbox.stats()),

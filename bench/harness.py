@@ -20,6 +20,7 @@ import json
 import math
 import os
 import platform
+import resource
 import shlex
 import shutil
 import signal
@@ -348,18 +349,26 @@ class InboxProcess:
 
 
 class DaemonProcess:
-    """``birddog run`` as a child process, its RSS sampled from the start.
+    """``birddog run`` (or another ``birddog`` command) as a child process, its RSS sampled.
 
     Args:
         dsn: the database it drains.
         log_path: where its stderr (JSON logs) goes.
         env: extra ``BIRDDOG_*`` settings.
+        args: the ``birddog`` command and its options (``worker --command cat``, say).
     """
 
-    def __init__(self, dsn: str, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        args: Sequence[str] = ("run",),
+    ) -> None:
         self.dsn = dsn
         self.log_path = log_path
         self.env = env or {}
+        self.args = list(args)
         self.proc: subprocess.Popen[bytes] | None = None
         self.sampler: Sampler | None = None
         self._log: Any = None
@@ -375,10 +384,10 @@ class DaemonProcess:
         }
         self._log = self.log_path.open("wb")
         # BENCH_DAEMON names a module to run instead (a prototype, bench/experiments/).
-        module = os.environ.get("BENCH_DAEMON")
+        module = os.environ.get("BENCH_DAEMON") if self.args[:1] == ["run"] else None
         command = [sys.executable, "-m", module] if module else [str(BIN / "birddog")]
         self.proc = subprocess.Popen(  # noqa: S603 - this venv's birddog, or our own module
-            [*command, "run"],
+            [*command, *self.args],
             cwd=ROOT,
             env=env,
             stdout=self._log,
@@ -412,8 +421,8 @@ class DaemonProcess:
         """Raise if the daemon exited."""
         if self.proc is not None and self.proc.poll() is not None:
             raise RuntimeError(
-                f"birddog run exited with {self.proc.returncode}; log: {self.log_path}\n"
-                + self.log_tail()
+                f"birddog {self.args[0]} exited with {self.proc.returncode}; "
+                f"log: {self.log_path}\n" + self.log_tail()
             )
 
     def log_tail(self, lines: int = 20) -> str:
@@ -485,6 +494,30 @@ async def run_python(
     return result, float(result.get("cpu_s", cpu)), sampler.peak_rss
 
 
+def process_cpu_s(who: int = resource.RUSAGE_SELF) -> float:
+    """User + system CPU seconds of this process (or its waited-for children), start-up included."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def dispatch(
+    argv: Sequence[str],
+    commands: dict[str, Callable[..., Awaitable[dict[str, Any]]]],
+    run: Callable[[Awaitable[dict[str, Any]]], dict[str, Any]] = asyncio.run,
+) -> None:
+    """Run a bench child's command (``argv[0]``) with its arguments; print its result as JSON.
+
+    Args:
+        argv: the command and its arguments (strings, each command converts its own).
+        commands: the coroutine function of each command.
+        run: the event loop runner (``asyncio.run``, or a peer's own such as uvloop's).
+    """
+    command, *args = argv
+    if command not in commands:
+        raise SystemExit(f"unknown command {command!r}")
+    print(json.dumps(run(commands[command](*args))), flush=True)
+
+
 # --------------------------------------------------------------------------------------
 # rows
 # --------------------------------------------------------------------------------------
@@ -526,6 +559,23 @@ LATERAL (
         'agent-' || lpad((g % $4::int)::text, 3, '0') AS agent
 ) AS m
 """
+
+
+def reply_body(index: int, agent: str) -> tuple[str, str]:
+    """The key and JSON body of reply ``index`` to ``agent``, shaped as BirdDog's."""
+    mail = f"peer-{index:08d}"
+    key = f"outbox:{mail}:reply:0"
+    body = {
+        "key": key,
+        "inReplyTo": mail,
+        "to": {"kind": "agent", "agentId": agent, "sessionId": f"{agent}-s"},
+        "from": {"kind": "agent", "agentId": WORKER, "sessionId": f"{WORKER}-s"},
+        "replyTo": [],
+        "content": CONTENT,
+        "createdAt": int(time.time() * 1000),
+        "reply": {"commandId": f"cmd-{index}", "outcome": "completed"},
+    }
+    return key, json.dumps(body)
 
 
 def agent_names(count: int) -> list[str]:
@@ -723,7 +773,7 @@ class Context:
         """The command that reproduces this benchmark in this mode."""
         prefix = "".join(
             f"{name}={shlex.quote(os.environ[name])} "
-            for name in ("BENCH_DAEMON", "BENCH_SCHEMA_DDL")
+            for name in ("BENCH_DAEMON", "BENCH_SCHEMA_DDL", "BENCH_ASK_COUNT", "BENCH_PEER_COUNT")
             if os.environ.get(name)
         )
         quick = "--quick " if self.quick else ""

@@ -1,10 +1,15 @@
-"""aiohttp vs httpx on loopback: which client should carry HttpTransport's posts.
+"""aiohttp (as used, and tuned) vs pyreqwest vs httpx on loopback: which client carries the posts.
 
 A real aiohttp server runs in a child process on 127.0.0.1 and answers every POST with
 ``{"accepted": true}``. Each client posts the same signed ~1 KB reply N times with a
 fixed concurrency, reads the answer (bounded) and parses it, as the transport does.
-A third row runs the real ``HttpTransport`` (route lookup, pydantic JSON, signing,
-bounded read, classification) to show BirdDog's own overhead on top of aiohttp.
+Clients: ``aiohttp`` as the transport uses it (a session without cookies, headers
+given as a dict per post); ``aiohttp-tuned`` (no cookie jar, no automatic headers, no
+decompression, one pre-built header set per route with only the per-post headers
+added); ``pyreqwest`` (a Rust client with an asyncio API: no redirects, no
+decompression, no cookie store, the answer streamed and read up to the bound);
+``httpx``; and the real transports (route lookup, signing, bounded read,
+classification) to show BirdDog's own overhead on top of each client.
 Rounds alternate between the clients; the median round is reported as posts/s and as
 client CPU microseconds per post (the server is shared, so CPU per post is the fairer
 comparison when the server is the bottleneck).
@@ -13,6 +18,7 @@ Run::
 
     .venv/bin/python bench/http_clients.py            # N=2000, concurrency 64, 3 rounds
     .venv/bin/python bench/http_clients.py --n 500 --rounds 1
+    .venv/bin/python bench/http_clients.py --uvloop --only aiohttp,pyreqwest
 
 Bounded: every round has a deadline (``--deadline-s``), and the server child is
 stopped by pid when the run ends.
@@ -22,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import statistics
 import subprocess
 import sys
@@ -32,7 +37,10 @@ from dataclasses import dataclass
 
 import aiohttp
 import httpx
+import orjson
+import yarl
 from aiohttp import web
+from multidict import CIMultiDict
 
 from birddog import Accepted, AgentAddress, Reply, ReplyFacts
 from birddog.clock import SystemClock
@@ -89,6 +97,12 @@ def _request(index: int, secret: str) -> tuple[bytes, dict[str, str]]:
 Post = Callable[[int], Awaitable[None]]
 
 
+def _check(status: int, data: bytes) -> None:
+    """The answer every client must get: 200 with an explicit acknowledgement."""
+    assert status == 200
+    assert orjson.loads(data) == {"accepted": True}
+
+
 @dataclass
 class Round:
     client: str
@@ -129,9 +143,7 @@ async def _aiohttp_round(
         async def post(index: int) -> None:
             body, headers = _request(index, secret)
             async with session.post(url, data=body, headers=headers) as resp:
-                data = await resp.content.read(MAX_BODY_BYTES + 1)
-                assert resp.status == 200
-                assert json.loads(data) == {"accepted": True}
+                _check(resp.status, await resp.content.read(MAX_BODY_BYTES + 1))
 
         await _drive(post, n=n, concurrency=concurrency, deadline_s=deadline_s)
 
@@ -151,8 +163,7 @@ async def _httpx_round(
                     data += chunk
                     if len(data) > MAX_BODY_BYTES:
                         break
-                assert resp.status_code == 200
-                assert json.loads(data) == {"accepted": True}
+                _check(resp.status_code, data)
 
         await _drive(post, n=n, concurrency=concurrency, deadline_s=deadline_s)
 
@@ -170,16 +181,99 @@ async def _transport_round(
         await _drive(post, n=n, concurrency=concurrency, deadline_s=deadline_s)
 
 
-CLIENTS = {"aiohttp": _aiohttp_round, "httpx": _httpx_round, "HttpTransport": _transport_round}
+async def _aiohttp_tuned_round(
+    url: str, secret: str, *, n: int, concurrency: int, deadline_s: float
+) -> None:
+    """aiohttp with nothing this job does not need, and one header set per route."""
+    connector = aiohttp.TCPConnector(limit=100)
+    async with aiohttp.ClientSession(
+        connector=connector,
+        timeout=aiohttp.ClientTimeout(total=None),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        skip_auto_headers=("accept", "accept-encoding", "user-agent"),
+        auto_decompress=False,
+        trust_env=False,
+    ) as session:
+        route_headers = CIMultiDict(
+            {"content-type": "application/json", "user-agent": "birddog-bench"}
+        )
+        target = yarl.URL(url)
+
+        async def post(index: int) -> None:
+            body, signed = _request(index, secret)
+            headers = route_headers.copy()
+            headers.update(
+                (name, value) for name, value in signed.items() if name.startswith("webhook-")
+            )
+            async with session.post(
+                target, data=body, headers=headers, allow_redirects=False
+            ) as resp:
+                _check(resp.status, await resp.content.read(MAX_BODY_BYTES + 1))
+
+        await _drive(post, n=n, concurrency=concurrency, deadline_s=deadline_s)
+
+
+async def _pyreqwest_round(
+    url: str, secret: str, *, n: int, concurrency: int, deadline_s: float
+) -> None:
+    """pyreqwest configured as a transport would be: no redirects, decompression or cookies."""
+    from pyreqwest.client import ClientBuilder  # noqa: PLC0415
+
+    builder = (
+        ClientBuilder()
+        .follow_redirects(False)
+        .gzip(False)
+        .brotli(False)
+        .zstd(False)
+        .deflate(False)
+        .referer(False)
+        .no_proxy()
+        .http1_lower_case_headers()
+        .default_headers({"content-type": "application/json"})
+        .user_agent("birddog-bench")
+    )
+    async with builder.build() as client:
+
+        async def post(index: int) -> None:
+            body, signed = _request(index, secret)
+            headers = {k: v for k, v in signed.items() if k.startswith("webhook-")}
+            request = (
+                client.post(url)
+                .headers(headers)
+                .body_bytes(body)
+                .streamed_read_buffer_limit(MAX_BODY_BYTES + 1)
+                .build_streamed()
+            )
+            async with request as resp:
+                data = b""
+                while (
+                    chunk := await resp.body_reader.read(MAX_BODY_BYTES + 1 - len(data))
+                ) is not None:
+                    data += bytes(chunk)
+                    if len(data) > MAX_BODY_BYTES:
+                        break
+                _check(resp.status, data)
+
+        await _drive(post, n=n, concurrency=concurrency, deadline_s=deadline_s)
+
+
+CLIENTS = {
+    "aiohttp": _aiohttp_round,
+    "aiohttp-tuned": _aiohttp_tuned_round,
+    "pyreqwest": _pyreqwest_round,
+    "httpx": _httpx_round,
+    "HttpTransport": _transport_round,
+}
 
 
 async def _measure(args: argparse.Namespace, url: str) -> list[Round]:
     secret = signing.generate_secret()
     rounds: list[Round] = []
-    for run in CLIENTS.values():  # warm-up: imports, first connections, caches
+    chosen = {name: CLIENTS[name] for name in args.only}
+    for run in chosen.values():  # warm-up: imports, first connections, caches
         await run(url, secret, n=min(200, args.n), concurrency=args.concurrency, deadline_s=30)
     for _ in range(args.rounds):
-        for client, run in CLIENTS.items():
+        for client, run in chosen.items():
             cpu0, t0 = time.process_time(), time.perf_counter()
             await run(
                 url, secret, n=args.n, concurrency=args.concurrency, deadline_s=args.deadline_s
@@ -197,7 +291,15 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=64, help="in flight (default 64)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per client (default 3)")
     parser.add_argument("--deadline-s", type=float, default=60.0, help="per round (default 60)")
+    parser.add_argument(
+        "--only", default=",".join(CLIENTS), help="comma-separated clients (default: all)"
+    )
+    parser.add_argument("--uvloop", action="store_true", help="run the clients on uvloop")
     args = parser.parse_args()
+    args.only = [name for name in args.only.split(",") if name]
+    unknown = set(args.only) - set(CLIENTS)
+    if unknown:
+        parser.error(f"unknown clients: {', '.join(sorted(unknown))}")
     if args.serve:
         _serve()
         return
@@ -211,7 +313,12 @@ def main() -> None:
         assert server.stdout is not None
         port = int(server.stdout.readline())
         url = f"http://127.0.0.1:{port}/inbox"
-        rounds = asyncio.run(_measure(args, url))
+        if args.uvloop:
+            import uvloop  # noqa: PLC0415
+
+            rounds = uvloop.run(_measure(args, url))
+        else:
+            rounds = asyncio.run(_measure(args, url))
     finally:
         if server.stdin is not None:
             server.stdin.close()
@@ -220,15 +327,19 @@ def main() -> None:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
-    print(f"loopback POSTs: n={args.n} concurrency={args.concurrency} rounds={args.rounds}")
-    print(f"{'client':14} {'posts/s (median)':>17} {'min':>8} {'max':>8} {'CPU us/post':>12}")
-    for client in CLIENTS:
+    loop = "uvloop" if args.uvloop else "asyncio"
+    print(f"loopback POSTs: n={args.n} concurrency={args.concurrency} rounds={args.rounds} {loop}")
+    print(
+        f"{'client':16} {'posts/s (median)':>17} {'min':>8} {'max':>8}"
+        f" {'CPU us/post (median)':>21} {'min':>6} {'max':>6}"
+    )
+    for client in args.only:
         mine = [r for r in rounds if r.client == client]
         rates = [r.posts_per_s for r in mine]
-        cpu = statistics.median(r.cpu_us_per_post for r in mine)
+        cpus = [r.cpu_us_per_post for r in mine]
         print(
-            f"{client:14} {statistics.median(rates):17.0f} {min(rates):8.0f} {max(rates):8.0f}"
-            f" {cpu:12.0f}"
+            f"{client:16} {statistics.median(rates):17.0f} {min(rates):8.0f} {max(rates):8.0f}"
+            f" {statistics.median(cpus):21.0f} {min(cpus):6.0f} {max(cpus):6.0f}"
         )
 
 

@@ -15,16 +15,13 @@ defined in ``__main__``)::
 
 from __future__ import annotations
 
-import asyncio
-import json
 import os
-import resource
 import time
 
 import aiohttp
 import procrastinate
 
-from bench.harness import CONTENT, WORKER, agent_names
+from bench.harness import agent_names, dispatch, process_cpu_s, reply_body
 
 POOL_SIZE = 16
 DEFER_CHUNK = 1000
@@ -54,23 +51,6 @@ async def deliver(url: str, key: str, body: str) -> None:
         raise RuntimeError("the inbox did not accept the reply")
 
 
-def reply_body(index: int, agent: str) -> tuple[str, str]:
-    """The key and JSON body of reply ``index`` to ``agent``, shaped as BirdDog's."""
-    mail = f"peer-{index:08d}"
-    key = f"outbox:{mail}:reply:0"
-    body = {
-        "key": key,
-        "inReplyTo": mail,
-        "to": {"kind": "agent", "agentId": agent, "sessionId": f"{agent}-s"},
-        "from": {"kind": "agent", "agentId": WORKER, "sessionId": f"{WORKER}-s"},
-        "replyTo": [],
-        "content": CONTENT,
-        "createdAt": int(time.time() * 1000),
-        "reply": {"commandId": f"cmd-{index}", "outcome": "completed"},
-    }
-    return key, json.dumps(body)
-
-
 async def defer(base_url: str, count: int, agents: int) -> dict[str, float]:
     """Defer ``count`` deliveries, ``DEFER_CHUNK`` per statement."""
     names = agent_names(agents)
@@ -88,7 +68,7 @@ async def defer(base_url: str, count: int, agents: int) -> dict[str, float]:
 
 async def work(concurrency: int) -> dict[str, float]:
     """Run a worker until the queue is empty."""
-    cpu_before = _cpu_s()
+    cpu_before = process_cpu_s()
     started = time.time()
     async with app.open_async():
         await app.run_worker_async(
@@ -96,7 +76,7 @@ async def work(concurrency: int) -> dict[str, float]:
         )
     if _session is not None:
         await _session.close()
-    return {"elapsed_s": time.time() - started, "cpu_s": _cpu_s() - cpu_before}
+    return {"elapsed_s": time.time() - started, "cpu_s": process_cpu_s() - cpu_before}
 
 
 async def schema() -> dict[str, float]:
@@ -106,20 +86,13 @@ async def schema() -> dict[str, float]:
     return {"ok": 1.0}
 
 
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 def main(argv: list[str]) -> None:
     """Dispatch ``schema`` / ``defer`` / ``worker``."""
-    command, *args = argv
-    if command == "schema":
-        result = asyncio.run(schema())
-    elif command == "defer":
-        result = asyncio.run(defer(args[0], int(args[1]), int(args[2])))
-    elif command == "worker":
-        result = asyncio.run(work(int(args[0])))
-    else:
-        raise SystemExit(f"unknown command {command!r}")
-    print(json.dumps(result))
+    dispatch(
+        argv,
+        {
+            "schema": schema,
+            "defer": lambda url, count, agents: defer(url, int(count), int(agents)),
+            "worker": lambda concurrency: work(int(concurrency)),
+        },
+    )

@@ -6,58 +6,132 @@ outbox and delivered with bounded retries. A reply succeeds, fails loudly (a dea
 with an alert), or sits visibly pending; it never vanishes.
 """
 
-from birddog.asking import Asked, Asking, open_asking
-from birddog.core.delivery import (
-    Accepted,
-    DeadReason,
-    Deferred,
-    DeliveryResult,
-    Failed,
-    OutboxRow,
-    Receipt,
-    Rejected,
-    RowState,
-    decide_delivery,
-)
-from birddog.core.diagnostic import DIAGNOSTIC_MAX_LENGTH, bounded_diagnostic
-from birddog.core.errors import (
-    AskFailed,
-    AskTimedOut,
-    BirdDogError,
-    ContentTooLarge,
-    DatabaseRefused,
-    InvalidInput,
-    InvalidJobPayload,
-    InvalidSetting,
-    JobConflict,
-    JobNotFound,
-    NotAMailbox,
-    RouteNotFound,
-    StaleClaim,
-    StoreBusy,
-    StoreRefused,
-    StoreUnavailable,
-    UnknownAgent,
-    UnreadableRow,
-)
-from birddog.core.fanout import empty_reply_text, replies_for
-from birddog.core.jobs import (
-    DEFAULT_MAX_CONTENT_BYTES,
-    AgentJobPayload,
-    AgentWork,
-    Job,
-    JobState,
-    Recovery,
-    agent_job,
-    decode_agent_job,
-)
-from birddog.core.mail import AgentAddress, Mail, Outcome, Reply, ReplyFacts, reply_key
-from birddog.core.schedule import RetrySchedule
-from birddog.mailroom import PAGE_SIZE, DrainReport, MailRoom, has_pending_delivery
-from birddog.ports import Clock, Outbox, Page, Route, RouteBook, Transport, WakeScheduler
+from typing import TYPE_CHECKING
 
-decide = decide_delivery
-"""The name :func:`decide_delivery` had before it was told apart from the job's decision."""
+from birddog.lazy import exports
+
+if TYPE_CHECKING:
+    from birddog.asking import Asked, Asking, open_asking
+    from birddog.core.delivery import (
+        Accepted,
+        DeadReason,
+        Deferred,
+        DeliveryResult,
+        Failed,
+        OutboxRow,
+        Receipt,
+        Rejected,
+        RowState,
+        decide_delivery,
+    )
+    from birddog.core.delivery import decide_delivery as decide
+    from birddog.core.diagnostic import DIAGNOSTIC_MAX_LENGTH, bounded_diagnostic
+    from birddog.core.errors import (
+        AskFailed,
+        AskTimedOut,
+        BirdDogError,
+        ContentTooLarge,
+        DatabaseRefused,
+        InvalidInput,
+        InvalidJobPayload,
+        InvalidSetting,
+        JobConflict,
+        JobNotFound,
+        NotAMailbox,
+        RouteNotFound,
+        StaleClaim,
+        StoreBusy,
+        StoreRefused,
+        StoreUnavailable,
+        UnknownAgent,
+        UnreadableRow,
+    )
+    from birddog.core.fanout import empty_reply_text, replies_for
+    from birddog.core.jobs import (
+        DEFAULT_MAX_CONTENT_BYTES,
+        AgentJobPayload,
+        AgentWork,
+        Job,
+        JobState,
+        Recovery,
+        agent_job,
+        decode_agent_job,
+    )
+    from birddog.core.mail import AgentAddress, Mail, Outcome, Reply, ReplyFacts, reply_key
+    from birddog.core.schedule import RetrySchedule
+    from birddog.mailroom import PAGE_SIZE, DrainReport, MailRoom, has_pending_delivery
+    from birddog.ports import Clock, Outbox, Page, Route, RouteBook, Transport, WakeScheduler
+
+# Each public name is imported when first used, so that ``import birddog`` (every CLI
+# command starts with it) loads only what the command needs.
+_HOMES: dict[str, str] = {
+    "Asked": "birddog.asking",
+    "Asking": "birddog.asking",
+    "open_asking": "birddog.asking",
+    "Accepted": "birddog.core.delivery",
+    "DeadReason": "birddog.core.delivery",
+    "Deferred": "birddog.core.delivery",
+    "DeliveryResult": "birddog.core.delivery",
+    "Failed": "birddog.core.delivery",
+    "OutboxRow": "birddog.core.delivery",
+    "Receipt": "birddog.core.delivery",
+    "Rejected": "birddog.core.delivery",
+    "RowState": "birddog.core.delivery",
+    "decide_delivery": "birddog.core.delivery",
+    "DIAGNOSTIC_MAX_LENGTH": "birddog.core.diagnostic",
+    "bounded_diagnostic": "birddog.core.diagnostic",
+    "AskFailed": "birddog.core.errors",
+    "AskTimedOut": "birddog.core.errors",
+    "BirdDogError": "birddog.core.errors",
+    "ContentTooLarge": "birddog.core.errors",
+    "DatabaseRefused": "birddog.core.errors",
+    "InvalidInput": "birddog.core.errors",
+    "InvalidJobPayload": "birddog.core.errors",
+    "InvalidSetting": "birddog.core.errors",
+    "JobConflict": "birddog.core.errors",
+    "JobNotFound": "birddog.core.errors",
+    "NotAMailbox": "birddog.core.errors",
+    "RouteNotFound": "birddog.core.errors",
+    "StaleClaim": "birddog.core.errors",
+    "StoreBusy": "birddog.core.errors",
+    "StoreRefused": "birddog.core.errors",
+    "StoreUnavailable": "birddog.core.errors",
+    "UnknownAgent": "birddog.core.errors",
+    "UnreadableRow": "birddog.core.errors",
+    "empty_reply_text": "birddog.core.fanout",
+    "replies_for": "birddog.core.fanout",
+    "DEFAULT_MAX_CONTENT_BYTES": "birddog.core.jobs",
+    "AgentJobPayload": "birddog.core.jobs",
+    "AgentWork": "birddog.core.jobs",
+    "Job": "birddog.core.jobs",
+    "JobState": "birddog.core.jobs",
+    "Recovery": "birddog.core.jobs",
+    "agent_job": "birddog.core.jobs",
+    "decode_agent_job": "birddog.core.jobs",
+    "AgentAddress": "birddog.core.mail",
+    "Mail": "birddog.core.mail",
+    "Outcome": "birddog.core.mail",
+    "Reply": "birddog.core.mail",
+    "ReplyFacts": "birddog.core.mail",
+    "reply_key": "birddog.core.mail",
+    "RetrySchedule": "birddog.core.schedule",
+    "PAGE_SIZE": "birddog.mailroom",
+    "DrainReport": "birddog.mailroom",
+    "MailRoom": "birddog.mailroom",
+    "has_pending_delivery": "birddog.mailroom",
+    "Clock": "birddog.ports",
+    "Outbox": "birddog.ports",
+    "Page": "birddog.ports",
+    "Route": "birddog.ports",
+    "RouteBook": "birddog.ports",
+    "Transport": "birddog.ports",
+    "WakeScheduler": "birddog.ports",
+    "decide": "birddog.core.delivery",
+}
+# ``decide`` is the name ``decide_delivery`` had before it was told apart from the job's.
+_RENAMED = {"decide": "decide_delivery"}
+
+__getattr__, __dir__ = exports(__name__, _HOMES, renamed=_RENAMED)
 
 __all__ = [
     "DEFAULT_MAX_CONTENT_BYTES",

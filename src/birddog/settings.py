@@ -122,6 +122,9 @@ class Settings(BaseSettings):
     per_recipient_in_flight: int = Field(
         16, ge=1, description="Posts in flight to one recipient at most."
     )
+    fresh_rows: int = Field(
+        16, ge=0, description="Rows a notification claims beside a full window (0: off)."
+    )
     backstop_s: float = Field(30.0, gt=0, description="Longest sleep without a wake.")
     shutdown_grace_s: float = Field(10.0, ge=0, description="Time to finish in-flight posts.")
     max_content_bytes: int = Field(
@@ -296,4 +299,5 @@ class Settings(BaseSettings):
             post_timeout_s=self.post_timeout_s,
             window_size=self.window_size,
             per_recipient=self.per_recipient_in_flight,
+            fresh_rows=self.fresh_rows,
         )

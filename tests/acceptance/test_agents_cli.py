@@ -7,13 +7,7 @@ import json
 from birddog import AgentAddress
 from birddog.postgres.agents import PostgresAgents
 from birddog.postgres.pool import Pool
-from tests.support.cli import cli
-
-
-def token_of(stdout: str) -> str:
-    """The token on the ``token:`` line a command printed."""
-    [line] = [line for line in stdout.splitlines() if line.startswith("token: ")]
-    return line.removeprefix("token: ")
+from tests.support.cli import cli, token_of
 
 
 async def test_add_token_list_revoke(database_url: str, pg_pool: Pool) -> None:

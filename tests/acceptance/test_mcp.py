@@ -23,17 +23,12 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
-from birddog import AgentAddress
-from birddog.bootstrap import mcp_desk, open_stack
 from birddog.clock import SystemClock
-from birddog.mcp.server import serve_http
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
-from birddog.settings import Settings
-from birddog.testing import InMemoryTokenBook
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
-from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env
+from tests.support.cli import BIRDDOG, ROOT, Daemon, cli, cli_env, token_of
 
 SLOW_S = 6.0
 MAX_CONTENT_BYTES = 4096
@@ -394,6 +389,23 @@ async def http_session(url: str, token: str) -> AsyncIterator[ClientSession]:
         yield session
 
 
+async def server_url(server: Daemon) -> str:
+    """The URL a ``birddog mcp --http`` server announced."""
+    line = await eventually(
+        lambda: next(
+            (
+                json.loads(line)["text"]
+                for line in server.log().splitlines()
+                if "BirdDog MCP server for" in line
+            ),
+            None,
+        ),
+        "the MCP server's URL",
+        within_s=60,
+    )
+    return str(line.rsplit(" ", 1)[1])
+
+
 async def test_the_tools_over_http_need_the_token(room: str) -> None:
     """--http --as serves the tools to a bearer of its token and refuses any other request."""
     token = "tok-" + "a" * 40
@@ -408,19 +420,7 @@ async def test_the_tools_over_http_need_the_token(room: str) -> None:
         BIRDDOG_MCP_TOKEN=token,
     )
     try:
-        line = await eventually(
-            lambda: next(
-                (
-                    json.loads(line)["text"]
-                    for line in server.log().splitlines()
-                    if "BirdDog MCP server for" in line
-                ),
-                None,
-            ),
-            "the MCP server's URL",
-            within_s=60,
-        )
-        url = line.rsplit(" ", 1)[1]
+        url = await server_url(server)
         assert url.startswith("http://127.0.0.1:")
         assert url.endswith("/mcp")
         assert token not in server.log()  # a token it was given is never printed
@@ -445,52 +445,51 @@ async def test_the_tools_over_http_need_the_token(room: str) -> None:
 
 
 async def test_per_agent_tokens_act_only_as_their_agent(room: str) -> None:
-    """Two agents' tokens on one server: each acts as itself, neither reads the other's mail."""
-    alice, bob = "alice-token-" + "1" * 30, "bob-token-" + "2" * 30
-    tokens = InMemoryTokenBook(
-        {
-            alice: AgentAddress(agent_id="alice-h", session_id="s-alice"),
-            bob: AgentAddress(agent_id="bob-h", session_id="s-bob"),
-        }
-    )
-    settings = Settings(database_url=room)
-    stop = asyncio.Event()
-    urls: asyncio.Queue[str] = asyncio.Queue()
-    async with open_stack(settings, pool_size=4) as stack:
-        desk = mcp_desk(stack)
-        serving = asyncio.create_task(
-            serve_http(desk, tokens, port=0, ready=urls.put_nowait, stop=stop)
-        )
-        try:
-            url = await asyncio.wait_for(urls.get(), 30)
-            async with http_session(url, alice) as as_alice, http_session(url, bob) as as_bob:
-                assert "alice-h:s-alice" in (as_alice.instructions or "")
-                assert "bob-h:s-bob" in (as_bob.instructions or "")
-                pending, _, _ = await call(
-                    as_alice, "ask", to="upper:s-upper", content="mine", wait_s=0
-                )
-                listed = await until_unread(as_alice, 1)
-                assert len(listed["replies"]) == 1, listed
-                [reply] = listed["replies"]
-                assert await call(as_bob, "inbox") == (
-                    {"replies": [], "unread": 0},
-                    "0 unread replies shown; 0 unread in all",
-                    False,
-                )
-                for tool, arguments in (
-                    ("read", {"key": reply["key"]}),
-                    ("ack", {"keys": [reply["key"]]}),
-                    ("wait", {"key": pending["key"], "wait_s": 0}),
-                    ("status", {"key": pending["key"]}),
-                ):
-                    _, text, is_error = await call(as_bob, tool, **arguments)
-                    assert is_error, (tool, text)
-                mine, _, is_error = await call(as_alice, "read", key=reply["key"])
-                assert (mine["content"], is_error) == ("MINE", False)
-        finally:
-            stop.set()
-            await asyncio.wait_for(serving, 30)
-            await desk.close()
+    """Mcp --http without --as: each agent's token (agent add) acts as itself only; revoked, 401."""
+    tokens = {}
+    for address in ("alice-h:s-alice", "bob-h:s-bob"):
+        added = await cli(room, "agent", "add", address)
+        assert added.returncode == 0, added.stderr
+        tokens[address] = token_of(added.stdout)
+    alice, bob = tokens["alice-h:s-alice"], tokens["bob-h:s-bob"]
+    server = Daemon(room, "--http", "--port", "0", command="mcp")
+    try:
+        url = await server_url(server)
+        assert alice not in server.log()
+        assert bob not in server.log()
+        async with http_session(url, alice) as as_alice, http_session(url, bob) as as_bob:
+            assert "alice-h:s-alice" in (as_alice.instructions or "")
+            assert "bob-h:s-bob" in (as_bob.instructions or "")
+            pending, _, _ = await call(
+                as_alice, "ask", to="upper:s-upper", content="mine", wait_s=0
+            )
+            listed = await until_unread(as_alice, 1)
+            assert len(listed["replies"]) == 1, listed
+            [reply] = listed["replies"]
+            assert await call(as_bob, "inbox") == (
+                {"replies": [], "unread": 0},
+                "0 unread replies shown; 0 unread in all",
+                False,
+            )
+            for tool, arguments in (
+                ("read", {"key": reply["key"]}),
+                ("ack", {"keys": [reply["key"]]}),
+                ("wait", {"key": pending["key"], "wait_s": 0}),
+                ("status", {"key": pending["key"]}),
+            ):
+                _, text, is_error = await call(as_bob, tool, **arguments)
+                assert is_error, (tool, text)
+            mine, _, is_error = await call(as_alice, "read", key=reply["key"])
+            assert (mine["content"], is_error) == ("MINE", False)
+        revoked = await cli(room, "agent", "revoke", "bob-h")
+        assert revoked.returncode == 0, revoked.stderr
+        for bearer in (bob, "bd_" + "x" * 40, None):
+            async with http_client(bearer) as client:
+                refused = await client.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+            assert refused.status_code == 401, bearer
+    finally:
+        code, _ = server.terminate()
+    assert code == 0
 
 
 class ChannelEvent(BaseModel):

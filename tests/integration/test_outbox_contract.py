@@ -350,3 +350,25 @@ async def test_claim_due_can_take_the_latest_due_first(backend: Backend) -> None
     rest = await outbox.claim_due(limit=3, now=at(9), lease_s=LEASE_S, newest=2)
     assert [row.key for row in rest.rows] == ["c", "d"]
     assert rest.more is False
+
+
+async def test_claim_due_with_recipients_left_out_keeps_due_order(backend: Backend) -> None:
+    """Leaving recipients out, the claim still takes the others' earliest-due rows first."""
+    outbox = backend.outbox
+    rows = [
+        make_row(f"{agent}{index}", agent=agent, due=index * 3 + offset)
+        for offset, agent in enumerate(["alice", "bob", "carol", "dave"])
+        for index in range(4)
+    ]
+    await outbox.add(rows)
+    await backend.hold("dave")
+    leased = await outbox.claim_due(limit=1, now=at(30), lease_s=LEASE_S)
+    assert [row.key for row in leased.rows] == ["alice0"]
+    page = await outbox.claim_due(limit=4, now=at(30), lease_s=LEASE_S, skip_agents=["bob"])
+    # Due order over alice and carol (not alice0: leased; not bob: left out; not dave: held).
+    assert [row.key for row in page.rows] == ["alice1", "alice2", "carol0", "carol1"]
+    assert page.more is True
+    fresh = await outbox.claim_due(
+        limit=2, now=at(30), lease_s=LEASE_S, skip_agents=["bob"], newest=1
+    )
+    assert [row.key for row in fresh.rows] == ["carol2", "carol3"]

@@ -52,6 +52,12 @@ async def cli(
     )
 
 
+def token_of(stdout: str) -> str:
+    """The token on the ``token:`` line ``birddog agent add`` or ``agent token`` printed."""
+    [line] = [line for line in stdout.splitlines() if line.startswith("token: ")]
+    return line.removeprefix("token: ")
+
+
 class Daemon:
     """A ``birddog run`` (or ``birddog COMMAND``) subprocess this test started and will stop by its pid."""
 

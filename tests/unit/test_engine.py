@@ -339,3 +339,89 @@ async def test_a_page_cancelled_mid_post_gives_every_row_back(room: Room) -> Non
     await asyncio.gather(drain, return_exceptions=True)
     page = await room.outbox.claim_page(after_key=None, limit=64, now=room.clock.now(), lease_s=60)
     assert sorted(row.key for row in page.rows) == sorted(keys)
+
+
+async def backlog_that_hangs(room: Room) -> tuple[asyncio.Event, set[AgentAddress]]:
+    """Rows to eight recipients whose posts hang until the event: a window-filling backlog."""
+    never = asyncio.Event()
+    hanging = {AgentAddress(agent_id=f"h{i}", session_id="s") for i in range(8)}
+
+    async def answer(reply: Reply) -> bool:
+        if reply.to in hanging:
+            await never.wait()
+        return True
+
+    room.transport.answer = answer
+    room.room.post_timeout_s = 30
+    await fan_out(room, 20, sorted(hanging, key=lambda a: a.agent_id), "b")
+    return never, hanging
+
+
+async def test_a_notification_during_a_backlog_posts_the_fresh_row_at_once(room: Room) -> None:
+    """With the window full of a backlog, a new row is claimed on its notification and posted."""
+    never, _ = await backlog_that_hangs(room)
+    bell = ManualListener()
+    engine = room.room.engine(window_size=8, per_recipient=4)
+    serving = Serving(engine, listener=bell)
+    await eventually(lambda: engine.full, "a full window")
+    room.clock.advance(1)
+    [fresh] = await fan_out(room, 1, [CAROL], "f")
+    bell.notify()
+    await eventually(lambda: fresh in serving.delivered, "the fresh reply's receipt")
+    assert engine.fresh_claims >= 1
+    # The backlog's posts are all still out: the fresh claim came on top of the window.
+    assert engine.in_flight >= 8
+    assert len(room.transport.sent) <= 8 + engine.config.fresh_rows
+    never.set()
+    await serving.finish()
+
+
+async def test_a_storm_of_notifications_holds_at_most_fresh_rows_beyond_the_window(
+    room: Room,
+) -> None:
+    """However often the bell rings, the window holds at most fresh_rows more than its size."""
+    never, _ = await backlog_that_hangs(room)
+    bell = ManualListener()
+    engine = room.room.engine(window_size=8, per_recipient=4, fresh_rows=3)
+    serving = Serving(engine, listener=bell)
+    await eventually(lambda: engine.full, "a full window")
+    room.clock.advance(1)
+    # Fresh rows to recipients that hang as well: each fresh claim stays held.
+    storm = [AgentAddress(agent_id=f"s{i}", session_id="s") for i in range(4)]
+    answer = room.transport.answer
+
+    async def hang_storm(reply: Reply) -> bool:
+        if reply.to in storm:
+            await never.wait()
+            return True
+        return await answer(reply)
+
+    room.transport.answer = hang_storm
+    await fan_out(room, 10, storm, "f")
+    held: list[int] = []
+    for _ in range(20):
+        waits = bell.waits
+        bell.notify()
+        # The watcher waits again only once it has claimed for this notification.
+        await eventually(lambda w=waits: bell.waits > w, "the notification handled")
+        held.append(engine.held)
+    await eventually(lambda: engine.held == 8 + 3, "the fresh rows held")
+    assert max(held) <= 8 + 3
+    assert engine.fresh_claims >= 1
+    # Beyond the window's own eight posts, at most the three fresh rows went out.
+    assert len(room.transport.sent) == 8 + 3
+    never.set()
+    await serving.finish()
+
+
+async def test_without_a_backlog_a_notification_only_wakes_the_loop(room: Room) -> None:
+    """An idle engine woken by the bell claims through its own loop, not a fresh claim."""
+    bell = ManualListener()
+    engine = room.room.engine(window_size=8)
+    serving = Serving(engine, listener=bell)
+    await eventually(lambda: room.wake.slept, "the engine asleep")
+    [key] = await fan_out(room, 1, [ALICE], "i")
+    bell.notify()
+    await eventually(lambda: key in serving.delivered, "the reply's receipt")
+    assert engine.fresh_claims == 0
+    await serving.finish()

@@ -40,8 +40,20 @@ The parts, each a module with its own state and tests:
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from birddog.engine.config import PAGE_SIZE, EngineConfig
-from birddog.engine.loop import DeliveryEngine
-from birddog.engine.outcomes import DrainReport
+from birddog.lazy import exports
+
+if TYPE_CHECKING:
+    from birddog.engine.loop import DeliveryEngine
+    from birddog.engine.outcomes import DrainReport
+
+# The loop is imported when first used: the settings name EngineConfig, and every command
+# reads the settings.
+__getattr__, __dir__ = exports(
+    __name__,
+    {"DeliveryEngine": "birddog.engine.loop", "DrainReport": "birddog.engine.outcomes"},
+)
 
 __all__ = ["PAGE_SIZE", "DeliveryEngine", "DrainReport", "EngineConfig"]

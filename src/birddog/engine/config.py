@@ -26,6 +26,9 @@ class EngineConfig:
         quiet_s: a recipient silent this long starts again with ``slow_start``.
         ready_horizon_s: rows held ready for a recipient: what it can take in this long.
         linger_s: after a post finishes, how long to wait for more before storing.
+        fresh_rows: while a backlog fills the window, a notification claims up to this
+            many of the latest-due rows at once, beside the window's own claims (held
+            beyond ``window_size``, one such claim at a time); 0 turns it off.
     """
 
     schedule: RetrySchedule = field(default_factory=RetrySchedule)
@@ -38,12 +41,15 @@ class EngineConfig:
     quiet_s: float = 60.0
     ready_horizon_s: float = 0.5
     linger_s: float = 0.005
+    fresh_rows: int = 16
 
     def __post_init__(self) -> None:
         if self.page_size < 1:
             raise ValueError("page_size must be at least 1")
         if self.window_size < 1 or self.per_recipient < 1:
             raise ValueError("window_size and per_recipient must be at least 1")
+        if self.fresh_rows < 0:
+            raise ValueError("fresh_rows must not be negative")
 
     @property
     def ready_max_s(self) -> float:

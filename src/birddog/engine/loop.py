@@ -12,6 +12,11 @@ when to sleep on the wake board.
   sets the event the loop waits on.
 - :meth:`DeliveryEngine.collect` stores what is known, gives back what the window set
   aside, and arms the next wake.
+- While a backlog fills the window, a watcher reads the listener instead of the loop: it
+  keeps a wake armed and, on each notification, claims the few latest-due rows at once
+  beside the window's claims (:meth:`DeliveryEngine._claim_fresh`), so fresh mail
+  overtakes the backlog instead of waiting for room. It stops when a claim comes back
+  short; the loop then goes to sleep on the listener as before.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
+
+import structlog
 
 from birddog.core.delivery import DeliveryResult
 from birddog.core.flow import FlowControl
@@ -52,6 +59,14 @@ backlog's turn); the backlog itself keeps three quarters.
 
 READY_RECHECK_S = 0.1
 """While rows are held ready, the longest wait before the engine looks at them again."""
+
+WATCH_S = 5.0
+"""The watcher's longest wait on the listener (which then checks its connection)."""
+
+FRESH_RETRY_S = 1.0
+"""After a fresh claim failed (the database is away), the watcher waits this long."""
+
+log = structlog.get_logger("birddog.engine")
 
 
 class DeliveryEngine:
@@ -109,6 +124,10 @@ class DeliveryEngine:
         self._rows_given_back = 0  # how often rows went back to the outbox (see fill)
         self._sleep_until: datetime | None = None
         self._awake_since_wake = True  # the next claim with rows reports the wake's latency
+        # The watcher of a backlog (see _watch): it reads the listener while it runs.
+        self._watcher: asyncio.Task[None] | None = None
+        self._listening: asyncio.Task[bool] | None = None  # the watcher's wait, if any
+        self.fresh_claims = 0  # claims made on a notification beside the window's
 
     # ------------------------------------------------------------------ state
 
@@ -201,8 +220,26 @@ class DeliveryEngine:
             once: return when nothing is held and nothing is claimable now (no sleeping
                 on the wake board: a drainer that leaves must not promise to look again).
         """
+        try:
+            await self._serve(stop, listener, backstop_s, on_report, once=once)
+        finally:
+            await self._stop_watching()
+
+    async def _serve(
+        self,
+        stop: asyncio.Event,
+        listener: Listener | None,
+        backstop_s: float,
+        on_report: Callable[[DrainReport], None],
+        *,
+        once: bool,
+    ) -> None:
         while not stop.is_set():
             more = await self._step(on_report, force=once)
+            if not more:
+                await self._stop_watching()
+            elif listener is not None and self.config.fresh_rows and self._watcher is None:
+                self._watcher = asyncio.ensure_future(self._watch(listener))
             if self.outcomes.unstored or self.window.has_surplus or self._room_again():
                 continue
             if more:
@@ -314,6 +351,104 @@ class DeliveryEngine:
         # known. Not the recipients left out now: their posts may have ended meanwhile.
         self._left_out_of_short_claim = skip if self._rows_given_back == given_back else None
         return False
+
+    # ------------------------------------------------------------------ fresh rows
+
+    async def _watch(self, listener: Listener) -> None:
+        """During a backlog, claim each notification's fresh rows at once, beside the window.
+
+        During a backlog the loop claims only as room frees, so a notification would wait
+        behind the rows already due. The watcher keeps a wake armed for later than now
+        (the settlement side of the wake protocol then notifies for the next new row),
+        and on each notification claims at once the ``fresh_rows`` latest-due rows,
+        beside the window (:meth:`_claim_fresh`), then arms again. A row committed
+        between that claim and the new arm is not announced: the window's own claims
+        take it (their latest-due share), as they would without a watcher, which only
+        ever makes a row earlier. A storm of notifications costs at most one such claim
+        at a time, each for rows that are due: the window's own claims keep the rest.
+        """
+        armed = False
+        while self._watcher is not None:
+            if not armed:
+                armed = await self._fresh(arm=True)
+            if self._watcher is None:
+                return
+            self._listening = asyncio.ensure_future(listener.wait(WATCH_S))
+            try:
+                woken = await self._listening
+            except asyncio.CancelledError:
+                return  # stopped while waiting (never while claiming: see _stop_watching)
+            finally:
+                self._listening = None
+            if woken:
+                # The notification used the armed wake up: claim, then arm again.
+                await self._fresh(arm=False)
+                armed = await self._fresh(arm=True)
+            else:
+                armed = False  # arm again before the armed wake runs out
+
+    async def _stop_watching(self) -> None:
+        """The backlog is over: the loop reads the listener again (and sleeps on it).
+
+        Only the watcher's wait is cancelled: a claim it has under way finishes and its
+        rows enter the window (cancelled, they would stay leased, unposted, until the
+        lease ends).
+        """
+        watcher, self._watcher = self._watcher, None
+        if watcher is None:
+            return
+        if self._listening is not None:
+            self._listening.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await watcher
+
+    async def _fresh(self, *, arm: bool) -> bool:
+        """Arm the wake (``arm``), or claim the fresh rows.
+
+        Returns:
+            Whether the wake is armed; never raises (the window's claims carry on).
+        """
+        try:
+            if not arm:
+                await self._claim_fresh()
+                return False
+            if not isinstance(self.wake, WakeBoard):
+                return False
+            now = self.clock.now()
+            # The settlement side notifies only when the armed wake is later than its
+            # row: a wake ahead makes the next new row announce itself. It outlives the
+            # watcher's wait, which arms it again when it ends.
+            until = now + timedelta(seconds=2 * WATCH_S)
+            await self.wake.going_to_sleep(until=until, now=now)
+        except Exception as exc:  # the window's own claims carry on
+            log.warning("fresh_claim_failed", error=type(exc).__name__)
+            await asyncio.sleep(FRESH_RETRY_S)
+            return False
+        return arm
+
+    async def _claim_fresh(self) -> None:
+        """Claim up to ``fresh_rows`` of the latest-due rows into the window, beyond its size.
+
+        At most ``window_size + fresh_rows`` rows are held; recipients that hold all they
+        may are left out, as in every claim.
+        """
+        config = self.config
+        limit = min(config.fresh_rows, config.window_size + config.fresh_rows - self.window.held)
+        if limit < 1:
+            return
+        now = self.clock.now()
+        page = await self.outbox.claim_due(
+            limit=limit,
+            now=now,
+            lease_s=config.lease_s,
+            skip_agents=self.window.skip(now),
+            newest=limit,
+        )
+        self.fresh_claims += 1
+        decided = self.window.admit(page, whole=False, now=self.clock.now())
+        if decided:
+            self.outcomes.add(decided)
+            self._a_post_ended.set()
 
     def _room_again(self) -> bool:
         """A recipient left out of the last (short) claim can take more now."""
@@ -453,4 +588,4 @@ class DeliveryEngine:
         await self.outcomes.release(items, wake=wake)
 
 
-__all__ = ["NEWEST_SHARE", "READY_RECHECK_S", "DeliveryEngine"]
+__all__ = ["FRESH_RETRY_S", "NEWEST_SHARE", "READY_RECHECK_S", "WATCH_S", "DeliveryEngine"]

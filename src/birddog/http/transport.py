@@ -38,7 +38,8 @@ HELD_RECHECK_S = 60.0
 """A reply to a held recipient that slipped through the claim is deferred this long."""
 
 SIGNERS_KEPT = 4096
-"""Signers (decoded keys) kept per set of route secrets before the cache starts again."""
+"""Signers (decoded keys) kept per set of route secrets, and parsed route URLs, before
+each cache starts again."""
 
 ALLOWED_SCHEMES = frozenset({"http", "https"})
 
@@ -120,6 +121,8 @@ class HttpTransport(SessionOwner):
         self.resolver = resolver
         self._session: aiohttp.ClientSession | None = None
         self._signers: dict[tuple[str, ...], signing.Signer] = {}
+        # Each route's URL, parsed and checked once (yarl parsing was a tenth of a post).
+        self._urls: dict[tuple[str, str, str | None], yarl.URL | Rejected] = {}
 
     async def post(self, reply: Reply) -> DeliveryResult:
         """Post one reply to its recipient and classify the answer.
@@ -221,12 +224,23 @@ class HttpTransport(SessionOwner):
             return Deferred(
                 until=self._now() + timedelta(seconds=HELD_RECHECK_S), reason="recipient held"
             )
-        url = _inbox_url(route)
+        url = self._url(route)
         if isinstance(url, Rejected):
             return url
         if route.secret is None:
             return Failed(bounded_diagnostic(f"route for agent {agent_id} has no secret"))
         return route, url
+
+    def _url(self, route: Route) -> yarl.URL | Rejected:
+        """The route's inbox URL (or why it has none), parsed once per URL."""
+        key = (route.agent_id, route.kind, route.url)
+        url = self._urls.get(key)
+        if url is None:
+            url = _inbox_url(route)
+            if len(self._urls) >= SIGNERS_KEPT:
+                self._urls.clear()  # routes that changed must not pile up in memory
+            self._urls[key] = url
+        return url
 
     def _signer(self, route: Route, now: datetime) -> signing.Signer:
         """The signer for the route's secrets at ``now``, their keys decoded once."""

@@ -467,7 +467,10 @@ class PostgresOutbox:
     ) -> Page:
         """Claim up to ``limit`` of the earliest-due, unheld, unleased pending rows.
 
-        The daemon's claim: its cost is the page, not the backlog of future rows.
+        The daemon's claim: its cost is the page, not the backlog of future rows. With
+        ``skip_agents``, each other recipient's due head is read through the recipient
+        index (``outbox_claim_heads``), so the left-out recipients' rows cost nothing but
+        one index probe each.
 
         Args:
             limit: the most rows to claim.
@@ -480,15 +483,22 @@ class PostgresOutbox:
         Returns:
             The rows in key order, the claim token, and whether the page was full.
         """
-        fresh = max(0, min(newest, limit))
+        # With recipients left out, read the others' due heads, never past the left-out
+        # recipients' rows (each costs one index probe); at most a page of each.
+        query, per_recipient = (
+            (queries["outbox_claim_heads"], (limit,))
+            if skip_agents
+            else (queries["outbox_claim_due"], ())
+        )
         return await self._claim(
-            queries["outbox_claim_due"],
+            query,
             (),
             limit=limit,
             now=now,
             lease_s=lease_s,
             skip_agents=skip_agents,
-            split=fresh,
+            split=max(0, min(newest, limit)),
+            trailing=per_recipient,
         )
 
     async def _claim(
@@ -501,15 +511,16 @@ class PostgresOutbox:
         lease_s: float,
         skip_agents: Collection[str],
         split: int | None = None,
+        trailing: tuple[object, ...] = (),
     ) -> Page:
         # Both claim statements take: now, limit, claim, lease_until, skip_agents, in order.
         if limit < 1:
             raise InvalidInput("limit must be at least 1", field="limit")
         claim = uuid.uuid4()
         # claim_due takes ``split`` of its rows latest-due first: the earliest-due part
-        # is the rest, and the split comes last.
+        # is the rest, and the split comes after the five, then ``trailing``.
         first = limit if split is None else limit - split
-        trailing = () if split is None else (split,)
+        last = (() if split is None else (split,)) + trailing
         with store_errors("outbox claim"):
             records = await self.pool.fetch(
                 query,
@@ -519,7 +530,7 @@ class PostgresOutbox:
                 claim,
                 now + timedelta(seconds=lease_s),
                 list(skip_agents),
-                *trailing,
+                *last,
             )
         rows: list[OutboxRow] = []
         undecodable: list[UndecodableRow] = []

@@ -125,6 +125,95 @@ RETURNING
     r.kind AS route_kind,
     r.batch_size AS route_batch_size;
 
+-- name: outbox_claim_heads
+-- Lease what outbox_claim_due leases ($6 latest-due, then $2 earliest-due claimable rows, recipients not in $5), reading the earliest-due part from each other recipient's head: at most $7 rows of each.
+-- params: $1 now timestamptz, $2 limit int (the earliest-due part), $3 claim uuid, $4 lease_until timestamptz, $5 skip_agents text[], $6 newest int, $7 per_recipient int
+-- The claim while some recipients are left out (they hold all they may). In due order
+-- the claim reads past every due row of theirs (bench/hanging.py: four of five); here
+-- one probe of the (recipient, due time) index finds each recipient with pending rows
+-- (a loose index scan), and only
+-- the others' earliest due rows are read, at most $7 each, before the best $2 are
+-- locked. Its cost grows with the recipients that have rows, not with their rows.
+WITH RECURSIVE recipients AS (
+    (
+        SELECT o.recipient_agent_id AS agent
+        FROM birddog.outbox o
+        WHERE o.state <> 'dead'
+        ORDER BY o.recipient_agent_id
+        LIMIT 1
+    )
+    UNION ALL
+    SELECT (
+        SELECT o.recipient_agent_id
+        FROM birddog.outbox o
+        WHERE o.state <> 'dead' AND o.recipient_agent_id > r.agent
+        ORDER BY o.recipient_agent_id
+        LIMIT 1
+    )
+    FROM recipients r
+    WHERE r.agent IS NOT NULL
+), newest AS (
+    SELECT o.key, o.recipient_agent_id
+    FROM birddog.outbox o
+    WHERE o.state = 'pending'
+      AND o.due_at <= $1::timestamptz
+      AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1::timestamptz)
+      AND NOT (o.recipient_agent_id = ANY($5::text[]))
+      AND NOT EXISTS (
+          SELECT 1 FROM birddog.routes r
+          WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
+      )
+    ORDER BY o.due_at DESC
+    LIMIT $6::int
+    FOR UPDATE OF o SKIP LOCKED
+), heads AS (
+    SELECT h.key
+    FROM recipients r
+    CROSS JOIN LATERAL (
+        SELECT o.key, o.due_at
+        FROM birddog.outbox o
+        WHERE o.recipient_agent_id = r.agent
+          AND o.due_at <= $1::timestamptz
+          -- Pending, said as the recipient index's predicate: the due-time index's
+          -- ('pending') is then not implied, so the planner cannot walk that one past
+          -- every other recipient's rows (it guesses each recipient's rows spread evenly
+          -- over due times and took it, at 40 times the cost).
+          AND o.state <> 'dead'
+          AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1::timestamptz)
+        ORDER BY o.due_at
+        LIMIT $7::int
+    ) h
+    WHERE r.agent IS NOT NULL
+      AND NOT (r.agent = ANY($5::text[]))
+      AND NOT EXISTS (
+          SELECT 1 FROM birddog.routes rt WHERE rt.agent_id = r.agent AND NOT rt.enabled
+      )
+      AND NOT EXISTS (SELECT 1 FROM newest n WHERE n.key = h.key)
+    ORDER BY h.due_at
+    LIMIT $2::int
+), earliest AS (
+    SELECT o.key, o.recipient_agent_id
+    FROM birddog.outbox o
+    JOIN heads h ON h.key = o.key
+    WHERE o.state = 'pending'
+      AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1::timestamptz)
+    FOR UPDATE OF o SKIP LOCKED
+), due AS (
+    SELECT * FROM newest
+    UNION ALL
+    SELECT * FROM earliest
+)
+UPDATE birddog.outbox o
+SET claim_token = $3::uuid, lease_expires_at = $4::timestamptz, updated_at = now()
+FROM due
+LEFT JOIN birddog.routes r ON r.agent_id = due.recipient_agent_id
+WHERE o.key = due.key
+RETURNING
+    o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
+    o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, o.traceparent,
+    r.kind AS route_kind,
+    r.batch_size AS route_batch_size;
+
 -- name: outbox_swap_receipts
 -- Replace delivered rows still held by their claim ($1, per row) with their receipts (attempt log: the row's plus entry n of $9); rows flagged $10 are also written to the mailbox table; returns the keys swapped.
 -- params: $1 claims uuid[], $2 keys text[], $3 delivered_ats timestamptz[], $4 attempts int4[], $5 recipient_agent_ids text[], $6 recipient_session_ids text[], $7 command_ids text[], $8 outcomes text[], $9 attempt_entries text (a JSON array, one entry or null per key), $10 mailbox boolean[]
@@ -990,7 +1079,7 @@ WHERE j.job_id = $1::text;
 -- Claim up to $2 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) that may be claimed at $6 (not before its not-before, not after its expiry) and whose running jobs hold fewer than $5 slots; running in the lowest free slot, a fresh claim token, a lease.
 -- params: $1 queues text[] (null: with $8 null, every queue not starting with $7), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none), $5 slots per queue int, $6 started_at timestamptz (the claim's now), $7 reserved queue prefix text, $8 agents text[] (the sessions of these agents as well; null: none)
 -- The function reads the queue heads (birddog.queue_heads) and probes only the candidate
--- queues' jobs; see migrations/versions/0010_jobs_model.py.
+-- queues' jobs; see migrations/versions/0011_jobs_model.py.
 SELECT
     c.job_id, c.queue, c.lane, c.priority, c.state, c.payload, c.recovery, c.outcome,
     c.claim_token, c.lease_expires_at, c.recovery_count, c.cancel_requested_at,

@@ -74,6 +74,14 @@ outbox = sa.Table(
         postgresql_where=sa.text("state = 'pending'"),
     ),
     sa.Index("outbox_recipient_agent_id_idx", "recipient_agent_id"),
+    # The daemon's claim reads each recipient's due head through this index while some
+    # recipients are left out, never past their rows (migration 0010).
+    sa.Index(
+        "outbox_pending_recipient_due_at_idx",
+        "recipient_agent_id",
+        "due_at",
+        postgresql_where=sa.text("state <> 'dead'"),
+    ),
     sa.Index(
         "outbox_dead_at_idx",
         "dead_at",
@@ -171,7 +179,7 @@ jobs = sa.Table(
     # The login that enqueued the job (migration 0007): a sender reads what it sent.
     sa.Column("sent_by", sa.Text, nullable=True),
     # The agent its mail is addressed to, and when it may be claimed or expires
-    # (migration 0010); NULL: no mail, at once, never on its own.
+    # (migration 0011); NULL: no mail, at once, never on its own.
     sa.Column("agent_id", sa.Text, nullable=True),
     _ts("not_before", nullable=True),
     _ts("expires_at", nullable=True),
@@ -248,7 +256,7 @@ queue_heads = sa.Table(
     sa.Index("queue_heads_agent_idx", "agent_id", sa.text("priority DESC"), "created_at", "job_id"),
 )
 """One row per queue with queued or running jobs: its head, when it is due, its turns
-(migration 0010); kept by the job functions, read by the claim."""
+(migration 0011); kept by the job functions, read by the claim."""
 
 mailbox = sa.Table(
     "mailbox",

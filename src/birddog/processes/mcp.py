@@ -16,6 +16,7 @@ import structlog
 from birddog.bootstrap import MCP_POOL_SIZE, Announce, mcp_desk, open_stack
 from birddog.core.ask import parse_address
 from birddog.core.errors import InvalidSetting, StoreUnavailable
+from birddog.ports import TokenBook
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 
@@ -48,42 +49,44 @@ async def run_mcp(
 
     Raises:
         InvalidInput: ``caller`` is not ``AGENT:SESSION``.
-        InvalidSetting: no ``--as`` over stdio; HTTP without ``--as`` needs per-agent
-            tokens, which this installation does not have yet.
+        InvalidSetting: no ``--as`` over stdio.
     """
     from birddog.mcp.server import OneToken, serve_http, serve_stdio  # noqa: PLC0415 - an extra
 
     identity = parse_address(caller, "--as") if caller is not None else None
     if identity is None and not http:
         raise InvalidSetting("over stdio, give the identity: --as AGENT:SESSION", field="--as")
-    if identity is None:
-        raise InvalidSetting(
-            "serving many agents needs per-agent tokens (birddog agent add), which this "
-            "installation does not have yet: give --as AGENT:SESSION",
-            field="--as",
-        )
     async with open_stack(settings, announce=announce, pool_size=MCP_POOL_SIZE) as stack:
         desk = mcp_desk(stack)
+        if identity is not None:
+            try:
+                if await desk.prepare(identity):
+                    log.info("mcp_mailbox_added", agent_id=identity.agent_id)
+            except StoreUnavailable as exc:
+                log.warning("mcp_database_unavailable", error=type(exc).__name__)
         try:
-            if await desk.prepare(identity):
-                log.info("mcp_mailbox_added", agent_id=identity.agent_id)
-        except StoreUnavailable as exc:
-            log.warning("mcp_database_unavailable", error=type(exc).__name__)
-        try:
-            if not http:
+            if identity is None:
+                # Many agents: each request's per-agent token (birddog agent add) names
+                # its caller, whose mailbox route agent add made.
+                tokens: TokenBook = stack.agents
+            elif not http:
                 await serve_stdio(desk, identity, channel=channel)
                 return
-            bearer = token or secrets.token_urlsafe(32)
+            else:
+                tokens = OneToken(token or secrets.token_urlsafe(32), identity)
 
             def ready(url: str) -> None:
+                if identity is None:
+                    announce(f"BirdDog MCP server for the agents' tokens: {url}")
+                    return
                 announce(f"BirdDog MCP server for {caller}: {url}")
-                if token is None:
-                    announce(f"bearer token (BIRDDOG_MCP_TOKEN to choose one): {bearer}")
+                if token is None and isinstance(tokens, OneToken):
+                    announce(f"bearer token (BIRDDOG_MCP_TOKEN to choose one): {tokens.token}")
 
             with stop_on_signals() as stop:
                 await serve_http(
                     desk,
-                    OneToken(bearer, identity),
+                    tokens,
                     port=port,
                     channel=channel,
                     ready=ready,
