@@ -29,8 +29,9 @@ from birddog.core.mail import AgentAddress, Outcome, Reply
 from birddog.core.mailbox import MailboxEntry
 from birddog.core.turns import Turn
 
-RouteKind = Literal["http", "mailbox"]
-"""How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
+RouteKind = Literal["http", "mailbox", "a2a"]
+"""How an agent takes its replies: posted to its inbox URL, written to the mailbox table, or
+posted to an A2A push config's URL as a StreamResponse."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,7 +262,9 @@ class Route:
         secret: the Standard Webhooks signing secret, ``whsec_<base64>``; None for a
             mailbox route (nothing is posted, so nothing is signed).
         enabled: False while the recipient is held: its rows stay, untouched and unaged.
-        kind: ``http`` (posted to ``url``) or ``mailbox`` (written to ``birddog.mailbox``).
+        kind: ``http`` (posted to ``url``), ``mailbox`` (written to ``birddog.mailbox``) or
+            ``a2a`` (an A2A push config: posted to ``url`` as a StreamResponse, with the
+            ``Authorization`` and token ``secret`` holds as JSON).
         batch_size: the most replies put in one signed POST (1: one reply per post).
         held_at: when the current hold began (None while enabled).
         previous_secret: a rotated-out secret that still signs, beside ``secret``, until

@@ -27,7 +27,13 @@ import structlog
 
 from birddog import tracing
 from birddog.core.diagnostic import bounded_diagnostic
-from birddog.core.errors import BirdDogError, InvalidJobPayload, StaleClaim, StoreUnavailable
+from birddog.core.errors import (
+    BirdDogError,
+    InvalidJobPayload,
+    StaleClaim,
+    StoreUnavailable,
+    WorkCancelled,
+)
 from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
 from birddog.core.lifecycle import (
     Cause,
@@ -298,6 +304,10 @@ class Worker:
             await self._finish(claimed, WorkerStopped("handler was cancelled"), bound)
             return
         error = work.exception()
+        if isinstance(error, WorkCancelled):
+            bound.info("job_cancelled_where_it_ran")
+            await self._finish(claimed, SettleRequested(Outcome.CANCELLED, error.content), bound)
+            return
         if error is not None:
             bound.warning("handler_failed", error=type(error).__name__)
             event = SettleRequested(Outcome.FAILED, "", _describe(error))

@@ -337,3 +337,13 @@ class Room:
             post_timeout_s=1.0,
             rng=lambda: 0.5,
         )
+
+
+async def http_get_ok(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 now (False while nothing listens there)."""
+    import httpx  # noqa: PLC0415 - the A2A tests' client library, only for them
+
+    async with httpx.AsyncClient() as http:
+        with contextlib.suppress(httpx.HTTPError):
+            return (await http.get(url)).status_code == 200
+    return False

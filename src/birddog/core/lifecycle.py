@@ -509,6 +509,10 @@ def bounded_content(content: str, *, limit_bytes: int) -> tuple[str, bool]:
     return head + mark, True
 
 
+BOUNCE_PREFIX = "BirdDog cancelled this job:"
+"""How the result of a job nobody claimed in time begins (:func:`queued_too_long_text`)."""
+
+
 def queued_too_long_text(max_queued_s: float, *, recovered: int = 0, expiry: bool = False) -> str:
     """The cancellation result of a job nobody claimed in time.
 
@@ -526,11 +530,11 @@ def queued_too_long_text(max_queued_s: float, *, recovered: int = 0, expiry: boo
         within = f"its expiry of {within}"
     if recovered:
         return (
-            f"BirdDog cancelled this job: it lost its worker {recovered} "
+            f"{BOUNCE_PREFIX} it lost its worker {recovered} "
             f"{'time' if recovered == 1 else 'times'} and was still queued {within} "
             "after it was sent"
         )
-    return f"BirdDog cancelled this job: no worker claimed it within {within}"
+    return f"{BOUNCE_PREFIX} no worker claimed it within {within}"
 
 
 def format_duration(seconds: float) -> str:

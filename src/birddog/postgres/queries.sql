@@ -699,6 +699,67 @@ WHERE (j.payload #>> '{mail,key}') = $1::text
 ORDER BY j.created_at, j.job_id
 LIMIT 1;
 
+-- name: a2a_task
+-- One ask job as an A2A task: its state, outcome, result and diagnostic, and its mail (addresses, key, content).
+-- params: $1 job_id text
+SELECT
+    j.job_id, j.queue, j.state, j.outcome, j.result_content, j.diagnostic,
+    j.cancel_requested_at, (j.payload -> 'mail')::text AS mail, j.created_at, j.updated_at
+FROM birddog.jobs j
+WHERE j.job_id = $1::text;
+
+-- name: a2a_tasks_of_context
+-- The ask jobs of one context (queue $1) sent to agent $2 by agent $3, oldest first, after job $4 (NULL: from the start), at most $5.
+-- params: $1 queue text, $2 agent_id text, $3 from_agent_id text, $4 after_job_id text, $5 limit int
+SELECT
+    j.job_id, j.queue, j.state, j.outcome, j.result_content, j.diagnostic,
+    j.cancel_requested_at, (j.payload -> 'mail')::text AS mail, j.created_at, j.updated_at
+FROM birddog.jobs j
+WHERE j.queue = $1::text
+  AND (j.payload #>> '{mail,to,agentId}') = $2::text
+  AND (j.payload #>> '{mail,from,agentId}') = $3::text
+  AND ($4::text IS NULL OR j.job_id COLLATE "C" > $4::text)
+ORDER BY j.job_id COLLATE "C"
+LIMIT $5::int;
+
+-- name: a2a_reply_to_add
+-- Add reply address $2 to the stored mail of job $1 unless it is settled (a push config set later): its state, whether the address was there, whether it was added.
+-- params: $1 job_id text, $2 address jsonb
+WITH target AS (
+    SELECT j.job_id, j.state,
+           coalesce((j.payload #> '{mail,replyTo}') @> jsonb_build_array($2::jsonb), false) AS present
+    FROM birddog.jobs j
+    WHERE j.job_id = $1::text AND jsonb_typeof(j.payload #> '{mail,replyTo}') = 'array'
+    FOR UPDATE
+), changed AS (
+    UPDATE birddog.jobs j
+    SET payload = jsonb_set(
+            j.payload, '{mail,replyTo}',
+            (j.payload #> '{mail,replyTo}') || jsonb_build_array($2::jsonb)
+        ),
+        updated_at = now()
+    FROM target t
+    WHERE j.job_id = t.job_id AND t.state <> 'settled' AND NOT t.present
+    RETURNING j.job_id
+)
+SELECT t.state, t.present, EXISTS (SELECT 1 FROM changed) AS added FROM target t;
+
+-- name: a2a_reply_to_remove
+-- Remove reply address $2 from the stored mail of job $1 unless it is settled (a push config deleted): whether it was removed.
+-- params: $1 job_id text, $2 address jsonb
+UPDATE birddog.jobs j
+SET payload = jsonb_set(
+        j.payload, '{mail,replyTo}',
+        (SELECT coalesce(jsonb_agg(a.value ORDER BY a.n), '[]'::jsonb)
+         FROM jsonb_array_elements(j.payload #> '{mail,replyTo}') WITH ORDINALITY AS a(value, n)
+         WHERE a.value <> $2::jsonb)
+    ),
+    updated_at = now()
+WHERE j.job_id = $1::text AND j.state <> 'settled'
+  AND jsonb_typeof(j.payload #> '{mail,replyTo}') = 'array'
+  AND (j.payload #> '{mail,replyTo}') @> jsonb_build_array($2::jsonb)
+RETURNING j.job_id;
+
 -- ---------------------------------------------------------------------------------------
 -- agents: per-agent identity (birddog agent ...); a token is stored as its SHA-256 only
 -- ---------------------------------------------------------------------------------------

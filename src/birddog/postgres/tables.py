@@ -130,13 +130,14 @@ routes = sa.Table(
     _ts("held_at", nullable=True),
     sa.Column("previous_secret", sa.Text, nullable=True),
     _ts("previous_secret_until", nullable=True),
-    sa.CheckConstraint("kind IN ('http', 'mailbox')", name="routes_kind_check"),
+    sa.CheckConstraint("kind IN ('http', 'mailbox', 'a2a')", name="routes_kind_check"),
     sa.CheckConstraint(
-        "kind <> 'http' OR (url IS NOT NULL AND secret IS NOT NULL)", name="routes_http_check"
+        "kind = 'mailbox' OR (url IS NOT NULL AND secret IS NOT NULL)", name="routes_http_check"
     ),
     sa.CheckConstraint("batch_size BETWEEN 1 AND 1000", name="routes_batch_size_check"),
 )
-"""Where each agent's replies go: an inbox URL (``http``) or the ``mailbox`` table.
+"""Where each agent's replies go: an inbox URL (``http``), the ``mailbox`` table, or an A2A
+push config's URL (``a2a``: its secret is the sealed ``Authorization`` and token).
 
 A disabled route holds the agent's rows; ``held_at`` says since when (their age is frozen
 meanwhile). ``batch_size`` above 1 lets the daemon put several replies in one signed POST.
@@ -179,7 +180,7 @@ jobs = sa.Table(
     # The login that enqueued the job (migration 0007): a sender reads what it sent.
     sa.Column("sent_by", sa.Text, nullable=True),
     # The agent its mail is addressed to, and when it may be claimed or expires
-    # (migration 0011); NULL: no mail, at once, never on its own.
+    # (migration 0012); NULL: no mail, at once, never on its own.
     sa.Column("agent_id", sa.Text, nullable=True),
     _ts("not_before", nullable=True),
     _ts("expires_at", nullable=True),
@@ -256,7 +257,7 @@ queue_heads = sa.Table(
     sa.Index("queue_heads_agent_idx", "agent_id", sa.text("priority DESC"), "created_at", "job_id"),
 )
 """One row per queue with queued or running jobs: its head, when it is due, its turns
-(migration 0011); kept by the job functions, read by the claim."""
+(migration 0012); kept by the job functions, read by the claim."""
 
 mailbox = sa.Table(
     "mailbox",

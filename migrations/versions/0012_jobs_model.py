@@ -30,8 +30,8 @@ written for revision 0007 means what it meant (not-before, expiry; the agents cl
 ``_requeue``, ``_settle_job`` and ``reap`` are revision 0007's with the head kept, and
 ``reap``'s bounce also takes jobs past their own expiry.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0012
+Revises: 0011
 Create Date: 2026-12-02
 """
 
@@ -42,8 +42,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0011"
-down_revision: str | Sequence[str] | None = "0010"
+revision: str = "0012"
+down_revision: str | Sequence[str] | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
