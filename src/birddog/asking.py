@@ -174,6 +174,7 @@ class Asking:
         reply_to: Sequence[str | AgentAddress] | None = None,
         timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
         mailbox_required: bool = False,
+        priority: int = 0,
     ) -> Asked:
         """Send a mail as an agent job; its replies go to ``reply_to``.
 
@@ -189,6 +190,7 @@ class Asking:
             reply_to: who gets the replies (None: the sender; empty: nobody).
             timeout_s: the longest wait for a free database connection.
             mailbox_required: refuse a sender whose route posts to an inbox URL (an ask).
+            priority: -32768 to 32767, higher first among the session's queued jobs.
 
         Returns:
             What was sent, and whether it was a replay.
@@ -219,6 +221,7 @@ class Asking:
             created_at_ms=epoch_ms(now),
             max_content_bytes=self.max_content_bytes,
             reply_to=replies,
+            priority=priority,
         )
         posted = await self.asks.send(
             job,
@@ -243,6 +246,7 @@ class Asking:
         content: str,
         key: str | None = None,
         timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
+        priority: int = 0,
     ) -> Asked:
         """Send a question whose reply goes to the asker's mailbox (see :meth:`send`).
 
@@ -250,7 +254,13 @@ class Asking:
             NotAMailbox: the asker's route posts to an inbox URL.
         """
         return await self.send(
-            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, mailbox_required=True
+            to=to,
+            from_=from_,
+            content=content,
+            key=key,
+            timeout_s=timeout_s,
+            mailbox_required=True,
+            priority=priority,
         )
 
     async def wait_for_answer(self, asked: Asked, *, timeout_s: float) -> str:
@@ -340,6 +350,7 @@ class Asking:
         content: str,
         key: str | None = None,
         timeout_s: float = DEFAULT_ASK_TIMEOUT_S,
+        priority: int = 0,
     ) -> str:
         """Ask an agent session a question and wait for its answer, durably.
 
@@ -354,6 +365,7 @@ class Asking:
             content: the question.
             key: the mail key; the same key again is a replay of the same question.
             timeout_s: the longest the call takes.
+            priority: the question's priority among the session's queued jobs.
 
         Returns:
             The answer's content, when the work completed.
@@ -372,7 +384,7 @@ class Asking:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout_s, 0.0)
         asked = await self.send_ask(
-            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s
+            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, priority=priority
         )
         try:
             return await self.wait_for_answer(asked, timeout_s=deadline - loop.time())

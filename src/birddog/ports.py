@@ -31,8 +31,9 @@ from birddog.core.mailbox import MailboxEntry
 from birddog.core.policy import NO_POLICY, RoutePolicy
 from birddog.core.turns import Turn
 
-RouteKind = Literal["http", "mailbox"]
-"""How an agent takes its replies: posted to its inbox URL, or written to the mailbox table."""
+RouteKind = Literal["http", "mailbox", "a2a"]
+"""How an agent takes its replies: posted to its inbox URL, written to the mailbox table, or
+posted to an A2A push config's URL as a StreamResponse."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +267,9 @@ class Route:
         secret: the Standard Webhooks signing secret, ``whsec_<base64>``; None for a
             mailbox route (nothing is posted, so nothing is signed).
         enabled: False while the recipient is held: its rows stay, untouched and unaged.
-        kind: ``http`` (posted to ``url``) or ``mailbox`` (written to ``birddog.mailbox``).
+        kind: ``http`` (posted to ``url``), ``mailbox`` (written to ``birddog.mailbox``) or
+            ``a2a`` (an A2A push config: posted to ``url`` as a StreamResponse, with the
+            ``Authorization`` and token ``secret`` holds as JSON).
         batch_size: the most replies put in one signed POST (1: one reply per post).
         held_at: when the current hold began (None while enabled).
         previous_secret: a rotated-out secret that still signs, beside ``secret``, until
@@ -424,9 +427,9 @@ class JobBacklog(Protocol):
     """Says how much work waits (a worker's queue gauges)."""
 
     async def queued_backlog(
-        self, *, queues: Sequence[str] | None = None
+        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
     ) -> tuple[int, datetime | None]:
-        """How many jobs wait in ``queues`` (None: all), and the oldest one's enqueue time."""
+        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time."""
         ...
 
 
@@ -475,9 +478,14 @@ class JobStore(JobBacklog, Protocol):
     """
 
     async def claim(
-        self, *, queues: Sequence[str] | None = None, lease_s: float = 60.0, worker_id: str = ""
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        lease_s: float = 60.0,
+        worker_id: str = "",
     ) -> ClaimedJobLike | None:
-        """Claim the next job, or None."""
+        """Claim the next job of ``queues`` or of ``agents``' sessions (both None: any), or None."""
         ...
 
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:

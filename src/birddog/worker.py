@@ -27,7 +27,13 @@ import structlog
 
 from birddog import tracing
 from birddog.core.diagnostic import bounded_diagnostic
-from birddog.core.errors import BirdDogError, InvalidJobPayload, StaleClaim, StoreUnavailable
+from birddog.core.errors import (
+    BirdDogError,
+    InvalidJobPayload,
+    StaleClaim,
+    StoreUnavailable,
+    WorkCancelled,
+)
 from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
 from birddog.core.lifecycle import (
     Cause,
@@ -115,7 +121,7 @@ class Worker:
         jobs: the job store.
         handler: the user's async handler.
         listener: reports ``NOTIFY birddog_jobs`` (new work) or reconnects.
-        queues: only these queues (session ids); None for all.
+        queues: these queues (session ids); with ``agents`` None too, every queue.
         concurrency: jobs run at once.
         handler_timeout_s: a handler running longer is cancelled and its job interrupted.
         lease_s: the job lease; heartbeats renew it every third of it.
@@ -124,6 +130,8 @@ class Worker:
         stop: set to stop the worker.
         metrics: where claims, settlements, handler times and the database's state are
             counted (default: a registry of its own, served by nobody).
+        agents: every session of these agents as well (the job's mail is addressed to
+            one of them).
 
     Attributes:
         finished: how the jobs this worker handled ended, by outcome (and ``requeued``).
@@ -145,11 +153,13 @@ class Worker:
         backstop_s: float = 5.0,
         stop: asyncio.Event | None = None,
         metrics: WorkerMetrics | None = None,
+        agents: Sequence[str] | None = None,
     ) -> None:
         self.jobs = jobs
         self.handler = handler
         self.listener = listener
         self.queues = list(queues) if queues else None
+        self.agents = list(agents) if agents else None
         self.concurrency = concurrency
         self.handler_timeout_s = handler_timeout_s
         self.lease_s = lease_s
@@ -161,6 +171,11 @@ class Worker:
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.left: int | None = None
         self._ended = 0  # jobs whose turn is over, settled or not
+
+    @property
+    def takes_every_queue(self) -> bool:
+        """Whether this worker serves every session of every agent (no queue or agent named)."""
+        return self.queues is None and self.agents is None
 
     @property
     def settled(self) -> int:
@@ -178,7 +193,11 @@ class Worker:
         slots = asyncio.Semaphore(self.concurrency)
         running: set[asyncio.Task[None]] = set()
         backoff = Backoff()
-        log.info("worker_started", worker=self.worker_id, queues=self.queues)
+        log.info("worker_started", worker=self.worker_id, queues=self.queues, agents=self.agents)
+        if self.takes_every_queue:
+            # Every agent's mail, whatever its to.agentId: said once, so a handler written
+            # for one agent is not found answering for another only afterwards.
+            log.info("worker_takes_every_queue", worker=self.worker_id)
         try:
             while not self.stop.is_set():
                 await slots.acquire()
@@ -188,7 +207,10 @@ class Worker:
                 ended_before_claim = self._ended
                 try:
                     claimed = await self.jobs.claim(
-                        queues=self.queues, lease_s=self.lease_s, worker_id=self.worker_id
+                        queues=self.queues,
+                        agents=self.agents,
+                        lease_s=self.lease_s,
+                        worker_id=self.worker_id,
                     )
                     backoff.reset()
                     self.metrics.database(up=True)
@@ -322,6 +344,10 @@ class Worker:
             await self._finish(claimed, WorkerStopped("handler was cancelled"), bound)
             return
         error = work.exception()
+        if isinstance(error, WorkCancelled):
+            bound.info("job_cancelled_where_it_ran")
+            await self._finish(claimed, SettleRequested(Outcome.CANCELLED, error.content), bound)
+            return
         if error is not None:
             bound.warning("handler_failed", error=type(error).__name__)
             event = SettleRequested(Outcome.FAILED, "", _describe(error))

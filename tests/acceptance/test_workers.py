@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from birddog.bootstrap import open_stack
+from birddog.cli.worker import EVERY_QUEUE_NOTICE
 from birddog.postgres.pool import Pool
 from birddog.probe import run_probe
 from birddog.settings import Settings
@@ -82,6 +84,55 @@ async def test_three_jobs_of_one_session_across_two_workers_never_overlap(
     assert sum(len(turns_of(log, f"s-x{i}")) for i in range(3)) == 3
 
 
+async def test_a_worker_per_agent_answers_every_session_of_its_agent_only(
+    database_url: str, pg_pool: Pool
+) -> None:
+    """Two `worker --agent` runs each answer their own agent's three sessions, nothing else."""
+    await enqueue(
+        pg_pool,
+        *(
+            make_job(f"{agent}-{n}", agent=agent, session=f"s-{agent}-{n}")
+            for agent in ("school", "ceo")
+            for n in range(3)
+        ),
+        make_job("stranger-0", agent="stranger", session="s-stranger"),
+    )
+    runs = await asyncio.gather(
+        *(
+            cli(
+                database_url,
+                "worker",
+                "--agent",
+                agent,
+                "--handler",
+                "tests.acceptance.handlers:serving",
+                "--once",
+                SERVING_AGENT=agent,
+            )
+            for agent in ("school", "ceo")
+        )
+    )
+    for run in runs:
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.strip() == "settled 3 jobs: 3 completed"
+        assert EVERY_QUEUE_NOTICE not in run.stderr
+    jobs = await pg_pool.fetch("SELECT job_id, agent_id, state, result_content FROM birddog.jobs")
+    assert {row["job_id"]: (row["state"], row["result_content"]) for row in jobs} == {
+        **{
+            f"{agent}-{n}": ("settled", f"answered by {agent}")
+            for agent in ("school", "ceo")
+            for n in range(3)
+        },
+        "stranger-0": ("queued", None),
+    }
+    replies = await pg_pool.fetch("SELECT in_reply_to, reply FROM birddog.outbox")
+    assert len(replies) == 12
+    for row in replies:
+        agent = row["in_reply_to"].removeprefix("mail-").split("-")[0]
+        assert row["reply"]["content"] == f"answered by {agent}"
+        assert row["reply"]["from"]["agentId"] == agent
+
+
 async def test_worker_once_settles_unstorable_results_failed_and_says_so(
     database_url: str, pg_pool: Pool
 ) -> None:
@@ -100,6 +151,8 @@ async def test_worker_once_settles_unstorable_results_failed_and_says_so(
     )
     assert worked.returncode == 0, worked.stderr
     assert worked.stdout.strip() == "settled 5 jobs: 1 completed, 4 failed"
+    notices = [json.loads(line) for line in worked.stderr.splitlines() if '"notice"' in line]
+    assert [notice["text"] for notice in notices] == [EVERY_QUEUE_NOTICE]
     for noise in ("Traceback", "Task exception", "never retrieved", "never awaited", "destroyed"):
         assert noise not in worked.stderr
     events = [json.loads(line)["event"] for line in worked.stderr.splitlines() if line.strip()]

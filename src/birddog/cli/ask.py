@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from birddog.cli import announce, main, wait_duration, with_stack
-from birddog.cli.mail import read_content
+from birddog.cli.mail import priority_option, read_content
 from birddog.cli.mailbox import shown
 from birddog.core.text import inert, shown_key
 
@@ -96,6 +96,7 @@ class AskCommand(click.Command):
     show_default=True,
     help="How long to wait for the reply: seconds, or 90s, 4m, 1h; 0 does not wait.",
 )
+@priority_option
 @click.argument("question", required=False)
 @click.pass_context
 def ask(
@@ -104,6 +105,7 @@ def ask(
     from_: str,
     key: str | None,
     timeout_s: float,
+    priority: int,
     question: str | None,
 ) -> None:
     """Ask AGENT:SESSION a QUESTION (or stdin) and print the answer.
@@ -130,7 +132,7 @@ def ask(
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         asked = await stack.asking.send_ask(
-            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s
+            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, priority=priority
         )
         _tell_sent(asked, key_given=key is not None)
         return await _wait(stack, asked, max(deadline - loop.time(), 0.0), timeout_s)

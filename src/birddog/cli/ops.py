@@ -30,8 +30,10 @@ async def status_report(stack: Stack) -> dict[str, Any]:
 
     Returns:
         ``replies`` (``pending``, ``held``, ``in_flight``, ``dead``,
-        ``oldest_pending_age_s``, ``next_wake_in_s``), ``jobs`` (counts by state) and
-        ``daemons`` (``kind``, ``host``, ``pid``, ``seen_at`` of each process seen lately).
+        ``oldest_pending_age_s``, ``next_wake_in_s``), ``jobs`` (counts by state),
+        ``jobs_not_yet_due`` (``jobs`` queued with a later not-before, ``next_at`` the
+        earliest) and ``daemons`` (``kind``, ``host``, ``pid``, ``seen_at`` of each process
+        seen lately).
     """
     from birddog.bootstrap import HEARTBEAT_S  # noqa: PLC0415 - keeps --help fast
 
@@ -40,6 +42,7 @@ async def status_report(stack: Stack) -> dict[str, Any]:
     oldest = counts.get("oldest_pending_at")
     due = await stack.room.next_wake_at()
     daemons = await stack.reports.daemons_seen(within_s=DAEMONS_SEEN_BEATS * HEARTBEAT_S)
+    later, next_at = await stack.jobs.not_yet_due()
     return {
         "replies": {
             **{k: v for k, v in counts.items() if k not in {"oldest_pending_at", "next_due_at"}},
@@ -47,6 +50,7 @@ async def status_report(stack: Stack) -> dict[str, Any]:
             "next_wake_in_s": round(max(0.0, (due - now).total_seconds()), 1) if due else None,
         },
         "jobs": await stack.jobs.counts(),
+        "jobs_not_yet_due": {"jobs": later, "next_at": next_at},
         "daemons": [
             {key: daemon[key] for key in ("kind", "host", "pid", "seen_at")} for daemon in daemons
         ],
@@ -80,11 +84,22 @@ def render_status(report: dict[str, Any]) -> str:
                 ["pending", "held", "in_flight", "dead", "oldest_pending_age_s", "next_wake_in_s"],
                 headers=["pending", "held", "in flight", "dead", "oldest pending", "next wake in"],
             ),
-            "jobs\n" + render_table([jobs], list(jobs)),
+            "jobs\n" + render_table([jobs], list(jobs)) + _not_yet_due_line(report),
             f"daemons and workers seen in the last {within}\n"
             + render_table(report["daemons"], ["kind", "host", "pid", "seen_at"]),
         ]
     )
+
+
+def _not_yet_due_line(report: dict[str, Any]) -> str:
+    """The line under the jobs table about jobs sent for later ('' when there are none)."""
+    from birddog.display import format_value  # noqa: PLC0415 - keeps --help fast
+
+    later = report.get("jobs_not_yet_due") or {}
+    if not later.get("jobs"):
+        return ""
+    next_at = format_value(later["next_at"])
+    return f"\n{later['jobs']} queued not before a later time; the next at {next_at}"
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ Every error BirdDog raises on purpose derives from one root::
     ├── JobConflict: a replayed job id whose fields differ from the stored job
     ├── JobNotFound: no job with that id
     ├── StaleClaim: a claim token that no longer holds the job
+    ├── WorkCancelled: a handler's work was cancelled where it ran (the job: cancelled)
     ├── RouteNotFound: no route for that agent id
     ├── AgentNotFound: no agent with that id was added (``birddog agent add``)
     ├── AskFailed: an asked question whose work ended otherwise than ``completed``
@@ -126,6 +127,21 @@ class JobConflict(BirdDogError):
 
 class JobNotFound(BirdDogError):
     """No job has this id."""
+
+
+class WorkCancelled(BirdDogError):
+    """The work was cancelled where it ran (e.g. a remote A2A agent's task ended CANCELED).
+
+    A handler raises it to settle its job ``cancelled`` (not ``failed``); the replies carry
+    ``content``.
+
+    Attributes:
+        content: the cancellation result the replies carry (empty: the default text).
+    """
+
+    def __init__(self, content: str = "") -> None:
+        self.content = content
+        super().__init__("the work was cancelled where it ran")
 
 
 class StaleClaim(BirdDogError):

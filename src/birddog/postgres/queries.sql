@@ -763,6 +763,67 @@ LIMIT 1;
 -- params: none
 SELECT v.version_num FROM birddog.alembic_version v;
 
+-- name: a2a_task
+-- One ask job as an A2A task: its state, outcome, result and diagnostic, and its mail (addresses, key, content).
+-- params: $1 job_id text
+SELECT
+    j.job_id, j.queue, j.state, j.outcome, j.result_content, j.diagnostic,
+    j.cancel_requested_at, (j.payload -> 'mail')::text AS mail, j.created_at, j.updated_at
+FROM birddog.jobs j
+WHERE j.job_id = $1::text;
+
+-- name: a2a_tasks_of_context
+-- The ask jobs of one context (queue $1) sent to agent $2 by agent $3, oldest first, after job $4 (NULL: from the start), at most $5.
+-- params: $1 queue text, $2 agent_id text, $3 from_agent_id text, $4 after_job_id text, $5 limit int
+SELECT
+    j.job_id, j.queue, j.state, j.outcome, j.result_content, j.diagnostic,
+    j.cancel_requested_at, (j.payload -> 'mail')::text AS mail, j.created_at, j.updated_at
+FROM birddog.jobs j
+WHERE j.queue = $1::text
+  AND (j.payload #>> '{mail,to,agentId}') = $2::text
+  AND (j.payload #>> '{mail,from,agentId}') = $3::text
+  AND ($4::text IS NULL OR j.job_id COLLATE "C" > $4::text)
+ORDER BY j.job_id COLLATE "C"
+LIMIT $5::int;
+
+-- name: a2a_reply_to_add
+-- Add reply address $2 to the stored mail of job $1 unless it is settled (a push config set later): its state, whether the address was there, whether it was added.
+-- params: $1 job_id text, $2 address jsonb
+WITH target AS (
+    SELECT j.job_id, j.state,
+           coalesce((j.payload #> '{mail,replyTo}') @> jsonb_build_array($2::jsonb), false) AS present
+    FROM birddog.jobs j
+    WHERE j.job_id = $1::text AND jsonb_typeof(j.payload #> '{mail,replyTo}') = 'array'
+    FOR UPDATE
+), changed AS (
+    UPDATE birddog.jobs j
+    SET payload = jsonb_set(
+            j.payload, '{mail,replyTo}',
+            (j.payload #> '{mail,replyTo}') || jsonb_build_array($2::jsonb)
+        ),
+        updated_at = now()
+    FROM target t
+    WHERE j.job_id = t.job_id AND t.state <> 'settled' AND NOT t.present
+    RETURNING j.job_id
+)
+SELECT t.state, t.present, EXISTS (SELECT 1 FROM changed) AS added FROM target t;
+
+-- name: a2a_reply_to_remove
+-- Remove reply address $2 from the stored mail of job $1 unless it is settled (a push config deleted): whether it was removed.
+-- params: $1 job_id text, $2 address jsonb
+UPDATE birddog.jobs j
+SET payload = jsonb_set(
+        j.payload, '{mail,replyTo}',
+        (SELECT coalesce(jsonb_agg(a.value ORDER BY a.n), '[]'::jsonb)
+         FROM jsonb_array_elements(j.payload #> '{mail,replyTo}') WITH ORDINALITY AS a(value, n)
+         WHERE a.value <> $2::jsonb)
+    ),
+    updated_at = now()
+WHERE j.job_id = $1::text AND j.state <> 'settled'
+  AND jsonb_typeof(j.payload #> '{mail,replyTo}') = 'array'
+  AND (j.payload #> '{mail,replyTo}') @> jsonb_build_array($2::jsonb)
+RETURNING j.job_id;
+
 -- ---------------------------------------------------------------------------------------
 -- agents: per-agent identity (birddog agent ...); a token is stored as its SHA-256 only
 -- ---------------------------------------------------------------------------------------
@@ -1054,7 +1115,8 @@ WITH running AS (
 )
 SELECT
     p.rank, p.at, j.job_id, j.queue, j.lane, j.priority, j.state, j.outcome, j.created_at,
-    j.started_at, j.settled_at, j.lease_expires_at, j.recovery_count,
+    j.started_at, j.settled_at, j.lease_expires_at, j.recovery_count, j.agent_id,
+    j.not_before, j.expires_at,
     j.cancel_requested_at, j.worker_id, j.diagnostic,
     j.payload #>> '{mail,key}' AS mail_key,
     j.payload #>> '{mail,from,agentId}' AS sender_agent_id
@@ -1069,6 +1131,7 @@ SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.outcome, j.created_at, j.started_at,
     j.settled_at, j.updated_at, j.lease_expires_at, j.recovery_count, j.recovery,
     j.cancel_requested_at, j.cancel_content, j.worker_id, j.slot, j.diagnostic,
+    j.agent_id, j.not_before, j.expires_at,
     left(j.result_content, $3::int) AS result_preview,
     length(j.result_content) AS result_chars,
     j.payload #>> '{mail,key}' AS mail_key,
@@ -1133,11 +1196,11 @@ LIMIT $2::int;
 
 -- name: jobs_enqueue
 -- Enqueue a queued job through birddog.enqueue: inserted (and announced at commit), or a replay with the fields that differ (null: the stored job is not visible); a mailbox route for the mail's sender when $9 asks.
--- params: $1 job_id text, $2 queue text, $3 lane text, $4 priority int2, $5 payload text (JSON), $6 recovery text (JSON, null: none), $7 created_at timestamptz (null: clock_timestamp()), $8 traceparent text (W3C, null: not traced), $9 sender_mailbox boolean
+-- params: $1 job_id text, $2 queue text, $3 lane text, $4 priority int2, $5 payload text (JSON), $6 recovery text (JSON, null: none), $7 created_at timestamptz (null: clock_timestamp()), $8 traceparent text (W3C, null: not traced), $9 sender_mailbox boolean, $10 not_before timestamptz (null: at once), $11 expires_in_s float8 (null: never on its own)
 SELECT e.inserted, e.differing, e.mailbox_added
 FROM birddog.enqueue(
     $1::text, $2::text, $3::text, $4::int2, $5::text, $6::text, $7::timestamptz, $8::text,
-    $9::boolean
+    $9::boolean, $10::timestamptz, $11::float8
 ) AS e;
 
 -- name: jobs_get
@@ -1146,22 +1209,28 @@ FROM birddog.enqueue(
 SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
     j.recovery::text AS recovery, j.outcome, j.lease_expires_at, j.recovery_count,
-    j.cancel_requested_at, j.cancel_content, j.created_at
+    j.cancel_requested_at, j.cancel_content, j.created_at, j.not_before, j.expires_at
 FROM birddog.jobs j
 WHERE j.job_id = $1::text;
 
 -- name: jobs_claim
--- Claim up to $2 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) whose running jobs hold fewer than $5 slots; running in the lowest free slot, a fresh claim token, a lease.
--- params: $1 queues text[] (null: every queue not starting with $7), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none), $5 slots per queue int, $6 started_at timestamptz, $7 reserved queue prefix text
--- The function holds the statement (a skip scan of the claim index: one probe per queue
--- with queued jobs); see migrations/versions/0007_write_functions.py.
+-- Claim up to $2 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) that may be claimed at $6 (not before its not-before, not after its expiry) and whose running jobs hold fewer than $5 slots; running in the lowest free slot, a fresh claim token, a lease.
+-- params: $1 queues text[] (null: with $8 null, every queue not starting with $7), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none), $5 slots per queue int, $6 started_at timestamptz (the claim's now), $7 reserved queue prefix text, $8 agents text[] (the sessions of these agents as well; null: none)
+-- The function reads the queue heads (birddog.queue_heads) and probes only the candidate
+-- queues' jobs; see migrations/versions/0011_jobs_model.py.
 SELECT
     c.job_id, c.queue, c.lane, c.priority, c.state, c.payload, c.recovery, c.outcome,
     c.claim_token, c.lease_expires_at, c.recovery_count, c.cancel_requested_at,
-    c.cancel_content, c.created_at, c.traceparent
+    c.cancel_content, c.created_at, c.traceparent, c.not_before, c.expires_at
 FROM birddog.claim(
-    $1::text[], $2::int, $3::timestamptz, $4::text, $5::int, $6::timestamptz, $7::text
+    $1::text[], $2::int, $3::timestamptz, $4::text, $5::int, $6::timestamptz, $7::text,
+    $8::text[]
 ) AS c;
+
+-- name: jobs_queue_heads_repair
+-- Recompute the queue heads that differ from the jobs (birddog.queue_heads_repair); how many queues were repaired.
+-- params: none
+SELECT birddog.queue_heads_repair();
 
 -- name: jobs_heartbeat
 -- Extend the lease of a job still running under claim $2 (birddog.heartbeat); whether a cancellation was requested, null when the claim holds nothing.
@@ -1218,11 +1287,12 @@ ORDER BY j.lease_expires_at, j.job_id
 LIMIT $2::int;
 
 -- name: jobs_queued_too_long
--- Up to $2 queued jobs enqueued by $1 (the maximum queued age ago), oldest first, except jobs $3 (for birddog.reap, which locks them).
--- params: $1 enqueued_by timestamptz, $2 limit int, $3 skip text[] (jobs refused or held elsewhere this pass)
-SELECT j.job_id, j.recovery_count
+-- Up to $2 queued jobs enqueued by $1 (the maximum queued age ago) or past their own expiry at $4, oldest first, except jobs $3 (for birddog.reap, which locks them).
+-- params: $1 enqueued_by timestamptz, $2 limit int, $3 skip text[] (jobs refused or held elsewhere this pass), $4 now timestamptz
+SELECT j.job_id, j.recovery_count, j.created_at, j.expires_at
 FROM birddog.jobs j
-WHERE j.state = 'queued' AND j.created_at <= $1::timestamptz
+WHERE j.state = 'queued'
+  AND (j.created_at <= $1::timestamptz OR j.expires_at <= $4::timestamptz)
   AND NOT (j.job_id = ANY($3::text[]))
 ORDER BY j.created_at, j.job_id
 LIMIT $2::int;
@@ -1232,15 +1302,23 @@ LIMIT $2::int;
 -- params: none
 SELECT j.state, count(*)::int AS jobs FROM birddog.jobs j GROUP BY j.state;
 
+-- name: jobs_not_yet_due
+-- How many queued jobs may not be claimed before a later time than $1 (send --not-before), and the earliest such time.
+-- params: $1 now timestamptz
+SELECT count(*)::int AS jobs, min(j.not_before) AS next_at
+FROM birddog.jobs j
+WHERE j.state = 'queued' AND j.not_before > $1::timestamptz;
+
 -- name: jobs_queued_backlog
 -- How many jobs are queued in the queues a worker serves, and when the oldest was enqueued.
--- params: $1 queues text[] (null: every queue not starting with $2), $2 reserved queue prefix text
+-- params: $1 queues text[] (null: with $3 null, every queue not starting with $2), $2 reserved queue prefix text, $3 agents text[] (their sessions as well; null: none)
 SELECT count(*)::int AS queued, min(j.created_at) AS oldest
 FROM birddog.jobs j
 WHERE j.state = 'queued'
   AND CASE
-      WHEN $1::text[] IS NULL THEN NOT starts_with(j.queue, $2::text)
+      WHEN $1::text[] IS NULL AND $3::text[] IS NULL THEN NOT starts_with(j.queue, $2::text)
       ELSE j.queue = ANY($1::text[])
+          OR (j.agent_id = ANY($3::text[]) AND NOT starts_with(j.queue, $2::text))
   END;
 
 -- name: demo_database_drop
@@ -1410,7 +1488,7 @@ BEGIN
     -- jobs cancel, the console): every row, no DDL.
     GRANT SELECT, INSERT, UPDATE, DELETE ON
         birddog.outbox, birddog.receipts, birddog.wake, birddog.routes, birddog.jobs,
-        birddog.mailbox, birddog.daemons
+        birddog.mailbox, birddog.daemons, birddog.queue_heads
         TO birddog_daemon;
     GRANT SELECT ON birddog.pending, birddog.dead_letters TO birddog_daemon;
     -- The operator's `birddog agent` commands: agents and their tokens (digests only).
@@ -1428,8 +1506,10 @@ BEGIN
     GRANT SELECT ON birddog.jobs TO birddog_worker;
     GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.daemons TO birddog_worker;
     GRANT EXECUTE ON FUNCTION
-        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
-        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text),
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
+                        timestamptz, double precision),
+        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text,
+                      text[]),
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
@@ -1438,7 +1518,8 @@ BEGIN
         birddog.record_turn(text, uuid, text, text, integer, bigint),
         birddog.agent_token_use(bytea),
         birddog.session_known(text, text),
-        birddog.ensure_mailbox(text)
+        birddog.ensure_mailbox(text),
+        birddog.queue_heads_repair()
         TO birddog_worker;
     -- The sender (send, ask, inbox, the library's enqueue): enqueues queued jobs (with a
     -- mailbox route for an asker without a route) and acknowledges replies through the
@@ -1449,7 +1530,8 @@ BEGIN
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
     GRANT SELECT ON birddog.mailbox TO birddog_sender;
     GRANT EXECUTE ON FUNCTION
-        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
+                        timestamptz, double precision),
         birddog.ack(text[], timestamptz),
         birddog.agent_token_use(bytea),
         birddog.mailbox_visible(text, text),
@@ -1465,13 +1547,15 @@ BEGIN
         job_id, queue, lane, priority, state, payload, recovery, outcome, lease_expires_at,
         recovery_count, cancel_requested_at, cancel_content, result_content, diagnostic,
         worker_id, created_at, updated_at, settled_at, slot, started_at, traceparent, sent_by,
-        turn_host, turn_boot_id, turn_pid, turn_start_ticks
+        turn_host, turn_boot_id, turn_pid, turn_start_ticks, agent_id, not_before, expires_at
     ) ON birddog.jobs TO birddog_agent;
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_agent;
     GRANT SELECT ON birddog.mailbox TO birddog_agent;
     GRANT EXECUTE ON FUNCTION
-        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
-        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text),
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
+                        timestamptz, double precision),
+        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text,
+                      text[]),
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
@@ -1512,7 +1596,8 @@ BEGIN
     GRANT SELECT (agent_id, kind, enabled, held_at, updated_at) ON birddog.routes TO birddog_reader;
     GRANT SELECT (
         job_id, queue, lane, priority, state, outcome, recovery_count, lease_expires_at,
-        cancel_requested_at, worker_id, created_at, updated_at, settled_at, started_at, slot
+        cancel_requested_at, worker_id, created_at, updated_at, settled_at, started_at, slot,
+        agent_id, not_before, expires_at
     ) ON birddog.jobs TO birddog_reader;
 END
 $grant$;

@@ -228,7 +228,8 @@ class PostgresRoutes:
             secret: the signing secret, ``whsec_<base64>``; generated when not given
                 (a mailbox route has none).
             enabled: False to add the agent held.
-            kind: ``http`` (posted to ``url``) or ``mailbox`` (written to the mailbox table).
+            kind: ``http`` (posted to ``url``), ``mailbox`` (written to the mailbox table) or
+                ``a2a`` (an A2A push config; ``secret`` is required, its own JSON).
             batch_size: the most replies in one signed POST (1 to 1000; 1: no batches).
             policy: the daemon's defaults this recipient overrides (post timeout, age
                 limit, attempts).
@@ -256,8 +257,14 @@ class PostgresRoutes:
         elif kind == "mailbox":
             if url is not None or secret is not None:
                 raise InvalidInput("a mailbox route has no URL and no secret", field="url")
+        elif kind == "a2a":
+            # An A2A push config: its secret is what the post carries (birddog.a2a.push).
+            if url is None or secret is None or batch_size != 1:
+                raise InvalidInput("an a2a push route needs a URL and its secret", field="url")
+            url = check_route_url(url, self.egress)
+            stored = self.box.seal(secret, context=route_context(agent_id))
         else:
-            raise InvalidInput("route kind must be http or mailbox", field="kind")
+            raise InvalidInput("route kind must be http, mailbox or a2a", field="kind")
         with store_errors("route add"):
             record = await self.pool.fetchrow(
                 queries["routes_add"],

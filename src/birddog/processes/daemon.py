@@ -28,7 +28,13 @@ from birddog.bootstrap import (
     open_stack,
 )
 from birddog.ports import DaemonRow
-from birddog.processes.sides import SideTasks, mark_stopped, metrics_server, reap_expired_jobs
+from birddog.processes.sides import (
+    QUEUE_HEADS_CHECK_S,
+    SideTasks,
+    mark_stopped,
+    metrics_server,
+    reap_expired_jobs,
+)
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 
@@ -154,6 +160,7 @@ def _start_side_tasks(sides: SideTasks, stack: Stack, *, row: DaemonRow) -> None
     sides.every("gauges", HEARTBEAT_S, gauges)
     sides.every("reaper", reap_every_s, reap)
     sides.every("queued_reaper", reap_every_s, bounce)
+    sides.every("queue_heads", QUEUE_HEADS_CHECK_S, stack.jobs.repair_queue_heads)
     if not policy.empty:
         sides.every("prune", settings.prune_every_s, prune)
 

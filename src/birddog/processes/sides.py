@@ -144,6 +144,11 @@ class SideTasks:
         self._tasks.append(self._group.create_task(coroutine, name=name))
 
 
+QUEUE_HEADS_CHECK_S = 60.0
+"""How often the daemon and each worker compare the queue heads with the jobs (one pass over
+the queued and running jobs; it repairs only what SQL written by hand broke)."""
+
+
 async def reap_expired_jobs(jobs: JobReaper) -> None:
     """The lease reaper: give back, or settle, running jobs whose worker is gone.
 

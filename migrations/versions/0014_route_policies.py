@@ -4,8 +4,8 @@ Three nullable columns on ``birddog.routes``; NULL keeps the daemon's default
 (``BIRDDOG_POST_TIMEOUT_S``, ``BIRDDOG_MAX_AGE_S``, ``BIRDDOG_MAX_ATTEMPTS``). Existing
 routes keep the defaults, so delivery is unchanged until an operator sets one.
 
-Revision ID: 0012
-Revises: 0011
+Revision ID: 0014
+Revises: 0013
 Create Date: 2026-12-01
 """
 
@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0012"
-down_revision: str | Sequence[str] | None = "0011"
+revision: str = "0014"
+down_revision: str | Sequence[str] | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

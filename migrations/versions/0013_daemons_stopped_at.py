@@ -5,8 +5,8 @@ daemon that stopped (someone ran ``systemctl stop``) from one that vanished (kil
 its host gone), and said "last daemon beat never" either way. The row now stays, marked
 with the time it stopped; a stopped row never counts as running.
 
-Revision ID: 0011
-Revises: 0010
+Revision ID: 0013
+Revises: 0012
 Create Date: 2026-12-01
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0011"
-down_revision: str | Sequence[str] | None = "0010"
+revision: str = "0013"
+down_revision: str | Sequence[str] | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -7,8 +7,8 @@ workers' and daemons' last beats, through this ``SECURITY DEFINER`` function, so
 or an agent's login reads no outbox row but the state of a reply it may read in the
 mailbox anyway (``birddog.mailbox_visible``), and never a reply's content.
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-12-02
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0013"
-down_revision: str | Sequence[str] | None = "0012"
+revision: str = "0015"
+down_revision: str | Sequence[str] | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
