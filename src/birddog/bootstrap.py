@@ -36,7 +36,7 @@ from birddog.http.alerts import AlertCoalescer, AlertPoster
 from birddog.http.transport import HttpTransport
 from birddog.mailroom import MailRoom
 from birddog.metrics import Metrics, TimedTransport, WorkerMetrics
-from birddog.ports import Clock, Listener
+from birddog.ports import Clock, Listener, TokenBook
 from birddog.postgres.admin import PostgresAdmin
 from birddog.postgres.agents import PostgresAgents
 from birddog.postgres.asks import PostgresAsks
@@ -54,16 +54,24 @@ from birddog.postgres.locate import (
 from birddog.postgres.mailbox import PostgresMailbox
 from birddog.postgres.notices import PostgresNotices
 from birddog.postgres.outbox import PostgresOutbox
-from birddog.postgres.pool import Pool, check_connection, create_pool, refusal_reason
+from birddog.postgres.pool import (
+    Pool,
+    check_connection,
+    check_schema,
+    create_pool,
+    refusal_reason,
+)
 from birddog.postgres.reports import PostgresReports
 from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.scratch import create_demo_database, drop_demo_database
 from birddog.postgres.wake import PostgresWake, WakeListener
+from birddog.replaying import CheckedReplay
 from birddog.settings import Settings
 from birddog.worker import Handler, Worker
 
 if TYPE_CHECKING:
+    from birddog.a2a.server import A2AServices
     from birddog.mcp.tools import Desk
     from birddog.postgres.embedded import EmbeddedPostgres
 
@@ -73,6 +81,7 @@ __all__ = [
     "Announce",
     "Stack",
     "StoppedBeforeStart",
+    "a2a_services",
     "build_alerts",
     "build_console",
     "build_daemon",
@@ -87,6 +96,7 @@ __all__ = [
     "psql_session",
     "refusal_reason",
     "running_database",
+    "token_book",
 ]
 
 HEARTBEAT_S = 10.0
@@ -108,6 +118,7 @@ class Stack:
         pool: the asyncpg pool they share.
         clock: the wall clock every adapter reads.
         outbox: the Postgres outbox.
+        replay: replays dead letters once their cause is fixed (CLI and console).
         wake: the Postgres wake scheduler.
         routes: the route book.
         mailbox: the reading side of mailbox routes (its waits share ``notices``).
@@ -131,6 +142,7 @@ class Stack:
     pool: Pool
     clock: Clock
     outbox: PostgresOutbox
+    replay: CheckedReplay
     wake: PostgresWake
     routes: PostgresRoutes
     mailbox: PostgresMailbox
@@ -210,6 +222,10 @@ async def open_stack(
 
     Yields:
         The wired stack.
+
+    Raises:
+        SchemaMissing: the database was never migrated (and ``migrate_first`` is not
+            set): the message says to run ``birddog migrate``.
     """
     dsn, embedded = await database(settings, announce=announce)
     if wait_until is not None:
@@ -219,18 +235,30 @@ async def open_stack(
 
         await migrate(dsn)
     pool = await create_pool(dsn, max_size=pool_size, pgbouncer=settings.pgbouncer)
+    if not migrate_first and embedded is None:
+        try:
+            await check_schema(pool)  # "run `birddog migrate`", before anything is said
+        except BaseException:
+            await pool.close()
+            raise
     clock = CLOCK
     metrics = Metrics()
     egress = settings.egress_policy()
-    routes = PostgresRoutes(pool, clock=clock, egress=egress, box=settings.secret_box())
+    routes = PostgresRoutes(
+        pool, clock=clock, egress=egress, box=settings.secret_box(), lease_s=settings.lease_s
+    )
     transport = HttpTransport(
         routes,
         egress=egress,
         proxy=settings.http_proxy,
         timeout_s=settings.post_timeout_s,
+        # A route's own post timeout never outlasts the claim's lease, as the default may
+        # not (route add refuses one as long; this daemon's lease may be shorter).
+        max_timeout_s=settings.lease_s,
         max_body_bytes=settings.max_body_bytes,
         max_deferral_s=settings.max_deferral_s,
         clock=clock,
+        push_body=_a2a_push_body,
     )
     outbox = PostgresOutbox(pool)
     wake = PostgresWake(pool)
@@ -265,6 +293,7 @@ async def open_stack(
             pool=pool,
             clock=clock,
             outbox=outbox,
+            replay=CheckedReplay(outbox, routes, egress),
             wake=wake,
             routes=routes,
             mailbox=mailbox,
@@ -286,6 +315,19 @@ async def open_stack(
         await notices.close()
         await transport.close()
         await pool.close()
+
+
+def _a2a_push_body(stored: bytes) -> bytes:
+    """An A2A push's body (the a2a extra's), imported only once a push is delivered.
+
+    Raises:
+        ValueError: the a2a extra is not installed (the reply is then unsendable).
+    """
+    try:
+        from birddog.a2a.push import push_body  # noqa: PLC0415 - the a2a extra, lazily
+    except ModuleNotFoundError:
+        raise ValueError("an A2A push needs the a2a extra (pip install 'birddog[a2a]')") from None
+    return push_body(stored)
 
 
 @contextlib.asynccontextmanager
@@ -465,6 +507,7 @@ def build_worker(
     queues: Sequence[str] | None,
     stop: asyncio.Event,
     metrics: WorkerMetrics | None = None,
+    agents: Sequence[str] | None = None,
 ) -> Worker:
     """Wire a job worker over ``stack``'s job store.
 
@@ -472,9 +515,10 @@ def build_worker(
         stack: the open adapters.
         handler: the user's async handler.
         listener: ``LISTEN birddog_jobs`` on its own connection.
-        queues: only these queues (session ids); None or empty for all.
+        queues: these queues (session ids); with ``agents``, None or empty for all.
         stop: set to stop the worker.
         metrics: the worker's metrics (default: a registry of its own).
+        agents: every session of these agents as well.
 
     Returns:
         The worker, ready to ``run``.
@@ -485,6 +529,7 @@ def build_worker(
         handler=handler,
         listener=listener,
         queues=queues,
+        agents=agents,
         concurrency=settings.worker_concurrency,
         handler_timeout_s=settings.handler_timeout_s,
         lease_s=settings.job_lease_s,
@@ -510,7 +555,7 @@ def build_console(stack: Stack, *, sessions: Sessions, read_only: bool) -> web.A
     """
     return make_app(
         admin=stack.admin,
-        outbox=stack.outbox,
+        outbox=stack.replay,
         routes=stack.routes,
         jobs=stack.jobs,
         clock=stack.clock,
@@ -548,4 +593,48 @@ def mcp_desk(stack: Stack) -> Desk:
             lease_s=stack.settings.job_lease_s,
             max_content_bytes=stack.settings.max_content_bytes,
         )
+    )
+
+
+# ---- the HTTP endpoints' callers ---------------------------------------------------------
+
+
+def token_book(stack: Stack) -> TokenBook:
+    """Who each bearer token of the HTTP endpoints is (MCP over HTTP, A2A).
+
+    Args:
+        stack: the open adapters.
+
+    Returns:
+        The per-agent tokens of ``birddog agent add`` / ``birddog agent token``.
+    """
+    return stack.agents
+
+
+# ---- the A2A endpoint -------------------------------------------------------------------
+
+A2A_POOL_SIZE = 10
+"""The A2A server's pool: a waiting ``SendMessage`` holds none of its connections."""
+
+
+def a2a_services(stack: Stack, *, wait_s: float) -> A2AServices:
+    """What ``birddog a2a`` calls, over ``stack``'s adapters.
+
+    Args:
+        stack: the open adapters.
+        wait_s: how long a blocking ``SendMessage`` waits for a terminal state.
+
+    Returns:
+        The services of the A2A request handler.
+    """
+    from birddog.a2a.server import A2AServices  # noqa: PLC0415 - the A2A server only
+    from birddog.postgres.tasks import PostgresSentJobs  # noqa: PLC0415
+
+    return A2AServices(
+        asking=stack.asking,
+        sent=PostgresSentJobs(stack.pool),
+        jobs=stack.jobs,
+        routes=stack.routes,
+        tokens=token_book(stack),
+        wait_s=wait_s,
     )

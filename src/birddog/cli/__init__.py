@@ -327,6 +327,7 @@ def name_environment_twins(command: click.Command, prefix: str = "BIRDDOG") -> N
 
 
 # Each module adds its commands to ``main``: a new group of commands is one more line here.
+from birddog.cli import a2a as a2a  # noqa: E402
 from birddog.cli import agents as agents  # noqa: E402
 from birddog.cli import ask as ask  # noqa: E402
 from birddog.cli import console as console  # noqa: E402

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from birddog.cli import announcer, main, run, settings_of
 from birddog.core.errors import BirdDogError
 from birddog.runtime import quiet_until_started
+
+if TYPE_CHECKING:
+    from birddog.worker import Handler
 
 
 @main.command()
@@ -19,6 +23,27 @@ from birddog.runtime import quiet_until_started
     default=None,
     help="Or a program, one process per job: mail content on stdin, ids in BIRDDOG_* "
     "variables, stdout the reply; e.g. 'tr a-z A-Z'.",
+)
+@click.option(
+    "--agent",
+    "agents",
+    multiple=True,
+    help="Serve every session of this agent (the mail's to agent), one turn at a time per "
+    "session; repeatable.",
+)
+@click.option(
+    "--a2a",
+    "a2a_url",
+    default=None,
+    metavar="URL",
+    help="Or a remote A2A agent (its base URL): each job's mail is sent to it with "
+    "a2a-sdk's client, and the job settles with the remote task's outcome.",
+)
+@click.option(
+    "--a2a-token",
+    envvar="BIRDDOG_WORKER_A2A_TOKEN",
+    default=None,
+    help="With --a2a: the bearer token the remote agent wants (default: none).",
 )
 @click.option(
     "--env",
@@ -48,8 +73,9 @@ from birddog.runtime import quiet_until_started
     "--queue",
     "queues",
     multiple=True,
-    help="Only these queues (session ids). Without it, every queue except those starting "
-    "with 'birddog:', which BirdDog keeps for itself (its probe).",
+    help="Serve this one session (queue) as well; repeatable. With neither --agent nor "
+    "--queue, every queue except those starting with 'birddog:', which BirdDog keeps for "
+    "itself (its probe), whatever agent the mail is for.",
 )
 @click.option(
     "--concurrency",
@@ -57,12 +83,20 @@ from birddog.runtime import quiet_until_started
     default=None,
     help="Jobs run at once (1 to 1000).",
 )
-@click.option("--once", is_flag=True, help="Run queued jobs, then exit.")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Run jobs until none it may take is queued or running (checked after its last "
+    "job settles), then exit, saying what it settled and any jobs it left queued.",
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
     handler: str | None,
     command: str | None,
+    agents: tuple[str, ...],
+    a2a_url: str | None,
+    a2a_token: str | None,
     env_names: tuple[str, ...],
     cwd: Path | None,
     user: str | None,
@@ -70,7 +104,7 @@ def worker(
     concurrency: int | None,
     once: bool,
 ) -> None:
-    """Run agent jobs with --handler or --command, settling and fanning out each one.
+    """Run agent jobs with --handler, --command or --a2a, settling and fanning out each one.
 
     A --command runs once per job under a supervisor that leads its process group; on
     the handler timeout, a recorded cancellation, the worker stopping or the worker being
@@ -84,8 +118,10 @@ def worker(
     from birddog.spawn import command_handler  # noqa: PLC0415
     from birddog.worker import load_handler  # noqa: PLC0415
 
-    if (handler is None) == (command is None):
-        raise click.UsageError("give exactly one of --handler or --command")
+    if sum(given is not None for given in (handler, command, a2a_url)) != 1:
+        raise click.UsageError("give exactly one of --handler, --command or --a2a")
+    if a2a_token is not None and a2a_url is None:
+        raise click.UsageError("--a2a-token goes with --a2a")
     if command is None and (env_names or cwd is not None or user is not None):
         raise click.UsageError("--env, --cwd and --user go with --command")
     settings = settings_of(ctx)
@@ -93,10 +129,12 @@ def worker(
         settings = settings.model_copy(update={"worker_concurrency": concurrency})
     sys.path.insert(0, ".")
     try:
-        function = (
-            load_handler(handler)
-            if handler is not None
-            else command_handler(
+        if a2a_url is not None:
+            function = _remote_agent(a2a_url, a2a_token)
+        elif handler is not None:
+            function = load_handler(handler)
+        else:
+            function = command_handler(
                 command or "",
                 grace_s=settings.kill_grace_s,
                 max_output_bytes=settings.max_content_bytes,
@@ -104,21 +142,52 @@ def worker(
                 cwd=cwd,
                 user=user,
             )
-        )
     except BirdDogError as exc:
         raise click.UsageError(str(exc)) from exc
-    summary = run(
-        run_worker(settings, function, queues=list(queues), once=once, announce=announcer(ctx))
+    if not agents and not queues:
+        # On a terminal a plain line; where logs are JSON, a notice event like the rest.
+        announcer(ctx)(EVERY_QUEUE_NOTICE)
+    done = run(
+        run_worker(
+            settings,
+            function,
+            queues=list(queues),
+            agents=list(agents),
+            once=once,
+            announce=announcer(ctx),
+        )
     )
     if once:
-        click.echo(settled_line(summary))
+        click.echo(settled_line(done.summary, left=done.left))
 
 
-def settled_line(summary: dict[str, int]) -> str:
+EVERY_QUEUE_NOTICE = (
+    "this worker takes every queue: it answers mail for every agent; "
+    "give --agent AGENT to serve one agent's sessions"
+)
+"""What a worker given neither --agent nor --queue says at start."""
+
+
+def _remote_agent(url: str, token: str | None) -> Handler:
+    """The handler of ``--a2a``: a2a-sdk's client, from the a2a extra."""
+    try:
+        from birddog.a2a.remote import remote_agent  # noqa: PLC0415 - the a2a extra
+    except ModuleNotFoundError:
+        raise click.ClickException(
+            "--a2a needs the a2a extra: pip install 'birddog[a2a]'"
+        ) from None
+    if not url.startswith(("http://", "https://")):
+        raise click.UsageError("--a2a takes the remote agent's http(s) base URL")
+    return remote_agent(url, token=token)
+
+
+def settled_line(summary: dict[str, int], *, left: int | None = None) -> str:
     """One line saying what a worker run settled: ``settled 3 jobs: 2 completed, 1 failed``.
 
     Args:
         summary: counts by outcome (and ``requeued``), as the worker keeps them.
+        left: jobs still queued in the worker's queues when it stopped (not yet due, or
+            it was stopped first); said only when some are.
 
     Returns:
         The line; ``settled no jobs`` when there was nothing to do.
@@ -130,4 +199,6 @@ def settled_line(summary: dict[str, int]) -> str:
     line += ", ".join(f"{n} {what}" for what, n in sorted(settled.items()))
     if requeued:
         line += f"{'; ' if total else ', '}{requeued} given back to the queue"
+    if left:
+        line += f"; left {left} queued job{'s' * (left != 1)}"
     return line

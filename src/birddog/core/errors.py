@@ -13,6 +13,7 @@ Every error BirdDog raises on purpose derives from one root::
     ├── JobConflict: a replayed job id whose fields differ from the stored job
     ├── JobNotFound: no job with that id
     ├── StaleClaim: a claim token that no longer holds the job
+    ├── WorkCancelled: a handler's work was cancelled where it ran (the job: cancelled)
     ├── RouteNotFound: no route for that agent id
     ├── AgentNotFound: no agent with that id was added (``birddog agent add``)
     ├── AskFailed: an asked question whose work ended otherwise than ``completed``
@@ -35,7 +36,10 @@ Most classes are a docstring that doubles as the default message.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from birddog.core.ask_facts import AskFacts
 
 
 class BirdDogError(Exception):
@@ -125,6 +129,21 @@ class JobNotFound(BirdDogError):
     """No job has this id."""
 
 
+class WorkCancelled(BirdDogError):
+    """The work was cancelled where it ran (e.g. a remote A2A agent's task ended CANCELED).
+
+    A handler raises it to settle its job ``cancelled`` (not ``failed``); the replies carry
+    ``content``.
+
+    Attributes:
+        content: the cancellation result the replies carry (empty: the default text).
+    """
+
+    def __init__(self, content: str = "") -> None:
+        self.content = content
+        super().__init__("the work was cancelled where it ran")
+
+
 class StaleClaim(BirdDogError):
     """The claim token no longer holds this job: another claim or a settlement won."""
 
@@ -162,14 +181,22 @@ class AskFailed(BirdDogError):
 class AskTimedOut(BirdDogError):
     """No reply to the ask arrived in time; it is still owed and will land in the mailbox.
 
+    The message says where the ask stands (queued, running, its reply pending or dead),
+    from ``facts``.
+
     Attributes:
         key: the mail key of the ask.
         asker: ``AGENT:SESSION`` of the mailbox the reply will land in.
+        facts: what the database said about the ask when the wait ended
+            (:class:`birddog.core.ask_facts.AskFacts`; None: it could not be read).
     """
 
-    def __init__(self, message: str, *, key: str, asker: str) -> None:
+    def __init__(
+        self, message: str, *, key: str, asker: str, facts: AskFacts | None = None
+    ) -> None:
         self.key = key
         self.asker = asker
+        self.facts = facts
         super().__init__(message)
 
 
@@ -198,6 +225,14 @@ class DatabaseRefused(BirdDogError):
 
     A failed login, a role or database that does not exist, a missing CONNECT privilege,
     or a URL that cannot be parsed: the configuration must change.
+    """
+
+
+class SchemaMissing(DatabaseRefused):
+    """The database has no birddog schema, or an older one than this BirdDog: run `birddog migrate`.
+
+    Nothing was written. Retrying cannot help: the schema must be created or upgraded
+    first (``birddog migrate``, or ``birddog run --migrate`` for a single daemon).
     """
 
 

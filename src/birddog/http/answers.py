@@ -45,6 +45,7 @@ def classify(
     now: datetime,
     max_deferral_s: float,
     min_deferral_s: float = MIN_DEFERRAL_S,
+    acknowledged_by_status: bool = False,
 ) -> DeliveryResult:
     """Classify one HTTP answer to a posted reply.
 
@@ -56,16 +57,19 @@ def classify(
         now: the time the answer came, for ``Retry-After``.
         max_deferral_s: the longest a ``Retry-After`` may defer the reply.
         min_deferral_s: the shortest deferral (a ``Retry-After`` of 0 or in the past).
+        acknowledged_by_status: any 2xx accepts, whatever its body (an A2A push receiver
+            acknowledges so: the protocol gives its answer no body).
 
     Returns:
         :class:`Accepted` only for a 2xx JSON object with ``"accepted": true`` and no
-        error; :class:`Deferred` for 429/503 with a usable ``Retry-After``;
+        error (any 2xx with ``acknowledged_by_status``); :class:`Deferred` for 429/503
+        with a usable ``Retry-After``;
         :class:`Rejected` (``gone``) for 410; otherwise :class:`Failed` with a bounded,
         redacted reason such as ``HTTP 500 Internal Server Error: <body snippet>``.
     """
     head = _status_line(status)
     if 200 <= status < 300:
-        return _acknowledgement(head, body)
+        return Accepted() if acknowledged_by_status else _acknowledgement(head, body)
     if status == HTTPStatus.GONE:
         return Rejected(_reason(head, body), dead_reason=DeadReason.GONE)
     if status in DEFERRING_STATUSES:

@@ -13,7 +13,7 @@ import asyncio
 import importlib.metadata
 import io
 import ssl
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -26,8 +26,9 @@ from birddog.core.batch import batch_body, batch_id, spread
 from birddog.core.delivery import DeadReason, Deferred, DeliveryResult, Failed, Parcel, Rejected
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.egress import EgressPolicy, redact_urls_in
-from birddog.core.errors import InvalidSecret, SecretUnreadable
+from birddog.core.errors import InvalidInput, InvalidSecret, SecretUnreadable
 from birddog.core.mail import Reply
+from birddog.core.push import push_headers
 from birddog.http import signing
 from birddog.http.answers import MIN_DEFERRAL_S, classify, classify_batch
 from birddog.http.client import SessionOwner
@@ -65,7 +66,8 @@ class HttpTransport(SessionOwner):
     post carries the Standard Webhooks headers with ``webhook-id`` = the reply key, so the
     id is stable across retries and doubles as the recipient's idempotency key.
 
-    A post that gets no answer within ``timeout_s`` is cancelled and its connection
+    A post that gets no answer within ``timeout_s`` (or the route's own post timeout,
+    :attr:`Route.policy <birddog.ports.Route.policy>`) is cancelled and its connection
     closed (never left running) and counts as a failure. Redirects are not followed.
     Inside a traced post (:mod:`birddog.tracing`) the POST carries the post span's
     ``traceparent`` header, so the recipient's own spans join the sender's trace.
@@ -87,6 +89,11 @@ class HttpTransport(SessionOwner):
         egress: where posts may connect (default: the internal-mode policy).
         proxy: an HTTP proxy URL every post goes through (``BIRDDOG_HTTP_PROXY``).
         resolver: the DNS resolver the egress policy filters (default: aiohttp's).
+        max_timeout_s: the longest a route's own post timeout may make a post (the
+            daemon's lease: a post must end before its claim); None: no cap.
+        push_body: turns a stored reply into the body of an A2A push (routes of kind
+            ``a2a``; :func:`birddog.a2a.push.push_body`); None: such replies are
+            unsendable.
     """
 
     def __init__(
@@ -102,6 +109,8 @@ class HttpTransport(SessionOwner):
         egress: EgressPolicy | None = None,
         proxy: str | None = None,
         resolver: AbstractResolver | None = None,
+        max_timeout_s: float | None = None,
+        push_body: Callable[[bytes], bytes] | None = None,
     ) -> None:
         if timeout_s <= 0:
             raise ValueError("timeout_s must be positive")
@@ -111,6 +120,7 @@ class HttpTransport(SessionOwner):
             raise ValueError("connector_limit must be at least 1")
         self.routes = routes
         self.timeout_s = timeout_s
+        self.max_timeout_s = max_timeout_s
         self.max_body_bytes = max_body_bytes
         self.max_deferral_s = max_deferral_s
         self.user_agent = user_agent
@@ -119,6 +129,7 @@ class HttpTransport(SessionOwner):
         self.egress = egress if egress is not None else EgressPolicy()
         self.proxy = proxy
         self.resolver = resolver
+        self.push_body = push_body
         self._session: aiohttp.ClientSession | None = None
         self._signers: dict[tuple[str, ...], signing.Signer] = {}
         # Each route's URL, parsed and checked once (yarl parsing was a tenth of a post).
@@ -158,6 +169,8 @@ class HttpTransport(SessionOwner):
         if not isinstance(route_or_result, tuple):
             return [route_or_result] * len(parcels)
         route, url = route_or_result
+        if route.kind == "a2a":
+            return [await self._push(route, url, parcel) for parcel in parcels]
         now = self._now()
         try:
             signer = self._signer(route, now)
@@ -179,7 +192,9 @@ class HttpTransport(SessionOwner):
             headers[tracing.TRACEPARENT] = traceparent
         # A batch's acknowledgement may list every key: it may be that much larger.
         limit = self.max_body_bytes + (sum(len(key) + 8 for key in keys) if batched else 0)
-        answer = await self._exchange(agent_id, url, body, headers, limit=limit)
+        answer = await self._exchange(
+            agent_id, url, body, headers, limit=limit, timeout_s=self._timeout_s(route)
+        )
         if not isinstance(answer, tuple):
             return spread(answer, len(parcels))
         status, answer_headers, answer_body = answer
@@ -194,18 +209,63 @@ class HttpTransport(SessionOwner):
                 min_deferral_s=MIN_DEFERRAL_S,
             )
         else:
-            results = [
-                classify(
-                    status,
-                    answer_headers,
-                    answer_body,
-                    now=self._now(),
-                    max_deferral_s=self.max_deferral_s,
-                    min_deferral_s=MIN_DEFERRAL_S,
-                )
-            ]
+            results = [self._classified(status, answer_headers, answer_body)]
         # The status travels with each result, into the rows' attempt logs.
         return [replace(result, status=status) for result in results]
+
+    def _classified(
+        self,
+        status: int,
+        headers: Mapping[str, str],
+        body: bytes,
+        *,
+        acknowledged_by_status: bool = False,
+    ) -> DeliveryResult:
+        """One post's answer classified (:func:`~birddog.http.answers.classify`), now."""
+        return classify(
+            status,
+            headers,
+            body,
+            now=self._now(),
+            max_deferral_s=self.max_deferral_s,
+            min_deferral_s=MIN_DEFERRAL_S,
+            acknowledged_by_status=acknowledged_by_status,
+        )
+
+    async def _push(self, route: Route, url: yarl.URL, parcel: Parcel) -> DeliveryResult:
+        """Post one reply to an A2A push config: as a StreamResponse, any 2xx accepting.
+
+        The reply key goes as ``webhook-id`` (the receiver's idempotency key: delivery is
+        at least once); the config's ``Authorization`` and token as configured.
+        """
+        if self.push_body is None:
+            return Rejected(
+                "an A2A push needs the a2a extra (pip install 'birddog[a2a]')",
+                dead_reason=DeadReason.UNSENDABLE,
+            )
+        try:
+            body = self.push_body(parcel.body)
+            headers = push_headers(route.secret or "")
+        except (InvalidInput, ValueError) as exc:
+            return Rejected(bounded_diagnostic(str(exc)), dead_reason=DeadReason.UNSENDABLE)
+        headers["content-type"] = "application/json"
+        headers["user-agent"] = self.user_agent
+        headers["webhook-id"] = parcel.key
+        if (traceparent := tracing.outgoing()) is not None:
+            headers[tracing.TRACEPARENT] = traceparent
+        answer = await self._exchange(
+            route.agent_id,
+            url,
+            body,
+            headers,
+            limit=self.max_body_bytes,
+            timeout_s=self._timeout_s(route),
+        )
+        if not isinstance(answer, tuple):
+            return answer
+        status, answer_headers, answer_body = answer
+        result = self._classified(status, answer_headers, answer_body, acknowledged_by_status=True)
+        return replace(result, status=status)
 
     async def _route(self, agent_id: str) -> tuple[Route, yarl.URL] | DeliveryResult:
         """The recipient's route and inbox URL, or what a post to it comes to without one."""
@@ -254,17 +314,29 @@ class HttpTransport(SessionOwner):
             self._signers[secrets] = signer
         return signer
 
+    def _timeout_s(self, route: Route) -> float:
+        """The post timeout for ``route``: its own, else the default; never past the cap."""
+        timeout_s = route.policy.post_timeout(self.timeout_s)
+        return timeout_s if self.max_timeout_s is None else min(timeout_s, self.max_timeout_s)
+
     async def _exchange(
-        self, agent_id: str, url: yarl.URL, body: bytes, headers: Mapping[str, str], *, limit: int
+        self,
+        agent_id: str,
+        url: yarl.URL,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        limit: int,
+        timeout_s: float,
     ) -> tuple[int, Mapping[str, str], bytes] | DeliveryResult:
         """Send one signed body: the answer's status, headers and body, or the failure."""
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(timeout_s):
                 status, answer_headers, answer, complete = await self._send(
                     url, body, headers, limit=limit
                 )
         except TimeoutError:
-            return Failed(f"no answer within {self.timeout_s:g} s; request cancelled")
+            return Failed(f"no answer within {timeout_s:g} s; request cancelled")
         except aiohttp.InvalidURL:
             return Rejected(f"route URL for agent {agent_id} is not a valid URL")
         except (aiohttp.ClientError, OSError) as exc:
@@ -345,7 +417,7 @@ async def _read_bounded(stream: aiohttp.StreamReader, limit: int) -> tuple[list[
 
 
 def _inbox_url(route: Route) -> yarl.URL | Rejected:
-    if route.kind != "http" or route.url is None:
+    if route.kind == "mailbox" or route.url is None:
         # The engine delivers mailbox routes itself; a post to one has nowhere to go.
         return Rejected(f"route for agent {route.agent_id} is a mailbox, not an inbox URL")
     try:

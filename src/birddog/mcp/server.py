@@ -24,7 +24,6 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, cast
 
-import anyio
 import mcp_types as types
 import structlog
 from mcp.server import Server, ServerRequestContext
@@ -427,36 +426,15 @@ async def serve_http(
         ready: told the URL once the server listens.
         stop: set to stop serving.
     """
-    import socket  # noqa: PLC0415
+    from birddog.http.server import listening_socket, serve_asgi  # noqa: PLC0415 - HTTP only
 
-    import uvicorn  # noqa: PLC0415 - the SDK's own HTTP server dependency
-
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
+    # Bound first: the app allows its own Host and Origin, so it needs the port.
+    sock = listening_socket("127.0.0.1", port)
     bound = sock.getsockname()[1]
     async with http_app(desk, tokens, port=bound, channel=channel) as app:
-        config = uvicorn.Config(app, log_config=None, access_log=False, lifespan="on")
-        server = uvicorn.Server(config)
-        # Uvicorn's serve() would take SIGTERM and SIGINT over; the process's own stop
-        # event decides here, so its steps are run one by one.
-        config.load()
-        server.lifespan = config.lifespan_class(config)
-        await server.startup(sockets=[sock])
-        if server.should_exit:
-            return
-        if ready is not None:
-            ready(f"http://127.0.0.1:{bound}/mcp")
-        serving = asyncio.create_task(server.main_loop())
-        try:
-            if stop is None:
-                await serving
-            else:
-                waiting = asyncio.create_task(stop.wait())
-                await asyncio.wait({serving, waiting}, return_when=asyncio.FIRST_COMPLETED)
-                waiting.cancel()
-        finally:
-            server.should_exit = True
-            with anyio.move_on_after(5):
-                await serving
-            await server.shutdown(sockets=[sock])
+        await serve_asgi(
+            app,
+            sock,
+            ready=None if ready is None else (lambda url: ready(f"{url}/mcp")),
+            stop=stop,
+        )

@@ -13,7 +13,7 @@ import secrets
 
 import structlog
 
-from birddog.bootstrap import MCP_POOL_SIZE, Announce, mcp_desk, open_stack
+from birddog.bootstrap import MCP_POOL_SIZE, Announce, mcp_desk, open_stack, token_book
 from birddog.core.ask import parse_address
 from birddog.core.errors import InvalidSetting, StoreUnavailable
 from birddog.ports import TokenBook
@@ -68,7 +68,7 @@ async def run_mcp(
             if identity is None:
                 # Many agents: each request's per-agent token (birddog agent add) names
                 # its caller, whose mailbox route agent add made.
-                tokens: TokenBook = stack.agents
+                tokens: TokenBook = token_book(stack)
             elif not http:
                 await serve_stdio(desk, identity, channel=channel)
                 return

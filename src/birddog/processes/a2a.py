@@ -1,0 +1,60 @@
+"""Runs the A2A server (``birddog a2a``): the one file that runs it.
+
+:func:`run_a2a` opens the stack, builds the SDK's application over the mail room
+(:func:`birddog.a2a.server.a2a_app`) and serves it on ``host`` (127.0.0.1 by default)
+until SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import version
+
+import structlog
+
+from birddog.bootstrap import A2A_POOL_SIZE, Announce, a2a_services, open_stack
+from birddog.http.server import listening_socket, serve_asgi, socket_url
+from birddog.runtime import stop_on_signals
+from birddog.settings import Settings
+
+log = structlog.get_logger("birddog.processes.a2a")
+
+__all__ = ["run_a2a"]
+
+
+async def run_a2a(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    wait_s: float,
+    public_url: str | None,
+    announce: Announce,
+) -> None:
+    """Serve every agent with a route over A2A until SIGTERM/SIGINT.
+
+    Args:
+        settings: the settings.
+        host: the address to listen on.
+        port: the port (0 picks a free one).
+        wait_s: how long a blocking ``SendMessage`` waits for a terminal state.
+        public_url: where callers reach this server, for the Agent Cards (None: the
+            address it listens on).
+        announce: told the URL and the embedded server's DSN.
+    """
+    from birddog.a2a.server import a2a_app  # noqa: PLC0415 - an extra
+
+    sock = listening_socket(host, port)
+    url = public_url or socket_url(sock)
+    async with open_stack(settings, announce=announce, pool_size=A2A_POOL_SIZE) as stack:
+        app = a2a_app(
+            a2a_services(stack, wait_s=wait_s), public_url=url, version=version("birddog")
+        )
+
+        def ready(bound: str) -> None:
+            log.info("a2a_listening", url=bound)
+            announce(
+                f"BirdDog A2A server: {url}/a2a/AGENT/ (cards at .../.well-known/agent-card.json)"
+            )
+
+        with stop_on_signals() as stop:
+            await serve_asgi(app, sock, ready=ready, stop=stop)
