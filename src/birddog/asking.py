@@ -23,7 +23,8 @@ never an empty answer, never a silent success.
   ``completed`` gives its content; any other outcome raises :class:`AskFailed` with the
   diagnostic; no reply within ``timeout_s`` raises :class:`AskTimedOut`: the reply is
   still owed and will land in the asker's mailbox (``birddog inbox AGENT:SESSION`` shows
-  it later).
+  it later); its message and ``facts`` say where the ask stands (queued, and whether a
+  worker beat lately; running, for how long; settled, its reply pending or dead).
 - Waits share one listener: all the asks of a process are answered by one watch over one
   LISTEN connection, and a waiting ask holds no database connection. ``timeout_s`` bounds
   every step, the wait for a pool connection to send included.
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from birddog.clock import epoch_ms
 from birddog.core.ask import address_text, ask_job, new_ask_key, parse_address
+from birddog.core.ask_facts import AskFacts, AskState, waiting_message
 from birddog.core.errors import AskFailed, AskTimedOut, StoreUnavailable
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.core.mail import AgentAddress, Outcome
@@ -64,6 +66,9 @@ DEFAULT_ASK_TIMEOUT_S = 240.0
 
 DEFAULT_SEND_TIMEOUT_S = 30.0
 """How long a send waits for a free database connection by default."""
+
+FACTS_TIMEOUT_S = 2.0
+"""The longest look, after a wait ends without a reply, at where the ask stands."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,14 +146,26 @@ def answer_of(entry: MailboxEntry, key: str) -> str:
     raise AskFailed(message, key=key, outcome=outcome, diagnostic=diagnostic, content=entry.content)
 
 
-def still_owed(key: str, asker: AgentAddress, timeout_s: float) -> AskTimedOut:
-    """The error for no reply within ``timeout_s``: it is still owed to the mailbox."""
+def still_owed(
+    key: str, asker: AgentAddress, timeout_s: float, facts: AskFacts | None = None
+) -> AskTimedOut:
+    """The error for no reply within ``timeout_s``, saying where the ask stands.
+
+    Args:
+        key: the ask's mail key.
+        asker: whose mailbox the reply goes to.
+        timeout_s: how long the ask waited.
+        facts: what the database says about the ask (None: unknown).
+
+    Returns:
+        The error (its message from :func:`~birddog.core.ask_facts.waiting_message`).
+    """
     text = address_text(asker)
     return AskTimedOut(
-        f"no reply to {key!r} within {timeout_s:g} s; it is still owed and will land in the "
-        f"mailbox of {text} (birddog inbox {text})",
+        waiting_message(facts, key=key, asker=text, timeout_s=timeout_s),
         key=key,
         asker=text,
+        facts=facts,
     )
 
 
@@ -185,6 +202,7 @@ class Asking:
         reply_to: Sequence[str | AgentAddress] | None = None,
         timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
         mailbox_required: bool = False,
+        priority: int = 0,
     ) -> Asked:
         """Send a mail as an agent job; its replies go to ``reply_to``.
 
@@ -200,6 +218,7 @@ class Asking:
             reply_to: who gets the replies (None: the sender; empty: nobody).
             timeout_s: the longest wait for a free database connection.
             mailbox_required: refuse a sender whose route posts to an inbox URL (an ask).
+            priority: -32768 to 32767, higher first among the session's queued jobs.
 
         Returns:
             What was sent, and whether it was a replay.
@@ -220,6 +239,7 @@ class Asking:
             key=key,
             reply_to=reply_to,
             mailbox_required=mailbox_required,
+            priority=priority,
         )
         posted = await self.asks.write(outgoing, timeout_s=timeout_s)
         return Asked.of(outgoing, replay=posted.replay, mailbox_added=posted.mailbox_added)
@@ -233,6 +253,7 @@ class Asking:
         key: str | None = None,
         reply_to: Sequence[str | AgentAddress] | None = None,
         mailbox_required: bool = False,
+        priority: int = 0,
     ) -> Outgoing:
         """The mail :meth:`send` would write, checked, without writing it.
 
@@ -243,6 +264,7 @@ class Asking:
             key: the mail key; None makes a fresh one.
             reply_to: who gets the replies (None: the sender; empty: nobody).
             mailbox_required: refuse a sender whose route posts to an inbox URL (an ask).
+            priority: -32768 to 32767, higher first among the session's queued jobs.
 
         Returns:
             The job and how its write is checked (the sender gets a mailbox route when it
@@ -269,6 +291,7 @@ class Asking:
             created_at_ms=epoch_ms(now),
             max_content_bytes=self.max_content_bytes,
             reply_to=replies,
+            priority=priority,
         )
         return Outgoing(
             job=job,
@@ -285,6 +308,7 @@ class Asking:
         content: str,
         key: str | None = None,
         timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
+        priority: int = 0,
     ) -> Asked:
         """Send a question whose reply goes to the asker's mailbox (see :meth:`send`).
 
@@ -292,7 +316,13 @@ class Asking:
             NotAMailbox: the asker's route posts to an inbox URL.
         """
         return await self.send(
-            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, mailbox_required=True
+            to=to,
+            from_=from_,
+            content=content,
+            key=key,
+            timeout_s=timeout_s,
+            mailbox_required=True,
+            priority=priority,
         )
 
     async def wait_for_answer(self, asked: Asked, *, timeout_s: float) -> str:
@@ -315,21 +345,56 @@ class Asking:
         """
         return await self.wait(asked.key, asked.asker, timeout_s=timeout_s)
 
-    async def wait(self, key: str, asker: AgentAddress, *, timeout_s: float) -> str:
+    async def wait(
+        self, key: str, asker: AgentAddress, *, timeout_s: float, explain: bool = True
+    ) -> str:
         """Wait for the reply to mail ``key`` in ``asker``'s mailbox (see :meth:`wait_for_answer`).
+
+        When the wait ends without a reply, one more look (at most
+        :data:`FACTS_TIMEOUT_S`) finds where the ask stands: the error says it, and a
+        reply that landed just then is returned after all.
+
+        Args:
+            key: the mail key.
+            asker: whose mailbox the reply goes to.
+            timeout_s: the longest wait.
+            explain: False skips that look (a caller that will wait again).
 
         Raises:
             AskFailed: the work ended otherwise than ``completed``.
-            AskTimedOut: no reply within ``timeout_s``; it is still owed.
+            AskTimedOut: no reply within ``timeout_s``; it is still owed (``.facts``).
             StoreUnavailable: the database is unreachable.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout_s, 0.0)
         entry = await self.answers.wait(key, timeout_s, owner=asker)
         if entry is None:
-            raise still_owed(key, asker, timeout_s)
+            if not explain:
+                raise still_owed(key, asker, timeout_s)
+            facts = await self.facts(key, asker)
+            if facts is not None and facts.state is AskState.DELIVERED:
+                entry = await self.answers.wait(key, 0, owner=asker)
+            if entry is None:
+                raise still_owed(key, asker, timeout_s, facts)
         await self._ack(entry, deadline - loop.time())
         return answer_of(entry, key)
+
+    async def facts(self, key: str, asker: AgentAddress) -> AskFacts | None:
+        """Where the ask with mail ``key`` stands for ``asker``; None when it cannot be read.
+
+        Args:
+            key: the mail key.
+            asker: whose mailbox the reply goes to.
+
+        Returns:
+            The facts, or None when the database did not answer within
+            :data:`FACTS_TIMEOUT_S` (the ask is still owed either way).
+        """
+        try:
+            async with asyncio.timeout(FACTS_TIMEOUT_S):
+                return await self.asks.facts(key, asker, timeout_s=FACTS_TIMEOUT_S)
+        except (StoreUnavailable, TimeoutError):
+            return None
 
     async def _ack(self, entry: MailboxEntry, left_s: float) -> None:
         """Mark the reply read, if that can be done before the deadline (else it stays unread)."""
@@ -347,6 +412,7 @@ class Asking:
         content: str,
         key: str | None = None,
         timeout_s: float = DEFAULT_ASK_TIMEOUT_S,
+        priority: int = 0,
     ) -> str:
         """Ask an agent session a question and wait for its answer, durably.
 
@@ -361,6 +427,7 @@ class Asking:
             content: the question.
             key: the mail key; the same key again is a replay of the same question.
             timeout_s: the longest the call takes.
+            priority: the question's priority among the session's queued jobs.
 
         Returns:
             The answer's content, when the work completed.
@@ -379,12 +446,12 @@ class Asking:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout_s, 0.0)
         asked = await self.send_ask(
-            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s
+            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, priority=priority
         )
         try:
             return await self.wait_for_answer(asked, timeout_s=deadline - loop.time())
-        except AskTimedOut:
-            raise still_owed(asked.key, asked.asker, timeout_s) from None
+        except AskTimedOut as exc:
+            raise still_owed(asked.key, asked.asker, timeout_s, exc.facts) from None
 
 
 def open_asking(

@@ -33,6 +33,7 @@ from aiohttp import web
 from birddog.asking import Asking
 from birddog.clock import SystemClock
 from birddog.console import Sessions, make_app
+from birddog.core.errors import StoreUnavailable
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, Job
 from birddog.daemon import DrainDaemon
 from birddog.http.alerts import AlertCoalescer, AlertPoster
@@ -57,12 +58,19 @@ from birddog.postgres.locate import (
 from birddog.postgres.mailbox import PostgresMailbox
 from birddog.postgres.notices import PostgresNotices, stop_task
 from birddog.postgres.outbox import PostgresOutbox
-from birddog.postgres.pool import Pool, check_connection, create_pool, refusal_reason
+from birddog.postgres.pool import (
+    Pool,
+    check_connection,
+    check_schema,
+    create_pool,
+    refusal_reason,
+)
 from birddog.postgres.reports import PostgresReports
 from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.scratch import create_demo_database, drop_demo_database
 from birddog.postgres.wake import PostgresWake, WakeListener
+from birddog.replaying import CheckedReplay
 from birddog.runtime import every
 from birddog.sending import Sender
 from birddog.settings import Settings
@@ -119,6 +127,7 @@ class Stack:
         pool: the asyncpg pool they share.
         clock: the wall clock every adapter reads.
         outbox: the Postgres outbox.
+        replay: replays dead letters once their cause is fixed (CLI and console).
         wake: the Postgres wake scheduler.
         routes: the route book.
         mailbox: the reading side of mailbox routes (its waits share ``notices``).
@@ -145,6 +154,7 @@ class Stack:
     pool: Pool
     clock: Clock
     outbox: PostgresOutbox
+    replay: CheckedReplay
     wake: PostgresWake
     routes: PostgresRoutes
     mailbox: PostgresMailbox
@@ -229,6 +239,10 @@ async def open_stack(
 
     Yields:
         The wired stack.
+
+    Raises:
+        SchemaMissing: the database was never migrated (and ``migrate_first`` is not
+            set): the message says to run ``birddog migrate``.
     """
     dsn, embedded = await database(settings, announce=announce)
     if wait_until is not None:
@@ -240,15 +254,32 @@ async def open_stack(
     pool = await create_pool(
         dsn, min_size=0 if lazy else 1, max_size=pool_size, pgbouncer=settings.pgbouncer
     )
+    if not migrate_first and embedded is None:
+        try:
+            await check_schema(pool)  # "run `birddog migrate`", before anything is said
+        except StoreUnavailable:
+            # A sender's database may be away: its mail is spooled, and the schema is
+            # checked again when the spool is forwarded.
+            if not lazy:
+                await pool.close()
+                raise
+        except BaseException:
+            await pool.close()
+            raise
     clock = CLOCK
     metrics = Metrics()
     egress = settings.egress_policy()
-    routes = PostgresRoutes(pool, clock=clock, egress=egress, box=settings.secret_box())
+    routes = PostgresRoutes(
+        pool, clock=clock, egress=egress, box=settings.secret_box(), lease_s=settings.lease_s
+    )
     transport = HttpTransport(
         routes,
         egress=egress,
         proxy=settings.http_proxy,
         timeout_s=settings.post_timeout_s,
+        # A route's own post timeout never outlasts the claim's lease, as the default may
+        # not (route add refuses one as long; this daemon's lease may be shorter).
+        max_timeout_s=settings.lease_s,
         max_body_bytes=settings.max_body_bytes,
         max_deferral_s=settings.max_deferral_s,
         clock=clock,
@@ -288,6 +319,7 @@ async def open_stack(
             pool=pool,
             clock=clock,
             outbox=outbox,
+            replay=CheckedReplay(outbox, routes, egress),
             wake=wake,
             routes=routes,
             mailbox=mailbox,
@@ -588,6 +620,7 @@ def build_worker(
     queues: Sequence[str] | None,
     stop: asyncio.Event,
     metrics: WorkerMetrics | None = None,
+    agents: Sequence[str] | None = None,
 ) -> Worker:
     """Wire a job worker over ``stack``'s job store.
 
@@ -595,9 +628,10 @@ def build_worker(
         stack: the open adapters.
         handler: the user's async handler.
         listener: ``LISTEN birddog_jobs`` on its own connection.
-        queues: only these queues (session ids); None or empty for all.
+        queues: these queues (session ids); with ``agents``, None or empty for all.
         stop: set to stop the worker.
         metrics: the worker's metrics (default: a registry of its own).
+        agents: every session of these agents as well.
 
     Returns:
         The worker, ready to ``run``.
@@ -608,6 +642,7 @@ def build_worker(
         handler=handler,
         listener=listener,
         queues=queues,
+        agents=agents,
         concurrency=settings.worker_concurrency,
         handler_timeout_s=settings.handler_timeout_s,
         lease_s=settings.job_lease_s,
@@ -633,7 +668,7 @@ def build_console(stack: Stack, *, sessions: Sessions, read_only: bool) -> web.A
     """
     return make_app(
         admin=stack.admin,
-        outbox=stack.outbox,
+        outbox=stack.replay,
         routes=stack.routes,
         jobs=stack.jobs,
         clock=stack.clock,

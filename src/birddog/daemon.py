@@ -12,8 +12,10 @@ letters. The process around it (:mod:`birddog.processes.daemon`) runs the side t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
+from collections import Counter
 from collections.abc import Callable
 
 import structlog
@@ -28,6 +30,12 @@ from birddog.settings import Settings
 
 log = structlog.get_logger("birddog.daemon")
 
+PROGRESS_EVERY_S = 1.0
+"""The daemon logs what its deliveries did (``replies_moved``) at most this often."""
+
+PROGRESS_FIELDS = ("delivered", "retried", "deferred", "dead")
+"""The counts a ``replies_moved`` line carries (never a key, never content)."""
+
 
 class DrainDaemon:
     """Runs the mail room's drain until stopped.
@@ -41,6 +49,10 @@ class DrainDaemon:
         on_dead: told every dead letter (the row, or the undecodable row), to alert; it
             must return at once and never raise (an :class:`~birddog.http.AlertCoalescer`).
         stop: set to stop the daemon (SIGTERM/SIGINT set it).
+
+    Attributes:
+        moved: what its stores did since it started, by outcome (``delivered``,
+            ``retried``, ``deferred``, ``dead``, ``skipped``).
     """
 
     def __init__(
@@ -66,6 +78,8 @@ class DrainDaemon:
         self.daemon_id = f"{socket.gethostname()}:{os.getpid()}"
         self._errors = database_errors()
         self._backoff = Backoff()
+        self.moved: Counter[str] = Counter()
+        self._progress = Progress(every_s=PROGRESS_EVERY_S)
 
     async def run(self, *, once: bool = False) -> None:
         """Drain until stopped (or, with ``once``, until nothing is due).
@@ -77,6 +91,7 @@ class DrainDaemon:
         try:
             await self._loop(once=once)
         finally:
+            self._progress.flush()
             log.info("daemon_stopped", daemon=self.daemon_id, drains=self.drains)
 
     async def _loop(self, *, once: bool) -> None:
@@ -128,12 +143,52 @@ class DrainDaemon:
         self.metrics.record(report)
         if report.claimed:
             self.drains += 1
-            log.debug("outcomes_stored", **report.counts())
-            if report.retried or report.deferred:
-                log.info(
-                    "replies_retrying", retried=len(report.retried), deferred=len(report.deferred)
-                )
+            counts = report.counts()
+            log.debug("outcomes_stored", **counts)
+            self.moved.update(counts)
+            self._progress.add(counts)
         for (key, reason), row in zip(report.dead, report.dead_rows, strict=True):
             log.error("reply_dead", key=key, reason=reason.value)
             if self.on_dead is not None:
                 self.on_dead(row)
+
+
+class Progress:
+    """One info line, ``replies_moved``, per store of outcomes or per ``every_s`` at most.
+
+    A terminal running the daemon shows mail moving (counts only: delivered, retried,
+    deferred, dead) without a line per reply: counts that arrive within ``every_s`` of the
+    last line are added up and logged together once that time has passed.
+
+    Args:
+        every_s: the shortest time between two lines.
+    """
+
+    def __init__(self, *, every_s: float) -> None:
+        self.every_s = every_s
+        self._unlogged: Counter[str] = Counter()
+        self._next_at = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def add(self, counts: Counter[str]) -> None:
+        """Count what one store did; log it now, or when ``every_s`` has passed."""
+        self._unlogged.update({name: counts[name] for name in PROGRESS_FIELDS})
+        if not +self._unlogged or self._timer is not None:
+            return
+        loop = asyncio.get_running_loop()
+        wait_s = self._next_at - loop.time()
+        if wait_s <= 0:
+            self.flush()
+        else:
+            self._timer = loop.call_later(wait_s, self.flush)
+
+    def flush(self) -> None:
+        """Log what is counted and not yet logged, if anything."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if +self._unlogged:
+            log.info("replies_moved", **{name: self._unlogged[name] for name in PROGRESS_FIELDS})
+            self._unlogged.clear()
+        with contextlib.suppress(RuntimeError):  # no running loop: nothing to pace
+            self._next_at = asyncio.get_running_loop().time() + self.every_s

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from birddog.core.duration import format_age
 from birddog.core.text import inert
 
 CELL_WIDTH = 60
@@ -41,29 +42,6 @@ def format_value(value: object) -> str:
     if isinstance(value, dict | list):
         return inert(json.dumps(value, default=json_default, ensure_ascii=False))
     return inert(str(value))
-
-
-def format_age(seconds: float) -> str:
-    """A duration as people say it: ``42s``, ``5m 03s``, ``2h 07m``, ``3d 04h``.
-
-    Args:
-        seconds: the duration (negative durations print as ``-`` plus the duration).
-
-    Returns:
-        The duration in its two largest units.
-    """
-    sign = "-" if seconds < 0 else ""
-    whole = int(abs(seconds))
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{sign}{days}d {hours:02d}h"
-    if hours:
-        return f"{sign}{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{sign}{minutes}m {secs:02d}s"
-    return f"{sign}{secs}s"
 
 
 def _cut(text: str, width: int) -> str:

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 from birddog.core.ask import Posted
+from birddog.core.ask_facts import AskFacts
 from birddog.core.delivery import (
     Attempt,
     DeliveryResult,
@@ -27,6 +28,7 @@ from birddog.core.jobs import Job, JobState
 from birddog.core.lifecycle import ClaimEvent, Finished
 from birddog.core.mail import AgentAddress, Mail, Outcome, Reply
 from birddog.core.mailbox import MailboxEntry
+from birddog.core.policy import NO_POLICY, RoutePolicy
 from birddog.core.spool import Outgoing
 from birddog.core.turns import Turn
 
@@ -42,10 +44,13 @@ class RouteHint:
     Attributes:
         kind: ``http`` (posted) or ``mailbox`` (written to the mailbox table, not posted).
         batch_size: the most replies one post may carry.
+        policy: what the route overrides of the daemon's defaults (the age limit and
+            attempts of its rows' delivery decision).
     """
 
     kind: RouteKind = "http"
     batch_size: int = 1
+    policy: RoutePolicy = NO_POLICY
 
 
 HTTP_ROUTE = RouteHint()
@@ -271,6 +276,8 @@ class Route:
         previous_secret: a rotated-out secret that still signs, beside ``secret``, until
             ``previous_secret_until``.
         previous_secret_until: when ``previous_secret`` stops signing.
+        policy: what the route overrides of the daemon's defaults (post timeout, age
+            limit, attempts) for this recipient.
     """
 
     agent_id: str
@@ -282,6 +289,7 @@ class Route:
     held_at: datetime | None = None
     previous_secret: str | None = None
     previous_secret_until: datetime | None = None
+    policy: RoutePolicy = NO_POLICY
 
     def __repr__(self) -> str:
         return (
@@ -372,6 +380,9 @@ class AskStore(Protocol):
 
     async def mail(self, key: str, *, timeout_s: float) -> Mail | None:
         """The mail sent under ``key`` (None: none, or its job is not readable as one)."""
+
+    async def facts(self, key: str, asker: AgentAddress, *, timeout_s: float) -> AskFacts:
+        """Where the ask with mail ``key`` stands for ``asker``: its job, its reply, the beats."""
         ...
 
 
@@ -416,7 +427,7 @@ class DaemonRow(Protocol):
         ...
 
     async def gone(self) -> None:
-        """Remove the row on a clean stop."""
+        """Mark the row stopped, on a clean stop."""
         ...
 
 
@@ -432,9 +443,9 @@ class JobBacklog(Protocol):
     """Says how much work waits (a worker's queue gauges)."""
 
     async def queued_backlog(
-        self, *, queues: Sequence[str] | None = None
+        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
     ) -> tuple[int, datetime | None]:
-        """How many jobs wait in ``queues`` (None: all), and the oldest one's enqueue time."""
+        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time."""
         ...
 
 
@@ -476,13 +487,21 @@ class ClaimedJob:
     traceparent: str | None = None
 
 
-class JobStore(Protocol):
-    """The job store operations a worker needs (``PostgresJobs``)."""
+class JobStore(JobBacklog, Protocol):
+    """The job store operations a worker needs (``PostgresJobs``).
+
+    :meth:`queued_backlog` tells a worker run with ``once`` whether it has drained.
+    """
 
     async def claim(
-        self, *, queues: Sequence[str] | None = None, lease_s: float = 60.0, worker_id: str = ""
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        lease_s: float = 60.0,
+        worker_id: str = "",
     ) -> ClaimedJobLike | None:
-        """Claim the next job, or None."""
+        """Claim the next job of ``queues`` or of ``agents``' sessions (both None: any), or None."""
         ...
 
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
@@ -634,6 +653,37 @@ class RouteHolds(Protocol):
 
     async def release(self, agent_id: str) -> Route:
         """Release a held agent; its waiting replies go out now."""
+        ...
+
+
+class RouteEdits(RouteHolds, RouteBook, Protocol):
+    """Adds, changes, holds and releases routes (``PostgresRoutes``; the console)."""
+
+    async def add(
+        self,
+        agent_id: str,
+        url: str | None = None,
+        secret: str | None = None,
+        enabled: bool = True,
+        *,
+        kind: RouteKind = "http",
+        batch_size: int = 1,
+        policy: RoutePolicy = NO_POLICY,
+    ) -> Route:
+        """Add an agent's route: an inbox URL (its secret made when not given) or a mailbox."""
+        ...
+
+    async def update(
+        self,
+        agent_id: str,
+        *,
+        url: str | None = None,
+        secret: str | None = None,
+        batch_size: int | None = None,
+        policy: RoutePolicy = NO_POLICY,
+        cleared: frozenset[str] = frozenset(),
+    ) -> Route:
+        """Change an agent's inbox URL, secret, batch size or policy (None keeps each)."""
         ...
 
 

@@ -61,6 +61,7 @@ from birddog.runtime import Backoff
 from birddog.spool import ForwardReport, SpoolForwarder, SqliteSpool
 
 if TYPE_CHECKING:
+    from birddog.core.ask_facts import AskFacts
     from birddog.core.jobs import Job
 
 log = structlog.get_logger("birddog.sending")
@@ -119,6 +120,7 @@ class Sender:
         reply_to: Sequence[str | AgentAddress] | None = None,
         timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
         mailbox_required: bool = False,
+        priority: int = 0,
     ) -> Asked:
         """Send a mail as an agent job (see :meth:`birddog.Asking.send`), or spool it.
 
@@ -143,6 +145,7 @@ class Sender:
             key=key,
             reply_to=reply_to,
             mailbox_required=mailbox_required,
+            priority=priority,
         )
         return await self.post(outgoing, timeout_s=timeout_s)
 
@@ -154,6 +157,7 @@ class Sender:
         content: str,
         key: str | None = None,
         timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
+        priority: int = 0,
     ) -> Asked:
         """Send a question whose reply goes to the asker's mailbox (see :meth:`send`).
 
@@ -162,7 +166,13 @@ class Sender:
                 reaches the database).
         """
         return await self.send(
-            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, mailbox_required=True
+            to=to,
+            from_=from_,
+            content=content,
+            key=key,
+            timeout_s=timeout_s,
+            mailbox_required=True,
+            priority=priority,
         )
 
     async def enqueue(
@@ -312,7 +322,9 @@ class Sender:
         """Wait for the reply to an ask (see :meth:`wait`)."""
         return await self.wait(asked.key, asked.asker, timeout_s=timeout_s)
 
-    async def wait(self, key: str, asker: AgentAddress, *, timeout_s: float) -> str:
+    async def wait(
+        self, key: str, asker: AgentAddress, *, timeout_s: float, explain: bool = True
+    ) -> str:
         """Wait for the reply to mail ``key``; the database away only makes it wait longer.
 
         While the mail is still spooled, it is forwarded as soon as the database answers;
@@ -322,6 +334,8 @@ class Sender:
             key: the mail key.
             asker: whose mailbox the reply lands in.
             timeout_s: the longest wait.
+            explain: on a timeout, look up where the ask stands for the error's message
+                (False: a caller that will wait again).
 
         Returns:
             The answer's content.
@@ -348,9 +362,9 @@ class Sender:
                     await asyncio.sleep(min(backoff.next(), left))
                     continue
             try:
-                return await self.asking.wait(key, asker, timeout_s=left)
-            except AskTimedOut:
-                raise still_owed(key, asker, timeout_s) from None
+                return await self.asking.wait(key, asker, timeout_s=left, explain=explain)
+            except AskTimedOut as exc:
+                raise still_owed(key, asker, timeout_s, exc.facts) from None
             except StoreBusy:
                 raise
             except StoreUnavailable:
@@ -366,6 +380,7 @@ class Sender:
         content: str,
         key: str | None = None,
         timeout_s: float = DEFAULT_ASK_TIMEOUT_S,
+        priority: int = 0,
     ) -> str:
         """Ask and wait for the answer (see :meth:`birddog.Asking.ask`), spooling if need be.
 
@@ -386,20 +401,23 @@ class Sender:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout_s, 0.0)
         asked = await self.send_ask(
-            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s
+            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, priority=priority
         )
         try:
             return await self.wait_for_answer(asked, timeout_s=deadline - loop.time())
-        except AskTimedOut:
+        except AskTimedOut as exc:
             # Said for the whole call, not for what was left of it after the send.
-            raise await self.timed_out(asked, timeout_s) from None
+            raise await self.timed_out(asked, timeout_s, exc.facts) from None
 
-    async def timed_out(self, asked: Asked, timeout_s: float) -> AskTimedOut:
+    async def timed_out(
+        self, asked: Asked, timeout_s: float, facts: AskFacts | None = None
+    ) -> AskTimedOut:
         """The error for no reply to ``asked`` within ``timeout_s``, saying where the mail is.
 
         Args:
             asked: the question.
             timeout_s: how long was waited, for the message.
+            facts: where the ask stands, as the last look found it (None: unknown).
 
         Returns:
             The error: the reply still owed, and whether the mail itself still waits in
@@ -410,7 +428,7 @@ class Sender:
         """
         if await self.spool.is_waiting(asked.key):
             return _still_spooled(asked.key, asked.asker, timeout_s)
-        return still_owed(asked.key, asked.asker, timeout_s)
+        return still_owed(asked.key, asked.asker, timeout_s, facts)
 
 
 def _still_spooled(key: str, asker: AgentAddress, timeout_s: float) -> AskTimedOut:

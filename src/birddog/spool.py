@@ -37,6 +37,7 @@ from typing import Final
 import structlog
 
 from birddog.clock import epoch_ms
+from birddog.core.duration import format_age
 from birddog.core.errors import BirdDogError, InvalidInput, SpoolFailed, SpoolFull
 from birddog.core.mail import Mail
 from birddog.core.spool import (
@@ -48,7 +49,7 @@ from birddog.core.spool import (
     decide_forward,
     outgoing_from_json,
 )
-from birddog.display import format_age, format_value
+from birddog.display import format_value
 from birddog.ports import Clock
 
 log = structlog.get_logger("birddog.spool")

@@ -536,12 +536,18 @@ class InMemoryJobs:
         return self._stored(job_id).job
 
     async def claim(
-        self, *, queues: Sequence[str] | None = None, lease_s: float = 60.0, worker_id: str = ""
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        lease_s: float = 60.0,
+        worker_id: str = "",
     ) -> ClaimedJob | None:
         """Claim the head of a queue with a free slot: highest priority, then oldest.
 
         Args:
-            queues: only these queues; None for every queue but the reserved ones.
+            queues: these queues; with ``agents`` None too, every queue but the reserved.
+            agents: every session of these agents as well (the mail's ``to.agentId``).
             lease_s: how long the claim holds without a heartbeat.
             worker_id: who claims (unused: kept for the port's shape).
 
@@ -549,6 +555,7 @@ class InMemoryJobs:
             The claimed job, or None when no queue has a claimable head.
         """
         del worker_id
+        now = self.clock.now()
         until = self._lease_until(lease_s)
         running = Counter(s.job.queue for s in self.jobs.values() if s.job.state is RUNNING)
         heads: dict[str, StoredJob] = {}
@@ -556,11 +563,11 @@ class InMemoryJobs:
             queue = stored.job.queue
             if stored.job.state is not JobState.QUEUED or queue in heads:
                 continue
-            if queues is None and queue.startswith(RESERVED_QUEUE_PREFIX):
-                continue
-            if queues is not None and queue not in queues:
-                continue
-            heads[queue] = stored
+            if _may_claim_at(stored, now):
+                heads[queue] = stored
+        # The head of each queue first, then the filter: a worker for one agent never takes
+        # the job behind another agent's head in a shared session.
+        heads = {q: s for q, s in heads.items() if _served(s.job, queues=queues, agents=agents)}
         free = [s for s in heads.values() if running[s.job.queue] < self.queue_concurrency]
         if not free:
             return None
@@ -690,18 +697,13 @@ class InMemoryJobs:
         return handled
 
     async def queued_backlog(
-        self, *, queues: Sequence[str] | None = None
+        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
     ) -> tuple[int, datetime | None]:
-        """How many jobs wait in ``queues`` (None: all but the reserved), and the oldest's time."""
+        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time."""
         waiting = [
             s.created_at
             for s in self.jobs.values()
-            if s.job.state is JobState.QUEUED
-            and (
-                not s.job.queue.startswith(RESERVED_QUEUE_PREFIX)
-                if queues is None
-                else s.job.queue in queues
-            )
+            if s.job.state is JobState.QUEUED and _served(s.job, queues=queues, agents=agents)
         ]
         return len(waiting), min(waiting, default=None)
 
@@ -756,10 +758,45 @@ class InMemoryJobs:
         return self.clock.now() + timedelta(seconds=lease_s)
 
 
-REPLAYED_FIELDS: Final = ("queue", "lane", "priority", "payload", "recovery")
+REPLAYED_FIELDS: Final = (
+    "queue",
+    "lane",
+    "priority",
+    "payload",
+    "recovery",
+    "not_before",
+    "expires_in_s",
+)
 """The fields a replayed enqueue must match."""
 
 RUNNING: Final = JobState.RUNNING
+
+
+def _may_claim_at(stored: StoredJob, now: datetime) -> bool:
+    """Whether a queued job's not-before has passed and its expiry has not."""
+    job = stored.job
+    if job.not_before is not None and job.not_before > now:
+        return False
+    expires_in_s = job.expires_in_s
+    return expires_in_s is None or stored.created_at + timedelta(seconds=expires_in_s) > now
+
+
+def _served(job: Job, *, queues: Sequence[str] | None, agents: Sequence[str] | None) -> bool:
+    """Whether a worker of ``queues`` and ``agents`` (both None: every queue) serves ``job``."""
+    reserved = job.queue.startswith(RESERVED_QUEUE_PREFIX)
+    if queues is None and agents is None:
+        return not reserved
+    if job.queue in (queues or ()):
+        return True
+    return not reserved and _agent_of(job) in (agents or ())
+
+
+def _agent_of(job: Job) -> str | None:
+    """The agent a job's mail is addressed to (None: no mail)."""
+    mail = job.payload.get("mail")
+    to = mail.get("to") if isinstance(mail, dict) else None
+    agent = to.get("agentId") if isinstance(to, dict) else None
+    return agent if isinstance(agent, str) else None
 
 
 def _claim_order(stored: StoredJob) -> tuple[int, datetime, int]:

@@ -121,7 +121,7 @@ class Worker:
         jobs: the job store.
         handler: the user's async handler.
         listener: reports ``NOTIFY birddog_jobs`` (new work) or reconnects.
-        queues: only these queues (session ids); None for all.
+        queues: these queues (session ids); with ``agents`` None too, every queue.
         concurrency: jobs run at once.
         handler_timeout_s: a handler running longer is cancelled and its job interrupted.
         lease_s: the job lease; heartbeats renew it every third of it.
@@ -130,9 +130,13 @@ class Worker:
         stop: set to stop the worker.
         metrics: where claims, settlements, handler times and the database's state are
             counted (default: a registry of its own, served by nobody).
+        agents: every session of these agents as well (the job's mail is addressed to
+            one of them).
 
     Attributes:
         finished: how the jobs this worker handled ended, by outcome (and ``requeued``).
+        left: after a run with ``once``, how many jobs were still queued in its queues
+            when it returned (None: not known, the database was away).
     """
 
     def __init__(
@@ -149,11 +153,13 @@ class Worker:
         backstop_s: float = 5.0,
         stop: asyncio.Event | None = None,
         metrics: WorkerMetrics | None = None,
+        agents: Sequence[str] | None = None,
     ) -> None:
         self.jobs = jobs
         self.handler = handler
         self.listener = listener
         self.queues = list(queues) if queues else None
+        self.agents = list(agents) if agents else None
         self.concurrency = concurrency
         self.handler_timeout_s = handler_timeout_s
         self.lease_s = lease_s
@@ -163,6 +169,13 @@ class Worker:
         self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
         self.finished: Counter[str] = Counter()
         self.metrics = metrics if metrics is not None else WorkerMetrics()
+        self.left: int | None = None
+        self._ended = 0  # jobs whose turn is over, settled or not
+
+    @property
+    def takes_every_queue(self) -> bool:
+        """Whether this worker serves every session of every agent (no queue or agent named)."""
+        return self.queues is None and self.agents is None
 
     @property
     def settled(self) -> int:
@@ -170,20 +183,34 @@ class Worker:
         return sum(n for what, n in self.finished.items() if what != REQUEUED)
 
     async def run(self, *, once: bool = False) -> None:
-        """Run jobs until stopped; with ``once``, until no job is queued and none runs."""
+        """Run jobs until stopped; with ``once``, until no job it may take is left.
+
+        With ``once`` the worker returns only when, after its last job ended, a claim
+        found nothing and no job is queued in its queues (one queued behind another
+        worker's running job is waited for), or when stopped; :attr:`left` then says
+        how many jobs were still queued.
+        """
         slots = asyncio.Semaphore(self.concurrency)
         running: set[asyncio.Task[None]] = set()
         backoff = Backoff()
-        log.info("worker_started", worker=self.worker_id, queues=self.queues)
+        log.info("worker_started", worker=self.worker_id, queues=self.queues, agents=self.agents)
+        if self.takes_every_queue:
+            # Every agent's mail, whatever its to.agentId: said once, so a handler written
+            # for one agent is not found answering for another only afterwards.
+            log.info("worker_takes_every_queue", worker=self.worker_id)
         try:
             while not self.stop.is_set():
                 await slots.acquire()
                 # The lease runs from before the claim was sent: the worker's own deadline
                 # never outlasts the one the database keeps.
                 asked_at = asyncio.get_running_loop().time()
+                ended_before_claim = self._ended
                 try:
                     claimed = await self.jobs.claim(
-                        queues=self.queues, lease_s=self.lease_s, worker_id=self.worker_id
+                        queues=self.queues,
+                        agents=self.agents,
+                        lease_s=self.lease_s,
+                        worker_id=self.worker_id,
                     )
                     backoff.reset()
                     self.metrics.database(up=True)
@@ -195,12 +222,17 @@ class Worker:
                     continue
                 if claimed is None:
                     slots.release()
-                    if once and not running:
-                        return
-                    if once:
-                        await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                    if self._ended != ended_before_claim:
+                        # A job that ended while the claim was out may have freed its
+                        # session after the claim looked: look again.
                         continue
-                    await self._wait_for_work()
+                    if once and not running:
+                        if await self._drained():
+                            return
+                        continue
+                    # A job of ours ending frees its session for the next one: wait for
+                    # that too, not only for new work.
+                    await self._wait_for_work(running)
                     continue
                 self._claimed(claimed, asked_at)
                 task = asyncio.create_task(
@@ -211,7 +243,30 @@ class Worker:
         finally:
             if running:
                 await asyncio.wait(running)
-            log.info("worker_stopped", worker=self.worker_id, **self.summary())
+            if once and self.left != 0:  # stopped before it drained: what it left
+                self.left = await self._queued()
+            log.info("worker_stopped", worker=self.worker_id, left=self.left, **self.summary())
+
+    async def _drained(self) -> bool:
+        """With ``once``, nothing of its own running: whether no job it may take is left.
+
+        Jobs still queued in its queues wait behind another worker's running job (or went
+        back to their queue meanwhile): the worker waits a moment and claims again.
+        """
+        self.left = await self._queued()
+        if self.left == 0:
+            return True
+        await self._wait_for_work(set(), timeout_s=min(self.backstop_s, ONCE_RECHECK_S))
+        return False
+
+    async def _queued(self) -> int | None:
+        """How many jobs are queued in this worker's queues; None when the database is away."""
+        try:
+            queued, _ = await self.jobs.queued_backlog(queues=self.queues)
+        except StoreUnavailable as exc:
+            log.warning("database_unavailable", error=cause_name(exc), reason=str(exc))
+            return None
+        return queued
 
     def _claimed(self, claimed: ClaimedJobLike, asked_at: float) -> None:
         """Count a claim; for a traced job, record its ``birddog.claim`` span."""
@@ -249,6 +304,7 @@ class Worker:
         except Exception as exc:  # one job's bug must not end the worker
             bound.error("job_crashed", error=type(exc).__name__)
         finally:
+            self._ended += 1
             slots.release()
 
     async def _call(self, claimed: ClaimedJobLike, payload: AgentJobPayload) -> object:
@@ -403,10 +459,14 @@ class Worker:
         else:
             self.metrics.settled.labels(what).inc()
 
-    async def _wait_for_work(self) -> None:
-        wake = asyncio.ensure_future(self.listener.wait(self.backstop_s))
+    async def _wait_for_work(
+        self, running: set[asyncio.Task[None]], *, timeout_s: float | None = None
+    ) -> None:
+        """Wait for new work (a notification, the backstop), a running job to end, or stop."""
+        wait_s = self.backstop_s if timeout_s is None else timeout_s
+        wake = asyncio.ensure_future(self.listener.wait(wait_s))
         stopped = asyncio.ensure_future(self.stop.wait())
-        await asyncio.wait({wake, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({wake, stopped, *running}, return_when=asyncio.FIRST_COMPLETED)
         await _cancel(wake)
         await _cancel(stopped)
 
@@ -420,6 +480,9 @@ class Stopped(Enum):
     TIMED_OUT = "timed_out"
     LEASE_LOST = "lease_lost"
 
+
+ONCE_RECHECK_S = 0.5
+"""With ``once``, how soon a worker looks again at jobs queued behind another's running job."""
 
 REQUEUED = "requeued"
 """The key of :attr:`Worker.finished` that counts jobs given back to their queue."""

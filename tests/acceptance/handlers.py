@@ -15,6 +15,12 @@ async def echo(payload: AgentJobPayload) -> str:
     return f"echo: {payload.mail.content}"
 
 
+async def serving(payload: AgentJobPayload) -> str:
+    """Answer naming the agent this worker was started for (``$SERVING_AGENT``)."""
+    del payload
+    return f"answered by {os.environ['SERVING_AGENT']}"
+
+
 async def boom(payload: AgentJobPayload) -> str:
     """Fail with a credential in the message, which must never reach a reply."""
     raise RuntimeError("upstream said 401 Authorization: Bearer sk-test-123")
@@ -42,3 +48,8 @@ UNSTORABLE: dict[str, object] = {
 async def unstorable(payload: AgentJobPayload) -> str:
     """Return a result that cannot be stored, chosen by the command id."""
     return UNSTORABLE.get(payload.command_fact_id, "fine")  # type: ignore[return-value]
+
+
+async def instant(payload: AgentJobPayload) -> str:
+    """Answer at once: the job's own work costs nothing, so the worker's loop is what is timed."""
+    return "done"

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from birddog.clock import SystemClock
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.support import claim, enqueue, make_job
-from tests.support.cli import cli
+from tests.support import claim, enqueue, eventually, make_job
+from tests.support.cli import Daemon, cli
 from tests.support.stacks import Harness, fan_out
 
 RELAXED = {
@@ -62,13 +63,15 @@ async def test_check_names_every_kind_of_problem_one_line_each(
         "job queued too long",
         "job running past its lease",
         "held too long",
-        "replies due and no daemon seen for 2m 00s",
+        "replies due and no daemon running for 2m 00s",
     ]
     assert "unserved in queue s-nobody" in lines[0]
     assert "orphan in queue s-orphan on gone:1" in lines[1]
     assert "frozen since" in lines[2]
     assert "2 replies waiting" in lines[2]
     assert "3 due" in lines[3]
+    assert "the last daemon beat at" in lines[3]
+    assert "vanished without stopping" in lines[3]
 
     as_json = await cli(database_url, "check", "--json")
     assert as_json.returncode == 1
@@ -99,10 +102,33 @@ async def test_a_daemon_that_beat_lately_silences_the_no_daemon_check(
     await fan_out(harness, 1, ["nobody-drains"], prefix="due")
     alarmed = await cli(database_url, "check")
     assert alarmed.returncode == 1
-    assert "no daemon seen" in alarmed.stdout
+    assert "no daemon running" in alarmed.stdout
+    assert "no daemon ever ran on this database" in alarmed.stdout
     await pg_pool.execute(
         "INSERT INTO birddog.daemons (daemon_id, kind, host, pid) "
         "VALUES ('drain:here:1', 'drain', 'here', 1)"
     )
     quiet = await cli(database_url, "check")
     assert (quiet.returncode, quiet.stdout.strip()) == (0, "ok")
+
+
+async def test_check_tells_a_daemon_that_stopped_cleanly_from_one_that_vanished(
+    database_url: str, pg_pool: Pool, harness: Harness, daemons: Callable[..., Daemon]
+) -> None:
+    """After SIGTERM the daemon's row says when it stopped; check says so, not "never"."""
+    daemon = daemons()
+    await eventually(harness.drain_daemons, "the daemon's first beat", until=lambda n: n == 1)
+    code, log = daemon.terminate()
+    assert code == 0, log[-2000:]
+    stopped_at = await pg_pool.fetchval(
+        "SELECT stopped_at FROM birddog.daemons WHERE kind = 'drain'"
+    )
+    assert stopped_at is not None
+    await fan_out(harness, 1, ["nobody-drains"], prefix="due")
+    checked = await cli(database_url, "check")
+    assert checked.returncode == 1
+    [line] = checked.stdout.splitlines()
+    assert line.startswith("replies due and no daemon running for 2m 00s: 1 due"), line
+    assert f"the last daemon stopped at {stopped_at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z" in line
+    status = await cli(database_url, "status", "--json")
+    assert json.loads(status.stdout)["daemons"] == []

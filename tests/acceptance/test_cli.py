@@ -33,6 +33,8 @@ async def test_send_work_run_delivers_end_to_end(
     assert worked.returncode == 0, worked.stderr
     ran = await cli(database_url, "run", "--once")
     assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.strip() == "delivered 1 reply; nothing left pending"
+    assert '"event": "replies_moved"' in ran.stderr
     [reply] = inbox.replies
     assert (reply.key, reply.content) == ("outbox:mail-1:reply:0", "echo: What is due?")
     assert reply.reply.outcome is Outcome.COMPLETED

@@ -85,6 +85,8 @@ def test_the_compose_services_are_wired_as_documented() -> None:
     worker = services["worker"]["command"]
     queues = [worker[i + 1] for i, word in enumerate(worker) if word == "--queue"]
     assert not any(queue.startswith("birddog:") for queue in queues)
+    # The tour's agent, by --agent: a worker for bob's sessions, not for every agent's mail.
+    assert worker[worker.index("--agent") + 1] == "bob"
     module, _, function = worker[worker.index("--handler") + 1].partition(":")
     assert callable(getattr(importlib.import_module(module), function))
     assert "HEALTHCHECK" in DOCKERFILE

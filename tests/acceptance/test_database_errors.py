@@ -118,3 +118,41 @@ async def test_only_the_daemon_says_where_the_embedded_server_is(
     assert done.returncode == 0, done.stderr
     assert "embedded PostgreSQL" not in done.stderr + done.stdout
     assert daemon.terminate()[0] == 0
+
+
+async def test_a_database_never_migrated_says_run_birddog_migrate_everywhere(
+    empty_database_url: str,
+) -> None:
+    """send, ask, status, worker, console and the daemon say run `birddog migrate`, exiting 2.
+
+    ask exits 3, its own "nothing was asked".
+    """
+    commands = [
+        [
+            "send",
+            "--job-id",
+            "j",
+            "--to",
+            "bob:s-bob",
+            "--from",
+            "alice:s-alice",
+            "--key",
+            "k",
+            "--command-id",
+            "c",
+            "--content",
+            "hi",
+        ],
+        ["ask", "--to", "bob:s-bob", "--from", "me:s-me", "--timeout", "5", "hi"],
+        ["status"],
+        ["worker", "--handler", "tests.acceptance.handlers:echo", "--once"],
+        ["console", "--port", "0"],
+        ["run"],
+    ]
+    for command in commands:
+        done = await cli(empty_database_url, *command, timeout_s=60)
+        assert done.returncode == (3 if command[0] == "ask" else 2), (command, done.stderr)
+        line = _one_error_line(done.stderr)
+        assert line.startswith("Error: the database has no birddog schema"), (command, line)
+        assert line.endswith("run `birddog migrate`"), (command, line)
+        assert "birddog is ready" not in done.stderr + done.stdout

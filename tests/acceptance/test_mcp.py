@@ -137,6 +137,11 @@ async def test_a_slow_agent_is_pending_then_wait_gives_the_answer(room: str, err
         assert not is_error, text
         assert pending["status"] == "pending"
         assert "wait" in pending["message"]
+        # Where the ask stands: not yet taken, or its slow agent at work.
+        assert pending["state"] in {"queued", "running"}
+        assert ("nobody has taken it" in pending["message"]) or (
+            "a worker has been running its job" in pending["message"]
+        )
         answered, text, is_error = await call(session, "wait", key=pending["key"], wait_s=60)
     assert not is_error, text
     assert (answered["status"], answered["content"]) == ("answered", "TAKE YOUR TIME")

@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import subprocess
+from datetime import timedelta
 
 from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
 from tests.support.stacks import Harness
@@ -89,3 +90,25 @@ async def test_a_terminal_on_stdin_without_content_is_an_error(database_url: str
         os.close(leader)
     assert done.returncode == 2
     assert "no content: give --content TEXT or pipe it on stdin" in done.stderr
+
+
+async def test_send_takes_priority_not_before_and_expiry_and_a_retry_is_a_replay(
+    database_url: str, harness: Harness
+) -> None:
+    """A send with priority, not-before 1h and expiry 10m stores them; its retry is a replay."""
+    timing = ["--priority", "7", "--not-before", "1h", "--expires-in", "10m"]
+    first = await cli(database_url, "send", *MAIL, *timing, "--content", "later")
+    assert (first.returncode, first.stdout.strip()) == (0, "sent: job-r"), first.stderr
+    row = await harness.pool.fetchrow(
+        "SELECT priority, agent_id, not_before - created_at AS wait, "
+        "expires_at - created_at AS life FROM birddog.jobs WHERE job_id = 'job-r'"
+    )
+    assert (row["priority"], row["agent_id"], row["life"]) == (7, "bob", timedelta(minutes=10))
+    assert timedelta(minutes=59) < row["wait"] <= timedelta(hours=1)
+    # A retry computes "1h" from a later now: the stored moment makes it the same mail.
+    again = await cli(database_url, "send", *MAIL, *timing, "--content", "later")
+    assert again.stdout.startswith("already sent: job-r"), again.stderr
+    listed = await cli(database_url, "jobs", "list")
+    assert "not before" in listed.stdout.splitlines()[0]
+    status = await cli(database_url, "status")
+    assert "1 queued not before a later time" in status.stdout

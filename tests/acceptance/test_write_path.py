@@ -308,6 +308,7 @@ async def test_the_operators_paths_work_under_their_roles(
     await as_("worker", "worker", "--handler", "tests.acceptance.handlers:echo", "--once")
     await as_("daemon", "run", "--once")  # carol has no route: dead at once
     assert (await outbox_rows(pg_pool))[0]["state"] == "dead"
+    await as_("daemon", "route", "add", "carol", "--mailbox")  # the cause fixed, by the operator
     await as_("daemon", "replay", "outbox:mail-job-3:reply:0")
     assert (await outbox_rows(pg_pool))[0]["state"] == "pending"
     await enqueue(pg_pool, make_job("job-4", session="s-later"))

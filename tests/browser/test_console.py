@@ -264,3 +264,45 @@ async def test_a_read_only_console_offers_and_accepts_no_action(
     assert refused.status in {403, 404}
     assert await row_state(pg_pool, seeded.dead_key) == "dead"
     await page.context.close()
+
+
+async def test_a_route_added_from_the_console_shows_its_secret_once_then_lists(
+    browser: Any, console: ConsoleServer, watch: PageWatch, seeded: Seeded, pg_pool: Pool
+) -> None:
+    """The routes form adds erin's inbox (its secret on that page only), then changes her batch."""
+    page = await open_page(browser, console, watch)
+    await page.goto(console.url + "/routes")
+    form = page.locator("form.route-edit")
+    await form.locator("input[name=agent]").fill("erin")
+    await form.locator("input[name=url]").fill("http://127.0.0.1:9/erin")
+    await form.get_by_role("button", name="Save route").click()
+    assert await page.locator("h1").inner_text() == "Route added"
+    shown = await page.locator("code.secret").inner_text()
+    stored = await pg_pool.fetchval("SELECT secret FROM birddog.routes WHERE agent_id = 'erin'")
+    assert shown == stored
+    assert shown.startswith("whsec_")
+
+    await page.get_by_role("link", name="Back to the routes").click()
+    erin = page.locator("tbody tr", has_text="erin")
+    assert "http://127.0.0.1:9/erin" in await erin.inner_text()
+    assert shown not in await page.content()
+    await form.locator("input[name=agent]").fill("erin")
+    await form.locator("input[name=batch]").fill("10")
+    await form.get_by_role("button", name="Save route").click()
+    await page.wait_for_url(console.url + "/routes")
+    assert await page.locator(".flash").inner_text() == "updated erin"
+    assert (
+        await pg_pool.fetchval("SELECT batch_size FROM birddog.routes WHERE agent_id = 'erin'")
+        == 10
+    )
+
+    await form.locator("input[name=agent]").fill("frank")
+    await form.get_by_label("mailbox").check()
+    await form.get_by_role("button", name="Save route").click()
+    await page.wait_for_url(console.url + "/routes")
+    assert await page.locator(".flash").inner_text() == "added frank: its replies go to its mailbox"
+    assert (
+        await pg_pool.fetchval("SELECT kind FROM birddog.routes WHERE agent_id = 'frank'")
+        == "mailbox"
+    )
+    await page.context.close()

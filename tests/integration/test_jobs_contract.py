@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 import pytest
 
@@ -94,6 +95,21 @@ async def test_claims_take_the_highest_priority_then_the_oldest(backend: Backend
     await backend.enqueue(make_job("young", session="s-3"))
     await backend.enqueue(make_job("late-urgent", session="s-1", priority=9))
     assert await claimed_ids(backend) == ["late-urgent", "urgent", "young"]
+
+
+async def test_agents_and_not_before_choose_what_a_claim_takes(backend: Backend) -> None:
+    """A claim by agent takes that agent's sessions only; a job not yet due waits, unblocking."""
+    later = Job.model_validate(
+        {**make_job("later", agent="ceo", session="s-2").model_dump(by_alias=False),
+         "not_before": T0 + timedelta(minutes=1)}
+    )  # fmt: skip
+    await backend.enqueue(make_job("school", agent="school", session="s-1"))
+    await backend.enqueue(later)
+    await backend.enqueue(make_job("ceo-now", agent="ceo", session="s-3"))
+    assert await claimed_ids(backend, agents=["ceo"]) == ["ceo-now"]
+    backend.clock.advance(60)
+    assert await claimed_ids(backend, agents=["ceo"]) == ["later"]
+    assert await claimed_ids(backend, agents=["school"], queues=["s-9"]) == ["school"]
 
 
 async def test_reserved_queues_are_claimed_only_when_named(backend: Backend) -> None:

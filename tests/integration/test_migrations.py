@@ -26,6 +26,7 @@ TABLES = {
     "agents",
     "agent_tokens",
     "agent_logins",
+    "queue_heads",
 }
 VIEWS = {"pending", "dead_letters"}
 

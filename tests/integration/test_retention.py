@@ -8,7 +8,6 @@ from typing import Any
 from birddog.core.retention import RetentionPolicy
 from birddog.postgres.daemons import EXPIRE_S, PostgresDaemons
 from birddog.postgres.pool import Pool
-from birddog.postgres.reports import PostgresReports
 from birddog.postgres.retention import PostgresRetention
 from birddog.settings import Settings
 from birddog.testing import FrozenClock
@@ -128,13 +127,18 @@ def test_retention_settings_read_durations(monkeypatch: Any) -> None:
 
 
 async def test_stale_daemon_rows_expire_on_their_own(pg_pool: Pool) -> None:
-    """A daemon killed without a clean stop leaves a row that a live one deletes later."""
+    """Daemons killed without a clean stop leave rows a live one deletes later, but the last.
+
+    The last drain daemon's row stays, so `birddog check` can say when it beat and that it
+    vanished.
+    """
     await pg_pool.execute(
-        "INSERT INTO birddog.daemons (daemon_id, kind, host, pid, started_at, seen_at)"
-        " VALUES ('drain:gone:1', 'drain', 'gone', 1, now(), now() - make_interval(secs => $1))",
+        "INSERT INTO birddog.daemons (daemon_id, kind, host, pid, started_at, seen_at) VALUES"
+        " ('drain:gone:1', 'drain', 'gone', 1, now(), now() - make_interval(secs => $1 + 60)),"
+        " ('drain:gone:2', 'drain', 'gone', 2, now(), now() - make_interval(secs => $1))",
         EXPIRE_S + 60,
     )
     live = PostgresDaemons(pg_pool, kind="worker")
     await live.seen()
-    seen = await PostgresReports(pg_pool).daemons_seen(within_s=10 * EXPIRE_S)
-    assert [row["daemon_id"] for row in seen] == [live.daemon_id]
+    rows = await pg_pool.fetch("SELECT daemon_id FROM birddog.daemons ORDER BY daemon_id")
+    assert [row["daemon_id"] for row in rows] == ["drain:gone:2", live.daemon_id]

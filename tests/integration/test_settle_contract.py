@@ -331,7 +331,10 @@ async def test_the_function_settles_as_the_python_rules_do(pg_pool: Pool, name: 
     """The decision, the settled job and every reply row are what decide_job and replies_for say."""
     case = CASES[name]
     clock = FrozenClock(T0 + timedelta(microseconds=123_456))
-    store = PostgresJobs(pg_pool, clock=clock, max_content_bytes=LIMIT, max_queued_s=86_400)
+    # No kill grace: the cases' leases ended a second ago, and decide_job knows no grace.
+    store = PostgresJobs(
+        pg_pool, clock=clock, max_content_bytes=LIMIT, max_queued_s=86_400, kill_grace_s=0
+    )
     token = await _prepare(pg_pool, case, clock, store)
     before = await stored_job(pg_pool, "j")
     expected = decide_job(

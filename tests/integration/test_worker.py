@@ -21,11 +21,12 @@ from birddog import (
     agent_job,
 )
 from birddog.clock import SystemClock
+from birddog.core.lifecycle import SettleRequested
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.testing import ManualListener
 from birddog.worker import HandlerNotFound, Worker, load_handler
-from tests.support import ALICE, BOB, settled_job
+from tests.support import ALICE, BOB, eventually, settled_job
 
 
 async def enqueue(pool: Pool, job_id: str, *, recovery: int | None = None) -> Job:
@@ -305,6 +306,7 @@ class UnreachableHeartbeats:
         self.store = store
         self.claim = store.claim
         self.finish = store.finish
+        self.queued_backlog = store.queued_backlog
 
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
         """Fail as a lost connection would."""
@@ -333,3 +335,60 @@ async def test_a_worker_that_cannot_renew_its_lease_stops_the_handler_and_leaves
     row = await pg_pool.fetchrow("SELECT state, outcome FROM birddog.jobs WHERE job_id = 'j9'")
     assert (row["state"], row["outcome"]) == ("running", None)
     assert worker.summary() == {}
+
+
+async def test_a_session_runs_its_next_job_as_soon_as_the_last_one_settles(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """No notification needed: a job of the worker's own ending lets it claim its session's next."""
+    for job_id in ("n1", "n2", "n3"):
+        await enqueue(pg_pool, job_id)
+
+    async def handle(payload: AgentJobPayload) -> str:
+        return "done"
+
+    stop = asyncio.Event()
+    worker = Worker(
+        jobs=store,
+        handler=handle,
+        listener=ManualListener(),  # never rung: only the backstop would wake it
+        backstop_s=60.0,
+        concurrency=4,
+        stop=stop,
+    )
+    running = asyncio.create_task(worker.run())
+    try:
+        await eventually(
+            lambda: worker.settled, "three jobs settled", until=lambda n: n == 3, within_s=10
+        )
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+    assert worker.summary() == {"completed": 3}
+
+
+async def test_once_waits_for_a_job_of_its_queue_queued_behind_another_workers(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """`once` does not return while a job it may take waits behind another worker's running job."""
+    await enqueue(pg_pool, "o1")
+    await enqueue(pg_pool, "o2")
+    other = await store.claim(worker_id="other")  # o1 runs elsewhere; o2 waits behind it
+    assert other is not None
+
+    async def handle(payload: AgentJobPayload) -> str:
+        return "done"
+
+    worker = make_worker(store, handle)
+    running = asyncio.create_task(worker.run(once=True))
+    await eventually(
+        lambda: worker.left, "the worker saw o2 queued", until=lambda n: n == 1, within_s=10
+    )
+    assert not running.done()
+    await store.finish(
+        job_id=other.job.job_id,
+        claim_token=other.claim_token,
+        event=SettleRequested(Outcome.COMPLETED, "elsewhere"),
+    )
+    await asyncio.wait_for(running, 10)
+    assert (worker.summary(), worker.left) == ({"completed": 1}, 0)

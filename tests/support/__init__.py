@@ -90,14 +90,15 @@ def make_job(
     *,
     session: str = "s-bob",
     priority: int = 0,
+    agent: str = "bob",
     reply_to: Sequence[AgentAddress] = (ALICE, CAROL),
     with_mail: bool = True,
     max_recoveries: int | None = None,
 ) -> Job:
-    """An agent job for ``session`` whose mail (key ``mail-<job_id>``) asks for ``reply_to``."""
+    """An agent job for ``agent``'s ``session`` whose mail (key ``mail-<job_id>``) asks for ``reply_to``."""
     mail = Mail(
         key=f"mail-{job_id}",
-        to=AgentAddress(agent_id="bob", session_id=session),
+        to=AgentAddress(agent_id=agent, session_id=session),
         from_=ALICE,
         reply_to=list(reply_to),
         content="please",

@@ -18,12 +18,14 @@ from aiohttp import web
 from birddog import AgentAddress, Outcome
 from birddog.clock import SystemClock
 from birddog.console import Sessions, make_app
+from birddog.core.egress import EgressPolicy
 from birddog.http.server import serve
 from birddog.postgres.admin import PostgresAdmin
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
+from birddog.replaying import CheckedReplay
 from birddog.testing import FrozenClock, ManualWake, RecordingTransport
 from tests.support import ALICE, CAROL, claim, enqueue, make_job
 from tests.support.stacks import pg_room
@@ -59,7 +61,7 @@ class Seeded:
     Attributes:
         delivered_key: alice's reply to job-1's mail, delivered (a receipt).
         held_key: carol's reply to job-1's mail, pending behind carol's hold.
-        dead_key: the hostile job's reply to mallory, dead.
+        dead_key: the hostile job's reply to mallory, dead (mallory has a route since).
         queued_job: a queued job (to cancel).
         running_job: a running job.
         mail_key: job-1's mail key.
@@ -127,6 +129,9 @@ async def seed(pool: Pool, *, now: datetime) -> Seeded:
         json.dumps(ATTEMPTS),
     )
 
+    # Its cause fixed since (mallory has a route now), so the dead letter may be replayed.
+    await routes.add(HOSTILE_AGENT, kind="mailbox")
+
     # One running job and one queued job, in sessions of their own.
     await enqueue(pool, make_job(seeded.running_job, session="s-run", reply_to=(ALICE,)))
     await claim(jobs, queues=["s-run"])
@@ -177,7 +182,11 @@ async def start_console(pool: Pool, *, read_only: bool = False) -> ConsoleServer
     sessions = Sessions()
     app = make_app(
         admin=PostgresAdmin(pool),
-        outbox=PostgresOutbox(pool),
+        outbox=CheckedReplay(
+            PostgresOutbox(pool),
+            PostgresRoutes(pool, cache_s=0, clock=SystemClock()),
+            EgressPolicy(),
+        ),
         routes=PostgresRoutes(pool, cache_s=0, clock=SystemClock()),
         jobs=PostgresJobs(pool, clock=SystemClock()),
         clock=SystemClock(),

@@ -78,9 +78,9 @@ class Harness:
         return count
 
     async def drain_daemons(self) -> int:
-        """How many drain daemons have recorded themselves as running."""
+        """How many drain daemons have recorded themselves as running (and not stopped)."""
         count: int = await self.pool.fetchval(
-            "SELECT count(*) FROM birddog.daemons WHERE kind = 'drain'"
+            "SELECT count(*) FROM birddog.daemons WHERE kind = 'drain' AND stopped_at IS NULL"
         )
         return count
 

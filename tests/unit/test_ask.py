@@ -55,6 +55,22 @@ def test_the_ask_job_replies_to_the_asker() -> None:
     assert payload.mail is not None
     assert (payload.mail.to, payload.mail.from_, payload.mail.reply_to) == (UPPER, ASKER, [ASKER])
 
+    assert job.priority == 0
+
+
+def test_an_ask_job_takes_its_priority() -> None:
+    """Ask --priority: the job an ask enqueues carries the priority given, 0 by default."""
+    job = ask_job(
+        to=UPPER,
+        asker=ASKER,
+        content="hello",
+        key="k-1",
+        created_at_ms=5,
+        max_content_bytes=100,
+        priority=-3,
+    )
+    assert job.priority == -3
+
 
 def test_replay_conflicts_name_what_differs() -> None:
     """The same to, from, replyTo and content is a replay whatever the time; others differ."""

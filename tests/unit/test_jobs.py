@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -129,3 +130,19 @@ def test_bad_work_is_refused_naming_the_field() -> None:
     with pytest.raises(InvalidInput) as negative:
         make_work(recovery={"maxRecoveries": -1})
     assert negative.value.field == "recovery.maxRecoveries"
+
+
+def test_agent_job_takes_priority_not_before_and_expiry_beside_the_seed_default() -> None:
+    """The timing options land on the job; without them it is the seed's job, with no new keys."""
+    plain = agent_job(make_work(), make_mail())
+    assert plain.priority == 0
+    assert set(plain.model_dump(mode="json", exclude_none=True)) == {
+        "jobId", "queue", "lane", "priority", "state", "payload"
+    }  # fmt: skip
+    start = datetime(2026, 12, 2, 9, tzinfo=UTC)
+    timed = agent_job(make_work(), make_mail(), priority=5, not_before=start, expires_in_s=30)
+    assert (timed.priority, timed.not_before, timed.expires_in_s) == (5, start, 30.0)
+    assert timed.payload == plain.payload
+    for bad in ({"expires_in_s": 0}, {"not_before": datetime(2026, 12, 2)}, {"priority": 40000}):
+        with pytest.raises(InvalidInput):
+            agent_job(make_work(), make_mail(), **bad)  # type: ignore[arg-type]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -11,10 +12,11 @@ import structlog
 from birddog import Accepted, DeadReason, Deferred, DeliveryResult, Failed, Receipt, Rejected
 from birddog.core.delivery import UndecodableRow, attempt_of
 from birddog.core.errors import StoreRefused, StoreUnavailable
+from birddog.core.policy import RoutePolicy
 from birddog.core.schedule import RetrySchedule
 from birddog.engine.claims import Claim, Fate, Post
 from birddog.engine.outcomes import OutcomeStore
-from birddog.ports import Settled
+from birddog.ports import RouteHint, Settled
 from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake
 from tests.support import at, make_row
 
@@ -212,3 +214,33 @@ async def test_the_wake_policy_arms_one_wake_for_the_earliest_owed() -> None:
     await parts.store.arm_wake(at=at(60), next_due=True)
     await parts.store.arm_wake(at=at(10), next_due=True)
     assert parts.wake.scheduled == [at(30), at(10)]
+
+
+async def claim_with_policy(parts: Parts, policy: RoutePolicy) -> Claim:
+    """Claim a row of alice's, whose route has ``policy``, and one of bob's, with none."""
+    await parts.outbox.add(
+        [make_row("outbox:a:reply:0", agent="alice"), make_row("outbox:b:reply:0", agent="bob")]
+    )
+    page = await parts.outbox.claim_page(after_key=None, limit=2, now=parts.clock.now(), lease_s=60)
+    return Claim(page=replace(page, routes={"alice": RouteHint(policy=policy)}), taken_at=0.0)
+
+
+async def test_a_routes_own_age_limit_ends_its_rows_where_the_default_would_retry() -> None:
+    """Two hours old, alice's row dies past her route's 1 h; bob's, under the default day, waits."""
+    parts = Parts()
+    claim = await claim_with_policy(parts, RoutePolicy(max_age_s=3600))
+    parts.clock.advance(2 * 3600)
+    parts.answered(claim, Failed("500"), Failed("500"))
+    report = (await parts.store.store()).report
+    assert report.dead == [("outbox:a:reply:0", DeadReason.MAX_AGE_EXCEEDED)]
+    assert report.retried == ["outbox:b:reply:0"]
+
+
+async def test_a_routes_own_attempts_end_its_rows_where_the_default_would_retry() -> None:
+    """With max attempts 1, alice's row dies at its first failure; bob's is retried."""
+    parts = Parts()
+    claim = await claim_with_policy(parts, RoutePolicy(max_attempts=1))
+    parts.answered(claim, Failed("500"), Failed("500"))
+    report = (await parts.store.store()).report
+    assert report.dead == [("outbox:a:reply:0", DeadReason.ATTEMPTS_EXHAUSTED)]
+    assert report.retried == ["outbox:b:reply:0"]

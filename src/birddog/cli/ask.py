@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from birddog.cli import announce, main, wait_duration, with_stack
-from birddog.cli.mail import read_content
+from birddog.cli.mail import priority_option, read_content
 from birddog.cli.mailbox import shown
 from birddog.core.text import inert, shown_key
 
@@ -96,6 +96,7 @@ class AskCommand(click.Command):
     show_default=True,
     help="How long to wait for the reply: seconds, or 90s, 4m, 1h; 0 does not wait.",
 )
+@priority_option
 @click.argument("question", required=False)
 @click.pass_context
 def ask(
@@ -104,6 +105,7 @@ def ask(
     from_: str,
     key: str | None,
     timeout_s: float,
+    priority: int,
     question: str | None,
 ) -> None:
     """Ask AGENT:SESSION a QUESTION (or stdin) and print the answer.
@@ -118,9 +120,11 @@ def ask(
     Exit status:
       0  the work completed; the answer is on stdout
       1  it ended failed, interrupted, cancelled or outcome_unknown (stderr says why)
-      2  no reply in time (or the database stayed away): it is still owed and will
-         land in the asker's mailbox (birddog inbox AGENT:SESSION); ask again with
-         the same --key to wait again
+      2  no reply in time (or the database stayed away): stderr says where it stands
+         (queued, and whether a worker beat lately; running, for how long; settled, its
+         reply pending or dead; still in the local spool); it is still owed and will
+         land in the asker's mailbox (birddog inbox AGENT:SESSION); ask again with the
+         same --key to wait again
       3  nothing was asked: bad input, an unknown agent, an asker with an inbox URL
     """  # noqa: D301 - "\b" is click's mark for a paragraph it must not rewrap
     content = read_content(question, how="the question as an argument", empty="''")
@@ -131,7 +135,7 @@ def ask(
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         asked = await stack.sender.send_ask(
-            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s
+            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, priority=priority
         )
         _tell_sent(asked, key_given=key is not None)
         return await _wait(stack, asked, max(deadline - loop.time(), 0.0), timeout_s)
@@ -182,8 +186,8 @@ async def _wait(stack: Stack, asked: Asked, left_s: float, timeout_s: float) -> 
         if exc.diagnostic is None and exc.content:
             announce(shown(exc.content))
         return EXIT_NOT_COMPLETED
-    except AskTimedOut:
-        announce(inert(str(await stack.sender.timed_out(asked, timeout_s))))
+    except AskTimedOut as exc:
+        announce(inert(str(await stack.sender.timed_out(asked, timeout_s, exc.facts))))
         return EXIT_NO_REPLY_YET
     except StoreUnavailable as exc:
         announce(f"{exc}; {owed}")

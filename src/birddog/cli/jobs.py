@@ -23,11 +23,23 @@ JOB_COLUMNS = [
     "outcome",
     "priority",
     "created_at",
+    "not_before",
     "settled_at",
     "mail_key",
     "sender_agent_id",
 ]
-JOB_HEADERS = ["job", "queue", "state", "outcome", "prio", "created", "settled", "mail", "from"]
+JOB_HEADERS = [
+    "job",
+    "queue",
+    "state",
+    "outcome",
+    "prio",
+    "created",
+    "not before",
+    "settled",
+    "mail",
+    "from",
+]
 
 ATTEMPT_COLUMNS = ["at", "result", "status", "ms", "error"]
 
@@ -44,7 +56,10 @@ def _job_record(job: dict[str, Any]) -> list[tuple[str, object]]:
         ("priority", job["priority"]),
         ("state", job["state"]),
         ("outcome", job["outcome"]),
+        ("agent", job["agent_id"]),
         ("created", job["created_at"]),
+        ("not before", job["not_before"]),
+        ("expires", job["expires_at"]),
         ("started", job["started_at"]),
         ("settled", job["settled_at"]),
         ("lease until", job["lease_expires_at"]),

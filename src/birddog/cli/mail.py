@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import main, settings_of, with_stack
+from birddog.cli import announce, main, settings_of, with_stack
+from birddog.core.text import inert
 
 if TYPE_CHECKING:
     from birddog.asking import Asked
     from birddog.bootstrap import Stack
+
+
+priority_option = click.option(
+    "--priority",
+    type=click.IntRange(-32768, 32767),
+    default=0,
+    show_default=True,
+    help="Higher runs first among the queued jobs of the session sent to.",
+)
+"""``--priority N`` of ``send`` and ``ask``: the job's priority, -32768 to 32767."""
 
 
 @main.command()
@@ -28,6 +41,23 @@ if TYPE_CHECKING:
     "Empty content needs --content ''.",
 )
 @click.option("--max-recoveries", type=int, default=None, help="Recovery budget of the job.")
+@priority_option
+@click.option(
+    "--not-before",
+    "not_before",
+    default=None,
+    metavar="TIME|DURATION",
+    help="Not claimed before then: a time with its timezone (2026-12-02T09:00:00Z) or a "
+    "duration from now (90s, 2h).",
+)
+@click.option(
+    "--expires-in",
+    "expires_in",
+    default=None,
+    metavar="DURATION",
+    help="If no worker took it this long after it was sent (30s, 10m), it is cancelled and "
+    "its replies say so.",
+)
 @click.option(
     "--created-at",
     "created_at",
@@ -36,6 +66,13 @@ if TYPE_CHECKING:
     help="The mail's createdAt (ms since the epoch). Unset: now, or the stored mail's when "
     "this job id was sent before, so an identical send is a replay.",
 )
+@click.option(
+    "--strict",
+    is_flag=True,
+    help="Refuse, before anything is written, a --reply-to agent without a route (its "
+    "reply would die unknown_recipient). Without it: a warning on stderr.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.pass_context
 def send(
     ctx: click.Context,
@@ -47,9 +84,17 @@ def send(
     command_id: str,
     content: str | None,
     max_recoveries: int | None,
+    priority: int,
+    not_before: str | None,
+    expires_in: str | None,
     created_at: int | None,
+    strict: bool,
+    as_json: bool,
 ) -> None:
     """Enqueue an agent job with mail; sending the same job again is a replay ("already sent").
+
+    A --reply-to agent without a route gets a warning (its reply would die
+    unknown_recipient: add the route first); --strict refuses the send instead.
 
     When the database cannot be reached, the mail is kept in the local spool (on disk
     when this says "spooled") and forwarded once it can be: by a daemon, worker or MCP
@@ -58,7 +103,18 @@ def send(
     from birddog.bootstrap import CLOCK  # noqa: PLC0415 - keeps --help fast
     from birddog.clock import epoch_ms  # noqa: PLC0415
     from birddog.core.ask import parse_address  # noqa: PLC0415
-    from birddog.core.errors import InvalidInput  # noqa: PLC0415
+    from birddog.core.duration import (  # noqa: PLC0415
+        parse_duration,
+        parse_time,
+        parse_time_or_duration,
+    )
+    from birddog.core.errors import (  # noqa: PLC0415
+        InvalidInput,
+        StoreBusy,
+        StoreRefused,
+        StoreUnavailable,
+        UnknownAgent,
+    )
     from birddog.core.jobs import AgentWork, Job, agent_job, check_content_size  # noqa: PLC0415
     from birddog.core.mail import Mail  # noqa: PLC0415
 
@@ -69,6 +125,14 @@ def send(
         target = parse_address(to, "to")
         sender = parse_address(from_, "from")
         replies = [parse_address(value, f"replyTo.{i}") for i, value in enumerate(reply_to)]
+        start = (
+            None
+            if not_before is None
+            else parse_time_or_duration(not_before, now=CLOCK.now(), field="--not-before")
+        )
+        expires_in_s = (
+            None if expires_in is None else parse_duration(expires_in, field="--expires-in")
+        )
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from exc
     work_fields: dict[str, Any] = {
@@ -86,13 +150,16 @@ def send(
         "content": text,
     }
 
-    def build(stamp_ms: int) -> Job:
+    def build(stamp_ms: int, start_at: datetime | None = start) -> Job:
         mail = Mail.model_validate({**mail_fields, "createdAt": stamp_ms})
         check_content_size(mail.content, limit_bytes=settings.max_content_bytes)
         return agent_job(
             AgentWork.model_validate(work_fields),
             mail,
             max_content_bytes=settings.max_content_bytes,
+            priority=priority,
+            not_before=start_at,
+            expires_in_s=expires_in_s,
         )
 
     try:
@@ -100,18 +167,69 @@ def send(
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from exc
 
-    async def enqueue(stack: Stack) -> Asked:
-        # A retried send stamps a new time; unless it was pinned, the stored mail's time
-        # makes the retry the same mail, so an identical send is a replay.
-        return await stack.sender.enqueue(job, keep_stored_time=created_at is None)
+    async def enqueue(stack: Stack) -> tuple[Asked, list[str]]:
+        chosen, unrouted = job, []
+        try:
+            unrouted = await stack.routes.missing([reply.agent_id for reply in replies])
+            if created_at is None:
+                # A retried send stamps a new time; the stored mail's time makes the retry
+                # the same mail, so an identical send is a replay and any other difference
+                # a conflict. So does a not-before given as a duration: the stored job's
+                # moment is kept.
+                stored = await _stored_times(stack, job_id)
+                if stored is not None:
+                    stamp, stored_start = stored
+                    relative = not_before is not None and parse_time(not_before) is None
+                    chosen = build(stamp, stored_start if relative else start)
+        except (StoreRefused, StoreBusy):
+            raise
+        except StoreUnavailable:
+            # The database is away: the sender spools the mail (or finds it back), and a
+            # spooled mail takes the stored mail's time when it is forwarded. --strict
+            # cannot check the routes without it: refused.
+            if strict:
+                raise
+        if unrouted and strict:
+            raise UnknownAgent(_unrouted(unrouted) + "; nothing was sent", field="replyTo")
+        sent = await stack.sender.enqueue(chosen, keep_stored_time=created_at is None)
+        return sent, unrouted
 
-    sent = with_stack(ctx, enqueue, lazy=True)
-    if sent.spooled:
+    sent, unrouted = with_stack(ctx, enqueue, lazy=True)
+    _report_sent(sent, job_id, unrouted, as_json=as_json)
+
+
+def _report_sent(sent: Asked, job_id: str, unrouted: list[str], *, as_json: bool) -> None:
+    """Say what ``send`` did: sent, already sent or spooled, and the unrouted reply agents."""
+    if unrouted:
+        announce(f"warning: {_unrouted(unrouted)}")
+    status = "spooled" if sent.spooled else "already sent" if sent.replay else "sent"
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "status": status,
+                    "jobId": job_id,
+                    "unroutedReplyTo": unrouted,
+                    **({"spooled": sent.spooled} if sent.spooled else {}),
+                }
+            )
+        )
+    elif sent.spooled:
         click.echo(f"spooled ({sent.spooled}): {job_id}")
     elif sent.replay:
         click.echo(f"already sent: {job_id} (identical to the stored job; nothing written)")
     else:
         click.echo(f"sent: {job_id}")
+
+
+def _unrouted(agent_ids: list[str]) -> str:
+    """What a reply to agents without a route would do, and the fix."""
+    named = ", ".join(inert(agent) for agent in agent_ids)
+    first = inert(agent_ids[0])
+    return (
+        f"no route for reply-to {named}: its reply would die unknown_recipient; add one "
+        f"first (birddog route add {first} URL, or --mailbox)"
+    )
 
 
 def read_content(
@@ -142,3 +260,16 @@ def read_content(
     if not text:
         raise click.UsageError(f"stdin was empty: empty content needs {empty}")
     return text
+
+
+async def _stored_times(stack: Stack, job_id: str) -> tuple[int, datetime | None] | None:
+    """The mail's ``createdAt`` and the not-before of the agent job stored under ``job_id``."""
+    from birddog.core.errors import InvalidJobPayload, JobNotFound  # noqa: PLC0415
+    from birddog.core.jobs import decode_agent_job  # noqa: PLC0415
+
+    try:
+        stored = await stack.jobs.get(job_id)
+        payload = decode_agent_job(stored)
+    except (JobNotFound, InvalidJobPayload):
+        return None
+    return None if payload.mail is None else (payload.mail.created_at, stored.not_before)

@@ -30,8 +30,10 @@ async def status_report(stack: Stack) -> dict[str, Any]:
 
     Returns:
         ``replies`` (``pending``, ``held``, ``in_flight``, ``dead``,
-        ``oldest_pending_age_s``, ``next_wake_in_s``), ``jobs`` (counts by state) and
-        ``daemons`` (``kind``, ``host``, ``pid``, ``seen_at`` of each process seen lately).
+        ``oldest_pending_age_s``, ``next_wake_in_s``), ``jobs`` (counts by state),
+        ``jobs_not_yet_due`` (``jobs`` queued with a later not-before, ``next_at`` the
+        earliest) and ``daemons`` (``kind``, ``host``, ``pid``, ``seen_at`` of each process
+        seen lately).
     """
     from birddog.bootstrap import HEARTBEAT_S  # noqa: PLC0415 - keeps --help fast
 
@@ -40,6 +42,7 @@ async def status_report(stack: Stack) -> dict[str, Any]:
     oldest = counts.get("oldest_pending_at")
     due = await stack.room.next_wake_at()
     daemons = await stack.reports.daemons_seen(within_s=DAEMONS_SEEN_BEATS * HEARTBEAT_S)
+    later, next_at = await stack.jobs.not_yet_due()
     return {
         "replies": {
             **{k: v for k, v in counts.items() if k not in {"oldest_pending_at", "next_due_at"}},
@@ -47,6 +50,7 @@ async def status_report(stack: Stack) -> dict[str, Any]:
             "next_wake_in_s": round(max(0.0, (due - now).total_seconds()), 1) if due else None,
         },
         "jobs": await stack.jobs.counts(),
+        "jobs_not_yet_due": {"jobs": later, "next_at": next_at},
         "daemons": [
             {key: daemon[key] for key in ("kind", "host", "pid", "seen_at")} for daemon in daemons
         ],
@@ -63,7 +67,8 @@ def render_status(report: dict[str, Any]) -> str:
         The text to print.
     """
     from birddog.bootstrap import HEARTBEAT_S  # noqa: PLC0415 - keeps --help fast
-    from birddog.display import format_age, render_table  # noqa: PLC0415
+    from birddog.core.duration import format_age  # noqa: PLC0415
+    from birddog.display import render_table  # noqa: PLC0415
 
     replies = dict(report["replies"])
     for name in ("oldest_pending_age_s", "next_wake_in_s"):
@@ -79,11 +84,22 @@ def render_status(report: dict[str, Any]) -> str:
                 ["pending", "held", "in_flight", "dead", "oldest_pending_age_s", "next_wake_in_s"],
                 headers=["pending", "held", "in flight", "dead", "oldest pending", "next wake in"],
             ),
-            "jobs\n" + render_table([jobs], list(jobs)),
+            "jobs\n" + render_table([jobs], list(jobs)) + _not_yet_due_line(report),
             f"daemons and workers seen in the last {within}\n"
             + render_table(report["daemons"], ["kind", "host", "pid", "seen_at"]),
         ]
     )
+
+
+def _not_yet_due_line(report: dict[str, Any]) -> str:
+    """The line under the jobs table about jobs sent for later ('' when there are none)."""
+    from birddog.display import format_value  # noqa: PLC0415 - keeps --help fast
+
+    later = report.get("jobs_not_yet_due") or {}
+    if not later.get("jobs"):
+        return ""
+    next_at = format_value(later["next_at"])
+    return f"\n{later['jobs']} queued not before a later time; the next at {next_at}"
 
 
 @dataclass(frozen=True)
@@ -128,7 +144,7 @@ async def spool_problems(
         ``spool_quarantined``), ``message`` and the spool's facts.
     """
     from birddog.cli.spool import status_facts  # noqa: PLC0415 - keeps --help fast
-    from birddog.display import format_age  # noqa: PLC0415
+    from birddog.core.duration import format_age  # noqa: PLC0415
 
     status = await stack.spool.status()
     now = stack.clock.now()
@@ -228,14 +244,23 @@ async def check_report(stack: Stack, limits: CheckLimits) -> list[dict[str, Any]
         )
     stalled = await reports.due_without_daemon(within_s=limits.daemon_s)
     if stalled is not None:
-        from birddog.display import format_age  # noqa: PLC0415 - keeps --help fast
+        from birddog.core.duration import format_age  # noqa: PLC0415 - keeps --help fast
 
-        last = stalled["last_seen_at"]
+        last, stopped = stalled["last_seen_at"], stalled["last_stopped_at"]
+        if last is None:
+            last_daemon = "no daemon ever ran on this database (start `birddog run`)"
+        elif stopped is not None:
+            last_daemon = f"the last daemon stopped at {_at(stopped)} (start `birddog run`)"
+        else:
+            last_daemon = (
+                f"the last daemon beat at {_at(last)} and vanished without stopping "
+                "(killed, or its host is gone?)"
+            )
         problem(
             "no_daemon",
-            f"replies due and no daemon seen for {format_age(limits.daemon_s)}: "
-            f"{stalled['due']} due, the oldest since {_at(stalled['oldest_due_at'])}; last "
-            f"daemon beat {'never' if last is None else _at(last)} (is `birddog run` running?)",
+            f"replies due and no daemon running for {format_age(limits.daemon_s)}: "
+            f"{stalled['due']} due, the oldest since {_at(stalled['oldest_due_at'])}; "
+            f"{last_daemon}",
             stalled,
         )
     return problems
@@ -293,10 +318,14 @@ def dead(ctx: click.Context, limit: int, as_json: bool) -> None:
 @click.option("--agent", "agent_id", default=None, help="Every dead letter of this recipient.")
 @click.pass_context
 def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
-    """Put a dead letter (KEY) or all of a recipient's back to pending, attempts reset."""
+    """Put a dead letter (KEY) or all of a recipient's back to pending, attempts reset.
+
+    Refused, saying what to fix, while a recipient's cause still holds: it has no route
+    yet, its route is held, or its URL is refused by the egress policy.
+    """
     if (key is None) == (agent_id is None):
         raise click.UsageError("give exactly one of KEY or --agent")
-    keys = with_stack(ctx, lambda s: s.outbox.replay(key=key, agent_id=agent_id))
+    keys = with_stack(ctx, lambda s: s.replay.replay(key=key, agent_id=agent_id))
     if not keys:
         what = (
             f"key {shown_key(key)}" if key is not None else f"recipient {shown_key(agent_id or '')}"

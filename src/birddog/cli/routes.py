@@ -3,19 +3,99 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 import click
 
-from birddog.cli import agent_id_argument, main, with_stack
-from birddog.core.duration import parse_duration
+from birddog.cli import agent_id_argument, duration, main, with_stack
+from birddog.core.duration import format_age, parse_duration
 from birddog.core.egress import shown_url
 from birddog.core.errors import InvalidInput
+from birddog.core.policy import RoutePolicy
 from birddog.ports import Route
 
 BATCH_HELP = (
     "Put up to N due replies in one signed POST, acknowledged per key (1 to 1000; "
     "1: one reply per POST). The recipient must take batches: see the README."
 )
+
+
+DEFAULT = "default"
+"""The value of a policy option that puts the daemon's default back."""
+
+
+def _policy_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--post-timeout``, ``--max-age`` and ``--max-attempts``: the route's own policy."""
+    for flag, name, what in reversed(
+        [
+            (
+                "--post-timeout",
+                "post_timeout",
+                "A post to this agent without an answer after this fails (e.g. 2s, 120s); "
+                "shorter than BIRDDOG_LEASE_S. Default: BIRDDOG_POST_TIMEOUT_S.",
+            ),
+            (
+                "--max-age",
+                "max_age",
+                "A reply to this agent older than this dies at its next failure (e.g. 6h). "
+                "Default: BIRDDOG_MAX_AGE_S.",
+            ),
+            (
+                "--max-attempts",
+                "max_attempts",
+                "Attempts before a reply to this agent dies (1 to 100,000). Default: "
+                "BIRDDOG_MAX_ATTEMPTS.",
+            ),
+        ]
+    ):
+        command = click.option(
+            flag, name, default=None, metavar="VALUE", help=f"{what} '{DEFAULT}' puts it back."
+        )(command)
+    return command
+
+
+def _policy(
+    post_timeout: str | None, max_age: str | None, max_attempts: str | None
+) -> tuple[RoutePolicy, frozenset[str]]:
+    """The policy the options set, and the fields they put back to the daemon's default.
+
+    Raises:
+        click.BadParameter: a value that is neither a duration (a count) nor ``default``.
+    """
+    given = {"post_timeout_s": post_timeout, "max_age_s": max_age, "max_attempts": max_attempts}
+    cleared = frozenset(name for name, value in given.items() if value == DEFAULT)
+    values: dict[str, Any] = {}
+    for name, value in given.items():
+        if value is None or value == DEFAULT:
+            continue
+        flag = "--" + name.removesuffix("_s").replace("_", "-")
+        try:
+            values[name] = int(value) if name == "max_attempts" else duration(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=flag) from None
+    try:
+        return RoutePolicy(**values), cleared
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def policy_text(policy: RoutePolicy) -> str:
+    """What a route overrides, for people: ``post timeout 2s, max age 6h``; "" for none."""
+    parts = []
+    if policy.post_timeout_s is not None:
+        parts.append(f"post timeout {format_age(policy.post_timeout_s)}")
+    if policy.max_age_s is not None:
+        parts.append(f"max age {format_age(policy.max_age_s)}")
+    if policy.max_attempts is not None:
+        parts.append(f"max attempts {policy.max_attempts}")
+    return ", ".join(parts)
+
+
+def _with_policy(route: Route) -> str:
+    """`` (post timeout 2s, ...)`` for a route with a policy of its own, nothing otherwise."""
+    text = policy_text(route.policy)
+    return f" ({text})" if text else ""
 
 
 def _batched(route: Route, prefix: str = ", ") -> str:
@@ -42,6 +122,7 @@ def route() -> None:
 @click.option("--secret", default=None, help="whsec_... signing secret; generated when unset.")
 @click.option("--held", is_flag=True, help="Add it held (replies wait until released).")
 @click.option("--batch", "batch_size", type=int, default=1, show_default=True, help=BATCH_HELP)
+@_policy_options
 @click.pass_context
 def route_add(
     ctx: click.Context,
@@ -51,24 +132,41 @@ def route_add(
     secret: str | None,
     held: bool,
     batch_size: int,
+    post_timeout: str | None,
+    max_age: str | None,
+    max_attempts: str | None,
 ) -> None:
-    """Route AGENT_ID's replies to URL (prints the signing secret once), or to its --mailbox."""
+    """Route AGENT_ID's replies to URL (prints the signing secret once), or to its --mailbox.
+
+    --post-timeout, --max-age and --max-attempts override the daemon's defaults for this
+    agent only.
+    """
     state = "held" if held else "enabled"
+    policy, _ = _policy(post_timeout, max_age, max_attempts)
     if mailbox:
         if url is not None or secret is not None or batch_size != 1:
             raise click.UsageError("a --mailbox route takes no URL, no --secret and no --batch")
-        with_stack(ctx, lambda s: s.routes.add(agent_id, enabled=not held, kind="mailbox"))
-        click.echo(f"route {agent_id} -> mailbox ({state}); read it with: birddog inbox {agent_id}")
+        added = with_stack(
+            ctx,
+            lambda s: s.routes.add(agent_id, enabled=not held, kind="mailbox", policy=policy),
+        )
+        click.echo(
+            f"route {agent_id} -> mailbox ({state}){_with_policy(added)}; "
+            f"read it with: birddog inbox {agent_id}"
+        )
         return
     if url is None:
         raise click.UsageError("give the inbox URL, or --mailbox")
     added = with_stack(
         ctx,
         lambda s: s.routes.add(
-            agent_id, url, secret=secret, enabled=not held, batch_size=batch_size
+            agent_id, url, secret=secret, enabled=not held, batch_size=batch_size, policy=policy
         ),
     )
-    click.echo(f"route {added.agent_id} -> {shown_url(added.url)} ({state}{_batched(added)})")
+    click.echo(
+        f"route {added.agent_id} -> {shown_url(added.url)} ({state}{_batched(added)})"
+        f"{_with_policy(added)}"
+    )
     click.echo(f"signing secret: {added.secret}")
 
 
@@ -77,18 +175,40 @@ def route_add(
 @click.option("--url", default=None, help="The new inbox URL.")
 @click.option("--secret", default=None, help="The new whsec_... signing secret.")
 @click.option("--batch", "batch_size", type=int, default=None, help=BATCH_HELP)
+@_policy_options
 @click.pass_context
 def route_update(
-    ctx: click.Context, agent_id: str, url: str | None, secret: str | None, batch_size: int | None
+    ctx: click.Context,
+    agent_id: str,
+    url: str | None,
+    secret: str | None,
+    batch_size: int | None,
+    post_timeout: str | None,
+    max_age: str | None,
+    max_attempts: str | None,
 ) -> None:
-    """Change AGENT_ID's inbox URL, signing secret or batch size."""
-    if url is None and secret is None and batch_size is None:
-        raise click.UsageError("nothing to change: give --url, --secret or --batch")
+    """Change AGENT_ID's inbox URL, signing secret, batch size or delivery policy."""
+    policy, cleared = _policy(post_timeout, max_age, max_attempts)
+    if url is None and secret is None and batch_size is None and policy.empty and not cleared:
+        raise click.UsageError(
+            "nothing to change: give --url, --secret, --batch, --post-timeout, --max-age "
+            "or --max-attempts"
+        )
     updated = with_stack(
         ctx,
-        lambda s: s.routes.update(agent_id, url=url, secret=secret, batch_size=batch_size),
+        lambda s: s.routes.update(
+            agent_id,
+            url=url,
+            secret=secret,
+            batch_size=batch_size,
+            policy=policy,
+            cleared=cleared,
+        ),
     )
-    click.echo(f"route {updated.agent_id} -> {shown_url(updated.url)}{_batched(updated, ' (')}")
+    where = shown_url(updated.url) if updated.kind == "http" else "mailbox"
+    click.echo(
+        f"route {updated.agent_id} -> {where}{_batched(updated, ' (')}{_with_policy(updated)}"
+    )
 
 
 def _overlap(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
@@ -136,6 +256,9 @@ def route_list(ctx: click.Context, as_json: bool) -> None:
             "url": shown_url(r.url),
             "enabled": r.enabled,
             "batchSize": r.batch_size,
+            "postTimeoutS": r.policy.post_timeout_s,
+            "maxAgeS": r.policy.max_age_s,
+            "maxAttempts": r.policy.max_attempts,
         }
         for r in routes
     ]
@@ -145,7 +268,11 @@ def route_list(ctx: click.Context, as_json: bool) -> None:
     for row, r in zip(rows, routes, strict=True):
         where = row["url"] if row["kind"] == "http" else f"({row['kind']})"
         state = "enabled" if row["enabled"] else "HELD"
-        click.echo(f"{row['agentId']}\t{state}\t{where}{_batched(r, chr(9))}")
+        policy = policy_text(r.policy)
+        click.echo(
+            f"{row['agentId']}\t{state}\t{where}{_batched(r, chr(9))}"
+            f"{chr(9) + policy if policy else ''}"
+        )
 
 
 @route.command("hold")

@@ -61,7 +61,8 @@ def status_facts(status: SpoolStatus, now: datetime) -> dict[str, Any]:
 def spool_status(ctx: click.Context, as_json: bool) -> None:
     """Mails waiting, bytes, the oldest one's age, the last forward error, quarantine."""
     from birddog.bootstrap import CLOCK, open_spool  # noqa: PLC0415 - keeps --help fast
-    from birddog.display import dump_json, format_age  # noqa: PLC0415
+    from birddog.core.duration import format_age  # noqa: PLC0415
+    from birddog.display import dump_json  # noqa: PLC0415
 
     local = open_spool(settings_of(ctx))
 

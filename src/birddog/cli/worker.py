@@ -25,6 +25,13 @@ if TYPE_CHECKING:
     "variables, stdout the reply; e.g. 'tr a-z A-Z'.",
 )
 @click.option(
+    "--agent",
+    "agents",
+    multiple=True,
+    help="Serve every session of this agent (the mail's to agent), one turn at a time per "
+    "session; repeatable.",
+)
+@click.option(
     "--a2a",
     "a2a_url",
     default=None,
@@ -66,8 +73,9 @@ if TYPE_CHECKING:
     "--queue",
     "queues",
     multiple=True,
-    help="Only these queues (session ids). Without it, every queue except those starting "
-    "with 'birddog:', which BirdDog keeps for itself (its probe).",
+    help="Serve this one session (queue) as well; repeatable. With neither --agent nor "
+    "--queue, every queue except those starting with 'birddog:', which BirdDog keeps for "
+    "itself (its probe), whatever agent the mail is for.",
 )
 @click.option(
     "--concurrency",
@@ -75,12 +83,18 @@ if TYPE_CHECKING:
     default=None,
     help="Jobs run at once (1 to 1000).",
 )
-@click.option("--once", is_flag=True, help="Run queued jobs, then exit.")
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Run jobs until none it may take is queued or running (checked after its last "
+    "job settles), then exit, saying what it settled and any jobs it left queued.",
+)
 @click.pass_context
 def worker(
     ctx: click.Context,
     handler: str | None,
     command: str | None,
+    agents: tuple[str, ...],
     a2a_url: str | None,
     a2a_token: str | None,
     env_names: tuple[str, ...],
@@ -130,11 +144,28 @@ def worker(
             )
     except BirdDogError as exc:
         raise click.UsageError(str(exc)) from exc
-    summary = run(
-        run_worker(settings, function, queues=list(queues), once=once, announce=announcer(ctx))
+    if not agents and not queues:
+        # On a terminal a plain line; where logs are JSON, a notice event like the rest.
+        announcer(ctx)(EVERY_QUEUE_NOTICE)
+    done = run(
+        run_worker(
+            settings,
+            function,
+            queues=list(queues),
+            agents=list(agents),
+            once=once,
+            announce=announcer(ctx),
+        )
     )
     if once:
-        click.echo(settled_line(summary))
+        click.echo(settled_line(done.summary, left=done.left))
+
+
+EVERY_QUEUE_NOTICE = (
+    "this worker takes every queue: it answers mail for every agent; "
+    "give --agent AGENT to serve one agent's sessions"
+)
+"""What a worker given neither --agent nor --queue says at start."""
 
 
 def _remote_agent(url: str, token: str | None) -> Handler:
@@ -150,11 +181,13 @@ def _remote_agent(url: str, token: str | None) -> Handler:
     return remote_agent(url, token=token)
 
 
-def settled_line(summary: dict[str, int]) -> str:
+def settled_line(summary: dict[str, int], *, left: int | None = None) -> str:
     """One line saying what a worker run settled: ``settled 3 jobs: 2 completed, 1 failed``.
 
     Args:
         summary: counts by outcome (and ``requeued``), as the worker keeps them.
+        left: jobs still queued in the worker's queues when it stopped (not yet due, or
+            it was stopped first); said only when some are.
 
     Returns:
         The line; ``settled no jobs`` when there was nothing to do.
@@ -166,4 +199,6 @@ def settled_line(summary: dict[str, int]) -> str:
     line += ", ".join(f"{n} {what}" for what, n in sorted(settled.items()))
     if requeued:
         line += f"{'; ' if total else ', '}{requeued} given back to the queue"
+    if left:
+        line += f"; left {left} queued job{'s' * (left != 1)}"
     return line

@@ -28,6 +28,7 @@ from markupsafe import Markup
 
 from birddog.console.auth import Sessions, host_is_loopback, safe_next, same_origin
 from birddog.console.chart import activity_chart
+from birddog.core.duration import format_age
 from birddog.core.errors import (
     BirdDogError,
     InvalidInput,
@@ -37,7 +38,7 @@ from birddog.core.errors import (
 )
 from birddog.core.mail import Outcome
 from birddog.core.text import inert
-from birddog.display import format_age, format_value
+from birddog.display import format_value
 from birddog.ports import (
     JOB_STATES,
     PENDING_STATUSES,
@@ -46,7 +47,7 @@ from birddog.ports import (
     Clock,
     DeadLetterReplay,
     JobCancels,
-    RouteHolds,
+    RouteEdits,
 )
 
 log = structlog.get_logger("birddog.console")
@@ -99,7 +100,7 @@ class Console:
 
     admin: Admin
     outbox: DeadLetterReplay
-    routes: RouteHolds
+    routes: RouteEdits
     jobs: JobCancels
     clock: Clock
     sessions: Sessions
@@ -169,7 +170,7 @@ def make_app(
     *,
     admin: Admin,
     outbox: DeadLetterReplay,
-    routes: RouteHolds,
+    routes: RouteEdits,
     jobs: JobCancels,
     clock: Clock,
     sessions: Sessions | None = None,
@@ -180,7 +181,7 @@ def make_app(
     Args:
         admin: the operator's reads.
         outbox: replays dead letters.
-        routes: holds and releases recipients.
+        routes: adds, changes, holds and releases routes.
         jobs: cancels jobs.
         clock: the current time.
         sessions: the start-up token and sessions (a fresh token when not given).
@@ -213,6 +214,7 @@ def make_app(
     app.router.add_static("/static/", STATIC_DIR, append_version=False)
     if not read_only:
         app.router.add_post("/dead/replay", replay)
+        app.router.add_post("/routes/save", save_route)
         app.router.add_post("/routes/hold", hold)
         app.router.add_post("/routes/release", release)
         app.router.add_post("/jobs/cancel", cancel)
@@ -443,6 +445,56 @@ async def replay(request: web.Request) -> web.StreamResponse:
     log.info("console_replay", replayed=len(keys), by_agent=agent is not None)
     what = f"all dead letters of {agent}" if agent else key
     raise _done(request, form, f"replayed {len(keys)} ({what})")
+
+
+def _batch(form: Mapping[str, str]) -> int | None:
+    value = form.get("batch", "").strip()
+    if not value:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidInput("batch must be a whole number from 1 to 1000", field="batch") from None
+
+
+async def save_route(request: web.Request) -> web.StreamResponse:
+    """Add a route (an inbox URL, its secret shown once, or a mailbox), or change one.
+
+    An agent without a route gets one; an agent with one gets its URL and/or batch size
+    changed (a route's kind stays: remove it with ``birddog route remove`` to change it).
+    """
+    form = await _form(request)
+    agent = _required(form, "agent")
+    url, batch = form.get("url", "").strip() or None, _batch(form)
+    mailbox = form.get("kind") == "mailbox"
+    routes = request.app[CONSOLE].routes
+    current = await routes.route(agent)
+    if mailbox and (url is not None or batch not in (None, 1)):
+        raise InvalidInput("a mailbox route takes no URL and no batch size", field="url")
+    if current is None:
+        if mailbox:
+            await routes.add(agent, kind="mailbox")
+            log.info("console_route_added", kind="mailbox")
+            raise _done(request, form, f"added {agent}: its replies go to its mailbox")
+        if url is None:
+            raise InvalidInput("give the inbox URL, or choose mailbox", field="url")
+        added = await routes.add(agent, url, batch_size=1 if batch is None else batch)
+        log.info("console_route_added", kind="http")
+        # The secret is shown on this page only: not stored in the session, not cached.
+        response = _render(request, "route_added.html", title="Route added", route=added)
+        response.headers["Cache-Control"] = "no-store"
+        return response
+    if mailbox != (current.kind == "mailbox"):
+        raise InvalidInput(
+            f"{agent} has a {current.kind} route: its kind stays; remove it first "
+            f"(birddog route remove {agent}) to add the other kind",
+            field="kind",
+        )
+    if url is None and batch is None:
+        raise InvalidInput("nothing to change: give a new URL or batch size", field="url")
+    await routes.update(agent, url=url, batch_size=batch)
+    log.info("console_route_updated", url=url is not None, batch=batch is not None)
+    raise _done(request, form, f"updated {agent}")
 
 
 async def hold(request: web.Request) -> web.StreamResponse:

@@ -106,6 +106,7 @@ def ask_job(
     created_at_ms: int,
     max_content_bytes: int,
     reply_to: Sequence[AgentAddress] | None = None,
+    priority: int = 0,
 ) -> Job:
     """The job an ask (or a send) enqueues: mail from the asker to ``to``.
 
@@ -117,6 +118,7 @@ def ask_job(
         created_at_ms: the mail's ``createdAt``.
         max_content_bytes: the largest content allowed.
         reply_to: who gets the replies (None: the asker; empty: nobody).
+        priority: the job's priority among the queued jobs of its session.
 
     Returns:
         The queued job (its command fact id is its job id).
@@ -135,7 +137,7 @@ def ask_job(
     )
     job_id = ask_job_id(key)
     work = AgentWork(job_id=job_id, session_id=to.session_id, command_fact_id=job_id)
-    return agent_job(work, mail, max_content_bytes=max_content_bytes)
+    return agent_job(work, mail, max_content_bytes=max_content_bytes, priority=priority)
 
 
 def replay_conflicts(stored: Mail, mail: Mail) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime, timedelta
 
 from birddog.core.errors import InvalidInput
 
@@ -20,6 +21,46 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
 
 MAX_DURATION_S = 100 * 365 * 86400.0
 """The longest duration accepted: a hundred years is "forever" for every setting here."""
+
+
+def parse_time_or_duration(text: str, *, now: datetime, field: str = "time") -> datetime:
+    """Read a moment: an ISO 8601 time with its timezone, or a duration from ``now``.
+
+    Args:
+        text: ``2026-12-02T09:00:00Z``, ``2026-12-02 09:00+01:00``, or a duration such as
+            ``90s`` or ``2h`` (see :func:`parse_duration`), counted from ``now``.
+        now: the current time, timezone-aware.
+        field: the name to report in an error.
+
+    Returns:
+        The moment, timezone-aware.
+
+    Raises:
+        InvalidInput: neither a time with a timezone nor a duration.
+    """
+    moment = parse_time(text)
+    if moment is None:
+        try:
+            return now + timedelta(seconds=parse_duration(text, field=field))
+        except InvalidInput:
+            raise InvalidInput(
+                f"{field} must be a time such as 2026-12-02T09:00:00Z or a duration such "
+                "as 90s or 2h",
+                field=field,
+            ) from None
+    if moment.tzinfo is None:
+        raise InvalidInput(
+            f"{field} needs its timezone, e.g. {text.strip()}Z or {text.strip()}+01:00", field=field
+        )
+    return moment
+
+
+def parse_time(text: str) -> datetime | None:
+    """An ISO 8601 time (``Z`` for UTC allowed), naive if it names no timezone; else None."""
+    try:
+        return datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        return None
 
 
 def parse_duration(text: str | float, *, field: str = "duration") -> float:
@@ -52,3 +93,26 @@ def parse_duration(text: str | float, *, field: str = "duration") -> float:
     if seconds > MAX_DURATION_S:
         raise InvalidInput(f"{field} must be at most 100 years", field=field)
     return seconds
+
+
+def format_age(seconds: float) -> str:
+    """A duration as people say it: ``42s``, ``5m 03s``, ``2h 07m``, ``3d 04h``.
+
+    Args:
+        seconds: the duration (negative durations print as ``-`` plus the duration).
+
+    Returns:
+        The duration in its two largest units.
+    """
+    sign = "-" if seconds < 0 else ""
+    whole = int(abs(seconds))
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{sign}{days}d {hours:02d}h"
+    if hours:
+        return f"{sign}{hours}h {minutes:02d}m"
+    if minutes:
+        return f"{sign}{minutes}m {secs:02d}s"
+    return f"{sign}{secs}s"

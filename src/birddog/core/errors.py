@@ -39,7 +39,10 @@ Most classes are a docstring that doubles as the default message.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from birddog.core.ask_facts import AskFacts
 
 
 class BirdDogError(Exception):
@@ -181,14 +184,22 @@ class AskFailed(BirdDogError):
 class AskTimedOut(BirdDogError):
     """No reply to the ask arrived in time; it is still owed and will land in the mailbox.
 
+    The message says where the ask stands (queued, running, its reply pending or dead),
+    from ``facts``.
+
     Attributes:
         key: the mail key of the ask.
         asker: ``AGENT:SESSION`` of the mailbox the reply will land in.
+        facts: what the database said about the ask when the wait ended
+            (:class:`birddog.core.ask_facts.AskFacts`; None: it could not be read).
     """
 
-    def __init__(self, message: str, *, key: str, asker: str) -> None:
+    def __init__(
+        self, message: str, *, key: str, asker: str, facts: AskFacts | None = None
+    ) -> None:
         self.key = key
         self.asker = asker
+        self.facts = facts
         super().__init__(message)
 
 
@@ -234,6 +245,14 @@ class DatabaseRefused(BirdDogError):
 
     A failed login, a role or database that does not exist, a missing CONNECT privilege,
     or a URL that cannot be parsed: the configuration must change.
+    """
+
+
+class SchemaMissing(DatabaseRefused):
+    """The database has no birddog schema, or an older one than this BirdDog: run `birddog migrate`.
+
+    Nothing was written. Retrying cannot help: the schema must be created or upgraded
+    first (``birddog migrate``, or ``birddog run --migrate`` for a single daemon).
     """
 
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import Field, JsonValue
+from pydantic import AwareDatetime, Field, JsonValue
 
 from birddog.core.errors import ContentTooLarge, InvalidInput, InvalidJobPayload
 from birddog.core.mail import Mail, Outcome
@@ -42,17 +43,35 @@ class AgentWork(Model):
     recovery: Recovery | None = None
 
 
+Priority = Annotated[int, Field(strict=True, ge=-32768, le=32767)]
+"""A job's priority: higher runs first within its queue (a smallint; 0 by default)."""
+
+MAX_EXPIRES_IN_S = 366 * 86_400.0
+"""The longest ``expires_in_s``: a year and a day."""
+
+ExpiresIn = Annotated[float, Field(gt=0, le=MAX_EXPIRES_IN_S, allow_inf_nan=False)]
+"""Seconds after its enqueue at which a job no worker took is cancelled."""
+
+
 class Job(Model):
-    """A Watchdog job. BirdDog's job store never reads ``payload``."""
+    """A Watchdog job. BirdDog's job store never reads ``payload``.
+
+    ``not_before`` and ``expires_in_s`` are the job store's own timing, beside the
+    Watchdog fields (absent from the job's JSON when unset, as for a seed's job): a job
+    is not claimed before ``not_before``, and one still queued ``expires_in_s`` after its
+    enqueue is cancelled with a reason that says so, its replies fanned out.
+    """
 
     job_id: Id
     queue: Id
     lane: Id = DEFAULT_LANE
-    priority: Annotated[int, Field(strict=True, ge=-32768, le=32767)] = 0
+    priority: Priority = 0
     state: JobState = JobState.QUEUED
     payload: dict[str, JsonValue]
     recovery: Recovery | None = None
     outcome: Outcome | None = None
+    not_before: AwareDatetime | None = None
+    expires_in_s: ExpiresIn | None = None
 
 
 class AgentJobPayload(Model):
@@ -64,24 +83,37 @@ class AgentJobPayload(Model):
 
 
 def agent_job(
-    work: AgentWork, mail: Mail | None = None, *, max_content_bytes: int | None = None
+    work: AgentWork,
+    mail: Mail | None = None,
+    *,
+    max_content_bytes: int | None = None,
+    priority: int = 0,
+    not_before: datetime | None = None,
+    expires_in_s: float | None = None,
 ) -> Job:
     """Validate addressed work and return the queued job that runs it.
 
     Pure and synchronous, so it can run inside the caller's transaction before
-    ``enqueue_accepted_job``.
+    ``enqueue_accepted_job``. Without the keyword options the job is the seed's
+    ``agentJob``: priority 0, claimable at once, bounded only by the maximum queued age.
 
     Args:
         work: the job id, target session, command fact id and optional recovery policy.
         mail: the request whose replies the settlement owes, addressed to ``work``'s session.
         max_content_bytes: the largest mail content, in UTF-8 bytes (default
             :data:`DEFAULT_MAX_CONTENT_BYTES`, 1 MiB; ``BIRDDOG_MAX_CONTENT_BYTES`` for the CLI).
+        priority: -32768 to 32767; a higher priority runs first among the queued jobs of
+            its session (default 0).
+        not_before: the job is not claimed before this time (timezone-aware).
+        expires_in_s: a job no worker claimed this many seconds after its enqueue is
+            cancelled, and its replies say so.
 
     Returns:
-        A queued job: queue = the session id, lane ``default``, priority 0.
+        A queued job: queue = the session id, lane ``default``.
 
     Raises:
-        InvalidInput: ``mail.to.sessionId`` is not the work's session.
+        InvalidInput: ``mail.to.sessionId`` is not the work's session, or a timing option
+            is out of range (naming it).
         ContentTooLarge: the mail's content is above ``max_content_bytes``.
     """
     if mail is not None:
@@ -99,8 +131,11 @@ def agent_job(
     return Job(
         job_id=work.job_id,
         queue=work.session_id,
+        priority=priority,
         payload=payload.model_dump(mode="json", exclude_none=True),
         recovery=work.recovery,
+        not_before=not_before,
+        expires_in_s=expires_in_s,
     )
 
 

@@ -315,17 +315,23 @@ def stop_diagnostic(event: WorkerStopped | HandlerTimedOut) -> str:
     return bounded_diagnostic(event.diagnostic)
 
 
-def queued_too_long_settlement(recovery_count: int, limits: Limits) -> Settle:
-    """What a job nobody claimed within the maximum queued age settles with.
+def queued_too_long_settlement(
+    recovery_count: int, limits: Limits, *, expires_in_s: float | None = None
+) -> Settle:
+    """What a job nobody claimed within the maximum queued age, or its expiry, settles with.
 
     Args:
         recovery_count: how many times the job lost its worker and was queued again.
         limits: the maximum queued age.
+        expires_in_s: the job's own expiry, when that is what ran out.
 
     Returns:
         ``cancelled``, its content saying why, recorded as the job's cancellation.
     """
-    content = queued_too_long_text(limits.max_queued_s, recovered=recovery_count)
+    if expires_in_s is not None:
+        content = queued_too_long_text(expires_in_s, recovered=recovery_count, expiry=True)
+    else:
+        content = queued_too_long_text(limits.max_queued_s, recovered=recovery_count)
     return Settle(
         Outcome.CANCELLED,
         content,
@@ -507,17 +513,21 @@ BOUNCE_PREFIX = "BirdDog cancelled this job:"
 """How the result of a job nobody claimed in time begins (:func:`queued_too_long_text`)."""
 
 
-def queued_too_long_text(max_queued_s: float, *, recovered: int = 0) -> str:
+def queued_too_long_text(max_queued_s: float, *, recovered: int = 0, expiry: bool = False) -> str:
     """The cancellation result of a job nobody claimed in time.
 
     Args:
-        max_queued_s: the maximum queued age.
+        max_queued_s: the maximum queued age (or the job's own expiry).
         recovered: how many times the job lost its worker and was queued again.
+        expiry: ``max_queued_s`` is the job's own expiry (``send --expires-in``).
 
     Returns:
-        e.g. ``"BirdDog cancelled this job: no worker claimed it within 24 h"``.
+        e.g. ``"BirdDog cancelled this job: no worker claimed it within 24 h"``, or
+        ``"... within its expiry of 30 s"``.
     """
     within = format_duration(max_queued_s)
+    if expiry:
+        within = f"its expiry of {within}"
     if recovered:
         return (
             f"{BOUNCE_PREFIX} it lost its worker {recovered} "

@@ -119,7 +119,8 @@ class OutcomeStore:
         outbox: where outcomes are stored and rows released.
         wake: arms wakes.
         clock: the current time (each outcome is decided at the time of its store).
-        schedule: the retry schedule and age limit.
+        schedule: the retry schedule and age limit (a route's policy may override the
+            age limit and the attempts for its rows).
         rng: the jitter source for retry delays.
     """
 
@@ -250,7 +251,12 @@ class OutcomeStore:
                 row
                 if isinstance(row, UndecodableRow) or fate.result is None
                 else decide_delivery(
-                    row, fate.result, now=now, schedule=self.schedule, rng=self.rng
+                    row,
+                    fate.result,
+                    now=now,
+                    # The route's own age limit and attempts, where it sets them.
+                    schedule=fate.claim.page.route(row.agent_id).policy.schedule(self.schedule),
+                    rng=self.rng,
                 )
             )
             settled.append(Settled(fate.claim.page.claim, outcome, fate.attempt, fate.mailbox))

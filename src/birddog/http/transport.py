@@ -66,7 +66,8 @@ class HttpTransport(SessionOwner):
     post carries the Standard Webhooks headers with ``webhook-id`` = the reply key, so the
     id is stable across retries and doubles as the recipient's idempotency key.
 
-    A post that gets no answer within ``timeout_s`` is cancelled and its connection
+    A post that gets no answer within ``timeout_s`` (or the route's own post timeout,
+    :attr:`Route.policy <birddog.ports.Route.policy>`) is cancelled and its connection
     closed (never left running) and counts as a failure. Redirects are not followed.
     Inside a traced post (:mod:`birddog.tracing`) the POST carries the post span's
     ``traceparent`` header, so the recipient's own spans join the sender's trace.
@@ -88,6 +89,8 @@ class HttpTransport(SessionOwner):
         egress: where posts may connect (default: the internal-mode policy).
         proxy: an HTTP proxy URL every post goes through (``BIRDDOG_HTTP_PROXY``).
         resolver: the DNS resolver the egress policy filters (default: aiohttp's).
+        max_timeout_s: the longest a route's own post timeout may make a post (the
+            daemon's lease: a post must end before its claim); None: no cap.
         push_body: turns a stored reply into the body of an A2A push (routes of kind
             ``a2a``; :func:`birddog.a2a.push.push_body`); None: such replies are
             unsendable.
@@ -106,6 +109,7 @@ class HttpTransport(SessionOwner):
         egress: EgressPolicy | None = None,
         proxy: str | None = None,
         resolver: AbstractResolver | None = None,
+        max_timeout_s: float | None = None,
         push_body: Callable[[bytes], bytes] | None = None,
     ) -> None:
         if timeout_s <= 0:
@@ -116,6 +120,7 @@ class HttpTransport(SessionOwner):
             raise ValueError("connector_limit must be at least 1")
         self.routes = routes
         self.timeout_s = timeout_s
+        self.max_timeout_s = max_timeout_s
         self.max_body_bytes = max_body_bytes
         self.max_deferral_s = max_deferral_s
         self.user_agent = user_agent
@@ -187,7 +192,9 @@ class HttpTransport(SessionOwner):
             headers[tracing.TRACEPARENT] = traceparent
         # A batch's acknowledgement may list every key: it may be that much larger.
         limit = self.max_body_bytes + (sum(len(key) + 8 for key in keys) if batched else 0)
-        answer = await self._exchange(agent_id, url, body, headers, limit=limit)
+        answer = await self._exchange(
+            agent_id, url, body, headers, limit=limit, timeout_s=self._timeout_s(route)
+        )
         if not isinstance(answer, tuple):
             return spread(answer, len(parcels))
         status, answer_headers, answer_body = answer
@@ -246,7 +253,14 @@ class HttpTransport(SessionOwner):
         headers["webhook-id"] = parcel.key
         if (traceparent := tracing.outgoing()) is not None:
             headers[tracing.TRACEPARENT] = traceparent
-        answer = await self._exchange(route.agent_id, url, body, headers, limit=self.max_body_bytes)
+        answer = await self._exchange(
+            route.agent_id,
+            url,
+            body,
+            headers,
+            limit=self.max_body_bytes,
+            timeout_s=self._timeout_s(route),
+        )
         if not isinstance(answer, tuple):
             return answer
         status, answer_headers, answer_body = answer
@@ -300,17 +314,29 @@ class HttpTransport(SessionOwner):
             self._signers[secrets] = signer
         return signer
 
+    def _timeout_s(self, route: Route) -> float:
+        """The post timeout for ``route``: its own, else the default; never past the cap."""
+        timeout_s = route.policy.post_timeout(self.timeout_s)
+        return timeout_s if self.max_timeout_s is None else min(timeout_s, self.max_timeout_s)
+
     async def _exchange(
-        self, agent_id: str, url: yarl.URL, body: bytes, headers: Mapping[str, str], *, limit: int
+        self,
+        agent_id: str,
+        url: yarl.URL,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        limit: int,
+        timeout_s: float,
     ) -> tuple[int, Mapping[str, str], bytes] | DeliveryResult:
         """Send one signed body: the answer's status, headers and body, or the failure."""
         try:
-            async with asyncio.timeout(self.timeout_s):
+            async with asyncio.timeout(timeout_s):
                 status, answer_headers, answer, complete = await self._send(
                     url, body, headers, limit=limit
                 )
         except TimeoutError:
-            return Failed(f"no answer within {self.timeout_s:g} s; request cancelled")
+            return Failed(f"no answer within {timeout_s:g} s; request cancelled")
         except aiohttp.InvalidURL:
             return Rejected(f"route URL for agent {agent_id} is not a valid URL")
         except (aiohttp.ClientError, OSError) as exc:

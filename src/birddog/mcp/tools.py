@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from birddog.core.ask import address_text, parse_address
+from birddog.core.ask_facts import AskFacts, waiting_message
 from birddog.core.errors import (
     AskFailed,
     AskTimedOut,
@@ -592,11 +593,15 @@ class Desk:
             left = deadline - loop.time()
             try:
                 content = await self.services.sender.wait(
-                    key, caller, timeout_s=max(min(left, PROGRESS_S), 0.0)
+                    key,
+                    caller,
+                    timeout_s=max(min(left, PROGRESS_S), 0.0),
+                    # Where the ask stands is looked up once, when the whole wait ends.
+                    explain=left <= PROGRESS_S,
                 )
-            except AskTimedOut:
+            except AskTimedOut as exc:
                 if loop.time() >= deadline:
-                    return _pending(key, wait_s)
+                    return _pending(key, caller, wait_s, exc.facts)
                 await progress(loop.time() - began, wait_s, f"waiting for the reply to {key}")
                 continue
             except AskFailed as exc:
@@ -886,12 +891,13 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
         log.info("mcp_send_failed_after_cancel", error=type(future.exception()).__name__)
 
 
-def _pending(key: str, wait_s: float) -> ToolResult:
-    message = (
-        f"no reply within {wait_s:g} s; it is still owed and will land in your mailbox: "
-        f"call wait with key {key} (or look in inbox later)"
-    )
-    return ToolResult({"status": "pending", "key": key, "message": message}, f"pending: {key}")
+def _pending(key: str, caller: AgentAddress, wait_s: float, facts: AskFacts | None) -> ToolResult:
+    said = waiting_message(facts, key=key, asker=address_text(caller), timeout_s=wait_s)
+    message = f"{said}; call wait with key {key} to wait again (or look in inbox later)"
+    structured: dict[str, Any] = {"status": "pending", "key": key, "message": message}
+    if facts is not None:
+        structured["state"] = str(facts.state)
+    return ToolResult(structured, f"pending: {key}")
 
 
 def _no_task(why: str) -> ToolResult:

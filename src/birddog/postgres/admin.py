@@ -232,8 +232,9 @@ class PostgresAdmin:
 
         Returns:
             One page: ``agent_id``, ``kind``, ``url`` (redacted; None for a mailbox),
-            ``enabled``, ``held_at``, ``batch_size``, ``created_at``, ``updated_at``,
-            ``pending``, ``dead``.
+            ``enabled``, ``held_at``, ``batch_size``, ``post_timeout_s``, ``max_age_s``,
+            ``max_attempts`` (None: the daemon's default), ``created_at``,
+            ``updated_at``, ``pending``, ``dead``.
 
         Raises:
             InvalidInput: a bad limit or cursor.

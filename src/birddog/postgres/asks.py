@@ -18,11 +18,13 @@ from __future__ import annotations
 import json
 
 from birddog.core.ask import COMPARED, Posted, address_text, replay_conflicts
+from birddog.core.ask_facts import RECENT_BEAT_S, AskFacts
 from birddog.core.errors import (
     InvalidInput,
     InvalidJobPayload,
     JobConflict,
     NotAMailbox,
+    StoreUnavailable,
     UnknownAgent,
 )
 from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
@@ -188,6 +190,30 @@ class PostgresAsks:
             with store_errors("add mailbox"):
                 added: bool = await conn.fetchval(queries["routes_ensure_mailbox"], agent_id)
         return added
+
+    async def facts(self, key: str, asker: AgentAddress, *, timeout_s: float) -> AskFacts:
+        """Where the ask with mail ``key`` stands for ``asker``, read in one statement.
+
+        Args:
+            key: the ask's mail key.
+            asker: whose mailbox the reply goes to.
+            timeout_s: the longest wait for a pool connection.
+
+        Returns:
+            The job's state, the recent beats, the reply's outbox and mailbox rows.
+
+        Raises:
+            StoreBusy: no pool connection was free within ``timeout_s``.
+            StoreUnavailable: the database is unreachable.
+        """
+        async with acquire_within(self.pool, timeout_s, "ask facts") as conn:
+            with store_errors("ask facts"):
+                record = await conn.fetchrow(
+                    queries["ask_facts"], key, asker.agent_id, asker.session_id, RECENT_BEAT_S
+                )
+        if record is None:  # one row, always (every join is outer)
+            raise StoreUnavailable("ask facts: the database returned no row")
+        return AskFacts(**dict(record))
 
     async def mail(self, key: str, *, timeout_s: float) -> Mail | None:
         """The mail sent under ``key`` (None: none, or its job is not readable as one).

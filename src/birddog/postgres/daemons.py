@@ -41,7 +41,8 @@ class PostgresDaemons:
         """Record that this process is alive, and forget processes long gone.
 
         A daemon or worker killed without a clean stop leaves its row behind; any live
-        process deletes rows not seen for :data:`EXPIRE_S`, so the table never grows.
+        process deletes rows not seen for :data:`EXPIRE_S` (but the last of each kind, so
+        ``birddog check`` can still say when a daemon last ran), so the table never grows.
         """
         with store_errors("daemon seen"):
             await self.pool.execute(
@@ -50,6 +51,6 @@ class PostgresDaemons:
             await self.pool.execute(queries["daemons_expire"], EXPIRE_S)
 
     async def gone(self) -> None:
-        """Remove this process's row on a clean stop."""
+        """Mark this process's row stopped, on a clean stop (``birddog check`` says so)."""
         with store_errors("daemon gone"):
             await self.pool.execute(queries["daemon_gone"], self.daemon_id)

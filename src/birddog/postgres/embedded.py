@@ -19,10 +19,12 @@ initialises, starts and stops the server itself, so that it stays private:
 - **Root.** PostgreSQL refuses to run as root, so under root the server runs as the
   system user ``embedded_postgres`` (created if missing). The data directory becomes
   ``root:embedded_postgres`` mode 0710 and the server's own directory belongs to that
-  user, mode 0700. That user must already be able to reach the data directory and the
-  binaries; if a parent (a 0700 home directory, say) stops it, the start is refused
-  naming that parent, instead of widening it. Pick a data directory such as
-  ``/var/lib/birddog``, or use ``DATABASE_URL``.
+  user, mode 0700. That user must already be able to reach the data directory; if a
+  parent (a 0700 home directory, say) stops it, the start is refused naming that parent,
+  instead of widening it, and nothing is created. (The default data directory moves out
+  of such a parent on its own: :mod:`birddog.postgres.datadir`.) Binaries that user
+  cannot reach (a virtual environment under ``/root``) are linked, or copied, into
+  ``pgsql/`` of the data directory once, and run from there.
 
 A data directory made by an older BirdDog (``trust`` authentication, no password file)
 is upgraded on its next start: a password is generated, set, and ``pg_hba.conf``
@@ -44,11 +46,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import fcntl
-import grp
 import os
 import pwd
 import secrets
 import shlex
+import shutil
 import stat
 import subprocess
 import time
@@ -60,6 +62,7 @@ from urllib.parse import quote
 
 from birddog.core.errors import DatabaseRefused
 from birddog.core.text import inert
+from birddog.postgres.datadir import SERVER_USER, blocking_directory
 
 with warnings.catch_warnings():
     # platformdirs warns at import time when XDG_RUNTIME_DIR is unset (containers, CI);
@@ -83,9 +86,6 @@ def bundled_psql() -> Path:
 
 ShutdownMode = Literal["smart", "fast", "immediate"]
 """How ``pg_ctl`` stops the server: ``immediate`` is a crash without a checkpoint."""
-
-SERVER_USER = "embedded_postgres"
-"""The system user the server runs as when BirdDog runs as root."""
 
 SUPERUSER = "postgres"
 """The database superuser ``initdb`` creates."""
@@ -118,8 +118,8 @@ class EmbeddedPostgres:
     :meth:`stop` leaves it running.
 
     Args:
-        data_dir: BirdDog's data directory: created if missing (its parent must exist);
-            the server's data goes in ``postgres/`` inside it (``initdb`` on first start).
+        data_dir: BirdDog's data directory: created if missing (with its parents); the
+            server's data goes in ``postgres/`` inside it (``initdb`` on first start).
     """
 
     def __init__(self, data_dir: Path) -> None:
@@ -128,6 +128,12 @@ class EmbeddedPostgres:
         self.passfile = self.data_dir / "pgpass"
         self._owned = False
         self._registered = False
+        self._bin = POSTGRES_BIN_PATH
+        account = _existing_account()
+        if account is not None and blocking_directory(POSTGRES_BIN_PATH, account) is not None:
+            # The server's user cannot reach the package's binaries: it runs the copy in
+            # the data directory (made by _prepare before the first start).
+            self._bin = self.data_dir / _COPY / POSTGRES_BIN_PATH.relative_to(_PACKAGES)
 
     def start(self) -> str:
         """Start the server, initialising (or upgrading) the data directory if needed.
@@ -148,10 +154,11 @@ class EmbeddedPostgres:
                 f"({len(os.fsencode(socket_path))} bytes, at most {SOCKET_PATH_MAX}): "
                 "choose a shorter BIRDDOG_DATA_DIR"
             )
-        if not self.data_dir.parent.is_dir():
-            raise EmbeddedServerError(
-                f"the data directory's parent {self.data_dir.parent} does not exist"
-            )
+        account = _server_account()
+        if account is not None:
+            # Refused before anything is made: no directory, no lock file left behind.
+            _check_reachable(self.data_dir.parent, account)
+        self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(mode=0o700, exist_ok=True)
         with self._lock():
             if self._running_pid() is not None:
@@ -246,11 +253,12 @@ class EmbeddedPostgres:
                 _tighten(self.pgdata, 0o700)
             return
         uid, gid = account
-        for path in (self.data_dir.parent, POSTGRES_BIN_PATH):
-            _check_reachable(path, uid, gid)
+        _check_reachable(self.data_dir.parent, account)
         if self.data_dir.stat().st_uid == 0:
             os.chown(self.data_dir, 0, gid)
             _tighten(self.data_dir, 0o710)
+        if self._bin != POSTGRES_BIN_PATH:
+            _copy_binaries(self.data_dir / _COPY)
         self.pgdata.mkdir(mode=0o700, exist_ok=True)
         os.chown(self.pgdata, uid, gid)
         _tighten(self.pgdata, 0o700)
@@ -331,7 +339,7 @@ class EmbeddedPostgres:
         account = _server_account() if as_server else None
         try:
             subprocess.run(  # noqa: S603 - the package's own PostgreSQL binaries
-                [str(POSTGRES_BIN_PATH / program), *args],
+                [str(self._bin / program), *args],
                 input=stdin,
                 text=True,
                 cwd=self.data_dir,
@@ -415,6 +423,17 @@ class EmbeddedPostgres:
         )
 
 
+def _existing_account() -> tuple[int, int] | None:
+    """Under root, the server user's uid and gid (unknown ids for one not yet created)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam(SERVER_USER)
+    except KeyError:
+        return (-1, -1)  # a new system user: "others" on every directory
+    return entry.pw_uid, entry.pw_gid
+
+
 def _server_account() -> tuple[int, int] | None:
     """The uid and gid the server runs as under root (creating the user); None otherwise."""
     if os.geteuid() != 0:
@@ -438,25 +457,66 @@ def _server_account() -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
-def _check_reachable(path: Path, uid: int, gid: int) -> None:
-    """Refuse, naming the directory, when ``uid`` cannot traverse every directory to ``path``."""
-    groups = {gid} | {g.gr_gid for g in grp.getgrall() if SERVER_USER in g.gr_mem}
-    for directory in [*reversed(path.parents), path]:
-        info = directory.stat()
-        if info.st_uid == uid:
-            allowed = info.st_mode & stat.S_IXUSR
-        elif info.st_gid in groups:
-            allowed = info.st_mode & stat.S_IXGRP
-        else:
-            allowed = info.st_mode & stat.S_IXOTH
-        if not allowed:
-            raise EmbeddedServerError(
-                f"running as root, the embedded PostgreSQL runs as user {SERVER_USER}, who "
-                f"cannot reach {directory} (mode {stat.S_IMODE(info.st_mode):04o}); BirdDog "
-                "never widens permissions outside its data directory: choose a "
-                "BIRDDOG_DATA_DIR that user can reach (such as /var/lib/birddog), install "
-                "BirdDog where it can read it, or set DATABASE_URL"
-            )
+def _check_reachable(path: Path, account: tuple[int, int]) -> None:
+    """Refuse, naming the directory, when the server user cannot cross every one to ``path``."""
+    blocked = blocking_directory(path, account)
+    if blocked is not None:
+        directory, mode = blocked
+        raise EmbeddedServerError(
+            f"running as root, the embedded PostgreSQL runs as user {SERVER_USER}, who "
+            f"cannot reach {directory} (mode {mode:04o}); BirdDog never widens permissions "
+            "outside its data directory: choose a BIRDDOG_DATA_DIR that user can reach "
+            "(such as /var/lib/birddog), or unset it to let BirdDog choose, or set "
+            "DATABASE_URL"
+        )
+
+
+_PACKAGES = POSTGRES_BIN_PATH.parents[2]
+"""The directory holding ``embedded_postgres`` and the libraries its binaries load."""
+
+_COPY = "pgsql"
+"""Where in the data directory the binaries go when the server's user cannot reach them."""
+
+_COPIED_FROM = "copied-from"
+"""The file in that copy saying which binaries it holds (a new package version recopies)."""
+
+
+def _copy_binaries(target: Path) -> None:
+    """Link (or copy) the server's binaries, with their libraries, below ``target``.
+
+    The binaries find their libraries and ``share/`` relative to themselves
+    (``$ORIGIN/../../../embedded_postgres.libs``), so the layout under ``target`` is the
+    package's own. Headers are left out. Done once per package version; only while no
+    server runs (the caller holds the start lock).
+    """
+    postgres = POSTGRES_BIN_PATH / "postgres"
+    info = postgres.stat()
+    source = f"{POSTGRES_BIN_PATH}\n{info.st_mtime_ns}\n{info.st_size}\n"
+    stamp = target / _COPIED_FROM
+    with contextlib.suppress(FileNotFoundError):
+        if stamp.read_text() == source:
+            return
+    shutil.rmtree(target, ignore_errors=True)
+    target.mkdir(mode=0o755)
+    installed = POSTGRES_BIN_PATH.parent
+    shutil.copytree(
+        installed,
+        target / installed.relative_to(_PACKAGES),
+        copy_function=_link_or_copy,
+        ignore=lambda directory, _names: ["include"] if Path(directory) == installed else [],
+    )
+    libraries = _PACKAGES / "embedded_postgres.libs"
+    if libraries.is_dir():
+        shutil.copytree(libraries, target / libraries.name, copy_function=_link_or_copy)
+    stamp.write_text(source)
+
+
+def _link_or_copy(source: str, destination: str) -> None:
+    """A hard link when both sides share a file system (no bytes copied), else a copy."""
+    try:
+        os.link(source, destination)
+    except OSError:
+        shutil.copy2(source, destination)
 
 
 def _tighten(path: Path, mode: int) -> None:

@@ -56,8 +56,10 @@ async def enqueue_accepted_job(
     """Insert a queued job inside the caller's transaction; roll back and nothing was sent.
 
     Enqueueing the same ``jobId`` again is a replay: it is accepted (and writes nothing)
-    only when queue, lane, priority, payload and recovery all match the stored job,
-    whatever state that job has reached. A new job is announced with
+    only when queue, lane, priority, payload, recovery, ``not_before`` and
+    ``expires_in_s`` all match the stored job, whatever state that job has reached. A
+    job's ``not_before`` keeps it from every claim until then; its ``expires_in_s`` counts
+    from ``created_at``. A new job is announced with
     ``NOTIFY birddog_jobs`` (payload: its queue), which Postgres delivers at commit.
     With OpenTelemetry (:mod:`birddog.tracing`) the insert runs in a ``birddog.enqueue``
     span, a child of the current one, whose context the job keeps for its replies' posts.
@@ -123,7 +125,8 @@ async def enqueue_job(
     ids = {"job_id": job.job_id, "queue": job.queue}
     with tracing.span("enqueue", parent=None, root=True, kind="producer", attributes=ids) as span:
         fields = (job.job_id, job.queue, job.lane, job.priority, payload, recovery)
-        args = (*fields, created_at, span.traceparent, sender_mailbox)
+        timing = (job.not_before, job.expires_in_s)
+        args = (*fields, created_at, span.traceparent, sender_mailbox, *timing)
         [row] = await _run_on_sender(conn, queries["jobs_enqueue"], args)
     if row["inserted"]:
         return Enqueued(inserted=True, mailbox_added=bool(row["mailbox_added"]))

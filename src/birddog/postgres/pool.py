@@ -27,12 +27,14 @@ from asyncpg.pool import PoolConnectionProxy
 
 from birddog.core.errors import (
     DatabaseRefused,
+    SchemaMissing,
     StoreBusy,
     StoreRefused,
     StoreUnavailable,
     StoreUnreachable,
 )
 from birddog.core.text import inert
+from birddog.postgres.sql import queries
 
 if TYPE_CHECKING:
     Pool: TypeAlias = asyncpg.Pool[asyncpg.Record]
@@ -66,6 +68,17 @@ later may succeed, so they are not refusals of a row."""
 
 _BAD_ARGUMENT: tuple[type[BaseException], ...] = (asyncpg.exceptions._base.DataError,)
 """A value the driver could not send (client side, before the server saw it)."""
+
+_SCHEMA_MISSING: tuple[type[BaseException], ...] = (
+    asyncpg.UndefinedTableError,  # 42P01: relation "birddog.x" does not exist
+    asyncpg.InvalidSchemaNameError,  # 3F000: schema "birddog" does not exist
+    asyncpg.UndefinedColumnError,  # 42703: a column a newer revision adds
+    asyncpg.UndefinedFunctionError,  # 42883: a function a newer revision adds
+)
+"""Refusals that mean the schema is not there, or is older than this BirdDog.
+
+Every statement BirdDog sends names its objects in the ``birddog`` schema, so these say
+the schema is missing or behind, never that a statement is wrong."""
 
 _REFUSED: tuple[type[BaseException], ...] = (
     asyncpg.InvalidAuthorizationSpecificationError,  # 28000: no such role, no pg_hba entry
@@ -342,6 +355,9 @@ def store_errors(operation: str) -> Iterator[None]:
         Nothing; the body runs inside the translation.
 
     Raises:
+        SchemaMissing: the statement names a table, column or function of the
+            ``birddog`` schema the database does not have (not migrated, or migrated by
+            an older BirdDog): the message says to run ``birddog migrate``.
         StoreUnavailable: the body failed in the driver or the server; the driver's error
             is its ``__cause__`` (:func:`refusal_reason` reads the server's reason from
             it). For a refusal the message names the error's class and SQLSTATE, never
@@ -356,6 +372,8 @@ def store_errors(operation: str) -> Iterator[None]:
         raise StoreUnavailable(
             f"database unavailable during {operation}: {failure_reason(exc)}"
         ) from exc
+    except _SCHEMA_MISSING as exc:
+        raise schema_missing(exc) from exc
     except _TRANSIENT as exc:
         state = getattr(exc, "sqlstate", "")
         raise StoreUnavailable(
@@ -365,6 +383,43 @@ def store_errors(operation: str) -> Iterator[None]:
         raise StoreRefused(
             f"database refused {operation}: {type(exc).__name__} (SQLSTATE {exc.sqlstate})"
         ) from exc
+
+
+def schema_missing(exc: BaseException) -> SchemaMissing:
+    """The one error for a database without the ``birddog`` schema (or with an older one).
+
+    Args:
+        exc: the server's refusal (42P01, 3F000, 42703 or 42883).
+
+    Returns:
+        The error to raise, its message ending with what to do: run ``birddog migrate``.
+    """
+    said = inert(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    if isinstance(exc, asyncpg.UndefinedColumnError | asyncpg.UndefinedFunctionError):
+        what = "the birddog schema is older than this BirdDog"
+    else:
+        what = "the database has no birddog schema"
+    return SchemaMissing(f"{what} ({said}): run `birddog migrate`")
+
+
+async def check_schema(conn: Pool | Connection) -> None:
+    """Refuse, before anything is written or announced, a database that was never migrated.
+
+    One statement: the schema's version table (every role may read it).
+
+    Args:
+        conn: a pool or a connection to the database.
+
+    Raises:
+        SchemaMissing: no ``birddog`` schema (or no version in it): run ``birddog migrate``.
+    """
+    with store_errors("schema check"):
+        version = await conn.fetchval(queries["schema_version"])
+    if version is None:
+        raise SchemaMissing(
+            "the database's birddog schema has no version (a migration never finished): "
+            "run `birddog migrate`"
+        )
 
 
 def refusal_reason(exc: BaseException) -> str | None:

@@ -44,7 +44,7 @@ ON CONFLICT (key) DO NOTHING
 RETURNING o.key;
 
 -- name: outbox_claim_page
--- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order, skipping recipients $6; with each row's route kind and batch size, and its reply as JSON text (posted as is).
+-- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order, skipping recipients $6; with each row's route kind, batch size and policy, and its reply as JSON text (posted as is).
 -- params: $1 after_key text ('' for the start), $2 now timestamptz, $3 limit int, $4 claim uuid, $5 lease_until timestamptz, $6 skip_agents text[]
 WITH due AS (
     SELECT o.key, o.recipient_agent_id
@@ -71,10 +71,13 @@ RETURNING
     o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
     o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, o.traceparent,
     r.kind AS route_kind,
-    r.batch_size AS route_batch_size;
+    r.batch_size AS route_batch_size,
+    r.post_timeout_s AS route_post_timeout_s,
+    r.max_age_s AS route_max_age_s,
+    r.max_attempts AS route_max_attempts;
 
 -- name: outbox_claim_due
--- Lease up to $6 + $2 claimable rows (due, unheld, unleased, recipients not in $5): the $6 latest-due, then $2 earliest-due; with each row's route kind and batch size, and its reply as JSON text (posted as is).
+-- Lease up to $6 + $2 claimable rows (due, unheld, unleased, recipients not in $5): the $6 latest-due, then $2 earliest-due; with each row's route kind, batch size and policy, and its reply as JSON text (posted as is).
 -- params: $1 now timestamptz, $2 limit int (the earliest-due part), $3 claim uuid, $4 lease_until timestamptz, $5 skip_agents text[], $6 newest int
 -- Due order reads the partial due-time index from its start and stops after $2 rows, so
 -- its cost is the page (plus rows in flight), whatever the future backlog. The few
@@ -123,7 +126,10 @@ RETURNING
     o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
     o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, o.traceparent,
     r.kind AS route_kind,
-    r.batch_size AS route_batch_size;
+    r.batch_size AS route_batch_size,
+    r.post_timeout_s AS route_post_timeout_s,
+    r.max_age_s AS route_max_age_s,
+    r.max_attempts AS route_max_attempts;
 
 -- name: outbox_claim_heads
 -- Lease what outbox_claim_due leases ($6 latest-due, then $2 earliest-due claimable rows, recipients not in $5), reading the earliest-due part from each other recipient's head: at most $7 rows of each.
@@ -356,6 +362,16 @@ WHERE o.state = 'pending'
 ORDER BY o.due_at
 LIMIT 1;
 
+-- name: outbox_dead_recipients
+-- The recipients of the dead letters outbox_replay would put back, by agent id.
+-- params: $1 key text (null: any key), $2 recipient_agent_id text (null: any recipient)
+SELECT DISTINCT o.recipient_agent_id
+FROM birddog.outbox o
+WHERE o.state = 'dead'
+  AND ($1::text IS NULL OR o.key = $1::text)
+  AND ($2::text IS NULL OR o.recipient_agent_id = $2::text)
+ORDER BY o.recipient_agent_id;
+
 -- name: outbox_replay
 -- Put dead letters back to pending under the same key: due now, fresh attempts and age.
 -- params: $1 key text (null: any key), $2 recipient_agent_id text (null: any recipient)
@@ -490,35 +506,50 @@ DELETE FROM birddog.wake w WHERE w.wake_at <= $1::timestamptz;
 -- params: $1 agent_id text
 SELECT
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts
 FROM birddog.routes r
 WHERE r.agent_id = $1::text;
 
+-- name: routes_missing
+-- Which of the agents $1 have no route (a reply to one would die unknown_recipient), in the order given.
+-- params: $1 agent_ids text[]
+SELECT a.agent_id
+FROM unnest($1::text[]) WITH ORDINALITY AS a (agent_id, n)
+WHERE NOT EXISTS (SELECT 1 FROM birddog.routes r WHERE r.agent_id = a.agent_id)
+ORDER BY a.n;
+
 -- name: routes_add
 -- Add a route; nothing when the agent already has one.
--- params: $1 agent_id text, $2 url text (null for a mailbox), $3 secret text (null for a mailbox), $4 enabled boolean, $5 kind text, $6 batch_size int4, $7 now timestamptz
-INSERT INTO birddog.routes AS r (agent_id, url, secret, enabled, kind, batch_size, held_at)
+-- params: $1 agent_id text, $2 url text (null for a mailbox), $3 secret text (null for a mailbox), $4 enabled boolean, $5 kind text, $6 batch_size int4, $7 now timestamptz, $8 post_timeout_s float8 (null: the default), $9 max_age_s float8 (null: the default), $10 max_attempts int4 (null: the default)
+INSERT INTO birddog.routes AS r (
+    agent_id, url, secret, enabled, kind, batch_size, held_at,
+    post_timeout_s, max_age_s, max_attempts
+)
 VALUES (
     $1::text, $2::text, $3::text, $4::boolean, $5::text, $6::int4,
-    CASE WHEN $4::boolean THEN NULL ELSE $7::timestamptz END
+    CASE WHEN $4::boolean THEN NULL ELSE $7::timestamptz END,
+    $8::float8, $9::float8, $10::int4
 )
 ON CONFLICT (agent_id) DO NOTHING
 RETURNING
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until;
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts;
 
 -- name: routes_update
--- Change a route's URL, secret and/or batch size (null keeps the current value).
--- params: $1 agent_id text, $2 url text (null: keep), $3 secret text (null: keep), $4 batch_size int4 (null: keep)
+-- Change a route's URL, secret and/or batch size (null keeps the current value), and set its policy columns as given (null: the daemon's default).
+-- params: $1 agent_id text, $2 url text (null: keep), $3 secret text (null: keep), $4 batch_size int4 (null: keep), $5 post_timeout_s float8, $6 max_age_s float8, $7 max_attempts int4
 UPDATE birddog.routes r
 SET url = coalesce($2::text, r.url),
     secret = coalesce($3::text, r.secret),
     batch_size = coalesce($4::int4, r.batch_size),
+    post_timeout_s = $5::float8,
+    max_age_s = $6::float8,
+    max_attempts = $7::int4,
     updated_at = now()
 WHERE r.agent_id = $1::text
 RETURNING
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until;
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts;
 
 -- name: routes_rotate
 -- A new current secret; the old one keeps signing, beside it, until $3.
@@ -531,7 +562,7 @@ SET previous_secret = r.secret,
 WHERE r.agent_id = $1::text AND r.kind = 'http'
 RETURNING
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until;
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts;
 
 -- name: routes_forget_previous_secrets
 -- Drop every rotated-out secret whose overlap ended by $1.
@@ -545,7 +576,7 @@ WHERE r.previous_secret_until <= $1::timestamptz;
 -- params: $1 agent_id text
 SELECT
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts
 FROM birddog.routes r
 WHERE r.agent_id = $1::text
 FOR UPDATE;
@@ -560,7 +591,7 @@ SET enabled = $2::boolean,
 WHERE r.agent_id = $1::text
 RETURNING
     r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
-    r.previous_secret, r.previous_secret_until;
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts;
 
 -- name: outbox_resume_aging
 -- A released recipient's pending rows get back the age they had when the hold began ($2).
@@ -582,7 +613,8 @@ DELETE FROM birddog.routes r WHERE r.agent_id = $1::text RETURNING r.agent_id;
 -- Every route, by agent id, without its secrets.
 -- params: none
 SELECT
-    r.agent_id, r.url, r.enabled, r.kind, r.batch_size, r.held_at, r.previous_secret_until
+    r.agent_id, r.url, r.enabled, r.kind, r.batch_size, r.held_at, r.previous_secret_until,
+    r.post_timeout_s, r.max_age_s, r.max_attempts
 FROM birddog.routes r
 ORDER BY r.agent_id;
 
@@ -690,6 +722,33 @@ SELECT birddog.ensure_mailbox($1::text);
 -- params: $1 agent_id text, $2 session_id text
 SELECT birddog.session_known($1::text, $2::text);
 
+-- name: ask_facts
+-- Where the ask with mail key $1 stands for its asker $2:$3: its job (as the caller may see it), the workers and daemons that beat within $4 seconds and the reply's outbox row (birddog.ask_standing), its mailbox row; one row.
+-- params: $1 key text, $2 asker_agent_id text, $3 asker_session_id text, $4 within_s float8
+SELECT
+    now() AS now,
+    j.state AS job_state, j.queue, j.created_at AS job_created_at, j.started_at, j.outcome,
+    s.workers_recent, s.daemons_recent, s.reply_key, s.reply_state, s.reply_attempts,
+    s.reply_due_at, s.last_error, s.dead_reason,
+    coalesce(NOT r.enabled, false) AS route_held,
+    m.delivered_at
+FROM birddog.ask_standing($1::text, $2::text, $3::text, $4::float8) s
+LEFT JOIN LATERAL (
+    SELECT j.state, j.queue, j.created_at, j.started_at, j.outcome
+    FROM birddog.jobs j
+    WHERE (j.payload #>> '{mail,key}') = $1::text
+    ORDER BY j.created_at, j.job_id
+    LIMIT 1
+) j ON true
+LEFT JOIN LATERAL (
+    SELECT m.delivered_at
+    FROM birddog.mailbox m
+    WHERE m.in_reply_to = $1::text AND m.agent_id = $2::text AND m.session_id = $3::text
+    ORDER BY m.delivered_at
+    LIMIT 1
+) m ON true
+LEFT JOIN birddog.routes r ON r.agent_id = $2::text;
+
 -- name: ask_job_by_mail_key
 -- The job that carries the mail with key $1, its payload as text (jobs_mail_key_idx).
 -- params: $1 key text
@@ -698,6 +757,11 @@ FROM birddog.jobs j
 WHERE (j.payload #>> '{mail,key}') = $1::text
 ORDER BY j.created_at, j.job_id
 LIMIT 1;
+
+-- name: schema_version
+-- The schema's Alembic revision (no row, or no table: never migrated).
+-- params: none
+SELECT v.version_num FROM birddog.alembic_version v;
 
 -- name: a2a_task
 -- One ask job as an A2A task: its state, outcome, result and diagnostic, and its mail (addresses, key, content).
@@ -826,24 +890,30 @@ SELECT birddog.drop_agent_login($1::text);
 -- params: $1 daemon_id text, $2 kind text, $3 host text, $4 pid int4
 INSERT INTO birddog.daemons (daemon_id, kind, host, pid, started_at, seen_at)
 VALUES ($1, $2, $3, $4, now(), now())
-ON CONFLICT (daemon_id) DO UPDATE SET seen_at = now();
+ON CONFLICT (daemon_id) DO UPDATE SET seen_at = now(), stopped_at = NULL;
 
 -- name: daemon_gone
--- Forget a daemon that stopped cleanly.
+-- Mark a daemon or worker that stopped cleanly: stopped now, no longer running.
 -- params: $1 daemon_id text
-DELETE FROM birddog.daemons WHERE daemon_id = $1;
+UPDATE birddog.daemons SET stopped_at = now() WHERE daemon_id = $1;
 
 -- name: daemons_expire
--- Forget daemons and workers not seen for $1 seconds (killed, or their host is gone).
+-- Forget daemons and workers not seen for $1 seconds (killed, stopped, or their host is gone), but the last seen of each kind.
 -- params: $1 older_than_s float8
-DELETE FROM birddog.daemons WHERE seen_at < now() - make_interval(secs => $1);
+DELETE FROM birddog.daemons d
+WHERE d.seen_at < now() - make_interval(secs => $1)
+  AND d.daemon_id <> ALL (
+      SELECT DISTINCT ON (l.kind) l.daemon_id
+      FROM birddog.daemons l
+      ORDER BY l.kind, l.seen_at DESC
+  );
 
 -- name: daemons_seen
--- Daemons and workers seen within an interval, newest first.
+-- Daemons and workers running (not stopped) that beat within an interval, newest first.
 -- params: $1 within_s float8
 SELECT daemon_id, kind, host, pid, started_at, seen_at
 FROM birddog.daemons
-WHERE seen_at > now() - make_interval(secs => $1)
+WHERE seen_at > now() - make_interval(secs => $1) AND stopped_at IS NULL
 ORDER BY seen_at DESC;
 
 -- name: check_stale_pending
@@ -896,12 +966,18 @@ ORDER BY r.held_at, r.agent_id
 LIMIT $2;
 
 -- name: check_due_without_daemon
--- Replies due (up to $2 counted) while no drain daemon beat within $1 seconds, and when one last did; no row when a daemon beat in time or nothing is due (for `birddog check`).
+-- Replies due (up to $2 counted) while no running drain daemon beat within $1 seconds, and when the last one beat and whether it stopped cleanly; no row when a daemon beat in time or nothing is due (for `birddog check`).
 -- params: $1 within_s float8, $2 count_limit int4
 SELECT
     count(*)::int AS due,
     min(d.due_at) AS oldest_due_at,
-    (SELECT max(b.seen_at) FROM birddog.daemons b WHERE b.kind = 'drain') AS last_seen_at
+    (SELECT max(b.seen_at) FROM birddog.daemons b WHERE b.kind = 'drain') AS last_seen_at,
+    (
+        SELECT b.stopped_at FROM birddog.daemons b
+        WHERE b.kind = 'drain'
+        ORDER BY b.seen_at DESC
+        LIMIT 1
+    ) AS last_stopped_at
 FROM (
     SELECT o.due_at
     FROM birddog.outbox o
@@ -911,7 +987,8 @@ FROM (
 ) d
 WHERE NOT EXISTS (
     SELECT 1 FROM birddog.daemons b
-    WHERE b.kind = 'drain' AND b.seen_at > now() - make_interval(secs => $1)
+    WHERE b.kind = 'drain' AND b.stopped_at IS NULL
+      AND b.seen_at > now() - make_interval(secs => $1)
 )
 HAVING count(*) > 0;
 
@@ -977,8 +1054,8 @@ LIMIT $4::int;
 -- Routes by agent id after $1, with their pending and dead counts; never a secret.
 -- params: $1 after_agent_id text (null: from the start), $2 limit int
 SELECT
-    r.agent_id, r.kind, r.url, r.enabled, r.held_at, r.batch_size, r.created_at,
-    r.updated_at, c.pending, c.dead
+    r.agent_id, r.kind, r.url, r.enabled, r.held_at, r.batch_size, r.post_timeout_s,
+    r.max_age_s, r.max_attempts, r.created_at, r.updated_at, c.pending, c.dead
 FROM birddog.routes r
 LEFT JOIN LATERAL (
     SELECT
@@ -1038,7 +1115,8 @@ WITH running AS (
 )
 SELECT
     p.rank, p.at, j.job_id, j.queue, j.lane, j.priority, j.state, j.outcome, j.created_at,
-    j.started_at, j.settled_at, j.lease_expires_at, j.recovery_count,
+    j.started_at, j.settled_at, j.lease_expires_at, j.recovery_count, j.agent_id,
+    j.not_before, j.expires_at,
     j.cancel_requested_at, j.worker_id, j.diagnostic,
     j.payload #>> '{mail,key}' AS mail_key,
     j.payload #>> '{mail,from,agentId}' AS sender_agent_id
@@ -1053,6 +1131,7 @@ SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.outcome, j.created_at, j.started_at,
     j.settled_at, j.updated_at, j.lease_expires_at, j.recovery_count, j.recovery,
     j.cancel_requested_at, j.cancel_content, j.worker_id, j.slot, j.diagnostic,
+    j.agent_id, j.not_before, j.expires_at,
     left(j.result_content, $3::int) AS result_preview,
     length(j.result_content) AS result_chars,
     j.payload #>> '{mail,key}' AS mail_key,
@@ -1117,11 +1196,11 @@ LIMIT $2::int;
 
 -- name: jobs_enqueue
 -- Enqueue a queued job through birddog.enqueue: inserted (and announced at commit), or a replay with the fields that differ (null: the stored job is not visible); a mailbox route for the mail's sender when $9 asks.
--- params: $1 job_id text, $2 queue text, $3 lane text, $4 priority int2, $5 payload text (JSON), $6 recovery text (JSON, null: none), $7 created_at timestamptz (null: clock_timestamp()), $8 traceparent text (W3C, null: not traced), $9 sender_mailbox boolean
+-- params: $1 job_id text, $2 queue text, $3 lane text, $4 priority int2, $5 payload text (JSON), $6 recovery text (JSON, null: none), $7 created_at timestamptz (null: clock_timestamp()), $8 traceparent text (W3C, null: not traced), $9 sender_mailbox boolean, $10 not_before timestamptz (null: at once), $11 expires_in_s float8 (null: never on its own)
 SELECT e.inserted, e.differing, e.mailbox_added
 FROM birddog.enqueue(
     $1::text, $2::text, $3::text, $4::int2, $5::text, $6::text, $7::timestamptz, $8::text,
-    $9::boolean
+    $9::boolean, $10::timestamptz, $11::float8
 ) AS e;
 
 -- name: jobs_get
@@ -1130,22 +1209,28 @@ FROM birddog.enqueue(
 SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text AS payload,
     j.recovery::text AS recovery, j.outcome, j.lease_expires_at, j.recovery_count,
-    j.cancel_requested_at, j.cancel_content, j.created_at
+    j.cancel_requested_at, j.cancel_content, j.created_at, j.not_before, j.expires_at
 FROM birddog.jobs j
 WHERE j.job_id = $1::text;
 
 -- name: jobs_claim
--- Claim up to $2 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) whose running jobs hold fewer than $5 slots; running in the lowest free slot, a fresh claim token, a lease.
--- params: $1 queues text[] (null: every queue not starting with $7), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none), $5 slots per queue int, $6 started_at timestamptz, $7 reserved queue prefix text
--- The function holds the statement (a skip scan of the claim index: one probe per queue
--- with queued jobs); see migrations/versions/0007_write_functions.py.
+-- Claim up to $2 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) that may be claimed at $6 (not before its not-before, not after its expiry) and whose running jobs hold fewer than $5 slots; running in the lowest free slot, a fresh claim token, a lease.
+-- params: $1 queues text[] (null: with $8 null, every queue not starting with $7), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none), $5 slots per queue int, $6 started_at timestamptz (the claim's now), $7 reserved queue prefix text, $8 agents text[] (the sessions of these agents as well; null: none)
+-- The function reads the queue heads (birddog.queue_heads) and probes only the candidate
+-- queues' jobs; see migrations/versions/0011_jobs_model.py.
 SELECT
     c.job_id, c.queue, c.lane, c.priority, c.state, c.payload, c.recovery, c.outcome,
     c.claim_token, c.lease_expires_at, c.recovery_count, c.cancel_requested_at,
-    c.cancel_content, c.created_at, c.traceparent
+    c.cancel_content, c.created_at, c.traceparent, c.not_before, c.expires_at
 FROM birddog.claim(
-    $1::text[], $2::int, $3::timestamptz, $4::text, $5::int, $6::timestamptz, $7::text
+    $1::text[], $2::int, $3::timestamptz, $4::text, $5::int, $6::timestamptz, $7::text,
+    $8::text[]
 ) AS c;
+
+-- name: jobs_queue_heads_repair
+-- Recompute the queue heads that differ from the jobs (birddog.queue_heads_repair); how many queues were repaired.
+-- params: none
+SELECT birddog.queue_heads_repair();
 
 -- name: jobs_heartbeat
 -- Extend the lease of a job still running under claim $2 (birddog.heartbeat); whether a cancellation was requested, null when the claim holds nothing.
@@ -1202,11 +1287,12 @@ ORDER BY j.lease_expires_at, j.job_id
 LIMIT $2::int;
 
 -- name: jobs_queued_too_long
--- Up to $2 queued jobs enqueued by $1 (the maximum queued age ago), oldest first, except jobs $3 (for birddog.reap, which locks them).
--- params: $1 enqueued_by timestamptz, $2 limit int, $3 skip text[] (jobs refused or held elsewhere this pass)
-SELECT j.job_id, j.recovery_count
+-- Up to $2 queued jobs enqueued by $1 (the maximum queued age ago) or past their own expiry at $4, oldest first, except jobs $3 (for birddog.reap, which locks them).
+-- params: $1 enqueued_by timestamptz, $2 limit int, $3 skip text[] (jobs refused or held elsewhere this pass), $4 now timestamptz
+SELECT j.job_id, j.recovery_count, j.created_at, j.expires_at
 FROM birddog.jobs j
-WHERE j.state = 'queued' AND j.created_at <= $1::timestamptz
+WHERE j.state = 'queued'
+  AND (j.created_at <= $1::timestamptz OR j.expires_at <= $4::timestamptz)
   AND NOT (j.job_id = ANY($3::text[]))
 ORDER BY j.created_at, j.job_id
 LIMIT $2::int;
@@ -1216,15 +1302,23 @@ LIMIT $2::int;
 -- params: none
 SELECT j.state, count(*)::int AS jobs FROM birddog.jobs j GROUP BY j.state;
 
+-- name: jobs_not_yet_due
+-- How many queued jobs may not be claimed before a later time than $1 (send --not-before), and the earliest such time.
+-- params: $1 now timestamptz
+SELECT count(*)::int AS jobs, min(j.not_before) AS next_at
+FROM birddog.jobs j
+WHERE j.state = 'queued' AND j.not_before > $1::timestamptz;
+
 -- name: jobs_queued_backlog
 -- How many jobs are queued in the queues a worker serves, and when the oldest was enqueued.
--- params: $1 queues text[] (null: every queue not starting with $2), $2 reserved queue prefix text
+-- params: $1 queues text[] (null: with $3 null, every queue not starting with $2), $2 reserved queue prefix text, $3 agents text[] (their sessions as well; null: none)
 SELECT count(*)::int AS queued, min(j.created_at) AS oldest
 FROM birddog.jobs j
 WHERE j.state = 'queued'
   AND CASE
-      WHEN $1::text[] IS NULL THEN NOT starts_with(j.queue, $2::text)
+      WHEN $1::text[] IS NULL AND $3::text[] IS NULL THEN NOT starts_with(j.queue, $2::text)
       ELSE j.queue = ANY($1::text[])
+          OR (j.agent_id = ANY($3::text[]) AND NOT starts_with(j.queue, $2::text))
   END;
 
 -- name: demo_database_drop
@@ -1394,7 +1488,7 @@ BEGIN
     -- jobs cancel, the console): every row, no DDL.
     GRANT SELECT, INSERT, UPDATE, DELETE ON
         birddog.outbox, birddog.receipts, birddog.wake, birddog.routes, birddog.jobs,
-        birddog.mailbox, birddog.daemons
+        birddog.mailbox, birddog.daemons, birddog.queue_heads
         TO birddog_daemon;
     GRANT SELECT ON birddog.pending, birddog.dead_letters TO birddog_daemon;
     -- The operator's `birddog agent` commands: agents and their tokens (digests only).
@@ -1412,8 +1506,10 @@ BEGIN
     GRANT SELECT ON birddog.jobs TO birddog_worker;
     GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.daemons TO birddog_worker;
     GRANT EXECUTE ON FUNCTION
-        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
-        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text),
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
+                        timestamptz, double precision),
+        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text,
+                      text[]),
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
@@ -1422,7 +1518,8 @@ BEGIN
         birddog.record_turn(text, uuid, text, text, integer, bigint),
         birddog.agent_token_use(bytea),
         birddog.session_known(text, text),
-        birddog.ensure_mailbox(text)
+        birddog.ensure_mailbox(text),
+        birddog.queue_heads_repair()
         TO birddog_worker;
     -- The sender (send, ask, inbox, the library's enqueue): enqueues queued jobs (with a
     -- mailbox route for an asker without a route) and acknowledges replies through the
@@ -1433,13 +1530,15 @@ BEGIN
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
     GRANT SELECT ON birddog.mailbox TO birddog_sender;
     GRANT EXECUTE ON FUNCTION
-        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
+                        timestamptz, double precision),
         birddog.ack(text[], timestamptz),
         birddog.agent_token_use(bytea),
         birddog.mailbox_visible(text, text),
         birddog.job_visible(text, jsonb),
         birddog.session_known(text, text),
-        birddog.ensure_mailbox(text)
+        birddog.ensure_mailbox(text),
+        birddog.ask_standing(text, text, text, double precision)
         TO birddog_sender;
     -- An agent's own login (birddog agent add AGENT --login): what a sender may, for its
     -- own agent only (mail from itself, its own mailbox, the jobs it sent or serves), and
@@ -1448,13 +1547,15 @@ BEGIN
         job_id, queue, lane, priority, state, payload, recovery, outcome, lease_expires_at,
         recovery_count, cancel_requested_at, cancel_content, result_content, diagnostic,
         worker_id, created_at, updated_at, settled_at, slot, started_at, traceparent, sent_by,
-        turn_host, turn_boot_id, turn_pid, turn_start_ticks
+        turn_host, turn_boot_id, turn_pid, turn_start_ticks, agent_id, not_before, expires_at
     ) ON birddog.jobs TO birddog_agent;
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_agent;
     GRANT SELECT ON birddog.mailbox TO birddog_agent;
     GRANT EXECUTE ON FUNCTION
-        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean),
-        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text),
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
+                        timestamptz, double precision),
+        birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text,
+                      text[]),
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
@@ -1463,7 +1564,8 @@ BEGIN
         birddog.mailbox_visible(text, text),
         birddog.job_visible(text, jsonb),
         birddog.session_known(text, text),
-        birddog.ensure_mailbox(text)
+        birddog.ensure_mailbox(text),
+        birddog.ask_standing(text, text, text, double precision)
         TO birddog_agent;
     -- Mailboxes and jobs are private (row-level security; the owner, whose functions
     -- write them, is not bound by it): operators see every row, a sender the jobs its
@@ -1494,7 +1596,8 @@ BEGIN
     GRANT SELECT (agent_id, kind, enabled, held_at, updated_at) ON birddog.routes TO birddog_reader;
     GRANT SELECT (
         job_id, queue, lane, priority, state, outcome, recovery_count, lease_expires_at,
-        cancel_requested_at, worker_id, created_at, updated_at, settled_at, started_at, slot
+        cancel_requested_at, worker_id, created_at, updated_at, settled_at, started_at, slot,
+        agent_id, not_before, expires_at
     ) ON birddog.jobs TO birddog_reader;
 END
 $grant$;

@@ -22,7 +22,7 @@ import binascii
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -33,6 +33,7 @@ from pydantic import TypeAdapter, ValidationError
 from birddog.core.egress import URL_MAX_LENGTH, EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound, SecretUnreadable
 from birddog.core.model import Id
+from birddog.core.policy import NO_POLICY, POLICY_FIELDS, RoutePolicy
 from birddog.core.text import shown_key
 from birddog.ports import Clock, Route, RouteKind
 from birddog.postgres.pool import Pool, store_errors
@@ -133,6 +134,8 @@ class PostgresRoutes:
             the internal-mode policy).
         box: seals secrets before they are stored and opens them when read (default:
             no key: secrets stored as given).
+        lease_s: the daemons' claim lease (``BIRDDOG_LEASE_S``): a route's post timeout
+            must be shorter, or a post could outlast its claim (None: not checked).
     """
 
     def __init__(
@@ -143,12 +146,14 @@ class PostgresRoutes:
         clock: Clock,
         egress: EgressPolicy | None = None,
         box: SecretBox | None = None,
+        lease_s: float | None = None,
     ) -> None:
         self.pool = pool
         self.cache_s = cache_s
         self.clock = clock
         self.egress = egress if egress is not None else EgressPolicy()
         self.box = box if box is not None else SecretBox()
+        self.lease_s = lease_s
         self._cache: dict[str, tuple[float, Route]] = {}
         self._looking: dict[str, asyncio.Future[Route | None]] = {}
 
@@ -186,6 +191,24 @@ class PostgresRoutes:
             self._cache[agent_id] = (now + self.cache_s, found)
         return found
 
+    async def missing(self, agent_ids: Sequence[str]) -> list[str]:
+        """Which of ``agent_ids`` have no route: a reply to one would die ``unknown_recipient``.
+
+        Reads no URL and no secret (a sender's role may ask).
+
+        Args:
+            agent_ids: the agents, e.g. a mail's ``replyTo``.
+
+        Returns:
+            Those without a route, each once, in the order given.
+        """
+        unique = list(dict.fromkeys(agent_ids))
+        if not unique:
+            return []
+        with store_errors("route missing"):
+            records = await self.pool.fetch(queries["routes_missing"], unique)
+        return [record["agent_id"] for record in records]
+
     async def add(
         self,
         agent_id: str,
@@ -195,6 +218,7 @@ class PostgresRoutes:
         *,
         kind: RouteKind = "http",
         batch_size: int = 1,
+        policy: RoutePolicy = NO_POLICY,
     ) -> Route:
         """Add the route of an agent.
 
@@ -207,19 +231,22 @@ class PostgresRoutes:
             kind: ``http`` (posted to ``url``), ``mailbox`` (written to the mailbox table) or
                 ``a2a`` (an A2A push config; ``secret`` is required, its own JSON).
             batch_size: the most replies in one signed POST (1 to 1000; 1: no batches).
+            policy: the daemon's defaults this recipient overrides (post timeout, age
+                limit, attempts).
 
         Returns:
             The stored route (read its ``secret`` to configure the recipient's inbox).
 
         Raises:
             InvalidInput: a bad agent id, URL (credentials in it, or a host the egress
-                policy refuses, included), kind or batch size (naming the field), or the
-                agent already has a route (use :meth:`update`).
+                policy refuses, included), kind, batch size or post timeout (naming the
+                field), or the agent already has a route (use :meth:`update`).
             InvalidSecret: the secret is not ``whsec_<base64>``.
         """
         agent_id = _check_agent_id(agent_id)
         self._cache.pop(agent_id, None)
         batch_size = _check_batch_size(batch_size)
+        self._check_policy(policy)
         stored: str | None = None
         if kind == "http":
             if url is None:
@@ -248,6 +275,7 @@ class PostgresRoutes:
                 kind,
                 batch_size,
                 self.clock.now(),
+                *(getattr(policy, name) for name in POLICY_FIELDS),
             )
         if record is None:
             raise InvalidInput(
@@ -263,20 +291,25 @@ class PostgresRoutes:
         url: str | None = None,
         secret: str | None = None,
         batch_size: int | None = None,
+        policy: RoutePolicy = NO_POLICY,
+        cleared: frozenset[str] = frozenset(),
     ) -> Route:
-        """Change an agent's inbox URL, signing secret and/or batch size.
+        """Change an agent's inbox URL, signing secret, batch size and/or policy.
 
         Args:
             agent_id: the recipient agent id.
             url: the new inbox URL (None keeps it).
             secret: the new signing secret (None keeps it).
             batch_size: the new batch size, 1 to 1000 (None keeps it).
+            policy: the policy fields to set (those left None are kept).
+            cleared: names of policy fields (``post_timeout_s``, ``max_age_s``,
+                ``max_attempts``) to set back to the daemon's default.
 
         Returns:
             The updated route.
 
         Raises:
-            InvalidInput: a bad URL (see :meth:`add`) or batch size.
+            InvalidInput: a bad URL (see :meth:`add`), batch size or post timeout.
             InvalidSecret: the secret is not ``whsec_<base64>``.
             RouteNotFound: no route for ``agent_id``.
             SecretUnreadable: a stored secret opens with none of the configured keys
@@ -289,10 +322,17 @@ class PostgresRoutes:
             stored = self.box.seal(_check_secret(secret), context=route_context(agent_id))
         if batch_size is not None:
             batch_size = _check_batch_size(batch_size)
+        self._check_policy(policy)
         self._cache.pop(agent_id, None)
-        async with self._readable_route(agent_id, "route update") as conn:
+        async with self._readable_route(agent_id, "route update") as (conn, current):
+            final = _policy(current).merged(policy, cleared=cleared)
             record = await conn.fetchrow(
-                queries["routes_update"], agent_id, url, stored, batch_size
+                queries["routes_update"],
+                agent_id,
+                url,
+                stored,
+                batch_size,
+                *(getattr(final, name) for name in POLICY_FIELDS),
             )
         if record is None:  # the row is locked above, so it cannot vanish in between
             raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
@@ -368,6 +408,7 @@ class PostgresRoutes:
                 batch_size=record["batch_size"],
                 held_at=record["held_at"],
                 previous_secret_until=record["previous_secret_until"],
+                policy=_policy(record),
             )
             for record in records
         ]
@@ -400,18 +441,23 @@ class PostgresRoutes:
         until = self.clock.now() + timedelta(seconds=overlap_s)
         self._cache.pop(agent_id, None)
         sealed = self.box.seal(secret, context=route_context(agent_id))
-        async with self._readable_route(agent_id, "route rotate") as conn:
+        async with self._readable_route(agent_id, "route rotate") as (conn, _current):
             record = await conn.fetchrow(queries["routes_rotate"], agent_id, sealed, until)
         if record is None:
             raise RouteNotFound(f"no http route for agent {shown_key(agent_id)}")
         return self._route(record)
 
     @contextlib.asynccontextmanager
-    async def _readable_route(self, agent_id: str, what: str) -> AsyncIterator[Any]:
+    async def _readable_route(
+        self, agent_id: str, what: str
+    ) -> AsyncIterator[tuple[Any, asyncpg.Record]]:
         """A transaction holding the agent's route locked, once its secrets are known to open.
 
         An edit whose result could not be read back (a key missing) is refused before it
         writes anything, rather than half done.
+
+        Yields:
+            The connection, and the route's row as it was locked.
 
         Raises:
             RouteNotFound: no route for ``agent_id``.
@@ -423,7 +469,18 @@ class PostgresRoutes:
                 if current is None:
                     raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
                 self._route(current)
-                yield conn
+                yield conn, current
+
+    def _check_policy(self, policy: RoutePolicy) -> None:
+        """Refuse a post timeout the daemons' lease would not outlast (see ``lease_s``)."""
+        timeout_s = policy.post_timeout_s
+        if timeout_s is not None and self.lease_s is not None and timeout_s >= self.lease_s:
+            raise InvalidInput(
+                f"--post-timeout ({timeout_s:g} s) must be shorter than the daemons' lease, "
+                f"BIRDDOG_LEASE_S ({self.lease_s:g} s): a post must end before its claim "
+                "does; raise BIRDDOG_LEASE_S for the daemons (and here) first",
+                field="post_timeout_s",
+            )
 
     async def forget_previous_secrets(self) -> int:
         """Drop every rotated-out secret whose overlap has ended; the daemon calls this.
@@ -512,4 +569,10 @@ class PostgresRoutes:
             held_at=record["held_at"],
             previous_secret=None if previous is None else self.box.open(previous, context=context),
             previous_secret_until=record["previous_secret_until"],
+            policy=_policy(record),
         )
+
+
+def _policy(record: asyncpg.Record) -> RoutePolicy:
+    """The policy columns of a route's row."""
+    return RoutePolicy(**{name: record[name] for name in POLICY_FIELDS})

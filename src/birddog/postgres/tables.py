@@ -130,11 +130,19 @@ routes = sa.Table(
     _ts("held_at", nullable=True),
     sa.Column("previous_secret", sa.Text, nullable=True),
     _ts("previous_secret_until", nullable=True),
+    sa.Column("post_timeout_s", sa.Float, nullable=True),
+    sa.Column("max_age_s", sa.Float, nullable=True),
+    sa.Column("max_attempts", sa.Integer, nullable=True),
     sa.CheckConstraint("kind IN ('http', 'mailbox', 'a2a')", name="routes_kind_check"),
     sa.CheckConstraint(
         "kind = 'mailbox' OR (url IS NOT NULL AND secret IS NOT NULL)", name="routes_http_check"
     ),
     sa.CheckConstraint("batch_size BETWEEN 1 AND 1000", name="routes_batch_size_check"),
+    sa.CheckConstraint(
+        "post_timeout_s > 0 AND post_timeout_s < 'infinity'", name="routes_post_timeout_check"
+    ),
+    sa.CheckConstraint("max_age_s > 0 AND max_age_s < 'infinity'", name="routes_max_age_check"),
+    sa.CheckConstraint("max_attempts BETWEEN 1 AND 100000", name="routes_max_attempts_check"),
 )
 """Where each agent's replies go: an inbox URL (``http``), the ``mailbox`` table, or an A2A
 push config's URL (``a2a``: its secret is the sealed ``Authorization`` and token).
@@ -142,6 +150,8 @@ push config's URL (``a2a``: its secret is the sealed ``Authorization`` and token
 A disabled route holds the agent's rows; ``held_at`` says since when (their age is frozen
 meanwhile). ``batch_size`` above 1 lets the daemon put several replies in one signed POST.
 ``previous_secret`` still signs posts, beside ``secret``, until ``previous_secret_until``.
+``post_timeout_s``, ``max_age_s`` and ``max_attempts`` override the daemon's defaults for
+this recipient (NULL: the default; :class:`birddog.core.policy.RoutePolicy`).
 """
 
 jobs = sa.Table(
@@ -179,6 +189,11 @@ jobs = sa.Table(
     sa.Column("turn_start_ticks", sa.BigInteger, nullable=True),
     # The login that enqueued the job (migration 0007): a sender reads what it sent.
     sa.Column("sent_by", sa.Text, nullable=True),
+    # The agent its mail is addressed to, and when it may be claimed or expires
+    # (migration 0012); NULL: no mail, at once, never on its own.
+    sa.Column("agent_id", sa.Text, nullable=True),
+    _ts("not_before", nullable=True),
+    _ts("expires_at", nullable=True),
     sa.CheckConstraint("state IN ('queued', 'running', 'settled')", name="jobs_state_check"),
     sa.CheckConstraint(
         "outcome IS NULL OR outcome IN "
@@ -221,8 +236,38 @@ jobs = sa.Table(
         "lease_expires_at",
         postgresql_where=sa.text("state = 'running'"),
     ),
+    sa.Index("jobs_queued_agent_idx", "agent_id", postgresql_where=sa.text("state = 'queued'")),
+    # A queue's earliest not-before in one probe (its head row's due_at).
+    sa.Index(
+        "jobs_queued_not_before_idx",
+        "queue",
+        sa.text("not_before NULLS FIRST"),
+        postgresql_where=sa.text("state = 'queued'"),
+    ),
+    sa.Index(
+        "jobs_queued_expires_at_idx",
+        "expires_at",
+        postgresql_where=sa.text("state = 'queued' AND expires_at IS NOT NULL"),
+    ),
 )
 """Watchdog-shaped jobs: queued, running (claimed with a lease), settled."""
+
+queue_heads = sa.Table(
+    "queue_heads",
+    metadata,
+    sa.Column("queue", sa.Text, primary_key=True),
+    sa.Column("agent_id", sa.Text, nullable=True),
+    sa.Column("priority", sa.SmallInteger, nullable=True),
+    _ts("created_at", nullable=True),
+    sa.Column("job_id", _KEY, nullable=True),
+    # The earliest a queued job of the queue may be claimed (NULL: one may now).
+    _ts("due_at", nullable=True),
+    sa.Column("running", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Index("queue_heads_claim_idx", sa.text("priority DESC"), "created_at", "job_id"),
+    sa.Index("queue_heads_agent_idx", "agent_id", sa.text("priority DESC"), "created_at", "job_id"),
+)
+"""One row per queue with queued or running jobs: its head, when it is due, its turns
+(migration 0012); kept by the job functions, read by the claim."""
 
 mailbox = sa.Table(
     "mailbox",
@@ -257,9 +302,14 @@ daemons = sa.Table(
     sa.Column("pid", sa.Integer, nullable=False),
     _ts("started_at", now=True),
     _ts("seen_at", now=True),
+    _ts("stopped_at", nullable=True),
     sa.CheckConstraint("kind IN ('drain', 'worker')", name="daemons_kind_check"),
 )
-"""Drain daemons and workers that reported in, for ``birddog status``."""
+"""Drain daemons and workers that reported in, for ``birddog status``.
+
+A process that stops cleanly keeps its row, marked ``stopped_at``; a stopped row never
+counts as running, and ``birddog check`` tells such a stop from a process that vanished.
+"""
 
 agents = sa.Table(
     "agents",

@@ -12,6 +12,7 @@ If a side task dies, the daemon stops loudly. With ``once`` the spool is forward
 from __future__ import annotations
 
 import asyncio
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -28,13 +29,34 @@ from birddog.bootstrap import (
 )
 from birddog.core.errors import BirdDogError
 from birddog.ports import DaemonRow
-from birddog.processes.sides import SideTasks, forward_spool, metrics_server, reap_expired_jobs
+from birddog.processes.sides import (
+    QUEUE_HEADS_CHECK_S,
+    SideTasks,
+    forward_spool,
+    mark_stopped,
+    metrics_server,
+    reap_expired_jobs,
+)
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 
 log = structlog.get_logger("birddog.processes.daemon")
 
-__all__ = ["ready_line", "run_daemon"]
+__all__ = ["DaemonRun", "ready_line", "run_daemon"]
+
+
+class DaemonRun(NamedTuple):
+    """What a drain daemon run did.
+
+    Attributes:
+        moved: what its stores did, by outcome (``delivered``, ``retried``, ``deferred``,
+            ``dead``).
+        left: with ``once``, what the outbox still held when it returned (``pending``,
+            ``held``, ``in_flight``, ``next_due_at``; see ``PostgresOutbox.counts``), or None.
+    """
+
+    moved: dict[str, int]
+    left: dict[str, Any] | None = None
 
 
 async def run_daemon(
@@ -43,7 +65,7 @@ async def run_daemon(
     once: bool = False,
     migrate_first: bool = False,
     announce: Announce | None = None,
-) -> None:
+) -> DaemonRun:
     """Run the drain daemon until SIGTERM/SIGINT (or, with ``once``, until nothing is due).
 
     Args:
@@ -52,6 +74,9 @@ async def run_daemon(
         migrate_first: upgrade the schema first.
         announce: told the ready line once the daemon is up (see :func:`ready_line`).
 
+    Returns:
+        What its deliveries did and, with ``once``, what it left in the outbox.
+
     Raises:
         InvalidSetting: the metrics port is taken (the message names the setting).
         DatabaseRefused: the database turned the connection away for good.
@@ -59,14 +84,15 @@ async def run_daemon(
     with stop_on_signals() as stop:
         try:
             async with open_stack(settings, migrate_first=migrate_first, wait_until=stop) as stack:
-                await _drain_until_stopped(stack, stop, once=once, announce=announce)
+                return await _drain_until_stopped(stack, stop, once=once, announce=announce)
         except StoppedBeforeStart:
             log.info("daemon_stopped_before_start")
+    return DaemonRun({})
 
 
 async def _drain_until_stopped(
     stack: Stack, stop: asyncio.Event, *, once: bool, announce: Announce | None
-) -> None:
+) -> DaemonRun:
     settings = stack.settings
     alerts = build_alerts(stack)
     row = build_daemon_row(stack, kind="drain")
@@ -77,7 +103,7 @@ async def _drain_until_stopped(
             if once:
                 await _forward_first(stack)
                 await daemon.run(once=True)
-                return
+                return DaemonRun(dict(daemon.moved), await stack.outbox.counts())
             metrics_url = None
             if settings.metrics_port:
                 metrics_url = await sides.enter(
@@ -87,14 +113,12 @@ async def _drain_until_stopped(
                 announce(ready_line(stack, metrics_url=metrics_url))
             _start_side_tasks(sides, stack, row=row)
             await daemon.run()
+            return DaemonRun(dict(daemon.moved))
     finally:
         if alerts is not None:
             await alerts.close(timeout_s=settings.shutdown_grace_s)
         if not once:
-            try:
-                await row.gone()
-            except Exception as exc:
-                log.warning("daemon_row_left", error=type(exc).__name__)
+            await mark_stopped(row)
 
 
 async def _forward_first(stack: Stack) -> None:
@@ -148,6 +172,7 @@ def _start_side_tasks(sides: SideTasks, stack: Stack, *, row: DaemonRow) -> None
     sides.every("reaper", reap_every_s, reap)
     sides.every("queued_reaper", reap_every_s, bounce)
     forward_spool(sides, stack.sender, every_s=settings.spool_forward_s)
+    sides.every("queue_heads", QUEUE_HEADS_CHECK_S, stack.jobs.repair_queue_heads)
     if not policy.empty:
         sides.every("prune", settings.prune_every_s, prune)
 

@@ -40,7 +40,7 @@ import structlog
 
 from birddog.core.errors import InvalidSetting
 from birddog.metrics import Registry, start_server
-from birddog.ports import JobReaper
+from birddog.ports import DaemonRow, JobReaper
 from birddog.runtime import error_class, every
 from birddog.sending import Sender
 from birddog.settings import Settings
@@ -145,6 +145,11 @@ class SideTasks:
         self._tasks.append(self._group.create_task(coroutine, name=name))
 
 
+QUEUE_HEADS_CHECK_S = 60.0
+"""How often the daemon and each worker compare the queue heads with the jobs (one pass over
+the queued and running jobs; it repairs only what SQL written by hand broke)."""
+
+
 async def reap_expired_jobs(jobs: JobReaper) -> None:
     """The lease reaper: give back, or settle, running jobs whose worker is gone.
 
@@ -174,6 +179,21 @@ def forward_spool(sides: SideTasks, sender: Sender, *, every_s: float) -> None:
             log.error("spool_quarantined", mails=len(report.quarantined))
 
     sides.every("spool_forward", every_s, forward)
+
+
+async def mark_stopped(row: DaemonRow) -> None:
+    """Mark this process's row stopped on a clean stop; never raises (the stop goes on).
+
+    A database away leaves the row as it was: it then reads as a process that vanished,
+    and expires like one.
+
+    Args:
+        row: the process's row in ``birddog.daemons``.
+    """
+    try:
+        await row.gone()
+    except Exception as exc:  # the stop goes on whatever the database says
+        log.warning("daemon_row_left", error=type(exc).__name__)
 
 
 @contextlib.asynccontextmanager

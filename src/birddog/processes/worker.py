@@ -10,6 +10,7 @@ row in ``birddog.daemons``, the lease reaper, the queue gauges and the spool's f
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import structlog
 
@@ -25,7 +26,14 @@ from birddog.bootstrap import (
 from birddog.core.errors import StoreUnavailable
 from birddog.metrics import WorkerMetrics
 from birddog.ports import Clock, JobBacklog
-from birddog.processes.sides import SideTasks, forward_spool, metrics_server, reap_expired_jobs
+from birddog.processes.sides import (
+    QUEUE_HEADS_CHECK_S,
+    SideTasks,
+    forward_spool,
+    mark_stopped,
+    metrics_server,
+    reap_expired_jobs,
+)
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 from birddog.spawn import end_leftover_turns
@@ -33,10 +41,23 @@ from birddog.worker import Handler
 
 log = structlog.get_logger("birddog.processes.worker")
 
-__all__ = ["QUEUE_GAUGES_S", "observe_queues", "run_worker"]
+__all__ = ["QUEUE_GAUGES_S", "WorkerRun", "observe_queues", "run_worker"]
 
 QUEUE_GAUGES_S = 5.0
 """How often a worker refreshes its queue gauges (one query over the queued jobs)."""
+
+
+class WorkerRun(NamedTuple):
+    """What a worker run did.
+
+    Attributes:
+        summary: how the jobs it handled ended, by outcome (and ``requeued``).
+        left: with ``once``, the jobs still queued in its queues when it stopped (None:
+            not known, or not run with ``once``).
+    """
+
+    summary: dict[str, int]
+    left: int | None = None
 
 
 async def run_worker(
@@ -46,23 +67,25 @@ async def run_worker(
     queues: Sequence[str] | None = None,
     once: bool = False,
     announce: Announce | None = None,
-) -> dict[str, int]:
+    agents: Sequence[str] | None = None,
+) -> WorkerRun:
     """Run agent jobs with ``handler`` until SIGTERM/SIGINT (or, with ``once``, idle).
 
     Args:
         settings: the settings.
         handler: the user's async handler.
-        queues: only these queues (session ids); None or empty for all.
+        queues: these queues (session ids); with ``agents``, None or empty for all.
         once: run queued jobs, then return (no metrics server).
         announce: told the embedded server's DSN.
+        agents: every session of these agents as well.
 
     Returns:
-        How the jobs this worker handled ended, by outcome (and ``requeued``).
+        How the jobs this worker handled ended and, with ``once``, what it left queued.
 
     Raises:
         InvalidSetting: the worker's metrics port is taken (the message names the setting).
     """
-    summary: dict[str, int] = {}
+    result = WorkerRun({})
     metrics = WorkerMetrics()
     with stop_on_signals() as stop:
         try:
@@ -72,7 +95,13 @@ async def run_worker(
             ):
                 listener = await sides.enter(build_jobs_listener(stack))
                 worker = build_worker(
-                    stack, handler, listener=listener, queues=queues, stop=stop, metrics=metrics
+                    stack,
+                    handler,
+                    listener=listener,
+                    queues=queues,
+                    agents=agents,
+                    stop=stop,
+                    metrics=metrics,
                 )
                 # No job runs again here while a turn of it, whose worker died, still does.
                 await end_leftover_turns(stack.jobs, grace_s=settings.kill_grace_s)
@@ -84,7 +113,9 @@ async def run_worker(
                 row = build_daemon_row(stack, kind="worker")
 
                 async def gauges() -> None:
-                    await observe_queues(stack.jobs, metrics, queues=queues, clock=stack.clock)
+                    await observe_queues(
+                        stack.jobs, metrics, queues=queues, agents=agents, clock=stack.clock
+                    )
 
                 async def reap() -> None:
                     await reap_expired_jobs(stack.jobs)
@@ -97,17 +128,24 @@ async def run_worker(
                 sides.every("reaper", max(1.0, settings.job_lease_s / 2), reap)
                 sides.every("gauges", QUEUE_GAUGES_S, gauges)
                 forward_spool(sides, stack.sender, every_s=settings.spool_forward_s)
+                sides.every("queue_heads", QUEUE_HEADS_CHECK_S, stack.jobs.repair_queue_heads)
                 try:
                     await worker.run(once=once)
                 finally:
-                    summary = worker.summary()
+                    result = WorkerRun(worker.summary(), worker.left)
+                    await mark_stopped(row)
         except StoppedBeforeStart:
             log.info("worker_stopped_before_start")
-    return summary
+    return result
 
 
 async def observe_queues(
-    jobs: JobBacklog, metrics: WorkerMetrics, *, queues: Sequence[str] | None, clock: Clock
+    jobs: JobBacklog,
+    metrics: WorkerMetrics,
+    *,
+    queues: Sequence[str] | None,
+    clock: Clock,
+    agents: Sequence[str] | None = None,
 ) -> None:
     """Refresh a worker's queue gauges: jobs waiting in the queues it serves, oldest's age.
 
@@ -117,15 +155,16 @@ async def observe_queues(
     Args:
         jobs: the job store.
         metrics: the worker's metrics.
-        queues: the queues the worker serves; None or empty for every queue but the
-            reserved ones.
+        queues: the queues the worker serves; with ``agents``, None or empty for every
+            queue but the reserved ones.
         clock: the time the age is measured at.
+        agents: the agents the worker serves, every session of theirs.
 
     Raises:
         StoreUnavailable: the database could not be reached.
     """
     try:
-        queued, oldest = await jobs.queued_backlog(queues=queues or None)
+        queued, oldest = await jobs.queued_backlog(queues=queues or None, agents=agents or None)
     except StoreUnavailable:
         metrics.database(up=False)
         raise

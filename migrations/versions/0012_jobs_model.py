@@ -1,0 +1,971 @@
+"""Jobs in agents' terms: the target agent, priority, not-before, expiry, and queue heads.
+
+Jobs gain three columns:
+
+- ``agent_id``: the agent the job's mail is addressed to (``mail.to.agentId``), filled
+  for existing rows from the stored mail; NULL for a job without mail (or whose mail is
+  not BirdDog's), which only a worker that takes every queue, or names its session,
+  serves. ``birddog worker --agent`` claims by it.
+- ``not_before``: a job is not claimed before then (NULL: at once).
+- ``expires_at``: a job still queued then is cancelled, with its replies, by the reaper
+  that also bounces jobs queued too long (NULL: only that global bound applies). A claim
+  never takes an expired job.
+
+``birddog.queue_heads`` holds one row per queue (session) with queued or running work: the
+sort key and agent of its head (the first queued job by priority, age and id), the
+earliest time one of its queued jobs may be claimed (``due_at``; NULL when one may be
+claimed at once) and how many of its jobs run. A claim reads the rows whose head
+is due and whose queue has a free slot, in head order, and probes only those queues'
+jobs, instead of a skip scan over every waiting queue. The rows are kept by the same
+functions that write jobs (enqueue, claim, settle, the reapers, cancel): each locks the
+rows of the queues it changed and recomputes them from the jobs in a later statement of
+the same transaction, so the last writer of a queue always leaves its row right. A claim
+checks every candidate against the jobs themselves (the head, its not-before and expiry,
+the free slot), so a wrong row can hide a queue but never start a second turn of a
+session; ``birddog.queue_heads_repair()`` finds and fixes the rows that differ from the
+jobs (the daemon and the worker run it now and then; after writing jobs by hand, run it).
+
+``enqueue`` and ``claim`` gain parameters at their end, NULL by default, so a call
+written for revision 0007 means what it meant (not-before, expiry; the agents claimed for);
+``_requeue``, ``_settle_job`` and ``reap`` are revision 0007's with the head kept, and
+``reap``'s bounce also takes jobs past their own expiry.
+
+Revision ID: 0012
+Revises: 0011
+Create Date: 2026-12-02
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0012"
+down_revision: str | Sequence[str] | None = "0011"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+SCHEMA = "birddog"
+
+PREVIOUS = {
+    "_requeue(text,text)": """
+CREATE FUNCTION birddog._requeue(p_job_id text, p_diagnostic text) RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_queue text;
+BEGIN
+    -- A recovery: back in its queue, claim cleared, recovery_count + 1 (NULL diagnostic:
+    -- the last one stays); announced on birddog_jobs at commit.
+    UPDATE birddog.jobs j
+    SET state = 'queued', claim_token = NULL, lease_expires_at = NULL, worker_id = NULL,
+        slot = NULL, recovery_count = j.recovery_count + 1,
+        diagnostic = coalesce(p_diagnostic, j.diagnostic), updated_at = now()
+    WHERE j.job_id = p_job_id AND j.state = 'running'
+    RETURNING j.queue INTO v_queue;
+    IF v_queue IS NOT NULL THEN
+        PERFORM pg_notify('birddog_jobs', v_queue);
+    END IF;
+END
+$fn$""",
+    (
+        "_settle_job(text,text,jsonb,text,text,text,text,text,boolean,timestamptz,integer,text,"
+        "boolean)"
+    ): """
+CREATE FUNCTION birddog._settle_job(
+    p_job_id text, p_queue text, p_payload jsonb, p_job_traceparent text, p_outcome text,
+    p_content text, p_diagnostic text, p_reply_diagnostic text, p_records_cancellation boolean,
+    p_now timestamptz, p_max_content_bytes integer, p_traceparent text, p_wake boolean,
+    OUT keys text[], OUT unreadable text
+)
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_mail record;
+    v_keys text[];
+    v_agents text[];
+    v_sessions text[];
+    v_replies jsonb[];
+    v_inserted text[];
+    v_dropped text[];
+BEGIN
+    -- Settle the locked job and write the replies its STORED mail owes (fanout.replies_for),
+    -- then arm the wake (outbox_insert_rows + wake_schedule): all in the caller's
+    -- transaction, so the settlement never commits without its fan-out.
+    UPDATE birddog.jobs j
+    SET state = 'settled', outcome = p_outcome, result_content = p_content,
+        diagnostic = p_diagnostic,
+        cancel_requested_at = CASE WHEN p_records_cancellation
+                                   THEN coalesce(j.cancel_requested_at, p_now)
+                                   ELSE j.cancel_requested_at END,
+        cancel_content = CASE WHEN NOT p_records_cancellation OR j.cancel_requested_at IS NOT NULL
+                              THEN j.cancel_content ELSE p_content END,
+        settled_at = p_now, lease_expires_at = NULL, slot = NULL, updated_at = now()
+    WHERE j.job_id = p_job_id;
+    keys := '{}';
+    SELECT * INTO v_mail FROM birddog._agent_mail(p_job_id, p_queue, p_payload);
+    unreadable := v_mail.problem;
+    IF unreadable IS NULL AND octet_length(p_content) > p_max_content_bytes THEN
+        unreadable := 'content';
+    END IF;
+    IF unreadable IS NOT NULL OR v_mail.mail_key IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT
+        array_agg('outbox:' || v_mail.mail_key || ':reply:' || (r.n - 1) ORDER BY r.n),
+        array_agg(r.address ->> 'agentId' ORDER BY r.n),
+        array_agg(r.address ->> 'sessionId' ORDER BY r.n),
+        array_agg(
+            jsonb_build_object(
+                'key', 'outbox:' || v_mail.mail_key || ':reply:' || (r.n - 1),
+                'inReplyTo', v_mail.mail_key,
+                'to', r.address,
+                'from', v_mail.recipient,
+                'replyTo', '[]'::jsonb,
+                'content', CASE WHEN p_content = ''
+                                THEN 'The delegated work ended ' || p_outcome
+                                     || ' without reply text.'
+                                ELSE p_content END,
+                'createdAt', floor(extract(epoch FROM p_now) * 1000)::bigint,
+                'reply', jsonb_build_object('commandId', v_mail.command_id, 'outcome', p_outcome)
+                    || CASE
+                        WHEN p_reply_diagnostic IS NOT NULL
+                         AND p_outcome IN ('failed', 'interrupted', 'outcome_unknown')
+                        THEN jsonb_build_object('diagnostic', p_reply_diagnostic)
+                        ELSE '{}'::jsonb
+                    END
+            )
+            ORDER BY r.n
+        )
+    INTO v_keys, v_agents, v_sessions, v_replies
+    FROM jsonb_array_elements(v_mail.reply_to) WITH ORDINALITY AS r(address, n);
+    IF v_keys IS NULL THEN
+        RETURN;
+    END IF;
+    -- The settlement side of the wake protocol (wake_guard): the wake statement below
+    -- takes its snapshot only after this lock is granted.
+    PERFORM pg_advisory_xact_lock_shared(27700487749136231);
+    WITH inserted AS (
+        INSERT INTO birddog.outbox AS o (
+            key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome,
+            reply, state, attempts, deferrals, due_at, created_at, traceparent
+        )
+        SELECT r.key, r.agent_id, r.session_id, v_mail.mail_key, v_mail.command_id,
+               p_outcome, r.reply, 'pending', 0, 0, p_now, p_now,
+               coalesce(p_traceparent, p_job_traceparent)
+        FROM unnest(v_keys, v_agents, v_sessions, v_replies) AS r(key, agent_id, session_id, reply)
+        WHERE NOT EXISTS (SELECT 1 FROM birddog.receipts rc WHERE rc.key = r.key)
+        ON CONFLICT (key) DO NOTHING
+        RETURNING o.key
+    )
+    SELECT coalesce(array_agg(i.key), '{}') INTO v_inserted FROM inserted i;
+    IF cardinality(v_inserted) = 0 THEN
+        RETURN;
+    END IF;
+    -- A fresh snapshot: drop the rows whose receipt committed while their insert waited,
+    -- and arm the wake (moved or made, and announced, only when it would come later).
+    WITH gone AS (
+        DELETE FROM birddog.outbox o
+        USING birddog.receipts rc
+        WHERE o.key = ANY(v_inserted) AND rc.key = o.key
+        RETURNING o.key
+    ), moved AS (
+        UPDATE birddog.wake w
+        SET wake_at = p_now
+        WHERE w.id AND p_wake AND (w.wake_at IS NULL OR w.wake_at > p_now)
+        RETURNING pg_notify('birddog_wake', '')
+    ), made AS (
+        INSERT INTO birddog.wake AS w (id, wake_at)
+        SELECT true, p_now
+        WHERE p_wake AND NOT EXISTS (SELECT 1 FROM birddog.wake)
+        ON CONFLICT (id) DO UPDATE SET wake_at = least(w.wake_at, excluded.wake_at)
+        RETURNING pg_notify('birddog_wake', '')
+    )
+    SELECT coalesce(array_agg(g.key), '{}') INTO v_dropped FROM gone g;
+    keys := ARRAY(
+        SELECT k.key FROM unnest(v_keys) WITH ORDINALITY AS k(key, n)
+        WHERE k.key = ANY(v_inserted) AND NOT (k.key = ANY(v_dropped))
+        ORDER BY k.n
+    );
+END
+$fn$""",
+    "enqueue(text,text,text,smallint,text,text,timestamptz,text,boolean)": """
+CREATE FUNCTION birddog.enqueue(
+    p_job_id text, p_queue text, p_lane text, p_priority smallint, p_payload text,
+    p_recovery text, p_created_at timestamptz, p_traceparent text, p_sender_mailbox boolean
+)
+RETURNS TABLE (inserted boolean, differing text[], mailbox_added boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_payload jsonb := p_payload::jsonb;
+    v_recovery jsonb := p_recovery::jsonb;
+    v_stored birddog.jobs%ROWTYPE;
+    v_from text;
+    v_agent text := birddog._caller_agent();
+BEGIN
+    -- An agent's login sends as itself only: the mail's from is its agent.
+    IF v_agent IS NOT NULL
+       AND (birddog._field(v_payload -> 'mail', 'from', 'from_') ->> 'agentId')
+           IS DISTINCT FROM v_agent
+    THEN
+        RAISE EXCEPTION 'an agent enqueues mail from itself only (from.agentId %)', v_agent
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- A queued job, nothing else: state, lease and claim are not the caller's to give. The
+    -- login that enqueued it is kept (sent_by): a sender reads the jobs it sent.
+    INSERT INTO birddog.jobs AS j (
+        job_id, queue, lane, priority, state, payload, recovery, created_at, traceparent,
+        sent_by
+    )
+    VALUES (
+        p_job_id, p_queue, p_lane, p_priority, 'queued', v_payload, v_recovery,
+        coalesce(p_created_at, clock_timestamp()), p_traceparent, session_user
+    )
+    ON CONFLICT (job_id) DO NOTHING;
+    IF FOUND THEN
+        PERFORM pg_notify('birddog_jobs', p_queue);
+        mailbox_added := false;
+        IF p_sender_mailbox THEN
+            -- The asker's own mailbox: only the sender of the mail just enqueued, and only
+            -- when it has no route (no URL, no secret: the routes check admits no other).
+            v_from := birddog._field(v_payload -> 'mail', 'from', 'from_') ->> 'agentId';
+            IF v_from IS NULL THEN
+                RAISE EXCEPTION 'a mailbox route is given only to the sender of mail'
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            INSERT INTO birddog.routes AS r (agent_id, kind, enabled)
+            VALUES (v_from, 'mailbox', true)
+            ON CONFLICT (agent_id) DO NOTHING;
+            mailbox_added := FOUND;
+        END IF;
+        inserted := true;
+        differing := '{}';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- A replay: accepted only when every field matches the stored job.
+    inserted := false;
+    mailbox_added := false;
+    SELECT * INTO v_stored FROM birddog.jobs j WHERE j.job_id = p_job_id;
+    IF NOT FOUND THEN
+        differing := NULL;  -- the conflicting job is gone, or not in this snapshot
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    differing := array_remove(ARRAY[
+        CASE WHEN v_stored.queue IS DISTINCT FROM p_queue THEN 'queue' END,
+        CASE WHEN v_stored.lane IS DISTINCT FROM p_lane THEN 'lane' END,
+        CASE WHEN v_stored.priority IS DISTINCT FROM p_priority THEN 'priority' END,
+        CASE WHEN v_stored.payload IS DISTINCT FROM v_payload THEN 'payload' END,
+        CASE WHEN v_stored.recovery IS DISTINCT FROM v_recovery THEN 'recovery' END
+    ], NULL);
+    RETURN NEXT;
+END
+$fn$""",
+    "claim(text[],integer,timestamptz,text,integer,timestamptz,text)": """
+CREATE FUNCTION birddog.claim(
+    p_queues text[], p_limit integer, p_lease_until timestamptz, p_worker_id text,
+    p_slots integer, p_started_at timestamptz, p_reserved_prefix text
+)
+RETURNS TABLE (
+    job_id text, queue text, lane text, priority smallint, state text, payload text,
+    recovery text, outcome text, claim_token uuid, lease_expires_at timestamptz,
+    recovery_count integer, cancel_requested_at timestamptz, cancel_content text,
+    created_at timestamptz, traceparent text
+)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_agent text := birddog._caller_agent();
+BEGIN
+    -- The head of each queue (priority, age, id) with a free slot. An agent's login names
+    -- its sessions, and takes only the heads whose mail is addressed to its agent.
+    IF v_agent IS NOT NULL AND p_queues IS NULL THEN
+        RAISE EXCEPTION 'an agent claims from the sessions it names only'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RETURN QUERY
+    WITH RECURSIVE every_head AS (
+        -- A skip scan of the claim index (queue, priority DESC, created_at, job_id): each
+        -- probe lands on the next queue's head, so a claim costs one probe per queue that
+        -- has queued jobs, however many jobs each holds.
+        (
+            SELECT j.queue, j.priority, j.created_at, j.job_id
+            FROM birddog.jobs j
+            WHERE j.state = 'queued' AND p_queues IS NULL
+            ORDER BY j.queue, j.priority DESC, j.created_at, j.job_id
+            LIMIT 1
+        )
+        UNION ALL
+        SELECT next.queue, next.priority, next.created_at, next.job_id
+        FROM every_head h
+        CROSS JOIN LATERAL (
+            SELECT j.queue, j.priority, j.created_at, j.job_id
+            FROM birddog.jobs j
+            WHERE j.state = 'queued' AND j.queue > h.queue
+            ORDER BY j.queue, j.priority DESC, j.created_at, j.job_id
+            LIMIT 1
+        ) next
+    ),
+    -- MATERIALIZED, heads and busy: each is made once. Planned from statistics taken while
+    -- every job ran (a fleet that had claimed them all), the planner otherwise thinks one
+    -- job is queued and runs the heads again for each queued job (minutes at 2,000).
+    heads AS MATERIALIZED (
+        SELECT h.queue, h.priority, h.created_at, h.job_id
+        FROM every_head h
+        WHERE NOT starts_with(h.queue, p_reserved_prefix)
+        UNION ALL
+        SELECT named.queue, named.priority, named.created_at, named.job_id
+        FROM (SELECT DISTINCT g.queue FROM unnest(p_queues) AS g(queue)) q
+        CROSS JOIN LATERAL (
+            SELECT j.queue, j.priority, j.created_at, j.job_id
+            FROM birddog.jobs j
+            WHERE j.state = 'queued' AND j.queue = q.queue
+            ORDER BY j.priority DESC, j.created_at, j.job_id
+            LIMIT 1
+        ) named
+    ),
+    busy AS MATERIALIZED (
+        SELECT r.queue FROM birddog.jobs r
+        WHERE r.state = 'running'
+        GROUP BY r.queue
+        HAVING count(*) >= p_slots
+    ),
+    picked AS (
+        -- A head another transaction holds is skipped, never the job behind it taken
+        -- instead: only heads are candidates.
+        SELECT j.job_id, j.queue
+        FROM heads h
+        JOIN birddog.jobs j ON j.job_id = h.job_id
+        WHERE j.state = 'queued' AND NOT EXISTS (SELECT 1 FROM busy b WHERE b.queue = h.queue)
+          AND (v_agent IS NULL OR (j.payload #>> '{mail,to,agentId}') = v_agent)
+        ORDER BY h.priority DESC, h.created_at, h.job_id
+        LIMIT p_limit
+        FOR UPDATE OF j SKIP LOCKED
+    )
+    UPDATE birddog.jobs j
+    SET state = 'running',
+        slot = (
+            SELECT min(s.slot) FROM generate_series(0, p_slots - 1) AS s(slot)
+            WHERE NOT EXISTS (
+                SELECT 1 FROM birddog.jobs r
+                WHERE r.queue = p.queue AND r.state = 'running' AND r.slot = s.slot
+            )
+        ),
+        claim_token = gen_random_uuid(),
+        lease_expires_at = p_lease_until,
+        worker_id = p_worker_id,
+        started_at = p_started_at,
+        updated_at = now()
+    FROM picked p
+    WHERE j.job_id = p.job_id
+    RETURNING
+        j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text, j.recovery::text,
+        j.outcome, j.claim_token, j.lease_expires_at, j.recovery_count,
+        j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent;
+END
+$fn$""",
+    (
+        "reap(text,text[],integer[],text[],text[],timestamptz,timestamptz,text,text,integer,"
+        "boolean)"
+    ): """
+CREATE FUNCTION birddog.reap(
+    p_event text, p_job_ids text[], p_recovery_counts integer[], p_contents text[],
+    p_diagnostics text[], p_now timestamptz, p_since timestamptz, p_lease_diagnostic text,
+    p_lease_reply_diagnostic text, p_max_content_bytes integer, p_wake boolean
+)
+RETURNS TABLE (job_id text, what text, unreadable text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_job birddog.jobs%ROWTYPE;
+    v_at integer;
+    v_cancel record;
+    v_done record;
+BEGIN
+    -- The reapers, for the jobs p_job_ids (a job another transaction holds is skipped and
+    -- not returned). 'lease_expired': a running job whose lease ended by p_since is queued
+    -- again while its budget lasts, else settles outcome_unknown (a recorded cancellation:
+    -- cancelled). 'queued_too_long': a job still queued, enqueued by p_since, settles
+    -- cancelled with the caller's text for its recovery count (p_contents, p_diagnostics,
+    -- one per job; a job whose count moved meanwhile is kept for the next pass).
+    FOR v_job IN
+        SELECT * FROM birddog.jobs j
+        WHERE j.job_id = ANY(p_job_ids)
+        ORDER BY j.job_id
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        job_id := v_job.job_id;
+        unreadable := NULL;
+        what := 'keep';
+        IF p_event = 'lease_expired' THEN
+            IF v_job.state = 'running'
+               AND (v_job.lease_expires_at IS NULL OR v_job.lease_expires_at <= p_since) THEN
+                IF v_job.cancel_requested_at IS NOT NULL THEN
+                    SELECT * INTO v_cancel FROM birddog._cancelled(
+                        coalesce(v_job.cancel_content, ''), p_lease_diagnostic, p_max_content_bytes
+                    );
+                    SELECT * INTO v_done FROM birddog._settle_job(
+                        v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
+                        'cancelled', v_cancel.content, v_cancel.diagnostic, NULL, false,
+                        p_now, p_max_content_bytes, NULL, p_wake
+                    );
+                    what := 'cancelled';
+                    unreadable := v_done.unreadable;
+                ELSIF v_job.recovery_count < birddog._max_recoveries(v_job.recovery) THEN
+                    PERFORM birddog._requeue(v_job.job_id, NULL);
+                    what := 'requeued';
+                ELSE
+                    SELECT * INTO v_done FROM birddog._settle_job(
+                        v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
+                        'outcome_unknown', '', p_lease_diagnostic,
+                        p_lease_reply_diagnostic, false, p_now, p_max_content_bytes, NULL, p_wake
+                    );
+                    what := 'outcome_unknown';
+                    unreadable := v_done.unreadable;
+                END IF;
+            END IF;
+        ELSIF p_event = 'queued_too_long' THEN
+            v_at := array_position(p_job_ids, v_job.job_id);
+            IF v_job.state = 'queued' AND v_job.created_at <= p_since
+               AND v_job.recovery_count = p_recovery_counts[v_at] THEN
+                SELECT * INTO v_done FROM birddog._settle_job(
+                    v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
+                    'cancelled', p_contents[v_at], p_diagnostics[v_at], NULL, true,
+                    p_now, p_max_content_bytes, NULL, p_wake
+                );
+                what := 'cancelled';
+                unreadable := v_done.unreadable;
+            END IF;
+        ELSE
+            RAISE EXCEPTION 'unknown reaper event %', p_event
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$fn$""",
+}
+"""Revision 0007's text of the functions this revision replaces, as a downgrade restores them."""
+
+JOB_TIMES = (
+    "created_at",
+    "updated_at",
+    "started_at",
+    "lease_expires_at",
+    "cancel_requested_at",
+    "settled_at",
+    "not_before",
+    "expires_at",
+)
+"""The timestamp columns of jobs once this revision has run (the last two are its own)."""
+
+
+def finite_check(columns: Sequence[str]) -> str:
+    """A check that every one of ``columns`` is finite (NULL passes, as in any CHECK)."""
+    return " AND ".join(f"isfinite({column})" for column in columns)
+
+
+def _patched(signature: str, anchor: str, addition: str) -> str:
+    """Revision 0007's function with ``addition`` put after ``anchor`` (found exactly once)."""
+    body = PREVIOUS[signature]
+    if body.count(anchor) != 1:
+        raise RuntimeError(f"revision 0007's {signature} is not as this revision expects")
+    body = body.replace(anchor, anchor + addition)
+    return body.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+
+
+REQUEUE = "_requeue(text,text)"
+SETTLE_JOB = (
+    "_settle_job(text,text,jsonb,text,text,text,text,text,boolean,timestamptz,integer,text,boolean)"
+)
+REAP = "reap(text,text[],integer[],text[],text[],timestamptz,timestamptz,text,text,integer,boolean)"
+OLD_ENQUEUE = "enqueue(text,text,text,smallint,text,text,timestamptz,text,boolean)"
+OLD_CLAIM = "claim(text[],integer,timestamptz,text,integer,timestamptz,text)"
+
+HEADS_REFRESH = """
+CREATE FUNCTION birddog._queue_heads_refresh(p_queues text[]) RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+    -- Recompute the heads of p_queues from their jobs. The rows are locked first, in queue
+    -- order, by a statement of their own: the recomputation below takes its snapshot only
+    -- then, so it sees every change committed by a transaction that held one of them, and
+    -- the last transaction to change a queue's jobs leaves its row right.
+    PERFORM 1 FROM birddog.queue_heads h
+    WHERE h.queue = ANY(p_queues)
+    ORDER BY h.queue
+    FOR UPDATE;
+    WITH facts AS (
+        SELECT q.queue, head.agent_id, head.priority, head.created_at, head.job_id,
+               due.due_at, run.running
+        FROM (SELECT DISTINCT u.queue FROM unnest(p_queues) AS u(queue)) q
+        LEFT JOIN LATERAL (
+            SELECT j.agent_id, j.priority, j.created_at, j.job_id
+            FROM birddog.jobs j
+            WHERE j.state = 'queued' AND j.queue = q.queue
+            ORDER BY j.priority DESC, j.created_at, j.job_id
+            LIMIT 1
+        ) head ON true
+        LEFT JOIN LATERAL (
+            SELECT j.not_before AS due_at
+            FROM birddog.jobs j
+            WHERE j.state = 'queued' AND j.queue = q.queue
+            ORDER BY j.not_before NULLS FIRST
+            LIMIT 1
+        ) due ON true
+        CROSS JOIN LATERAL (
+            SELECT count(*)::integer AS running
+            FROM birddog.jobs j
+            WHERE j.state = 'running' AND j.queue = q.queue
+        ) run
+    ), kept AS (
+        INSERT INTO birddog.queue_heads AS h (
+            queue, agent_id, priority, created_at, job_id, due_at, running
+        )
+        SELECT f.queue, f.agent_id, f.priority, f.created_at, f.job_id, f.due_at, f.running
+        FROM facts f
+        WHERE f.job_id IS NOT NULL OR f.running > 0
+        ON CONFLICT (queue) DO UPDATE
+        SET agent_id = excluded.agent_id, priority = excluded.priority,
+            created_at = excluded.created_at, job_id = excluded.job_id,
+            due_at = excluded.due_at, running = excluded.running
+        WHERE (h.agent_id, h.priority, h.created_at, h.job_id, h.due_at, h.running)
+            IS DISTINCT FROM (excluded.agent_id, excluded.priority, excluded.created_at,
+                              excluded.job_id, excluded.due_at, excluded.running)
+    )
+    DELETE FROM birddog.queue_heads h
+    USING facts f
+    WHERE h.queue = f.queue AND f.job_id IS NULL AND f.running = 0;
+END
+$fn$"""
+
+HEADS_REPAIR = """
+CREATE FUNCTION birddog.queue_heads_repair() RETURNS integer
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+DECLARE
+    v_queues text[];
+BEGIN
+    -- Compare every queue head with what the jobs say (one pass over the queued and
+    -- running jobs) and recompute the rows that differ, or are missing, or are left over;
+    -- returns how many queues were repaired. Rows written only by BirdDog's functions
+    -- never differ: this is for jobs written by hand.
+    WITH queued AS (
+        SELECT DISTINCT ON (j.queue) j.queue, j.agent_id, j.priority, j.created_at, j.job_id
+        FROM birddog.jobs j
+        WHERE j.state = 'queued'
+        ORDER BY j.queue, j.priority DESC, j.created_at, j.job_id
+    ), due AS (
+        SELECT j.queue,
+               CASE WHEN bool_and(j.not_before IS NOT NULL) THEN min(j.not_before) END AS due_at
+        FROM birddog.jobs j
+        WHERE j.state = 'queued'
+        GROUP BY j.queue
+    ), running AS (
+        SELECT j.queue, count(*)::integer AS running
+        FROM birddog.jobs j
+        WHERE j.state = 'running'
+        GROUP BY j.queue
+    ), truth AS (
+        SELECT coalesce(q.queue, r.queue) AS queue, q.agent_id, q.priority, q.created_at,
+               q.job_id, d.due_at, coalesce(r.running, 0) AS running
+        FROM queued q
+        JOIN due d ON d.queue = q.queue
+        FULL JOIN running r ON r.queue = q.queue
+    )
+    SELECT coalesce(array_agg(coalesce(t.queue, h.queue) ORDER BY coalesce(t.queue, h.queue)), '{}')
+    INTO v_queues
+    FROM truth t
+    FULL JOIN birddog.queue_heads h ON h.queue = t.queue
+    WHERE (t.agent_id, t.priority, t.created_at, t.job_id, t.due_at, t.running)
+        IS DISTINCT FROM (h.agent_id, h.priority, h.created_at, h.job_id, h.due_at, h.running);
+    IF cardinality(v_queues) > 0 THEN
+        PERFORM birddog._queue_heads_refresh(v_queues);
+    END IF;
+    RETURN cardinality(v_queues);
+END
+$fn$"""
+
+ENQUEUE = """
+CREATE FUNCTION birddog.enqueue(
+    p_job_id text, p_queue text, p_lane text, p_priority smallint, p_payload text,
+    p_recovery text, p_created_at timestamptz, p_traceparent text, p_sender_mailbox boolean,
+    p_not_before timestamptz DEFAULT NULL, p_expires_in_s double precision DEFAULT NULL
+)
+RETURNS TABLE (inserted boolean, differing text[], mailbox_added boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_payload jsonb := p_payload::jsonb;
+    v_recovery jsonb := p_recovery::jsonb;
+    v_stored birddog.jobs%ROWTYPE;
+    v_from text;
+    v_agent text := birddog._caller_agent();
+    v_created timestamptz := coalesce(p_created_at, clock_timestamp());
+    v_expires interval := make_interval(secs => p_expires_in_s);
+    v_to text;
+BEGIN
+    -- An agent's login sends as itself only: the mail's from is its agent.
+    IF v_agent IS NOT NULL
+       AND (birddog._field(v_payload -> 'mail', 'from', 'from_') ->> 'agentId')
+           IS DISTINCT FROM v_agent
+    THEN
+        RAISE EXCEPTION 'an agent enqueues mail from itself only (from.agentId %)', v_agent
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF p_expires_in_s IS NOT NULL AND NOT p_expires_in_s > 0 THEN
+        RAISE EXCEPTION 'a job expires a positive number of seconds after it is enqueued'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The agent the mail is addressed to (NULL: no mail, or not BirdDog's).
+    v_to := birddog._address(v_payload -> 'mail' -> 'to') ->> 'agentId';
+    -- A queued job, nothing else: state, lease and claim are not the caller's to give. The
+    -- login that enqueued it is kept (sent_by): a sender reads the jobs it sent.
+    INSERT INTO birddog.jobs AS j (
+        job_id, queue, lane, priority, state, payload, recovery, created_at, traceparent,
+        sent_by, agent_id, not_before, expires_at
+    )
+    VALUES (
+        p_job_id, p_queue, p_lane, p_priority, 'queued', v_payload, v_recovery,
+        v_created, p_traceparent, session_user, v_to, p_not_before, v_created + v_expires
+    )
+    ON CONFLICT (job_id) DO NOTHING;
+    IF FOUND THEN
+        -- Its queue's head: this job, when it comes first (or the queue had none queued);
+        -- the queue due as soon as this job may be claimed, if sooner. The upsert works on
+        -- the row's latest version, whoever changed it last.
+        INSERT INTO birddog.queue_heads AS h (
+            queue, agent_id, priority, created_at, job_id, due_at, running
+        )
+        VALUES (
+            p_queue, v_to, p_priority, v_created, p_job_id,
+            p_not_before, 0
+        )
+        ON CONFLICT (queue) DO UPDATE
+        SET agent_id = CASE WHEN h.job_id IS NULL OR (-excluded.priority, excluded.created_at,
+                                 excluded.job_id) < (-h.priority, h.created_at, h.job_id)
+                            THEN excluded.agent_id ELSE h.agent_id END,
+            priority = CASE WHEN h.job_id IS NULL OR (-excluded.priority, excluded.created_at,
+                                 excluded.job_id) < (-h.priority, h.created_at, h.job_id)
+                            THEN excluded.priority ELSE h.priority END,
+            created_at = CASE WHEN h.job_id IS NULL OR (-excluded.priority, excluded.created_at,
+                                   excluded.job_id) < (-h.priority, h.created_at, h.job_id)
+                              THEN excluded.created_at ELSE h.created_at END,
+            job_id = CASE WHEN h.job_id IS NULL OR (-excluded.priority, excluded.created_at,
+                               excluded.job_id) < (-h.priority, h.created_at, h.job_id)
+                          THEN excluded.job_id ELSE h.job_id END,
+            due_at = CASE WHEN h.job_id IS NULL THEN excluded.due_at
+                          WHEN h.due_at IS NULL OR excluded.due_at IS NULL THEN NULL
+                          ELSE least(h.due_at, excluded.due_at) END;
+        PERFORM pg_notify('birddog_jobs', p_queue);
+        mailbox_added := false;
+        IF p_sender_mailbox THEN
+            -- The asker's own mailbox: only the sender of the mail just enqueued, and only
+            -- when it has no route (no URL, no secret: the routes check admits no other).
+            v_from := birddog._field(v_payload -> 'mail', 'from', 'from_') ->> 'agentId';
+            IF v_from IS NULL THEN
+                RAISE EXCEPTION 'a mailbox route is given only to the sender of mail'
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            INSERT INTO birddog.routes AS r (agent_id, kind, enabled)
+            VALUES (v_from, 'mailbox', true)
+            ON CONFLICT (agent_id) DO NOTHING;
+            mailbox_added := FOUND;
+        END IF;
+        inserted := true;
+        differing := '{}';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- A replay: accepted only when every field matches the stored job.
+    inserted := false;
+    mailbox_added := false;
+    SELECT * INTO v_stored FROM birddog.jobs j WHERE j.job_id = p_job_id;
+    IF NOT FOUND THEN
+        differing := NULL;  -- the conflicting job is gone, or not in this snapshot
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    differing := array_remove(ARRAY[
+        CASE WHEN v_stored.queue IS DISTINCT FROM p_queue THEN 'queue' END,
+        CASE WHEN v_stored.lane IS DISTINCT FROM p_lane THEN 'lane' END,
+        CASE WHEN v_stored.priority IS DISTINCT FROM p_priority THEN 'priority' END,
+        CASE WHEN v_stored.payload IS DISTINCT FROM v_payload THEN 'payload' END,
+        CASE WHEN v_stored.recovery IS DISTINCT FROM v_recovery THEN 'recovery' END,
+        CASE WHEN v_stored.not_before IS DISTINCT FROM p_not_before THEN 'not_before' END,
+        CASE WHEN (v_stored.expires_at - v_stored.created_at) IS DISTINCT FROM v_expires
+             THEN 'expires_in_s' END
+    ], NULL);
+    RETURN NEXT;
+END
+$fn$"""
+
+CLAIM = """
+CREATE FUNCTION birddog.claim(
+    p_queues text[], p_limit integer, p_lease_until timestamptz, p_worker_id text,
+    p_slots integer, p_started_at timestamptz, p_reserved_prefix text,
+    p_agents text[] DEFAULT NULL
+)
+RETURNS TABLE (
+    job_id text, queue text, lane text, priority smallint, state text, payload text,
+    recovery text, outcome text, claim_token uuid, lease_expires_at timestamptz,
+    recovery_count integer, cancel_requested_at timestamptz, cancel_content text,
+    created_at timestamptz, traceparent text, not_before timestamptz, expires_at timestamptz
+)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_agent text := birddog._caller_agent();
+    v_every boolean := p_queues IS NULL AND p_agents IS NULL;
+    v_queues text[];
+    v_tried text[] := '{}';
+    v_taken integer;
+BEGIN
+    -- The head of each queue (priority, age, id) that may be claimed at p_started_at (its
+    -- not-before passed, not expired) with a free slot: of every queue but the reserved
+    -- ones, or of the queues p_queues names and the sessions of the agents p_agents names.
+    -- An agent's login claims only its own jobs, from the sessions or agent it names.
+    IF v_agent IS NOT NULL AND p_queues IS NULL
+       AND (p_agents IS NULL OR EXISTS (
+           SELECT 1 FROM unnest(p_agents) AS a(agent) WHERE a.agent IS DISTINCT FROM v_agent
+       )) THEN
+        RAISE EXCEPTION 'an agent claims from the sessions it names, or as itself, only'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- A few passes: a candidate whose head cannot be taken (another transaction holds it, a
+    -- head row out of date) is refreshed and left out of the next pass.
+    FOR v_pass IN 1..5 LOOP
+        -- The candidates, locked (SKIP LOCKED: a claimer never waits, and one queue's
+        -- candidates are never two claimers' at once), in head order.
+        IF v_every THEN
+            v_queues := ARRAY(
+                SELECT h.queue FROM birddog.queue_heads h
+                WHERE h.job_id IS NOT NULL
+                  AND (h.due_at IS NULL OR h.due_at <= p_started_at)
+                  AND h.running < p_slots AND NOT starts_with(h.queue, p_reserved_prefix)
+                  AND NOT (h.queue = ANY(v_tried))
+                ORDER BY h.priority DESC, h.created_at, h.job_id
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED
+            );
+        ELSE
+            v_queues := ARRAY(
+                SELECT h.queue FROM birddog.queue_heads h
+                WHERE h.job_id IS NOT NULL
+                  AND (h.due_at IS NULL OR h.due_at <= p_started_at)
+                  AND h.running < p_slots
+                  AND (h.queue = ANY(p_queues)
+                       OR (h.agent_id = ANY(p_agents)
+                           AND NOT starts_with(h.queue, p_reserved_prefix)))
+                  AND NOT (h.queue = ANY(v_tried))
+                ORDER BY h.priority DESC, h.created_at, h.job_id
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED
+            );
+        END IF;
+        EXIT WHEN cardinality(v_queues) = 0;
+        v_tried := v_tried || v_queues;
+        RETURN QUERY
+        WITH picked AS (
+            -- Each candidate's first job that may be claimed now, read from the jobs: a head
+            -- another transaction holds is skipped, never the job behind it taken instead.
+            SELECT j.job_id, j.queue
+            FROM unnest(v_queues) WITH ORDINALITY AS c(queue, n)
+            CROSS JOIN LATERAL (
+                SELECT q.job_id FROM birddog.jobs q
+                WHERE q.state = 'queued' AND q.queue = c.queue
+                  AND (q.not_before IS NULL OR q.not_before <= p_started_at)
+                  AND (q.expires_at IS NULL OR q.expires_at > p_started_at)
+                ORDER BY q.priority DESC, q.created_at, q.job_id
+                LIMIT 1
+            ) head
+            JOIN birddog.jobs j ON j.job_id = head.job_id
+            WHERE j.state = 'queued'
+              AND (p_agents IS NULL OR j.queue = ANY(p_queues) OR j.agent_id = ANY(p_agents))
+              AND (v_agent IS NULL OR j.agent_id = v_agent)
+            ORDER BY c.n
+            FOR UPDATE OF j SKIP LOCKED
+        ),
+        slotted AS (
+            -- The lowest free slot, counted from the running jobs themselves (none free:
+            -- the queue is busy, whatever its head row says).
+            SELECT p.job_id, (
+                SELECT min(s.slot) FROM generate_series(0, p_slots - 1) AS s(slot)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM birddog.jobs r
+                    WHERE r.queue = p.queue AND r.state = 'running' AND r.slot = s.slot
+                )
+            ) AS slot
+            FROM picked p
+        )
+        UPDATE birddog.jobs j
+        SET state = 'running', slot = s.slot, claim_token = gen_random_uuid(),
+            lease_expires_at = p_lease_until, worker_id = p_worker_id,
+            started_at = p_started_at, updated_at = now()
+        FROM slotted s
+        WHERE j.job_id = s.job_id AND s.slot IS NOT NULL
+        RETURNING
+            j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text, j.recovery::text,
+            j.outcome, j.claim_token, j.lease_expires_at, j.recovery_count,
+            j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent, j.not_before,
+            j.expires_at;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
+        PERFORM birddog._queue_heads_refresh(v_queues);
+        EXIT WHEN v_taken > 0;
+    END LOOP;
+END
+$fn$"""
+
+SIGNATURES = {
+    "_queue_heads_refresh(text[])": HEADS_REFRESH,
+    "queue_heads_repair()": HEADS_REPAIR,
+    (
+        "enqueue(text,text,text,smallint,text,text,timestamptz,text,boolean,timestamptz,"
+        "double precision)"
+    ): ENQUEUE,
+    "claim(text[],integer,timestamptz,text,integer,timestamptz,text,text[])": CLAIM,
+}
+"""The functions this revision adds (and drops on downgrade), by signature."""
+
+REPLACED = {
+    REQUEUE: _patched(
+        REQUEUE,
+        "RETURNING j.queue INTO v_queue;",
+        "\n    IF v_queue IS NOT NULL THEN\n"
+        "        PERFORM birddog._queue_heads_refresh(ARRAY[v_queue]);\n"
+        "    END IF;",
+    ),
+    SETTLE_JOB: _patched(
+        SETTLE_JOB,
+        "settled_at = p_now, lease_expires_at = NULL, slot = NULL, updated_at = now()\n"
+        "    WHERE j.job_id = p_job_id;",
+        "\n    PERFORM birddog._queue_heads_refresh(ARRAY[p_queue]);",
+    ),
+}
+# The bounce also takes a job past its own expiry; the queues' heads are locked first, in
+# queue order, so two reapers (each settlement refreshes its queue's) never wait in a cycle.
+REPLACED[REAP] = _patched(
+    REAP,
+    "one per job; a job whose count moved meanwhile is kept for the next pass).",
+    "\n    PERFORM 1 FROM birddog.queue_heads h\n"
+    "    WHERE h.queue IN (\n"
+    "        SELECT j.queue FROM birddog.jobs j WHERE j.job_id = ANY(p_job_ids)\n"
+    "    )\n"
+    "    ORDER BY h.queue\n"
+    "    FOR UPDATE;",
+).replace(
+    "IF v_job.state = 'queued' AND v_job.created_at <= p_since",
+    "IF v_job.state = 'queued'\n"
+    "               AND (v_job.created_at <= p_since OR v_job.expires_at <= p_now)",
+)
+
+
+def upgrade() -> None:
+    op.add_column("jobs", sa.Column("agent_id", sa.Text(), nullable=True), schema=SCHEMA)
+    op.add_column(
+        "jobs", sa.Column("not_before", sa.DateTime(timezone=True), nullable=True), schema=SCHEMA
+    )
+    op.add_column(
+        "jobs", sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True), schema=SCHEMA
+    )
+    # Every stored time is finite (revision 0005): the table's check covers the new ones.
+    op.drop_constraint("jobs_times_finite_check", "jobs", schema=SCHEMA, type_="check")
+    op.create_check_constraint(
+        "jobs_times_finite_check", "jobs", finite_check(JOB_TIMES), schema=SCHEMA
+    )
+    # Existing jobs: the agent their stored mail is addressed to (birddog._address reads
+    # it as the functions do; NULL for a job without mail, or with mail that is not ours).
+    op.execute(
+        "UPDATE birddog.jobs j SET agent_id = birddog._address(j.payload -> 'mail' -> 'to') "
+        "->> 'agentId' WHERE j.payload ? 'mail'"
+    )
+    op.create_index(
+        "jobs_queued_agent_idx",
+        "jobs",
+        ["agent_id"],
+        schema=SCHEMA,
+        postgresql_where=sa.text("state = 'queued'"),
+    )
+    op.create_index(
+        "jobs_queued_not_before_idx",
+        "jobs",
+        ["queue", sa.text("not_before NULLS FIRST")],
+        schema=SCHEMA,
+        postgresql_where=sa.text("state = 'queued'"),
+    )
+    op.create_index(
+        "jobs_queued_expires_at_idx",
+        "jobs",
+        ["expires_at"],
+        schema=SCHEMA,
+        postgresql_where=sa.text("state = 'queued' AND expires_at IS NOT NULL"),
+    )
+    op.create_table(
+        "queue_heads",
+        sa.Column("queue", sa.Text(), nullable=False),
+        sa.Column("agent_id", sa.Text(), nullable=True),
+        sa.Column("priority", sa.SmallInteger(), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=True),
+        # As jobs.job_id: the C collation, so heads sort as the jobs do.
+        sa.Column("job_id", sa.Text(collation="C"), nullable=True),
+        sa.Column("due_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Column("running", sa.Integer(), server_default=sa.text("0"), nullable=False),
+        sa.PrimaryKeyConstraint("queue"),
+        sa.CheckConstraint(
+            "isfinite(created_at) AND isfinite(due_at)", name="queue_heads_times_finite_check"
+        ),
+        schema=SCHEMA,
+    )
+    op.create_index(
+        "queue_heads_claim_idx",
+        "queue_heads",
+        [sa.text("priority DESC"), "created_at", "job_id"],
+        schema=SCHEMA,
+    )
+    op.create_index(
+        "queue_heads_agent_idx",
+        "queue_heads",
+        ["agent_id", sa.text("priority DESC"), "created_at", "job_id"],
+        schema=SCHEMA,
+    )
+    op.execute(f"DROP FUNCTION birddog.{OLD_ENQUEUE}")
+    op.execute(f"DROP FUNCTION birddog.{OLD_CLAIM}")
+    for signature, body in SIGNATURES.items():
+        op.execute(body)
+        # Created executable by PUBLIC; migrate --roles grants EXECUTE.
+        op.execute(f"REVOKE ALL ON FUNCTION birddog.{signature} FROM PUBLIC")
+    for body in REPLACED.values():
+        op.execute(body)
+    # The heads of the jobs already queued or running.
+    op.execute("SELECT birddog.queue_heads_repair()")
+
+
+def downgrade() -> None:
+    for signature in reversed(list(SIGNATURES)):
+        op.execute(f"DROP FUNCTION birddog.{signature}")
+    for signature, body in PREVIOUS.items():
+        if signature in REPLACED:
+            op.execute(body.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
+        else:
+            op.execute(body)
+            op.execute(f"REVOKE ALL ON FUNCTION birddog.{signature} FROM PUBLIC")
+    op.drop_table("queue_heads", schema=SCHEMA)
+    op.drop_index("jobs_queued_expires_at_idx", table_name="jobs", schema=SCHEMA)
+    op.drop_index("jobs_queued_not_before_idx", table_name="jobs", schema=SCHEMA)
+    op.drop_index("jobs_queued_agent_idx", table_name="jobs", schema=SCHEMA)
+    op.drop_constraint("jobs_times_finite_check", "jobs", schema=SCHEMA, type_="check")
+    op.create_check_constraint(
+        "jobs_times_finite_check", "jobs", finite_check(JOB_TIMES[:-2]), schema=SCHEMA
+    )
+    op.drop_column("jobs", "expires_at", schema=SCHEMA)
+    op.drop_column("jobs", "not_before", schema=SCHEMA)
+    op.drop_column("jobs", "agent_id", schema=SCHEMA)

@@ -1,0 +1,193 @@
+"""Jobs in agents' terms on real PostgreSQL: agents, priority, not-before, expiry, heads.
+
+The queue heads are what a claim reads: kept by the job functions, repaired after jobs
+are written by hand.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from birddog.clock import SystemClock
+from birddog.core.jobs import Job
+from birddog.core.lifecycle import SettleRequested
+from birddog.core.mail import Outcome
+from birddog.engine import EngineConfig
+from birddog.postgres.jobs import PostgresJobs
+from birddog.postgres.pool import Pool
+from birddog.postgres.routes import PostgresRoutes
+from birddog.testing import FrozenClock, RecordingTransport
+from tests.support import ALICE, T0, claim, enqueue, eventually, job_row, make_job
+from tests.support.stacks import pg_room
+
+
+def timed(job: Job, **fields: object) -> Job:
+    """``job`` with the timing fields given (validated, as agent_job would)."""
+    return Job.model_validate({**job.model_dump(by_alias=False), **fields})
+
+
+async def heads(pool: Pool) -> dict[str, tuple[str | None, int]]:
+    """Each queue head row: the head's job id and the queue's running count."""
+    rows = await pool.fetch("SELECT queue, job_id, running FROM birddog.queue_heads")
+    return {row["queue"]: (row["job_id"], row["running"]) for row in rows}
+
+
+async def finish(jobs: PostgresJobs, claimed_job_id: str, token: str) -> None:
+    """Settle a claimed job completed."""
+    await jobs.finish(
+        job_id=claimed_job_id, claim_token=token, event=SettleRequested(Outcome.COMPLETED, "ok")
+    )
+
+
+async def test_a_claim_by_agent_takes_only_that_agents_sessions(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """Agents' workers claim every session of their agent, and never another agent's job."""
+    await enqueue(
+        pg_pool,
+        make_job("school-1", agent="school", session="s-1"),
+        make_job("ceo-1", agent="ceo", session="s-2", priority=9),
+        make_job("school-2", agent="school", session="s-3"),
+        make_job("no-mail", session="s-4", with_mail=False),
+    )
+    taken = [c.job.job_id for c in await jobs.claim_many(agents=["school"], limit=5)]
+    assert sorted(taken) == ["school-1", "school-2"]
+    assert (await claim(jobs, agents=["ceo", "nobody"])).job.job_id == "ceo-1"
+    assert await jobs.claim(agents=["school", "ceo"]) is None
+    assert (await claim(jobs)).job.job_id == "no-mail"  # only a worker of every queue
+
+
+async def test_a_priority_job_overtakes_the_queued_jobs_of_its_session(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """A later job with a higher priority is claimed before the older ones of its session."""
+    await enqueue(pg_pool, make_job("first"), make_job("second"), created_at=T0)
+    await enqueue(pg_pool, make_job("urgent", priority=5), created_at=T0 + timedelta(seconds=1))
+    order = []
+    for _ in range(3):
+        claimed = await claim(jobs, agents=["bob"])
+        order.append(claimed.job.job_id)
+        await finish(jobs, claimed.job.job_id, claimed.claim_token)
+    assert order == ["urgent", "first", "second"]
+    assert await heads(pg_pool) == {}
+
+
+async def test_a_not_before_job_is_not_claimed_early_and_is_claimed_on_time(
+    pg_pool: Pool,
+) -> None:
+    """A job sent for 1.5 s later is not claimed before then, and is claimed once it is due."""
+    jobs = PostgresJobs(pg_pool, clock=SystemClock())
+    start = datetime.now(UTC) + timedelta(seconds=1.5)
+    await enqueue(pg_pool, timed(make_job("later"), not_before=start))
+    assert await jobs.claim() is None
+    claimed = await eventually(
+        lambda: jobs.claim(agents=["bob"]),
+        "the job once its not-before passed",
+        until=lambda c: c is not None,
+        within_s=15,
+    )
+    assert claimed.job.job_id == "later"
+    assert claimed.job.not_before == start
+    started = await pg_pool.fetchval("SELECT started_at FROM birddog.jobs WHERE job_id = 'later'")
+    assert started >= start
+
+
+async def test_a_job_not_yet_due_never_blocks_the_jobs_behind_it(
+    jobs: PostgresJobs, pg_pool: Pool, clock: FrozenClock
+) -> None:
+    """A queue's head that is not yet due lets the due job behind it run, and runs when due."""
+    await enqueue(
+        pg_pool, timed(make_job("later", priority=9), not_before=T0 + timedelta(minutes=5))
+    )
+    await enqueue(pg_pool, make_job("now"))
+    first = await claim(jobs)
+    assert first.job.job_id == "now"
+    await finish(jobs, first.job.job_id, first.claim_token)
+    assert await jobs.claim() is None
+    assert await jobs.not_yet_due() == (1, T0 + timedelta(minutes=5))
+    clock.advance(300)
+    assert (await claim(jobs)).job.job_id == "later"
+
+
+async def test_an_expired_job_is_cancelled_and_its_reply_reaches_the_mailbox(
+    pg_pool: Pool,
+) -> None:
+    """A job nobody took within its --expires-in settles cancelled; its reply is delivered."""
+    jobs = PostgresJobs(pg_pool, clock=SystemClock())
+    await PostgresRoutes(pg_pool, clock=SystemClock()).add("alice", kind="mailbox")
+    await enqueue(pg_pool, timed(make_job("brief", reply_to=[ALICE]), expires_in_s=1.0))
+    stored = await jobs.get("brief")
+    assert stored.expires_in_s == 1.0
+    assert await jobs.cancel_queued_too_long() == []  # not yet
+    await eventually(
+        jobs.cancel_queued_too_long,
+        "the expired job's cancellation",
+        until=lambda done: done == [("brief", "cancelled")],
+        within_s=15,
+    )
+    assert await jobs.claim() is None
+    row = await job_row(pg_pool, "brief")
+    text = "BirdDog cancelled this job: no worker claimed it within its expiry of 1 s"
+    assert (row["state"], row["outcome"], row["result_content"]) == ("settled", "cancelled", text)
+    engine = pg_room(pg_pool, RecordingTransport(True), config=EngineConfig(linger_s=0.001))
+    drain = engine.engine()
+    try:
+
+        async def delivered() -> object:
+            await drain.drain_page(after_key=None)
+            return await pg_pool.fetchrow(
+                "SELECT agent_id, outcome, reply FROM birddog.mailbox WHERE in_reply_to = $1",
+                "mail-brief",
+            )
+
+        entry = await eventually(delivered, "the cancellation's reply in alice's mailbox")
+    finally:
+        await drain.close(grace_s=1)
+    assert (entry["agent_id"], entry["outcome"]) == ("alice", "cancelled")
+    assert entry["reply"]["content"] == text
+
+
+async def test_the_queue_heads_follow_every_job_write(jobs: PostgresJobs, pg_pool: Pool) -> None:
+    """Enqueue, claim, requeue, cancel and settle each leave the queue's head row exact."""
+    await enqueue(pg_pool, make_job("a", max_recoveries=1), make_job("b"), created_at=T0)
+    assert await heads(pg_pool) == {"s-bob": ("a", 0)}
+    claimed = await claim(jobs)
+    assert await heads(pg_pool) == {"s-bob": ("b", 1)}
+    assert await jobs.interrupt(job_id="a", claim_token=claimed.claim_token, diagnostic="x") is None
+    assert await heads(pg_pool) == {"s-bob": ("a", 0)}
+    await jobs.cancel(job_id="b", content="")
+    assert await heads(pg_pool) == {"s-bob": ("a", 0)}
+    claimed = await claim(jobs)
+    assert await heads(pg_pool) == {"s-bob": (None, 1)}
+    await finish(jobs, "a", claimed.claim_token)
+    assert await heads(pg_pool) == {}
+    assert await jobs.repair_queue_heads() == 0
+
+
+async def test_corrupted_queue_heads_never_start_a_second_turn_and_are_repaired(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """Heads broken by SQL: the claim stays one turn per session, and the repair restores them."""
+    await enqueue(pg_pool, make_job("a"), make_job("b"), make_job("c", session="s-c"))
+    running = await claim(jobs)
+    assert running.job.job_id in {"a", "c"}
+    # A head row that says the busy queue is free, and one that lost its queue entirely.
+    await pg_pool.execute("UPDATE birddog.queue_heads SET running = 0")
+    await pg_pool.execute("DELETE FROM birddog.queue_heads WHERE queue <> $1", running.job.queue)
+    assert await jobs.claim() is None  # the busy queue's slot is counted from the jobs
+    # That claim refreshed the busy queue's row; the lost queue needs the repair.
+    assert await heads(pg_pool) == {
+        running.job.queue: (None if running.job.job_id == "c" else "b", 1)
+    }
+    assert await jobs.repair_queue_heads() == 1
+    other = await claim(jobs)
+    assert other.job.queue != running.job.queue
+    assert await jobs.repair_queue_heads() == 0
+    # A job written by hand (no head): invisible to the claim until repaired.
+    await pg_pool.execute(
+        "INSERT INTO birddog.jobs (job_id, queue, lane, state, payload) "
+        "VALUES ('by-hand', 's-hand', 'default', 'queued', '{}')"
+    )
+    assert await jobs.claim(queues=["s-hand"]) is None
+    assert await jobs.repair_queue_heads() == 1
+    assert (await claim(jobs, queues=["s-hand"])).job.job_id == "by-hand"
