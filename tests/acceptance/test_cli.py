@@ -177,6 +177,9 @@ async def test_route_commands_and_replay(
             "url": inbox.url_for("dave"),
             "enabled": False,
             "batchSize": 25,
+            "postTimeoutS": None,  # the daemon's defaults: no policy of its own
+            "maxAgeS": None,
+            "maxAttempts": None,
         }
     ]
     too_big = await cli(database_url, "route", "update", "dave", "--batch", "1001")

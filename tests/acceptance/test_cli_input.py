@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 
+import asyncpg
 import pytest
 
 from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
@@ -104,12 +105,25 @@ async def test_a_setting_rule_across_two_settings_names_them(database_url: str) 
 async def test_a_statement_the_database_refuses_is_one_line_with_its_reason(
     empty_database_url: str,
 ) -> None:
-    """A database without the schema gives the server's reason and SQLSTATE, not a traceback."""
-    done = await cli(empty_database_url, "pending")
-    assert done.returncode == 1
+    """A statement the server refuses gives its reason and SQLSTATE, not a traceback."""
+    migrated = await cli(empty_database_url, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    # A trigger of the operator's refuses every new route: the server's words come back.
+    conn = await asyncpg.connect(empty_database_url)
+    try:
+        await conn.execute(
+            "CREATE FUNCTION public.no_routes() RETURNS trigger LANGUAGE plpgsql AS "
+            "$$BEGIN RAISE EXCEPTION 'routes are frozen today'; END$$;"
+            "CREATE TRIGGER no_routes BEFORE INSERT ON birddog.routes "
+            "FOR EACH ROW EXECUTE FUNCTION public.no_routes()"
+        )
+    finally:
+        await conn.close()
+    done = await cli(empty_database_url, "route", "add", "alice", "--mailbox")
+    assert done.returncode == 1, done.stderr
     line = _one_line(done.stderr)
     assert line.startswith("Error: the database refused: ")
-    assert "does not exist (SQLSTATE 42P01)" in line
+    assert "routes are frozen today (SQLSTATE P0001)" in line
 
 
 LONG_ID = "a" * 300

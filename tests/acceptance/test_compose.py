@@ -123,12 +123,22 @@ async def test_health_answers_for_a_running_daemon_and_fails_without_one(
     assert daemon.terminate()[0] == 0
 
 
-async def test_worker_health_follows_the_workers_heartbeat(database_url: str) -> None:
-    """Birddog health --worker fails with no worker on this host, passes once one has beaten."""
+async def test_worker_health_follows_the_workers_heartbeat(
+    database_url: str, daemons: Callable[..., Daemon]
+) -> None:
+    """Health --worker fails with no worker on this host, passes while one beats, not after."""
     alone = await cli(database_url, "health", "--worker")
     assert alone.returncode == 1
     assert "no worker on " in alone.stderr
-    await cli(database_url, "worker", "--handler", "examples.handler:handle", "--once")
-    beat = await cli(database_url, "health", "--worker")
-    assert beat.returncode == 0, beat.stderr
-    assert beat.stdout.startswith("worker healthy: 1 on ")
+    worker = daemons("--agent", "bob", "--handler", "examples.handler:handle", command="worker")
+
+    async def beat() -> str | None:
+        done = await cli(database_url, "health", "--worker")
+        return done.stdout if done.returncode == 0 else None
+
+    healthy = await eventually(beat, "health --worker to pass", within_s=60)
+    assert healthy.startswith("worker healthy: 1 on ")
+    assert worker.terminate()[0] == 0
+    # A clean stop marks the worker's row stopped: no worker beats here any more.
+    stopped = await cli(database_url, "health", "--worker")
+    assert stopped.returncode == 1, stopped.stdout

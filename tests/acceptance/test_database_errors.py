@@ -145,7 +145,7 @@ async def test_a_database_never_migrated_says_run_birddog_migrate_everywhere(
         ],
         ["ask", "--to", "bob:s-bob", "--from", "me:s-me", "--timeout", "5", "hi"],
         ["status"],
-        ["worker", "--handler", "tests.acceptance.handlers:echo", "--once"],
+        ["worker", "--agent", "bob", "--handler", "tests.acceptance.handlers:echo", "--once"],
         ["console", "--port", "0"],
         ["run"],
     ]

@@ -39,7 +39,16 @@ async def test_route_add_mailbox_needs_no_url(database_url: str) -> None:
     assert "mailbox" in added.stdout
     listed = await cli(database_url, "route", "list", "--json")
     assert json.loads(listed.stdout) == [
-        {"agentId": "asker", "kind": "mailbox", "url": None, "enabled": True, "batchSize": 1}
+        {
+            "agentId": "asker",
+            "kind": "mailbox",
+            "url": None,
+            "enabled": True,
+            "batchSize": 1,
+            "postTimeoutS": None,
+            "maxAgeS": None,
+            "maxAttempts": None,
+        }
     ]
     neither = await cli(database_url, "route", "add", "other")
     both = await cli(database_url, "route", "add", "other", "http://127.0.0.1:1/x", "--mailbox")
