@@ -260,9 +260,9 @@ class Worker:
         return False
 
     async def _queued(self) -> int | None:
-        """How many jobs are queued in this worker's queues; None when the database is away."""
+        """How many jobs are queued that this worker may take; None when the database is away."""
         try:
-            queued, _ = await self.jobs.queued_backlog(queues=self.queues)
+            queued, _ = await self.jobs.queued_backlog(queues=self.queues, agents=self.agents)
         except StoreUnavailable as exc:
             log.warning("database_unavailable", error=cause_name(exc), reason=str(exc))
             return None

@@ -59,5 +59,5 @@ async def test_the_daemon_outlives_a_reaper_that_keeps_failing(
     ]
     assert failures
     assert {(e["task"], e["error"]) for e in failures} >= {
-        ("reaper", "StoreRefused(UndefinedTableError)")
+        ("reaper", "SchemaMissing")
     }
