@@ -59,7 +59,7 @@ async def test_two_daemons_share_the_work_with_no_duplicates(
 
     await eventually(all_delivered, "every receipt", within_s=120)
     codes_logs = [first.terminate(), second.terminate()]
-    assert [code for code, _log in codes_logs] == [0, 0]
+    assert [code for code, _log in codes_logs] == [0, 0], [log[-3000:] for _c, log in codes_logs]
     assert set(inbox.posts) == set(keys)
     assert max(inbox.posts.values()) == 1, "a reply was posted twice"
     shares = [delivered_by(log) for _code, log in codes_logs]

@@ -218,7 +218,10 @@ RETURNING
     o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
     o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, o.traceparent,
     r.kind AS route_kind,
-    r.batch_size AS route_batch_size;
+    r.batch_size AS route_batch_size,
+    r.post_timeout_s AS route_post_timeout_s,
+    r.max_age_s AS route_max_age_s,
+    r.max_attempts AS route_max_attempts;
 
 -- name: outbox_swap_receipts
 -- Replace delivered rows still held by their claim ($1, per row) with their receipts (attempt log: the row's plus entry n of $9); rows flagged $10 are also written to the mailbox table; returns the keys swapped.
