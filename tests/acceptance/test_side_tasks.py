@@ -58,6 +58,4 @@ async def test_the_daemon_outlives_a_reaper_that_keeps_failing(
         if event["event"] == "side_task_failed"
     ]
     assert failures
-    assert {(e["task"], e["error"]) for e in failures} >= {
-        ("reaper", "SchemaMissing")
-    }
+    assert {(e["task"], e["error"]) for e in failures} >= {("reaper", "SchemaMissing")}
