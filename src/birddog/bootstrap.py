@@ -56,7 +56,7 @@ from birddog.postgres.locate import (
     wait_for_database,
 )
 from birddog.postgres.mailbox import PostgresMailbox
-from birddog.postgres.notices import PostgresNotices, stop_task
+from birddog.postgres.notices import PostgresNotices
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import (
     Pool,
@@ -71,7 +71,7 @@ from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.scratch import create_demo_database, drop_demo_database
 from birddog.postgres.wake import PostgresWake, WakeListener
 from birddog.replaying import CheckedReplay
-from birddog.runtime import every
+from birddog.runtime import every, stop_task
 from birddog.sending import Sender
 from birddog.settings import Settings
 from birddog.spool import SqliteSpool

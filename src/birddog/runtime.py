@@ -53,10 +53,54 @@ class Backoff:
         self.current = 0.0
 
 
+STOP_RECHECK_S = 0.1
+"""How long :func:`stop_task` waits for a cancelled task before cancelling it again."""
+
+
+async def wait_event(event: asyncio.Event, timeout_s: float | None) -> bool:
+    """Wait up to ``timeout_s`` (None: for ever) for ``event``; True when it is set.
+
+    Use this, never ``asyncio.wait_for(event.wait(), ...)``, in a loop that is stopped
+    by cancelling it: on Python 3.11, ``wait_for`` returns normally when the event is set
+    in the same moment the task is cancelled, so the cancellation is lost and the loop
+    runs on (a process that never exits). ``asyncio.timeout`` never loses one.
+    """
+    if event.is_set():
+        return True
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(None if timeout_s is None else max(timeout_s, 0.0)):
+            await event.wait()
+    return event.is_set()
+
+
+async def stop_task(task: asyncio.Future[Any] | None, *, insist: bool = True) -> None:
+    """Cancel a background task (if any) and wait until it has ended, whatever it did.
+
+    A task may swallow a cancellation (its own ``except BaseException``, or a library's
+    ``wait_for`` on Python 3.11); it is then cancelled again every
+    :data:`STOP_RECHECK_S` until it ends, so stopping never hangs on it. What it raised
+    is dropped: it is being stopped.
+
+    Args:
+        task: the task or future (None: nothing to stop).
+        insist: False cancels once and waits for as long as the task takes: for work
+            whose clean-up must not be cut short (a handler stopping the process group
+            it started, within its grace).
+    """
+    if task is None:
+        return
+    task.cancel()
+    while not task.done():
+        await asyncio.wait({task}, timeout=STOP_RECHECK_S if insist else None)
+        if not task.done():
+            task.cancel()
+    if not task.cancelled():
+        task.exception()  # retrieved: a task being stopped has nothing left to report
+
+
 async def sleep_unless_stopped(stop: asyncio.Event, seconds: float) -> None:
     """Sleep ``seconds``, or less if ``stop`` is set meanwhile."""
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+    await wait_event(stop, seconds)
 
 
 async def every(

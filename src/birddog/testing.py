@@ -58,6 +58,7 @@ from birddog.core.mail import AgentAddress, Outcome, Reply
 from birddog.core.tokens import TOKEN_BYTES, make_token
 from birddog.core.turns import DEFAULT_KILL_GRACE_S, Turn
 from birddog.ports import ClaimedJob, Clock, Outbox, Page, RouteHint, Settled
+from birddog.runtime import wait_event
 
 Answer = bool | DeliveryResult
 AnswerFn = Callable[[Reply], Answer | Awaitable[Answer]]
@@ -410,9 +411,7 @@ class ManualListener:
         self.waits += 1
         if self.max_wait_s is not None:
             timeout_s = min(timeout_s, self.max_wait_s)
-        try:
-            await asyncio.wait_for(self._rung.wait(), max(timeout_s, 0.0))
-        except TimeoutError:
+        if not await wait_event(self._rung, timeout_s):
             return False
         self._rung.clear()
         return True

@@ -12,7 +12,6 @@ The worker reports what happened as lifecycle events; the job store decides and 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import os
 import socket
@@ -50,7 +49,7 @@ from birddog.core.mail import Outcome
 from birddog.core.turns import Turn
 from birddog.metrics import WorkerMetrics
 from birddog.ports import ClaimedJobLike, JobStore, Listener
-from birddog.runtime import Backoff, cause_name, sleep_unless_stopped
+from birddog.runtime import Backoff, cause_name, sleep_unless_stopped, stop_task
 
 log = structlog.get_logger("birddog.worker")
 
@@ -404,8 +403,8 @@ class Worker:
         finally:
             # Another claim holds the job (StaleClaim), or the wait is over: the work
             # must not run on unowned.
-            await _cancel(stopping)
-            await _cancel(work)
+            await stop_task(stopping)
+            await stop_task(work, insist=False)
         return why
 
     async def _record_turn(self, claimed: ClaimedJobLike, turn: Turn) -> None:
@@ -467,8 +466,8 @@ class Worker:
         wake = asyncio.ensure_future(self.listener.wait(wait_s))
         stopped = asyncio.ensure_future(self.stop.wait())
         await asyncio.wait({wake, stopped, *running}, return_when=asyncio.FIRST_COMPLETED)
-        await _cancel(wake)
-        await _cancel(stopped)
+        await stop_task(wake)
+        await stop_task(stopped)
 
 
 class Stopped(Enum):
@@ -486,14 +485,6 @@ ONCE_RECHECK_S = 0.5
 
 REQUEUED = "requeued"
 """The key of :attr:`Worker.finished` that counts jobs given back to their queue."""
-
-
-async def _cancel(task: asyncio.Future[Any]) -> None:
-    """Cancel ``task`` and wait for it, keeping whatever it raised from asyncio's warnings."""
-    if not task.done():
-        task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
 
 
 def _describe(error: BaseException) -> str:

@@ -11,7 +11,6 @@ import asyncio
 import json
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import asyncpg
 import pytest
@@ -20,36 +19,19 @@ from birddog.clock import SystemClock
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support import eventually, until_listening
-from tests.support.cli import BIRDDOG, ROOT, Daemon, cli, cli_env
+from tests.support.cli import BIRDDOG, ROOT, Daemon, Finished, cli, cli_env, run_to_end
 
 ASKER = "asker:s-ask"
 TARGET = "upper:s-upper"
-
-
-@dataclass
-class Finished:
-    """How a ``birddog ask`` process ended."""
-
-    returncode: int
-    stdout: str
-    stderr: str
 
 
 async def run_ask(
     database_url: str, *args: str, stdin: bytes | None = None, timeout_s: float = 90
 ) -> Finished:
     """Run ``birddog ask ARGS`` with ``stdin`` (default: none at all) to its end."""
-    proc = await asyncio.create_subprocess_exec(
-        BIRDDOG, "ask", *args,
-        env=cli_env(database_url),
-        cwd=ROOT,
-        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    out, err = await asyncio.wait_for(proc.communicate(stdin), timeout_s)
-    assert proc.returncode is not None
-    return Finished(proc.returncode, out.decode(), err.decode())
+    return await run_to_end(
+        ["ask", *args], env=cli_env(database_url), stdin=stdin, timeout_s=timeout_s
+    )
 
 
 async def job_count(pool: Pool) -> int:

@@ -23,7 +23,7 @@ from birddog.asking import Asking
 from birddog.clock import SystemClock
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env
+from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env, run_to_end
 
 ASKS = 1000
 SESSIONS = 100
@@ -187,17 +187,13 @@ async def timed_cli_ask(
     """One ``birddog ask`` process; its exit status, its stdout and how long it took."""
     loop = asyncio.get_running_loop()
     began = loop.time()
-    proc = await asyncio.create_subprocess_exec(
-        BIRDDOG, "ask", "--to", f"{to}:s-{index}", "--from", "fan:s-cli",
-        "--timeout", str(timeout_s), f"question {index}",
-        env=cli_env(database_url), cwd=ROOT,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    done = await run_to_end(
+        ["ask", "--to", f"{to}:s-{index}", "--from", "fan:s-cli", "--timeout", str(timeout_s),
+         f"question {index}"],
+        env=cli_env(database_url),
+        timeout_s=timeout_s + 90,
     )  # fmt: skip
-    out, _ = await asyncio.wait_for(proc.communicate(), timeout_s + 90)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), loop.time() - began
+    return done.returncode, done.stdout, loop.time() - began
 
 
 @pytest.mark.usefixtures("echo_agent")

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -68,6 +69,67 @@ async def cli(
         timeout=timeout_s,
         check=False,
     )
+
+
+@dataclass
+class Finished:
+    """How a ``birddog`` process ended: its exit status and what it printed."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+async def run_to_end(
+    args: list[str],
+    *,
+    env: dict[str, str],
+    stdin: bytes | None = None,
+    timeout_s: float = 90,
+) -> Finished:
+    """Run ``birddog ARGS`` to its end; one that outlives ``timeout_s`` fails the test loudly.
+
+    A process still running at the deadline is asked to stop (SIGTERM: a waiting command
+    says where it stood), then killed, by its pid; the failure shows everything it printed
+    and, when py-spy is installed, where each of its threads was.
+    """
+    proc = await asyncio.create_subprocess_exec(
+        BIRDDOG, *args,
+        env=env,
+        cwd=ROOT,
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    talking = asyncio.ensure_future(proc.communicate(stdin))
+    done, _ = await asyncio.wait({talking}, timeout=timeout_s)
+    if talking in done:
+        out, err = talking.result()
+        assert proc.returncode is not None
+        return Finished(proc.returncode, out.decode(), err.decode())
+    threads = await _threads_of(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    done, _ = await asyncio.wait({talking}, timeout=5)
+    if talking not in done:
+        proc.kill()
+    out, err = await talking
+    raise AssertionError(
+        f"birddog {' '.join(args)} was still running after {timeout_s:g} s "
+        f"({'it stopped on SIGTERM' if talking in done else 'killed: SIGTERM did not stop it'})"
+        f"\n--- stdout\n{out.decode()}\n--- stderr\n{err.decode()}\n--- threads\n{threads}"
+    )
+
+
+async def _threads_of(pid: int) -> str:
+    """Where each thread of process ``pid`` is, from py-spy when it is installed."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if spy is None:
+        return "(py-spy is not installed)"
+    dump = await asyncio.create_subprocess_exec(
+        spy, "dump", "--pid", str(pid), stdout=asyncio.subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    out, _ = await dump.communicate()
+    return out.decode(errors="replace")
 
 
 def token_of(stdout: str) -> str:

@@ -47,6 +47,7 @@ from birddog.ports import (
     WakeBoard,
     WakeScheduler,
 )
+from birddog.runtime import stop_task, wait_event
 
 NEWEST_SHARE = 4
 """A continuous claim takes 1/4 of its rows latest-due first, the rest earliest-due first.
@@ -399,8 +400,7 @@ class DeliveryEngine:
             return
         if self._listening is not None:
             self._listening.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await watcher
+        await stop_task(watcher)
 
     async def _fresh(self, *, arm: bool) -> bool:
         """Arm the wake (``arm``), or claim the fresh rows.
@@ -538,10 +538,7 @@ class DeliveryEngine:
                 await asyncio.wait(waiters, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 for waiter in waiters:
-                    if not waiter.done():
-                        waiter.cancel()
-                        with contextlib.suppress(asyncio.CancelledError, Exception):
-                            await waiter
+                    await stop_task(waiter)
             if wake is not None and wake.done() and not wake.cancelled():
                 woken = wake.exception() is not None or bool(wake.result())
             if not self.outcomes.unstored:
@@ -553,8 +550,7 @@ class DeliveryEngine:
             and (left := linger_until - loop.time()) > 0
         ):
             self._a_post_ended.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._a_post_ended.wait(), left)
+            await wait_event(self._a_post_ended, left)
         return woken
 
     # ------------------------------------------------------------------ giving back

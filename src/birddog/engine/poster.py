@@ -14,7 +14,6 @@ depends only on the :class:`~birddog.ports.Transport` port.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -23,6 +22,7 @@ from birddog.core.delivery import DeliveryResult, Failed, OutboxRow, as_result
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.engine.claims import Held, Post
 from birddog.ports import Clock, ParcelTransport, Transport
+from birddog.runtime import stop_task
 
 PostEnded = Callable[[Post, list[DeliveryResult] | None, float], None]
 """Told when a post ends: the post, one result per row (None: cancelled), its seconds out."""
@@ -89,9 +89,7 @@ class Poster:
             The rows of every cancelled post, to give back untouched.
         """
         for task in list(self._tasks):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await stop_task(task)
         items = [item for post in self._cancelled for item in post.items]
         self._cancelled.clear()
         self._tasks.clear()

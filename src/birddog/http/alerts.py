@@ -11,7 +11,6 @@ the drain.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 from collections import Counter
@@ -31,6 +30,7 @@ from birddog.http import signing
 from birddog.http.client import SessionOwner
 from birddog.http.transport import DEFAULT_USER_AGENT
 from birddog.ports import Clock
+from birddog.runtime import stop_task
 
 ALERT_TYPE = "birddog.dead_letters"
 
@@ -317,7 +317,5 @@ class AlertCoalescer:
         if self._posting:
             await asyncio.wait(set(self._posting), timeout=timeout_s)
         for posting in list(self._posting):
-            posting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await posting
+            await stop_task(posting)
         await self.poster.close()

@@ -41,6 +41,7 @@ from birddog.core.mail import AgentAddress
 from birddog.core.text import inert
 from birddog.mcp.tools import TOOLS, Desk, ToolResult, input_schema
 from birddog.ports import TokenBook
+from birddog.runtime import stop_task, wait_event
 
 log = structlog.get_logger("birddog.mcp")
 
@@ -234,9 +235,7 @@ class _Pushes:
 
         async def stop() -> None:
             self._watched.discard(id(connection))
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await stop_task(task)
 
         connection.exit_stack.push_async_callback(stop)
 
@@ -256,8 +255,7 @@ class _Pushes:
                 except StoreUnavailable as exc:
                     log.warning("mcp_channel_look_failed", error=type(exc).__name__)
                 first = False
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(kick.wait(), 30.0)
+                await wait_event(kick, 30.0)
                 kick.clear()
 
     async def _push_new(

@@ -22,7 +22,6 @@ steps report progress at least every :data:`PROGRESS_S` seconds through a callba
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from birddog.core.mail import AgentAddress, Outcome
 from birddog.core.mailbox import MailboxEntry
 from birddog.core.model import check_text
 from birddog.core.text import inert
+from birddog.runtime import stop_task, wait_event
 
 if TYPE_CHECKING:
     from birddog.asking import Asking
@@ -738,9 +738,7 @@ class Desk:
         """Renew the lease every third of it until the turn ends or the connection does."""
         every_s = max(self.services.lease_s / 3, 0.05)
         while not turn.stopped.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(turn.stopped.wait(), every_s)
-            if turn.stopped.is_set():
+            if await wait_event(turn.stopped, every_s):
                 return
             try:
                 await self._heartbeat(turn)
@@ -916,9 +914,7 @@ async def _stop(turn: _Turn) -> None:
     turn.stopped.set()
     task = turn.renewing
     if task is not None and task is not asyncio.current_task():
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(task)
 
 
 def callers_of(values: Sequence[str]) -> list[AgentAddress]:

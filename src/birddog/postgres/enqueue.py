@@ -14,13 +14,11 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import LiteralString, TypeAlias
+from typing import TYPE_CHECKING, LiteralString, TypeAlias
 
 import asyncpg
 from asyncpg.pool import PoolConnectionProxy
 from pydantic import JsonValue
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from birddog import tracing
 from birddog.core.errors import InvalidInput, JobConflict, StoreUnavailable
@@ -29,6 +27,11 @@ from birddog.core.model import check_text
 from birddog.postgres.job_rows import Row
 from birddog.postgres.pool import Connection, store_errors
 from birddog.postgres.sql import queries
+
+if TYPE_CHECKING:
+    # SQLAlchemy is imported only for a caller that passes one of its connections: it
+    # costs every other process a fifth of a second to start.
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 SenderConnection: TypeAlias = (
     "Connection | PoolConnectionProxy[asyncpg.Record] | AsyncConnection | AsyncSession"
@@ -146,6 +149,23 @@ async def enqueue_job(
 async def _run_on_sender(
     conn: SenderConnection, sql: LiteralString, args: Sequence[object]
 ) -> list[Row]:
+    if isinstance(conn, asyncpg.Connection | PoolConnectionProxy):
+        with store_errors("enqueue_accepted_job"):
+            if conn.is_in_transaction():
+                return list(await conn.fetch(sql, *args))
+            async with conn.transaction():
+                return list(await conn.fetch(sql, *args))
+    if type(conn).__module__.startswith("sqlalchemy."):
+        return await _run_on_sqlalchemy(conn, sql, args)
+    raise _not_a_connection(conn)
+
+
+async def _run_on_sqlalchemy(
+    conn: AsyncConnection | AsyncSession, sql: LiteralString, args: Sequence[object]
+) -> list[Row]:
+    from sqlalchemy.exc import DBAPIError  # noqa: PLC0415 - see TYPE_CHECKING above
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession  # noqa: PLC0415
+
     if isinstance(conn, AsyncSession):
         conn = await conn.connection()
     if isinstance(conn, AsyncConnection):
@@ -165,13 +185,11 @@ async def _run_on_sender(
             raise StoreUnavailable(
                 f"database refused enqueue_accepted_job: {type(exc.orig).__name__}"
             ) from exc
-    if isinstance(conn, asyncpg.Connection | PoolConnectionProxy):
-        with store_errors("enqueue_accepted_job"):
-            if conn.is_in_transaction():
-                return list(await conn.fetch(sql, *args))
-            async with conn.transaction():
-                return list(await conn.fetch(sql, *args))
-    raise TypeError(
+    raise _not_a_connection(conn)
+
+
+def _not_a_connection(conn: object) -> TypeError:
+    return TypeError(
         "enqueue_accepted_job needs an asyncpg connection or a SQLAlchemy "
         f"AsyncConnection/AsyncSession, not {type(conn).__name__}"
     )

@@ -34,9 +34,10 @@ from birddog.core.errors import InvalidInput, StoreBusy, StoreUnavailable
 from birddog.core.mail import AgentAddress, Outcome, Reply, reply_from_wire
 from birddog.core.mailbox import MailboxEntry
 from birddog.ports import Clock
-from birddog.postgres.notices import MAILBOX_CHANNEL, PostgresNotices, stop_task
+from birddog.postgres.notices import MAILBOX_CHANNEL, PostgresNotices
 from birddog.postgres.pool import Pool, acquire_within, store_errors
 from birddog.postgres.sql import queries
+from birddog.runtime import stop_task, wait_event
 
 __all__ = ["MAILBOX_CHANNEL", "MailboxEntry", "PostgresMailbox"]
 
@@ -374,14 +375,12 @@ class PostgresMailbox:
 async def _first_of(waiting: Any, stop: asyncio.Event) -> None:
     """Await ``waiting`` unless ``stop`` is set first."""
     wait_task = asyncio.ensure_future(waiting)
-    stop_task = asyncio.ensure_future(stop.wait())
+    stop_wait = asyncio.ensure_future(stop.wait())
     try:
-        await asyncio.wait({wait_task, stop_task}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({wait_task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
     finally:
-        for task in (wait_task, stop_task):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (wait_task, stop_wait):
+            await stop_task(task)
 
 
 class _Waiter:
@@ -488,8 +487,7 @@ class _AnswerWatch:
                 if self._fresh:
                     continue  # a look that could not run goes again at the next wake
                 timeout = next_poll - loop.time() if self._waiters else None
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._kick.wait(), timeout)
+                await wait_event(self._kick, timeout)
 
     async def _look(self, keys: list[str]) -> set[str]:
         """Look for the replies to ``keys``; returns the keys it could not look for."""

@@ -24,8 +24,9 @@ import structlog
 
 from birddog.postgres.jobs import JOBS_CHANNEL
 from birddog.postgres.wake import WakeListener
+from birddog.runtime import stop_task, wait_event
 
-__all__ = ["MAILBOX_CHANNEL", "PostgresNotices", "Subscription", "stop_task"]
+__all__ = ["MAILBOX_CHANNEL", "PostgresNotices", "Subscription"]
 
 MAILBOX_CHANNEL: Final = "birddog_mailbox"
 """The channel a mailbox delivery is announced on (payload: the agent id)."""
@@ -34,15 +35,6 @@ CHECK_S: Final = 10.0
 """How often an idle listening connection is checked (and replaced when it died)."""
 
 log = structlog.get_logger("birddog.notices")
-
-
-async def stop_task(task: asyncio.Task[None] | None) -> None:
-    """Cancel a background task (if any) and wait until it has ended."""
-    if task is None:
-        return
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
 
 
 class Subscription:
@@ -81,10 +73,7 @@ class Subscription:
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for a notification; True when one came since the last wait."""
-        if not self._event.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), max(timeout_s, 0.0))
-        notified = self._event.is_set()
+        notified = await wait_event(self._event, timeout_s)
         self._event.clear()
         return notified
 

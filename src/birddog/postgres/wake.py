@@ -29,7 +29,6 @@ what is theirs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -40,6 +39,7 @@ import structlog
 
 from birddog.postgres.pool import Connection, Pool, store_errors
 from birddog.postgres.sql import queries
+from birddog.runtime import wait_event
 
 __all__ = ["WAKE_CHANNEL", "PostgresWake", "WakeListener", "schedule_wake_on"]
 
@@ -204,10 +204,7 @@ class WakeListener:
         deadline = loop.time() + max(timeout_s, 0.0)
         if not self.connected:
             return await self._reconnect_until(deadline)
-        if not self._event.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._event.wait(), max(deadline - loop.time(), 0.0))
-        if self._event.is_set():
+        if await wait_event(self._event, deadline - loop.time()):
             self._event.clear()
             if self._lost:
                 # Woken by the termination callback, not a notification.
