@@ -216,9 +216,11 @@ async def test_an_agent_reaches_nothing_of_the_mail_room_as_another_user_and_wha
 
     async def attack(job_id: str, *user: str) -> dict[str, str]:
         await send("", job_id, **embedded)
+        # A fresh process: the attacker reads the worker's /proc/PID/environ, which holds
+        # what the worker was started with.
         done = await cli(
             "", "worker", "--command", command, *user, "--once", "--queue", "s-agent",
-            timeout_s=120, **embedded,
+            timeout_s=120, fresh=True, **embedded,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
         conn = await asyncpg.connect(EmbeddedPostgres(embedded_dir).dsn())

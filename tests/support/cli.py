@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import hashlib
 import os
 import shutil
@@ -11,15 +12,84 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any
 from urllib.parse import quote, urlsplit, urlunsplit
+
+from tests.support.zygote import WarmProcess, Zygote
 
 ROOT = Path(__file__).resolve().parents[2]
 """The checkout: the subprocesses' working directory."""
 
 BIRDDOG = str(Path(sys.executable).parent / "birddog")
 """The console script of the running interpreter's environment."""
+
+FRESH = os.environ.get("BIRDDOG_TEST_EXEC", "") not in ("", "0")
+"""``BIRDDOG_TEST_EXEC=1``: every command a fresh ``birddog`` process, not a warm fork."""
+
+_ZYGOTE = Zygote()
+
+
+def start(
+    args: list[str],
+    *,
+    env: dict[str, str],
+    stdin: IO[Any] | int = subprocess.DEVNULL,
+    stdout: IO[Any] | int = subprocess.DEVNULL,
+    stderr: IO[Any] | int = subprocess.DEVNULL,
+    fresh: bool = False,
+) -> WarmProcess | subprocess.Popen[bytes]:
+    """Start ``birddog ARGS`` in the checkout: a fork of the warm zygote (see its module).
+
+    Streams are open files or file descriptors (``subprocess.DEVNULL`` for none).
+    ``fresh``: a new ``birddog`` process all the same, for a test that reads what only
+    ``exec`` sets (``/proc/PID/environ`` keeps the environment a process was started with).
+    """
+    if fresh or FRESH:
+        return subprocess.Popen(  # noqa: S603 - our own console script
+            [BIRDDOG, *args], env=env, cwd=ROOT, stdin=stdin, stdout=stdout, stderr=stderr
+        )
+    with contextlib.ExitStack() as held:
+        streams = [
+            held.enter_context(open(os.devnull, "rb+")) if stream == subprocess.DEVNULL else stream
+            for stream in (stdin, stdout, stderr)
+        ]
+        return _ZYGOTE.spawn(
+            args, env=env, cwd=ROOT, stdin=streams[0], stdout=streams[1], stderr=streams[2],
+            argv0=BIRDDOG,
+        )  # fmt: skip
+
+
+async def wait_for_exit(proc: WarmProcess | subprocess.Popen[bytes], timeout_s: float) -> int:
+    """Its exit status; :class:`subprocess.TimeoutExpired` after ``timeout_s`` (it runs on)."""
+    if isinstance(proc, WarmProcess):
+        return await proc.wait_async(timeout_s)
+    return await asyncio.to_thread(proc.wait, timeout_s)
+
+
+@contextlib.contextmanager
+def _captured(input_bytes: bytes | None) -> Iterator[tuple[IO[bytes] | int, IO[bytes], IO[bytes]]]:
+    """Standard streams for a command: ``input_bytes`` (None: no stdin at all), and two files."""
+    with (
+        tempfile.TemporaryFile() as stdin,
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+    ):
+        if input_bytes is not None:
+            stdin.write(input_bytes)
+            stdin.seek(0)
+        yield (stdin if input_bytes is not None else subprocess.DEVNULL), out, err
+
+
+def _read(file: IO[bytes]) -> bytes:
+    file.seek(0)
+    return file.read()
+
+
+def _text(file: IO[bytes]) -> str:
+    return _read(file).decode(errors="replace")
 
 
 _SPOOLS = Path(tempfile.mkdtemp(prefix="birddog-test-spools-"))
@@ -56,19 +126,34 @@ def cli_env(database_url: str, **extra: str) -> dict[str, str]:
 
 
 async def cli(
-    database_url: str, *args: str, timeout_s: float = 60, **env: str
+    database_url: str, *args: str, timeout_s: float = 60, fresh: bool = False, **env: str
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``birddog ARGS`` to completion without blocking the event loop."""
-    return await asyncio.to_thread(
-        subprocess.run,
-        [BIRDDOG, *args],
-        env=cli_env(database_url, **env),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    """Run ``birddog ARGS`` to completion without blocking the event loop.
+
+    ``fresh``: a new process, not a fork of the zygote (see :func:`start`).
+
+    Raises:
+        subprocess.TimeoutExpired: it ran past ``timeout_s`` (it was killed), with what it
+            printed.
+    """
+    with _captured(None) as (stdin, out, err):
+        proc = start(
+            list(args),
+            env=cli_env(database_url, **env),
+            stdin=stdin,
+            stdout=out,
+            stderr=err,
+            fresh=fresh,
+        )
+        try:
+            code = await wait_for_exit(proc, timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            await wait_for_exit(proc, 30)
+            raise subprocess.TimeoutExpired(
+                [BIRDDOG, *args], timeout_s, output=_read(out), stderr=_read(err)
+            ) from None
+        return subprocess.CompletedProcess([BIRDDOG, *args], code, _text(out), _text(err))
 
 
 @dataclass
@@ -93,31 +178,27 @@ async def run_to_end(
     says where it stood), then killed, by its pid; the failure shows everything it printed
     and, when py-spy is installed, where each of its threads was.
     """
-    proc = await asyncio.create_subprocess_exec(
-        BIRDDOG, *args,
-        env=env,
-        cwd=ROOT,
-        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    talking = asyncio.ensure_future(proc.communicate(stdin))
-    done, _ = await asyncio.wait({talking}, timeout=timeout_s)
-    if talking in done:
-        out, err = talking.result()
-        assert proc.returncode is not None
-        return Finished(proc.returncode, out.decode(), err.decode())
-    threads = await _threads_of(proc.pid)
-    proc.send_signal(signal.SIGTERM)
-    done, _ = await asyncio.wait({talking}, timeout=5)
-    if talking not in done:
-        proc.kill()
-    out, err = await talking
-    raise AssertionError(
-        f"birddog {' '.join(args)} was still running after {timeout_s:g} s "
-        f"({'it stopped on SIGTERM' if talking in done else 'killed: SIGTERM did not stop it'})"
-        f"\n--- stdout\n{out.decode()}\n--- stderr\n{err.decode()}\n--- threads\n{threads}"
-    )
+    with _captured(stdin) as (given, out, err):
+        proc = start(args, env=env, stdin=given, stdout=out, stderr=err)
+        try:
+            code = await wait_for_exit(proc, timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+        else:
+            return Finished(code, _text(out), _text(err))
+        threads = await _threads_of(proc.pid)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            await wait_for_exit(proc, 5)
+            how = "it stopped on SIGTERM"
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            await wait_for_exit(proc, 30)
+            how = "killed: SIGTERM did not stop it"
+        raise AssertionError(
+            f"birddog {' '.join(args)} was still running after {timeout_s:g} s ({how})"
+            f"\n--- stdout\n{_text(out)}\n--- stderr\n{_text(err)}\n--- threads\n{threads}"
+        )
 
 
 async def _threads_of(pid: int) -> str:
@@ -144,14 +225,7 @@ class Daemon:
     def __init__(self, database_url: str, *args: str, command: str = "run", **env: str) -> None:
         # The log goes to a file, so a test can read it while the daemon runs.
         self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in kill()
-        self.proc = subprocess.Popen(  # noqa: S603 - our own console script
-            [BIRDDOG, command, *args],
-            env=cli_env(database_url, **env),
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-            text=True,
-        )
+        self.proc = start([command, *args], env=cli_env(database_url, **env), stderr=self._log)
 
     def log(self) -> str:
         """Everything the daemon logged so far."""
