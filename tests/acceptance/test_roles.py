@@ -96,3 +96,31 @@ async def test_migrate_roles_is_idempotent_and_the_owner_owns_everything(
         await conn.close()
     assert owners
     assert {row["owner"] for row in owners} == {"birddog_owner"}
+
+
+async def test_every_definer_function_pins_its_path_and_is_granted_per_role(
+    database_url: str, logins: dict[str, str]
+) -> None:
+    """Each SECURITY DEFINER function pins search_path and PUBLIC may not call it; A2A's are the sender's."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        functions = await conn.fetch(
+            "SELECT p.oid::regprocedure::text AS signature, p.proconfig, "
+            "has_function_privilege('birddog_sender', p.oid, 'EXECUTE') AS sender, "
+            "has_function_privilege('birddog_worker', p.oid, 'EXECUTE') AS worker, "
+            "has_function_privilege('birddog_reader', p.oid, 'EXECUTE') AS reader, "
+            "EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a "
+            "        WHERE a.grantee = 0) AS public "
+            "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = 'birddog' AND p.prosecdef ORDER BY 1"
+        )
+    finally:
+        await conn.close()
+    shown = {row["signature"]: row for row in functions}
+    assert {"birddog.a2a_reply_to_add(text,jsonb,text)"} <= set(shown)
+    for signature, row in shown.items():
+        assert row["proconfig"] == ["search_path=pg_catalog, birddog, pg_temp"], signature
+        assert not row["public"], signature
+    for name in ("a2a_reply_to_add", "a2a_reply_to_remove"):
+        row = shown[f"birddog.{name}(text,jsonb,text)"]
+        assert (row["sender"], row["worker"], row["reader"]) == (True, False, False), name

@@ -19,9 +19,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 
 from birddog import AgentAddress, AgentWork, Mail, Outcome, agent_job
 from birddog.clock import SystemClock
+from birddog.core.errors import InvalidInput
 from birddog.postgres import sqlalchemy_url
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool, create_pool
+from birddog.postgres.tasks import PostgresSentJobs
 from tests.support import ALICE, CAROL, enqueue, job_row, make_job, outbox_rows
 from tests.support.cli import cli
 
@@ -181,6 +183,83 @@ async def test_the_sender_role_squats_no_queue_and_takes_no_mailbox(
         None,
         None,
     )
+
+
+PUSH = AgentAddress(agent_id="a2a-push:0123456789abcdef", session_id="s-bob")
+"""A push config's reply address, as the A2A server adds it to a task's mail."""
+
+REPLY_TO_ADD = "SELECT birddog.a2a_reply_to_add($1, $2::text::jsonb, $3)"
+REPLY_TO_REMOVE = "SELECT birddog.a2a_reply_to_remove($1, $2::text::jsonb, $3)"
+
+
+async def test_the_sender_role_sets_reply_addresses_only_on_its_callers_unsettled_mail(
+    pools: dict[str, Pool], logins: dict[str, str], pg_pool: Pool
+) -> None:
+    """As the sender: no UPDATE of jobs; the functions change only the caller's unsettled mail's replyTo."""
+    sender = logins["sender"]
+    push = PUSH.model_dump_json(by_alias=True)
+    assert (
+        await refusal(sender, "UPDATE birddog.jobs SET payload = payload, updated_at = now()")
+        == DENIED
+    )
+    # Only the sender and the operators may call them (the worker and reader may not).
+    for kind in ("worker", "reader"):
+        assert await refusal(logins[kind], REPLY_TO_ADD, "job-1", push, "alice") == DENIED, kind
+    # job-1 is the sender login's, its mail from alice; "theirs" is another login's.
+    await enqueue(pools["sender"], make_job(reply_to=(ALICE,)))
+    await enqueue(pg_pool, make_job("theirs", session="s-2", reply_to=(ALICE,)))
+    before = {job_id: await job_row(pg_pool, job_id) for job_id in ("job-1", "theirs")}
+    sent = PostgresSentJobs(pools["sender"])
+    bob = AgentAddress(agent_id="bob", session_id="s-bob")
+    # Another agent's caller, and another login's job, change nothing.
+    assert await sent.add_reply_to("job-1", PUSH, caller=bob, timeout_s=5) == "missing"
+    assert await sent.add_reply_to("theirs", PUSH, caller=ALICE, timeout_s=5) == "missing"
+    conn = await asyncpg.connect(sender)
+    try:
+        assert await conn.fetchval(REPLY_TO_ADD, "job-1", push, "bob") == "not_caller"
+        assert await conn.fetchval(REPLY_TO_ADD, "theirs", push, "alice") == "missing"
+        for bad in ('{"agentId": "x"}', '{"agentId": "x", "sessionId": "s", "url": "u"}', "[]"):
+            with pytest.raises(asyncpg.InvalidParameterValueError, match="agent address"):
+                await conn.fetchval(REPLY_TO_ADD, "job-1", bad, "alice")
+    finally:
+        await conn.close()
+    nobody = AgentAddress.model_construct(agent_id="", session_id="s")
+    with pytest.raises(InvalidInput, match="agent address"):
+        await sent.add_reply_to("job-1", nobody, caller=ALICE, timeout_s=5)
+    assert {job_id: await job_row(pg_pool, job_id) for job_id in before} == before
+    # The caller's own mail: added once, only {mail,replyTo} and updated_at change.
+    assert await sent.add_reply_to("job-1", PUSH, caller=ALICE, timeout_s=5) == "added"
+    assert await sent.add_reply_to("job-1", PUSH, caller=ALICE, timeout_s=5) == "present"
+    added = await job_row(pg_pool, "job-1")
+    assert added["payload"]["mail"]["replyTo"] == [
+        ALICE.model_dump(mode="json"),
+        PUSH.model_dump(mode="json"),
+    ]
+    assert added["updated_at"] > before["job-1"]["updated_at"]
+
+    def unchanged(row: dict[str, Any]) -> dict[str, Any]:
+        payload = json.loads(json.dumps(row["payload"]))
+        del payload["mail"]["replyTo"]
+        return {**row, "payload": payload, "updated_at": None}
+
+    assert unchanged(added) == unchanged(before["job-1"])
+    assert not await sent.remove_reply_to("job-1", PUSH, caller=bob, timeout_s=5)
+    assert await sent.remove_reply_to("job-1", PUSH, caller=ALICE, timeout_s=5)
+    assert not await sent.remove_reply_to("job-1", PUSH, caller=ALICE, timeout_s=5)
+    removed = await job_row(pg_pool, "job-1")
+    assert removed["payload"] == before["job-1"]["payload"]
+    # A settled job is too late for either: nothing changes.
+    jobs = PostgresJobs(pg_pool, clock=SystemClock())
+    claimed = await jobs.claim(queues=["s-bob"])
+    assert claimed is not None
+    assert claimed.job.job_id == "job-1"
+    await jobs.settle(
+        job_id="job-1", claim_token=claimed.claim_token, outcome=Outcome.COMPLETED, content="ok"
+    )
+    settled = await job_row(pg_pool, "job-1")
+    assert await sent.add_reply_to("job-1", PUSH, caller=ALICE, timeout_s=5) == "settled"
+    assert not await sent.remove_reply_to("job-1", ALICE, caller=ALICE, timeout_s=5)
+    assert await job_row(pg_pool, "job-1") == settled
 
 
 async def test_the_worker_settles_only_with_its_claim_and_only_the_stored_mail(

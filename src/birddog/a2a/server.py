@@ -355,7 +355,7 @@ class MailRoomRequestHandler(RequestHandler):
         push = await self._push_route(params, params.task_id)
         try:
             added = await self.services.sent.add_reply_to(
-                job.job_id, push.address(job.queue), timeout_s=STEP_TIMEOUT_S
+                job.job_id, push.address(job.queue), caller=caller, timeout_s=STEP_TIMEOUT_S
             )
         except StoreUnavailable as exc:
             raise _unavailable(exc) from None
@@ -398,7 +398,9 @@ class MailRoomRequestHandler(RequestHandler):
             session_id=job.queue,
         )
         try:
-            await self.services.sent.remove_reply_to(job.job_id, address, timeout_s=STEP_TIMEOUT_S)
+            await self.services.sent.remove_reply_to(
+                job.job_id, address, caller=caller, timeout_s=STEP_TIMEOUT_S
+            )
         except StoreUnavailable as exc:
             raise _unavailable(exc) from None
 

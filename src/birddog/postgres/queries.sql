@@ -790,42 +790,14 @@ ORDER BY j.job_id COLLATE "C"
 LIMIT $5::int;
 
 -- name: a2a_reply_to_add
--- Add reply address $2 to the stored mail of job $1 unless it is settled (a push config set later): its state, whether the address was there, whether it was added.
--- params: $1 job_id text, $2 address jsonb
-WITH target AS (
-    SELECT j.job_id, j.state,
-           coalesce((j.payload #> '{mail,replyTo}') @> jsonb_build_array($2::jsonb), false) AS present
-    FROM birddog.jobs j
-    WHERE j.job_id = $1::text AND jsonb_typeof(j.payload #> '{mail,replyTo}') = 'array'
-    FOR UPDATE
-), changed AS (
-    UPDATE birddog.jobs j
-    SET payload = jsonb_set(
-            j.payload, '{mail,replyTo}',
-            (j.payload #> '{mail,replyTo}') || jsonb_build_array($2::jsonb)
-        ),
-        updated_at = now()
-    FROM target t
-    WHERE j.job_id = t.job_id AND t.state <> 'settled' AND NOT t.present
-    RETURNING j.job_id
-)
-SELECT t.state, t.present, EXISTS (SELECT 1 FROM changed) AS added FROM target t;
+-- Add reply address $2 to the stored mail of job $1, sent by agent $3, unless it is settled (a push config set later): added, present, settled, missing or not_caller.
+-- params: $1 job_id text, $2 address jsonb, $3 caller_agent text
+SELECT birddog.a2a_reply_to_add($1::text, $2::jsonb, $3::text) AS result;
 
 -- name: a2a_reply_to_remove
--- Remove reply address $2 from the stored mail of job $1 unless it is settled (a push config deleted): whether it was removed.
--- params: $1 job_id text, $2 address jsonb
-UPDATE birddog.jobs j
-SET payload = jsonb_set(
-        j.payload, '{mail,replyTo}',
-        (SELECT coalesce(jsonb_agg(a.value ORDER BY a.n), '[]'::jsonb)
-         FROM jsonb_array_elements(j.payload #> '{mail,replyTo}') WITH ORDINALITY AS a(value, n)
-         WHERE a.value <> $2::jsonb)
-    ),
-    updated_at = now()
-WHERE j.job_id = $1::text AND j.state <> 'settled'
-  AND jsonb_typeof(j.payload #> '{mail,replyTo}') = 'array'
-  AND (j.payload #> '{mail,replyTo}') @> jsonb_build_array($2::jsonb)
-RETURNING j.job_id;
+-- Remove reply address $2 from the stored mail of job $1, sent by agent $3, unless it is settled (a push config deleted): removed, absent, settled, missing or not_caller.
+-- params: $1 job_id text, $2 address jsonb, $3 caller_agent text
+SELECT birddog.a2a_reply_to_remove($1::text, $2::jsonb, $3::text) AS result;
 
 -- ---------------------------------------------------------------------------------------
 -- agents: per-agent identity (birddog agent ...); a token is stored as its SHA-256 only
@@ -1528,7 +1500,8 @@ BEGIN
     -- mailbox route for an asker without a route) and acknowledges replies through the
     -- functions; reads the jobs its login sent and the replies to them (row-level security,
     -- below), and which agents have a route; never a secret or a URL, and no row of its own
-    -- making.
+    -- making. It may set and delete a push config's reply address on the unsettled jobs
+    -- its login sent, for the agent the mail is from (the A2A server's only job writes).
     GRANT SELECT ON birddog.jobs TO birddog_sender;
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
     GRANT SELECT ON birddog.mailbox TO birddog_sender;
@@ -1541,7 +1514,9 @@ BEGIN
         birddog.job_visible(text, jsonb),
         birddog.session_known(text, text),
         birddog.ensure_mailbox(text),
-        birddog.ask_standing(text, text, text, double precision)
+        birddog.ask_standing(text, text, text, double precision),
+        birddog.a2a_reply_to_add(text, jsonb, text),
+        birddog.a2a_reply_to_remove(text, jsonb, text)
         TO birddog_sender;
     -- An agent's own login (birddog agent add AGENT --login): what a sender may, for its
     -- own agent only (mail from itself, its own mailbox, the jobs it sent or serves), and

@@ -12,7 +12,8 @@ Six group roles (``NOLOGIN``); each process connects as a login that is a member
 ``birddog_sender``  ``birddog send``/``ask``/``inbox`` and the library's enqueue: inserts
                     and reads jobs, reads and acknowledges its mailbox, and sees which
                     agents have a route (``agent_id``, ``kind``, ``enabled`` only); may
-                    add a mailbox route (no URL, no secret) for an asker without one.
+                    add a mailbox route (no URL, no secret) for an asker without one,
+                    and a reply address to the unsettled mail it sent (A2A push).
 ``birddog_reader``  ``status``, ``check``, ``pending``, ``dead``: the ``pending`` and
                     ``dead_letters`` views and row metadata; no content, no URL, no secret.
 ``birddog_agent``   one agent's own login (``birddog agent add AGENT --login``): its own

@@ -4,14 +4,18 @@
 :class:`~birddog.core.tasks.SentJob`: state, outcome, the full result and diagnostic, and
 the mail. Its one write adds (or removes) a reply address on a mail whose job has not
 settled: an A2A push config set after the message; the settlement then derives that
-reply like every other. Sending and cancelling go through the ask store and the job
-store like every other caller's.
+reply like every other. That write is the ``SECURITY DEFINER`` functions
+``birddog.a2a_reply_to_add`` / ``_remove`` (migration 0016), for the caller's own mail
+only, so the process needs no ``UPDATE`` on jobs. Sending and cancelling go through the
+ask store and the job store like every other caller's.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Final, Literal
+
+import asyncpg
 
 from birddog.core.errors import InvalidInput
 from birddog.core.jobs import JobState
@@ -21,6 +25,13 @@ from birddog.postgres.pool import Pool, acquire_within, store_errors
 from birddog.postgres.sql import queries
 
 __all__ = ["PostgresSentJobs"]
+
+_ADDED: Final[dict[str, Literal["added", "present", "settled"]]] = {
+    "added": "added",
+    "present": "present",
+    "settled": "settled",
+}
+"""The answers of ``birddog.a2a_reply_to_add`` passed on as they are; the rest are missing."""
 
 
 class PostgresSentJobs:
@@ -82,45 +93,77 @@ class PostgresSentJobs:
         return [_sent_job(record) for record in records]
 
     async def add_reply_to(
-        self, job_id: str, address: AgentAddress, *, timeout_s: float
+        self, job_id: str, address: AgentAddress, *, caller: AgentAddress, timeout_s: float
     ) -> Literal["added", "present", "settled", "missing"]:
         """Add ``address`` to the replyTo of job ``job_id``'s mail while it is not settled.
 
+        Through ``birddog.a2a_reply_to_add``, which changes the job only when its mail is
+        from ``caller``'s agent (the token's, authenticated by the HTTP layer).
+
+        Args:
+            job_id: the job.
+            address: the reply address to add (a push config's).
+            caller: who asks (the mail's ``from``).
+            timeout_s: the longest wait for a pool connection.
+
         Returns:
             ``added``; ``present`` (it was there); ``settled`` (too late: the replies are
-            written); ``missing`` (no such job, or it carries no mail).
+            written); ``missing`` (no such job, it carries no mail, or its mail is not
+            ``caller``'s).
 
         Raises:
+            InvalidInput: the function refused the address as no agent address.
             StoreBusy: no pool connection was free within ``timeout_s``.
             StoreUnavailable: the database is unreachable.
         """
-        value = address.model_dump(mode="json")  # the pool encodes jsonb itself
-        async with acquire_within(self.pool, timeout_s, "reply to add") as conn:
-            with store_errors("reply to add"):
-                record = await conn.fetchrow(queries["a2a_reply_to_add"], job_id, value)
-        if record is None:
-            return "missing"
-        if record["added"]:
-            return "added"
-        return "present" if record["present"] else "settled"
+        result = await self._reply_to("a2a_reply_to_add", job_id, address, caller, timeout_s)
+        # not_caller is missing for this caller: no task of theirs has that id.
+        return _ADDED.get(result, "missing")
 
     async def remove_reply_to(
-        self, job_id: str, address: AgentAddress, *, timeout_s: float
+        self, job_id: str, address: AgentAddress, *, caller: AgentAddress, timeout_s: float
     ) -> bool:
         """Remove ``address`` from the replyTo of job ``job_id``'s mail while not settled.
 
+        Through ``birddog.a2a_reply_to_remove``, for ``caller``'s mail only.
+
+        Args:
+            job_id: the job.
+            address: the reply address to remove.
+            caller: who asks (the mail's ``from``).
+            timeout_s: the longest wait for a pool connection.
+
         Returns:
-            True when it was removed (False: not there, or the job settled).
+            True when it was removed (False: not there, the job settled, or its mail is
+            not ``caller``'s).
 
         Raises:
+            InvalidInput: the function refused the address as no agent address.
             StoreBusy: no pool connection was free within ``timeout_s``.
             StoreUnavailable: the database is unreachable.
         """
+        result = await self._reply_to("a2a_reply_to_remove", job_id, address, caller, timeout_s)
+        return result == "removed"
+
+    async def _reply_to(
+        self,
+        query: Literal["a2a_reply_to_add", "a2a_reply_to_remove"],
+        job_id: str,
+        address: AgentAddress,
+        caller: AgentAddress,
+        timeout_s: float,
+    ) -> str:
         value = address.model_dump(mode="json")  # the pool encodes jsonb itself
-        async with acquire_within(self.pool, timeout_s, "reply to remove") as conn:
-            with store_errors("reply to remove"):
-                removed = await conn.fetchval(queries["a2a_reply_to_remove"], job_id, value)
-        return removed is not None
+        operation = "reply to add" if query == "a2a_reply_to_add" else "reply to remove"
+        async with acquire_within(self.pool, timeout_s, operation) as conn:
+            with store_errors(operation):
+                try:
+                    result = await conn.fetchval(queries[query], job_id, value, caller.agent_id)
+                except asyncpg.InvalidParameterValueError as exc:
+                    raise InvalidInput(
+                        "a reply address is an agent address object", field="address"
+                    ) from exc
+        return str(result)
 
 
 def _sent_job(record: Any) -> SentJob:
