@@ -5,6 +5,15 @@
 --   -- <one line: what the statement does>
 --   -- params: $1 <name> <type>, $2 ...   (or: none)
 --   <the statement>
+-- A part several statements share is a fragment block, written once:
+--   -- fragment: <name>
+--   -- <one line: what the part does>
+--   -- params: $1 <name> <type>, ...   (or: none)
+--   <the part>
+-- and a statement names it where it belongs, mapping its parameters to the statement's:
+-- {{<name>($4, $5)}} (or {{<name>}}). sql.py writes the fragments out once, at load, each
+-- line after the first indented like the line naming it; an unknown or unused fragment
+-- is refused.
 --
 -- The schema comes from the Alembic revisions in migrations/. Keys are COLLATE "C", so
 -- "key > $1 ORDER BY key" is UTF-8 byte order, the same order as Python's str.
@@ -43,27 +52,27 @@ WHERE NOT EXISTS (SELECT 1 FROM birddog.receipts rc WHERE rc.key = r.key)
 ON CONFLICT (key) DO NOTHING
 RETURNING o.key;
 
--- name: outbox_claim_page
--- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order, skipping recipients $6; with each row's route kind, batch size and policy, and its reply as JSON text (posted as is).
--- params: $1 after_key text ('' for the start), $2 now timestamptz, $3 limit int, $4 claim uuid, $5 lease_until timestamptz, $6 skip_agents text[]
-WITH due AS (
-    SELECT o.key, o.recipient_agent_id
-    FROM birddog.outbox o
-    WHERE o.state = 'pending'
-      AND o.due_at <= $2::timestamptz
-      AND o.key > $1::text
-      AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $2::timestamptz)
-      AND NOT (o.recipient_agent_id = ANY($6::text[]))
-      AND NOT EXISTS (
-          SELECT 1 FROM birddog.routes r
-          WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
-      )
-    ORDER BY o.key
-    LIMIT $3::int
-    FOR UPDATE OF o SKIP LOCKED
+-- fragment: outbox_claimable
+-- What else a pending row needs to be claimable at $1: no live lease, its recipient not in $2, its route not disabled.
+-- params: $1 now timestamptz, $2 skip_agents text[]
+-- Each claim (and outbox_next_claimable_at) writes its own state and due-time conditions
+-- (the page puts its key condition between them and this) and ANDs this after them; a
+-- condition every claimable row must meet goes here. outbox_claim_heads says the
+-- recipient ones again, of r.agent, in its heads part: a new one goes there too.
+AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1::timestamptz)
+AND NOT (o.recipient_agent_id = ANY($2::text[]))
+AND NOT EXISTS (
+    SELECT 1 FROM birddog.routes r
+    WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
 )
+
+-- fragment: outbox_lease
+-- Lease the rows of the statement's CTE due (key, recipient_agent_id) to claim $1 until $2; each with its route's kind, batch size and policy, and its reply as JSON text (posted as is).
+-- params: $1 claim uuid, $2 lease_until timestamptz
+-- Every claim ends with this, so the engine reads one shape of claimed row whichever
+-- claim ran (tests/unit/test_claim_columns.py); a column for it goes here.
 UPDATE birddog.outbox o
-SET claim_token = $4::uuid, lease_expires_at = $5::timestamptz, updated_at = now()
+SET claim_token = $1::uuid, lease_expires_at = $2::timestamptz, updated_at = now()
 FROM due
 LEFT JOIN birddog.routes r ON r.agent_id = due.recipient_agent_id
 WHERE o.key = due.key
@@ -74,7 +83,23 @@ RETURNING
     r.batch_size AS route_batch_size,
     r.post_timeout_s AS route_post_timeout_s,
     r.max_age_s AS route_max_age_s,
-    r.max_attempts AS route_max_attempts;
+    r.max_attempts AS route_max_attempts
+
+-- name: outbox_claim_page
+-- Lease up to $3 due, unheld, unleased pending rows after key $1, in key order, skipping recipients $6; with each row's route kind, batch size and policy, and its reply as JSON text (posted as is).
+-- params: $1 after_key text ('' for the start), $2 now timestamptz, $3 limit int, $4 claim uuid, $5 lease_until timestamptz, $6 skip_agents text[]
+WITH due AS (
+    SELECT o.key, o.recipient_agent_id
+    FROM birddog.outbox o
+    WHERE o.state = 'pending'
+      AND o.due_at <= $2::timestamptz
+      AND o.key > $1::text
+      {{outbox_claimable($2, $6)}}
+    ORDER BY o.key
+    LIMIT $3::int
+    FOR UPDATE OF o SKIP LOCKED
+)
+{{outbox_lease($4, $5)}};
 
 -- name: outbox_claim_due
 -- Lease up to $6 + $2 claimable rows (due, unheld, unleased, recipients not in $5): the $6 latest-due, then $2 earliest-due; with each row's route kind, batch size and policy, and its reply as JSON text (posted as is).
@@ -88,12 +113,7 @@ WITH newest AS (
     FROM birddog.outbox o
     WHERE o.state = 'pending'
       AND o.due_at <= $1::timestamptz
-      AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1::timestamptz)
-      AND NOT (o.recipient_agent_id = ANY($5::text[]))
-      AND NOT EXISTS (
-          SELECT 1 FROM birddog.routes r
-          WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
-      )
+      {{outbox_claimable($1, $5)}}
     ORDER BY o.due_at DESC
     LIMIT $6::int
     FOR UPDATE OF o SKIP LOCKED
@@ -102,12 +122,7 @@ WITH newest AS (
     FROM birddog.outbox o
     WHERE o.state = 'pending'
       AND o.due_at <= $1::timestamptz
-      AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1::timestamptz)
-      AND NOT (o.recipient_agent_id = ANY($5::text[]))
-      AND NOT EXISTS (
-          SELECT 1 FROM birddog.routes r
-          WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
-      )
+      {{outbox_claimable($1, $5)}}
       AND NOT EXISTS (SELECT 1 FROM newest n WHERE n.key = o.key)
     ORDER BY o.due_at
     LIMIT $2::int
@@ -117,19 +132,7 @@ WITH newest AS (
     UNION ALL
     SELECT * FROM earliest
 )
-UPDATE birddog.outbox o
-SET claim_token = $3::uuid, lease_expires_at = $4::timestamptz, updated_at = now()
-FROM due
-LEFT JOIN birddog.routes r ON r.agent_id = due.recipient_agent_id
-WHERE o.key = due.key
-RETURNING
-    o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
-    o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, o.traceparent,
-    r.kind AS route_kind,
-    r.batch_size AS route_batch_size,
-    r.post_timeout_s AS route_post_timeout_s,
-    r.max_age_s AS route_max_age_s,
-    r.max_attempts AS route_max_attempts;
+{{outbox_lease($3, $4)}};
 
 -- name: outbox_claim_heads
 -- Lease what outbox_claim_due leases ($6 latest-due, then $2 earliest-due claimable rows, recipients not in $5), reading the earliest-due part from each other recipient's head: at most $7 rows of each.
@@ -163,12 +166,7 @@ WITH RECURSIVE recipients AS (
     FROM birddog.outbox o
     WHERE o.state = 'pending'
       AND o.due_at <= $1::timestamptz
-      AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1::timestamptz)
-      AND NOT (o.recipient_agent_id = ANY($5::text[]))
-      AND NOT EXISTS (
-          SELECT 1 FROM birddog.routes r
-          WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
-      )
+      {{outbox_claimable($1, $5)}}
     ORDER BY o.due_at DESC
     LIMIT $6::int
     FOR UPDATE OF o SKIP LOCKED
@@ -209,19 +207,7 @@ WITH RECURSIVE recipients AS (
     UNION ALL
     SELECT * FROM earliest
 )
-UPDATE birddog.outbox o
-SET claim_token = $3::uuid, lease_expires_at = $4::timestamptz, updated_at = now()
-FROM due
-LEFT JOIN birddog.routes r ON r.agent_id = due.recipient_agent_id
-WHERE o.key = due.key
-RETURNING
-    o.key, o.recipient_agent_id, o.reply::text AS reply_json, o.state, o.attempts,
-    o.deferrals, o.due_at, o.created_at, o.last_error, o.dead_reason, o.traceparent,
-    r.kind AS route_kind,
-    r.batch_size AS route_batch_size,
-    r.post_timeout_s AS route_post_timeout_s,
-    r.max_age_s AS route_max_age_s,
-    r.max_attempts AS route_max_attempts;
+{{outbox_lease($3, $4)}};
 
 -- name: outbox_swap_receipts
 -- Replace delivered rows still held by their claim ($1, per row) with their receipts (attempt log: the row's plus entry n of $9); rows flagged $10 are also written to the mailbox table; returns the keys swapped.
@@ -356,12 +342,7 @@ LIMIT 1;
 SELECT o.due_at
 FROM birddog.outbox o
 WHERE o.state = 'pending'
-  AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= $1::timestamptz)
-  AND NOT (o.recipient_agent_id = ANY($2::text[]))
-  AND NOT EXISTS (
-      SELECT 1 FROM birddog.routes r
-      WHERE r.agent_id = o.recipient_agent_id AND NOT r.enabled
-  )
+  {{outbox_claimable($1, $2)}}
 ORDER BY o.due_at
 LIMIT 1;
 
