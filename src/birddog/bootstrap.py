@@ -24,22 +24,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aiohttp import web
-
 from birddog.asking import Asking
 from birddog.clock import SystemClock
-from birddog.console import Sessions, make_app
 from birddog.core.errors import StoreUnavailable
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, Job
-from birddog.daemon import DrainDaemon
-from birddog.http.alerts import AlertCoalescer, AlertPoster
-from birddog.http.transport import HttpTransport
-from birddog.mailroom import MailRoom
-from birddog.metrics import Metrics, TimedTransport, WorkerMetrics
 from birddog.ports import Clock, Listener, TokenBook
 from birddog.postgres.admin import PostgresAdmin
 from birddog.postgres.agents import PostgresAgents
@@ -75,12 +67,20 @@ from birddog.runtime import every, stop_task
 from birddog.sending import Sender
 from birddog.settings import Settings
 from birddog.spool import SqliteSpool
-from birddog.worker import Handler, Worker
 
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from birddog.a2a.server import A2AServices
+    from birddog.console import Sessions
+    from birddog.daemon import DrainDaemon
+    from birddog.http.alerts import AlertCoalescer
+    from birddog.http.transport import HttpTransport
+    from birddog.mailroom import MailRoom
     from birddog.mcp.tools import Desk
+    from birddog.metrics import Metrics, WorkerMetrics
     from birddog.postgres.embedded import EmbeddedPostgres
+    from birddog.worker import Handler, Worker
 
 __all__ = [
     "CLOCK",
@@ -141,11 +141,11 @@ class Stack:
         reports: the operator's reports (status, check).
         retention: deletes what the retention settings no longer keep.
         admin: the operator's pages (console, jobs, show).
-        transport: the HTTP transport.
-        room: the mail room.
-        metrics: the daemon's metrics.
         agents: the agents and their bearer tokens (``birddog agent``, HTTP endpoints).
         embedded: the embedded server, when no ``DATABASE_URL`` was given.
+
+    The delivering side (:attr:`transport`, :attr:`room`, :attr:`metrics`) is built on
+    first use: a command that only sends, asks or reads never loads the HTTP client.
     """
 
     settings: Settings
@@ -167,11 +167,54 @@ class Stack:
     reports: PostgresReports
     retention: PostgresRetention
     admin: PostgresAdmin
-    transport: HttpTransport
-    room: MailRoom
-    metrics: Metrics
     agents: PostgresAgents
     embedded: EmbeddedPostgres | None = None
+    _metrics: Metrics | None = field(default=None, init=False, repr=False)
+    _transport: HttpTransport | None = field(default=None, init=False, repr=False)
+    _room: MailRoom | None = field(default=None, init=False, repr=False)
+
+    @property
+    def metrics(self) -> Metrics:
+        """The daemon's metrics."""
+        if self._metrics is None:
+            from birddog.metrics import Metrics  # noqa: PLC0415 - delivering processes only
+
+            self._metrics = Metrics()
+        return self._metrics
+
+    @property
+    def transport(self) -> HttpTransport:
+        """The HTTP transport (posts to inbox URLs, A2A push, mailboxes)."""
+        if self._transport is None:
+            self._transport = _http_transport(self.settings, self.routes, self.clock)
+        return self._transport
+
+    @property
+    def room(self) -> MailRoom:
+        """The mail room: the drain and its wakes, over the outbox and the transport."""
+        if self._room is None:
+            from birddog.mailroom import MailRoom  # noqa: PLC0415 - delivering processes only
+            from birddog.metrics import TimedTransport  # noqa: PLC0415
+
+            settings = self.settings
+            self._room = MailRoom(
+                outbox=self.outbox,
+                transport=TimedTransport(self.transport, self.metrics.post_seconds),
+                wake=self.wake,
+                clock=self.clock,
+                # HttpTransport cancels its own request at post_timeout_s; a second timer
+                # per post would only cost time.
+                post_timeout_s=None,
+                max_content_bytes=settings.max_content_bytes,
+                config=settings.engine_config(),
+            )
+        return self._room
+
+    async def close_transport(self) -> None:
+        """Close the HTTP transport, if it was ever opened."""
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            await transport.close()
 
     async def enqueue(self, jobs: Sequence[Job]) -> list[bool]:
         """Enqueue accepted jobs in one transaction, as a sender's transaction would.
@@ -267,37 +310,12 @@ async def open_stack(
             await pool.close()
             raise
     clock = CLOCK
-    metrics = Metrics()
     egress = settings.egress_policy()
     routes = PostgresRoutes(
         pool, clock=clock, egress=egress, box=settings.secret_box(), lease_s=settings.lease_s
     )
-    transport = HttpTransport(
-        routes,
-        egress=egress,
-        proxy=settings.http_proxy,
-        timeout_s=settings.post_timeout_s,
-        # A route's own post timeout never outlasts the claim's lease, as the default may
-        # not (route add refuses one as long; this daemon's lease may be shorter).
-        max_timeout_s=settings.lease_s,
-        max_body_bytes=settings.max_body_bytes,
-        max_deferral_s=settings.max_deferral_s,
-        clock=clock,
-        push_body=_a2a_push_body,
-    )
     outbox = PostgresOutbox(pool)
     wake = PostgresWake(pool)
-    room = MailRoom(
-        outbox=outbox,
-        transport=TimedTransport(transport, metrics.post_seconds),
-        wake=wake,
-        clock=clock,
-        # HttpTransport cancels its own request at post_timeout_s; a second timer per post
-        # would only cost time.
-        post_timeout_s=None,
-        max_content_bytes=settings.max_content_bytes,
-        config=settings.engine_config(),
-    )
     jobs = PostgresJobs(
         pool,
         max_content_bytes=settings.max_content_bytes,
@@ -311,8 +329,9 @@ async def open_stack(
         pool, notices, clock=clock, max_content_bytes=settings.max_content_bytes
     )
     spool = open_spool(settings)
+    stack: Stack | None = None
     try:
-        yield Stack(
+        stack = Stack(
             settings=settings,
             dsn=dsn,
             listen_dsn=settings.listen_url or dsn,
@@ -332,17 +351,35 @@ async def open_stack(
             reports=PostgresReports(pool),
             retention=PostgresRetention(pool, clock=clock),
             admin=PostgresAdmin(pool, heartbeat_s=HEARTBEAT_S),
-            transport=transport,
-            room=room,
-            metrics=metrics,
             agents=PostgresAgents(pool),
             embedded=embedded,
         )
+        yield stack
     finally:
         await mailbox.close()
         await notices.close()
-        await transport.close()
+        if stack is not None:
+            await stack.close_transport()
         await pool.close()
+
+
+def _http_transport(settings: Settings, routes: PostgresRoutes, clock: Clock) -> HttpTransport:
+    """The HTTP transport of the settings (aiohttp is imported here, by delivering processes)."""
+    from birddog.http.transport import HttpTransport  # noqa: PLC0415
+
+    return HttpTransport(
+        routes,
+        egress=routes.egress,
+        proxy=settings.http_proxy,
+        timeout_s=settings.post_timeout_s,
+        # A route's own post timeout never outlasts the claim's lease, as the default may
+        # not (route add refuses one as long; this daemon's lease may be shorter).
+        max_timeout_s=settings.lease_s,
+        max_body_bytes=settings.max_body_bytes,
+        max_deferral_s=settings.max_deferral_s,
+        clock=clock,
+        push_body=_a2a_push_body,
+    )
 
 
 def _a2a_push_body(stored: bytes) -> bytes:
@@ -549,6 +586,8 @@ def build_alerts(stack: Stack) -> AlertCoalescer | None:
     settings = stack.settings
     if not settings.alert_url:
         return None
+    from birddog.http.alerts import AlertCoalescer, AlertPoster  # noqa: PLC0415 - the daemon's
+
     return AlertCoalescer(
         AlertPoster(settings.alert_url, settings.alert_signing_secret(), clock=stack.clock),
         window_s=settings.alert_coalesce_s,
@@ -589,6 +628,8 @@ def build_daemon(
     Returns:
         The daemon, ready to ``run``.
     """
+    from birddog.daemon import DrainDaemon  # noqa: PLC0415 - the daemon's own
+
     return DrainDaemon(
         room=stack.room,
         listener=listener,
@@ -642,6 +683,8 @@ def build_worker(
     Returns:
         The worker, ready to ``run``.
     """
+    from birddog.worker import Worker  # noqa: PLC0415 - the worker's own
+
     settings = stack.settings
     return Worker(
         jobs=stack.jobs,
@@ -672,6 +715,8 @@ def build_console(stack: Stack, *, sessions: Sessions, read_only: bool) -> web.A
     Returns:
         The web application, to serve on 127.0.0.1.
     """
+    from birddog.console import make_app  # noqa: PLC0415 - the console's own
+
     return make_app(
         admin=stack.admin,
         outbox=stack.replay,
