@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -559,16 +559,19 @@ async def open_demo_stack(settings: Settings) -> AsyncIterator[Stack]:
 # ---- the drain daemon ----------------------------------------------------------------
 
 
-def build_wake_listener(stack: Stack) -> WakeListener:
+def build_wake_listener(
+    stack: Stack, *, on_reconnect: Callable[[], None] | None = None
+) -> WakeListener:
     """``LISTEN birddog_wake`` on a connection of its own (enter it to connect).
 
     Args:
         stack: the open adapters (``listen_dsn``).
+        on_reconnect: told each time the connection is open again (the database is back).
 
     Returns:
         The listener, not yet connected.
     """
-    return WakeListener(stack.listen_dsn)
+    return WakeListener(stack.listen_dsn, on_reconnect=on_reconnect)
 
 
 def build_alerts(stack: Stack) -> AlertCoalescer | None:
@@ -641,16 +644,19 @@ def build_daemon(
 # ---- the job worker ------------------------------------------------------------------
 
 
-def build_jobs_listener(stack: Stack) -> WakeListener:
+def build_jobs_listener(
+    stack: Stack, *, on_reconnect: Callable[[], None] | None = None
+) -> WakeListener:
     """``LISTEN birddog_jobs`` on a connection of its own (enter it to connect).
 
     Args:
         stack: the open adapters (``listen_dsn``).
+        on_reconnect: told each time the connection is open again (the database is back).
 
     Returns:
         The listener, not yet connected.
     """
-    return WakeListener(stack.listen_dsn, channel=JOBS_CHANNEL)
+    return WakeListener(stack.listen_dsn, channel=JOBS_CHANNEL, on_reconnect=on_reconnect)
 
 
 def build_worker(

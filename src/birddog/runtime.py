@@ -110,6 +110,7 @@ async def every(
     stop: asyncio.Event,
     name: str,
     on_error: Callable[[str], None] | None = None,
+    kick: asyncio.Event | None = None,
 ) -> None:
     """Run ``action`` every ``seconds`` until ``stop``; no failure ends the loop.
 
@@ -117,7 +118,8 @@ async def every(
     is logged as ``side_task_failed`` with the task and the error class (a warning while
     the database is away, an error otherwise), counted through ``on_error``, and retried
     after a backoff that starts at 0.1 s and doubles up to ``max(seconds, 60)``; the first
-    success goes back to the normal interval.
+    success goes back to the normal interval. Setting ``kick`` ends the pause (a normal
+    one or a backoff) at once: the next run starts now.
 
     Args:
         seconds: the pause between runs.
@@ -125,9 +127,12 @@ async def every(
         stop: set to end the loop.
         name: the task's name, for logs and metrics.
         on_error: told the task's name after each failure (a metrics counter).
+        kick: set (by anyone) to run ``action`` again now; cleared before each run.
     """
     backoff = Backoff(cap_s=max(seconds, SIDE_TASK_BACKOFF_CAP_S))
     while not stop.is_set():
+        if kick is not None:
+            kick.clear()
         try:
             await action()
         except Exception as exc:  # a side task's failure is logged and retried, never fatal
@@ -136,10 +141,24 @@ async def every(
             report("side_task_failed", task=name, error=error_class(exc), retry_in_s=wait)
             if on_error is not None:
                 on_error(name)
-            await sleep_unless_stopped(stop, wait)
+            await _pause(stop, kick, wait)
             continue
         backoff.reset()
+        await _pause(stop, kick, seconds)
+
+
+async def _pause(stop: asyncio.Event, kick: asyncio.Event | None, seconds: float) -> None:
+    """Sleep ``seconds``, or less if ``stop`` or ``kick`` is set meanwhile."""
+    if kick is None:
         await sleep_unless_stopped(stop, seconds)
+        return
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(kick.wait())]
+    try:
+        # asyncio.wait never swallows a cancellation of this task (unlike wait_for on 3.11).
+        await asyncio.wait(waits, timeout=max(seconds, 0.0), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in waits:
+            await stop_task(waiting)
 
 
 SIDE_TASK_BACKOFF_CAP_S = 60.0

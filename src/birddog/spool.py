@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Final
+from typing import ClassVar, Final
 
 import structlog
 
@@ -188,6 +188,11 @@ class SqliteSpool:
         max_age_s: mail spooled longer ago is quarantined by the forwarder.
         busy_timeout_s: how long a call waits while another process writes.
     """
+
+    SYNCHRONOUS: ClassVar[str] = "FULL"
+    """The ``PRAGMA synchronous`` every connection sets. Not a setting: only the power-loss
+    test lowers it (to ``OFF``, in a subclass of its own) to show that it would catch the
+    mail such a spool loses."""
 
     def __init__(
         self,
@@ -652,7 +657,7 @@ class SqliteSpool:
                 # WAL: readers never wait for the writer; FULL: every commit is fsynced
                 # (the log and, on the first sync, its directory) before it returns.
                 [mode] = db.execute("PRAGMA journal_mode = WAL").fetchone()
-                db.execute("PRAGMA synchronous = FULL")
+                db.execute(f"PRAGMA synchronous = {self.SYNCHRONOUS}")
                 db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
                 if str(mode).lower() != "wal":
                     raise SpoolFailed(f"the spool {self.path} cannot run in WAL mode ({mode})")

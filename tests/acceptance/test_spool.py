@@ -13,6 +13,7 @@ import os
 import sqlite3
 import subprocess
 import tempfile
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,14 @@ def integrity(path: Path) -> str:
         return str(db.execute("PRAGMA integrity_check").fetchone()[0])
     finally:
         db.close()
+
+
+def link_of(fd: Path) -> str:
+    """Where an open descriptor of another process points ("" if it closed meanwhile)."""
+    try:
+        return os.readlink(fd)
+    except FileNotFoundError:
+        return ""
 
 
 async def spool_status(dsn: str, **env: str) -> dict[str, Any]:
@@ -226,7 +235,7 @@ async def test_spooled_is_printed_only_after_the_spool_commit_returned(
 
         def opened_the_spool() -> bool:
             fds = Path(f"/proc/{proc.pid}/fd")
-            return any(str(path) in os.readlink(fd) for fd in fds.iterdir())
+            return any(str(path) in target for target in map(link_of, fds.iterdir()))
 
         await eventually(opened_the_spool, "send to open the spool file", within_s=60)
         with pytest.raises(subprocess.TimeoutExpired):
@@ -262,6 +271,48 @@ async def test_a_daemon_forwards_the_spool_when_the_database_is_back(
         daemon.kill()
 
 
+async def test_a_running_daemon_forwards_as_soon_as_its_database_is_back(
+    proxy: DatabaseProxy, pg_pool: Pool
+) -> None:
+    """Mail spooled while the daemon's database was away goes in on its reconnect, not a period later."""
+    daemon = Daemon(proxy.dsn, BIRDDOG_SPOOL_FORWARD_S="3600")
+    try:
+        await eventually(
+            lambda: pg_pool.fetchval("SELECT count(*) FROM birddog.daemons"),
+            "the daemon's row",
+            until=lambda count: count == 1,
+            within_s=60,
+        )
+        await proxy.down()
+        await eventually(
+            daemon.log,
+            "the daemon to find its database away",
+            until=lambda text: (
+                "wake_listener_connect_failed" in text or '"database_unavailable"' in text
+            ),
+            within_s=30,
+        )
+        for index in range(3):
+            sent = await cli(proxy.dsn, *mail(index), "--content", f"{index}")
+            assert sent.stdout.startswith("spooled (database unreachable)"), sent.stderr
+        await proxy.up()
+        back = time.monotonic()
+        await eventually(
+            lambda: jobs_of(pg_pool),
+            "the spooled jobs in the database",
+            until=lambda ids: len(ids) == 3,
+            within_s=30,
+        )
+        took_s = time.monotonic() - back
+        assert await jobs_of(pg_pool) == ["job-0", "job-1", "job-2"]
+        assert (await spool_status(proxy.dsn))["mails"] == 0
+        # The period is an hour: only the reconnect explains it (the daemon retries its
+        # database, and its listener reconnects, at most 5 s apart).
+        assert took_s < 15, f"forwarded {took_s:.1f} s after the database came back"
+    finally:
+        daemon.kill()
+
+
 @pytest.fixture
 def errlog() -> Iterator[Any]:
     """Where the MCP server's stderr goes (every line must be JSON)."""
@@ -272,11 +323,15 @@ def errlog() -> Iterator[Any]:
 async def test_the_mcp_server_starts_away_spools_and_forwards_when_back(
     proxy: DatabaseProxy, pg_pool: Pool, errlog: Any
 ) -> None:
-    """Started with the database away, send says spooled, ask pending; once back both arrive."""
+    """Started with the database away, send says spooled, ask pending; once back both arrive.
+
+    The forward period is an hour: the server forwards when its listening connection is
+    open again.
+    """
     await PostgresRoutes(pg_pool, clock=SystemClock()).add("bob", kind="mailbox")
     await proxy.down()
     async with stdio_mcp(
-        proxy.dsn, "alice:s-alice", errlog, BIRDDOG_SPOOL_FORWARD_S="0.2"
+        proxy.dsn, "alice:s-alice", errlog, BIRDDOG_SPOOL_FORWARD_S="3600"
     ) as session:
         sent, text, error = await call(session, "send", to="bob:s-bob", content="hi", key="m-1")
         assert not error, text

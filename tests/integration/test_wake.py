@@ -30,6 +30,17 @@ async def listener(database_url: str) -> AsyncIterator[WakeListener]:
         yield wake_listener
 
 
+async def _kill_backend(wake_listener: WakeListener, database_url: str) -> int:
+    """Terminate the listener's backend from another connection; returns its pid."""
+    pid = await _backend_pid(wake_listener)
+    killer = await asyncpg.connect(database_url)
+    try:
+        assert await killer.fetchval("SELECT pg_terminate_backend($1)", pid) is True
+    finally:
+        await killer.close()
+    return pid
+
+
 async def _backend_pid(wake_listener: WakeListener) -> int:
     conn = wake_listener._conn
     assert conn is not None
@@ -205,12 +216,7 @@ async def test_listener_reconnects_after_its_backend_is_killed(
     pg_pool: Pool, listener: WakeListener, database_url: str
 ) -> None:
     """A listener whose connection is terminated comes back, reports a wake, and hears again."""
-    pid = await _backend_pid(listener)
-    killer = await asyncpg.connect(database_url)
-    try:
-        assert await killer.fetchval("SELECT pg_terminate_backend($1)", pid) is True
-    finally:
-        await killer.close()
+    pid = await _kill_backend(listener, database_url)
 
     assert await listener.wait(5) is True  # the reconnect is reported as a wake
     assert listener.connected
@@ -219,6 +225,16 @@ async def test_listener_reconnects_after_its_backend_is_killed(
 
     await PostgresWake(pg_pool).schedule_wake(at=at(0))
     assert await listener.wait(5) is True
+
+
+async def test_a_listener_says_when_its_database_is_back(database_url: str) -> None:
+    """on_reconnect is told once per reconnect (a process forwards its spool then), not at start."""
+    back: list[int] = []
+    async with WakeListener(database_url, on_reconnect=lambda: back.append(1)) as wake_listener:
+        assert back == []
+        await _kill_backend(wake_listener, database_url)
+        assert await wake_listener.wait(5) is True
+        assert (wake_listener.reconnects, back) == (1, [1])
 
 
 async def test_listener_notices_a_silently_dead_connection(

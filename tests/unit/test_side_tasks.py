@@ -13,6 +13,7 @@ from birddog.core.errors import InvalidSetting, StoreUnavailable
 from birddog.metrics import Metrics
 from birddog.processes.sides import SideTasks
 from birddog.runtime import every
+from tests.support import eventually
 
 
 async def test_a_failing_side_task_is_logged_counted_and_retried_until_it_succeeds() -> None:
@@ -64,6 +65,26 @@ async def test_a_side_task_that_always_fails_never_ends_and_stops_on_request() -
     with structlog.testing.capture_logs():
         await asyncio.wait_for(every(0.01, broken, stop=stop, name="gauges"), timeout=10)
     assert runs == 4
+
+
+async def test_a_kick_runs_a_side_task_again_at_once() -> None:
+    """Setting the kick ends an hour's pause at once, each time; the loop clears it each run."""
+    stop = asyncio.Event()
+    kick = asyncio.Event()
+    runs: list[bool] = []
+
+    async def forward() -> None:
+        runs.append(kick.is_set())
+        if len(runs) == 3:
+            stop.set()
+
+    task = asyncio.ensure_future(every(3600, forward, stop=stop, name="spool_forward", kick=kick))
+    with structlog.testing.capture_logs():
+        for count in (1, 2):
+            await eventually(lambda: len(runs), "the next run", until=lambda n, c=count: n == c)
+            kick.set()
+        await asyncio.wait_for(task, timeout=10)
+    assert runs == [False, False, False]  # cleared before every run
 
 
 async def test_a_message_never_reaches_the_log() -> None:

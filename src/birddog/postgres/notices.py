@@ -102,6 +102,7 @@ class PostgresNotices:
         self.channels = list(channels)
         self.check_s = check_s
         self._subscriptions: set[Subscription] = set()
+        self._reconnected: set[asyncio.Event] = set()
         self._task: asyncio.Task[None] | None = None
         self._listener: WakeListener | None = None
 
@@ -134,6 +135,26 @@ class PostgresNotices:
         finally:
             self._subscriptions.discard(subscription)
 
+    @contextlib.contextmanager
+    def reconnects(self, event: asyncio.Event) -> Iterator[asyncio.Event]:
+        """Set ``event`` each time the connection is open again after it was lost.
+
+        Opens the connection (if it is not open yet) for as long as the block lasts, so a
+        process that waits on nothing else still hears that the database is back.
+
+        Args:
+            event: set on each reconnect (never on the first connection).
+
+        Yields:
+            ``event``.
+        """
+        self._reconnected.add(event)
+        self._start()
+        try:
+            yield event
+        finally:
+            self._reconnected.discard(event)
+
     def _start(self) -> None:
         if self.dsn is None or (self._task is not None and not self._task.done()):
             return
@@ -155,6 +176,8 @@ class PostgresNotices:
                     await listener.wait(self.check_s)
                     if listener.reconnects != reconnects:
                         self._everything()
+                        for event in list(self._reconnected):
+                            event.set()
         finally:
             self._listener = None
 

@@ -142,6 +142,8 @@ class WakeListener:
         max_backoff_s: the longest pause between reconnection attempts.
         on_notify: also told each notification's channel and payload (for a process
             that routes hints to many waiters).
+        on_reconnect: also told each time the connection is open again after it was lost
+            or could not be opened (the database is back: a process forwards its spool).
     """
 
     def __init__(
@@ -152,11 +154,13 @@ class WakeListener:
         check_timeout_s: float = 5.0,
         max_backoff_s: float = 5.0,
         on_notify: Callable[[str, str], None] | None = None,
+        on_reconnect: Callable[[], None] | None = None,
     ) -> None:
         self.dsn = dsn
         self.channels = [channel] if isinstance(channel, str) else list(channel)
         self.channel = ",".join(self.channels)
         self.on_notify = on_notify
+        self.on_reconnect = on_reconnect
         self.check_timeout_s = check_timeout_s
         self.max_backoff_s = max_backoff_s
         self.reconnects = 0
@@ -237,6 +241,8 @@ class WakeListener:
             if await self._connect():
                 self.reconnects += 1
                 log.info("wake_listener_reconnected", channel=self.channel)
+                if self.on_reconnect is not None:
+                    self.on_reconnect()
                 return True
             self._backoff_s = min(max(self._backoff_s * 2, 0.1), self.max_backoff_s)
             self._retry_at = loop.time() + self._backoff_s

@@ -98,7 +98,8 @@ async def _drain_until_stopped(
     row = build_daemon_row(stack, kind="drain")
     try:
         async with SideTasks(stop=stop, on_error=stack.metrics.side_task_failed) as sides:
-            listener = await sides.enter(build_wake_listener(stack))
+            back = asyncio.Event()
+            listener = await sides.enter(build_wake_listener(stack, on_reconnect=back.set))
             daemon = build_daemon(stack, listener=listener, alerts=alerts, stop=stop)
             if once:
                 await _forward_first(stack)
@@ -111,7 +112,7 @@ async def _drain_until_stopped(
                 )
             if announce is not None:
                 announce(ready_line(stack, metrics_url=metrics_url))
-            _start_side_tasks(sides, stack, row=row)
+            _start_side_tasks(sides, stack, row=row, back=back)
             await daemon.run()
             return DaemonRun(dict(daemon.moved))
     finally:
@@ -129,8 +130,13 @@ async def _forward_first(stack: Stack) -> None:
         log.warning("spool_forward_failed", error=type(exc).__name__)
 
 
-def _start_side_tasks(sides: SideTasks, stack: Stack, *, row: DaemonRow) -> None:
-    """The daemon's side tasks: heartbeat, gauges, reapers, the spool and (if set) prune."""
+def _start_side_tasks(
+    sides: SideTasks, stack: Stack, *, row: DaemonRow, back: asyncio.Event
+) -> None:
+    """The daemon's side tasks: heartbeat, gauges, reapers, the spool and (if set) prune.
+
+    ``back`` is set when the wake listener reconnects: the spool is forwarded then.
+    """
     settings = stack.settings
 
     async def heartbeat() -> None:
@@ -171,7 +177,7 @@ def _start_side_tasks(sides: SideTasks, stack: Stack, *, row: DaemonRow) -> None
     sides.every("gauges", HEARTBEAT_S, gauges)
     sides.every("reaper", reap_every_s, reap)
     sides.every("queued_reaper", reap_every_s, bounce)
-    forward_spool(sides, stack.sender, every_s=settings.spool_forward_s)
+    forward_spool(sides, stack.sender, every_s=settings.spool_forward_s, back=back)
     sides.every("queue_heads", QUEUE_HEADS_CHECK_S, stack.jobs.repair_queue_heads)
     if not policy.empty:
         sides.every("prune", settings.prune_every_s, prune)

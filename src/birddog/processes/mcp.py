@@ -72,35 +72,37 @@ async def run_mcp(
                     log.info("mcp_mailbox_added", agent_id=identity.agent_id)
             except StoreUnavailable as exc:
                 log.warning("mcp_database_unavailable", error=type(exc).__name__)
-        forward_spool(sides, stack.sender, every_s=settings.spool_forward_s)
-        try:
-            if identity is None:
-                # Many agents: each request's per-agent token (birddog agent add) names
-                # its caller, whose mailbox route agent add made.
-                tokens: TokenBook = token_book(stack)
-            elif not http:
-                await serve_stdio(desk, identity, channel=channel)
-                return
-            else:
-                tokens = OneToken(token or secrets.token_urlsafe(32), identity)
-
-            def ready(url: str) -> None:
+        # The process's one listening connection says when the database is back.
+        with stack.notices.reconnects(asyncio.Event()) as back:
+            forward_spool(sides, stack.sender, every_s=settings.spool_forward_s, back=back)
+            try:
                 if identity is None:
-                    announce(f"BirdDog MCP server for the agents' tokens: {url}")
+                    # Many agents: each request's per-agent token (birddog agent add) names
+                    # its caller, whose mailbox route agent add made.
+                    tokens: TokenBook = token_book(stack)
+                elif not http:
+                    await serve_stdio(desk, identity, channel=channel)
                     return
-                announce(f"BirdDog MCP server for {caller}: {url}")
-                if token is None and isinstance(tokens, OneToken):
-                    announce(f"bearer token (BIRDDOG_MCP_TOKEN to choose one): {tokens.token}")
+                else:
+                    tokens = OneToken(token or secrets.token_urlsafe(32), identity)
 
-            with stop_on_signals() as stop:
-                await serve_http(
-                    desk,
-                    tokens,
-                    port=port,
-                    channel=channel,
-                    ready=ready,
-                    stop=stop,
-                )
-        finally:
-            done.set()
-            await desk.close()
+                def ready(url: str) -> None:
+                    if identity is None:
+                        announce(f"BirdDog MCP server for the agents' tokens: {url}")
+                        return
+                    announce(f"BirdDog MCP server for {caller}: {url}")
+                    if token is None and isinstance(tokens, OneToken):
+                        announce(f"bearer token (BIRDDOG_MCP_TOKEN to choose one): {tokens.token}")
+
+                with stop_on_signals() as stop:
+                    await serve_http(
+                        desk,
+                        tokens,
+                        port=port,
+                        channel=channel,
+                        ready=ready,
+                        stop=stop,
+                    )
+            finally:
+                done.set()
+                await desk.close()

@@ -101,15 +101,26 @@ class SideTasks:
             raise
         await self._held.__aexit__(exc_type, exc, tb)
 
-    def every(self, name: str, seconds: float, action: Callable[[], Awaitable[Any]]) -> None:
+    def every(
+        self,
+        name: str,
+        seconds: float,
+        action: Callable[[], Awaitable[Any]],
+        *,
+        kick: asyncio.Event | None = None,
+    ) -> None:
         """Run ``action`` every ``seconds`` until the process stops; no failure ends it.
 
         Args:
             name: the task's name, for logs and metrics (``heartbeat``, ``reaper``).
             seconds: the pause between runs.
             action: one run of the task.
+            kick: set to run it again at once (the pause, or a backoff, ends).
         """
-        self._start(name, every(seconds, action, stop=self.stop, name=name, on_error=self.on_error))
+        self._start(
+            name,
+            every(seconds, action, stop=self.stop, name=name, on_error=self.on_error, kick=kick),
+        )
 
     def run(self, name: str, work: Callable[[], Awaitable[None]]) -> None:
         """Run ``work`` beside the main loop; if it raises, the process stops loudly.
@@ -160,17 +171,23 @@ async def reap_expired_jobs(jobs: JobReaper) -> None:
         log.warning("job_lease_expired", job_id=job_id, outcome=what)
 
 
-def forward_spool(sides: SideTasks, sender: Sender, *, every_s: float) -> None:
-    """Forward this host's local spool at start and every ``every_s`` while mail waits in it.
+def forward_spool(
+    sides: SideTasks, sender: Sender, *, every_s: float, back: asyncio.Event | None = None
+) -> None:
+    """Forward this host's local spool at start, after every reconnect, and every ``every_s``.
 
-    An empty spool (or none) costs a look at one file; mail that waits is forwarded in
-    order as soon as the database answers again (after a reconnect, within ``every_s``).
-    While the database is away the side task logs it and retries with backoff.
+    An empty spool (or none) costs a look at one file. ``back`` is set by the process's
+    listening connection each time it is open again after the database was away (see
+    :class:`~birddog.postgres.wake.WakeListener`'s ``on_reconnect``): the mail spooled
+    meanwhile, by this process or any other on the host, is forwarded then, not a period
+    later. While the database is away nothing runs but the listener's own reconnection
+    attempts (with backoff) and, while mail waits, this task's retries (with backoff).
 
     Args:
         sides: the process's side tasks.
         sender: the process's sender (its spool and forwarder).
         every_s: ``BIRDDOG_SPOOL_FORWARD_S``.
+        back: set when the database is back; None: at start and every ``every_s`` only.
     """
 
     async def forward() -> None:
@@ -178,7 +195,7 @@ def forward_spool(sides: SideTasks, sender: Sender, *, every_s: float) -> None:
         if report.quarantined:
             log.error("spool_quarantined", mails=len(report.quarantined))
 
-    sides.every("spool_forward", every_s, forward)
+    sides.every("spool_forward", every_s, forward, kick=back)
 
 
 async def mark_stopped(row: DaemonRow) -> None:

@@ -9,6 +9,7 @@ row in ``birddog.daemons``, the lease reaper, the queue gauges and the spool's f
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -93,7 +94,8 @@ async def run_worker(
                 open_stack(settings, announce=announce, wait_until=stop) as stack,
                 SideTasks(stop=stop, on_error=metrics.side_task_failed) as sides,
             ):
-                listener = await sides.enter(build_jobs_listener(stack))
+                back = asyncio.Event()  # the listener reconnected: forward the spool
+                listener = await sides.enter(build_jobs_listener(stack, on_reconnect=back.set))
                 worker = build_worker(
                     stack,
                     handler,
@@ -127,7 +129,7 @@ async def run_worker(
                 # frees their queues; one index probe when none expired.
                 sides.every("reaper", max(1.0, settings.job_lease_s / 2), reap)
                 sides.every("gauges", QUEUE_GAUGES_S, gauges)
-                forward_spool(sides, stack.sender, every_s=settings.spool_forward_s)
+                forward_spool(sides, stack.sender, every_s=settings.spool_forward_s, back=back)
                 sides.every("queue_heads", QUEUE_HEADS_CHECK_S, stack.jobs.repair_queue_heads)
                 try:
                     await worker.run(once=once)
