@@ -182,9 +182,10 @@ async def test_actions_are_refused_without_the_token_or_the_csrf_token(
         console.url + "/dead/replay", form={"key": seeded.dead_key}, max_redirects=0
     )
     assert no_csrf.status == 403
+    wrong_csrf = csrf[:-1] + ("1" if csrf.endswith("0") else "0")  # never the token itself
     bad_csrf = await api.post(
         console.url + "/dead/replay",
-        form={"key": seeded.dead_key, "csrf": csrf[:-1] + "0"},
+        form={"key": seeded.dead_key, "csrf": wrong_csrf},
         max_redirects=0,
     )
     assert bad_csrf.status == 403
