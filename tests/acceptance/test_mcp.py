@@ -45,7 +45,9 @@ async def room(database_factory: Any) -> AsyncIterator[str]:
         await routes.add(agent, kind="mailbox")
     await pool.close()
     started = [
-        Daemon(dsn),
+        # Its reaper runs every half of its own job lease: the sessions' lease, so that a
+        # lost session's task is recovered in seconds.
+        Daemon(dsn, BIRDDOG_JOB_LEASE_S=str(LEASE_S)),
         Daemon(dsn, "--command", "tr a-z A-Z", "--queue", "s-upper", command="worker"),
         Daemon(
             dsn,

@@ -170,7 +170,7 @@ async def test_worker_once_settles_unstorable_results_failed_and_says_so(
     assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox") == 10
 
 
-JOBS_PER_ROUND = 400
+JOBS_PER_ROUND = 100
 """Jobs of one session for each ``worker --once`` round."""
 
 
