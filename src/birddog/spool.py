@@ -1,11 +1,13 @@
 """The local spool: mail accepted while the database is away, on disk, forwarded exactly once.
 
-:class:`SqliteSpool` keeps one row per mail in a SQLite file (the standard library's
+:class:`SpoolFile` keeps one row per mail in a SQLite file (the standard library's
 ``sqlite3``) in WAL mode with ``synchronous=FULL``: a row is on disk, fsynced, when
-:meth:`SqliteSpool.put` returns, and only then may a sender say "spooled". Every call
-opens its own connection in a worker thread, so any number of processes (four ``birddog
-send`` at once, a daemon forwarding) share one spool file; SQLite's lock orders the
-writers. The file and its directory are private to the user (mode 0600 and 0700).
+:meth:`SpoolFile.put` returns, and only then may a sender say "spooled". Every call
+opens its own connection, so any number of processes (four ``birddog send`` at once, a
+daemon forwarding) share one spool file; SQLite's lock orders the writers. The file and
+its directory are private to the user (mode 0600 and 0700). :class:`SqliteSpool` is the
+same spool for asynchronous code: each of its calls runs the file's method in a worker
+thread.
 
 :class:`SpoolForwarder` moves the rows into PostgreSQL through the sender's own write
 (the same checks and replay rules): write and commit, then delete the row, so a crash in
@@ -26,13 +28,14 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import functools
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Concatenate, Final, ParamSpec, TypeVar
 
 import structlog
 
@@ -57,6 +60,7 @@ log = structlog.get_logger("birddog.spool")
 __all__ = [
     "FORWARD_PAGE",
     "ForwardReport",
+    "SpoolFile",
     "SpoolForwarder",
     "SpoolRow",
     "SqliteSpool",
@@ -177,8 +181,11 @@ def _size(count: int) -> str:
     return f"{count} bytes"
 
 
-class SqliteSpool:
-    """The local spool in one SQLite file (see the module).
+class SpoolFile:
+    """The spool's SQLite file, synchronously: every call on a connection of its own.
+
+    Its methods block on the disk (and on another process's write, up to
+    ``busy_timeout_s``); :class:`SqliteSpool` runs each of them in a worker thread.
 
     Args:
         path: the spool file (``BIRDDOG_SPOOL_PATH``); made, with its directory, on the
@@ -218,9 +225,7 @@ class SqliteSpool:
         """Whether the spool file is there (a spool never written to has none)."""
         return self.path.is_file()
 
-    # ---- the calls; each runs in a worker thread on a connection of its own ------------
-
-    async def put(self, outgoing: Outgoing) -> int:
+    def put(self, outgoing: Outgoing) -> int:
         """Keep one mail, durably: on disk and fsynced when this returns.
 
         Args:
@@ -234,177 +239,6 @@ class SqliteSpool:
                 nothing was written, nothing was dropped.
             SpoolFailed: the spool cannot be written (its file, directory or disk).
         """
-        return await asyncio.to_thread(self._put, outgoing)
-
-    async def waiting(
-        self, *, after_id: int = 0, limit: int = FORWARD_PAGE, lane: tuple[str, str] | None = None
-    ) -> list[SpoolRow]:
-        """The waiting rows after ``after_id``, in spool order.
-
-        Args:
-            after_id: the last row already seen.
-            limit: the most rows returned.
-            lane: only this ``(sender, recipient session)``.
-
-        Raises:
-            SpoolFailed: the spool cannot be read.
-        """
-        if not self.exists():
-            return []
-        return await asyncio.to_thread(self._waiting, after_id, limit, lane)
-
-    async def has_waiting(self, lane: tuple[str, str] | None = None) -> bool:
-        """Whether any mail (of ``lane``) waits; a spool without a file has none.
-
-        Raises:
-            SpoolFailed: the spool cannot be read.
-        """
-        return bool(await self.waiting(limit=1, lane=lane))
-
-    async def is_waiting(self, key: str) -> bool:
-        """Whether mail under ``key`` waits in the spool.
-
-        Raises:
-            SpoolFailed: the spool cannot be read.
-        """
-        if not self.exists():
-            return False
-        return await asyncio.to_thread(self._has_key, "mail", key)
-
-    async def mail(self, key: str) -> Mail | None:
-        """The mail waiting in the spool under ``key`` (the latest), or None.
-
-        Raises:
-            SpoolFailed: the spool cannot be read.
-        """
-        if not self.exists():
-            return None
-        body = await asyncio.to_thread(self._body_of, key)
-        if body is None:
-            return None
-        try:
-            return outgoing_from_json(body).mail
-        except InvalidInput:
-            return None  # the forwarder quarantines it
-
-    async def quarantine_reason(self, key: str) -> str | None:
-        """Why mail under ``key`` was quarantined (the latest), or None if it was not.
-
-        Raises:
-            SpoolFailed: the spool cannot be read.
-        """
-        if not self.exists():
-            return None
-        return await asyncio.to_thread(self._quarantine_reason, key)
-
-    async def delete(self, ids: Sequence[int]) -> None:
-        """Remove forwarded rows (in one transaction).
-
-        Raises:
-            SpoolFailed: the spool cannot be written.
-        """
-        if ids:
-            await asyncio.to_thread(self._delete, list(ids))
-
-    async def quarantine(self, row_id: int, reason: str) -> None:
-        """Move one row to quarantine with ``reason`` (a no-op if it is gone).
-
-        Raises:
-            SpoolFailed: the spool cannot be written.
-        """
-        await asyncio.to_thread(self._quarantine, row_id, reason)
-
-    async def quarantine_aged(self) -> list[str]:
-        """Move every row older than ``max_age_s`` to quarantine; returns their keys.
-
-        Raises:
-            SpoolFailed: the spool cannot be written.
-        """
-        if not self.exists():
-            return []
-        return await asyncio.to_thread(self._quarantine_aged)
-
-    async def quarantined(self, *, limit: int) -> list[dict[str, object]]:
-        """The latest quarantined mails: ``key``, ``reason``, ``spooled_at``, ``quarantined_at``.
-
-        Raises:
-            SpoolFailed: the spool cannot be read.
-        """
-        if not self.exists():
-            return []
-        return await asyncio.to_thread(self._quarantined, limit)
-
-    async def requeue(self) -> int:
-        """Put every quarantined mail that can be decoded back at the end of the spool.
-
-        For an operator who fixed what the database refused (added the route, say).
-
-        Returns:
-            How many mails went back.
-
-        Raises:
-            SpoolFailed: the spool cannot be written.
-        """
-        if not self.exists():
-            return 0
-        return await asyncio.to_thread(self._requeue)
-
-    async def note_forward(self, error: str | None) -> None:
-        """Record how a forward ended: cleanly (None) or with ``error`` (``spool status``).
-
-        Raises:
-            SpoolFailed: the spool cannot be written.
-        """
-        if self.exists():
-            await asyncio.to_thread(self._note_forward, error)
-
-    async def status(self) -> SpoolStatus:
-        """What the spool holds: counts, bytes, the oldest mail, the last forward's error.
-
-        Raises:
-            SpoolFailed: the spool cannot be read.
-        """
-        if not self.exists():
-            return SpoolStatus(str(self.path), 0, 0, 0, None, None, None, None)
-        return await asyncio.to_thread(self._status)
-
-    async def pragmas(self) -> dict[str, object]:
-        """The journal mode and synchronous level the spool's connections run with.
-
-        Returns:
-            ``{"journal_mode": "wal", "synchronous": 2}`` (2 is FULL).
-        """
-        return await asyncio.to_thread(self._pragmas)
-
-    @contextlib.asynccontextmanager
-    async def forwarding(self, *, wait_s: float = 0.0) -> AsyncIterator[bool]:
-        """Hold the spool's forwarder lock for the block, if it can be had within ``wait_s``.
-
-        Args:
-            wait_s: how long to wait for another forwarder to finish.
-
-        Yields:
-            True when this process holds the lock; False when another one kept it.
-
-        Raises:
-            SpoolFailed: the lock file cannot be opened.
-        """
-        fd = await asyncio.to_thread(self._open_lock)
-        try:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + wait_s
-            while not _try_lock(fd):
-                if loop.time() >= deadline:
-                    yield False
-                    return
-                await asyncio.sleep(LOCK_POLL_S)
-            yield True
-        finally:
-            os.close(fd)  # closing the descriptor releases the lock
-
-    # ---- the work, on this thread's own connection -------------------------------------
-
-    def _put(self, outgoing: Outgoing) -> int:
         body = outgoing.model_dump_json()
         mail = outgoing.mail
         sender, session = outgoing.lane
@@ -414,7 +248,7 @@ class SqliteSpool:
                 db.execute("BEGIN IMMEDIATE")
                 used = _used_bytes(db)
                 if used + len(body.encode("utf-8")) > self.max_bytes:
-                    status = self._status_on(db)
+                    status = _status_on(db, self.path)
                     db.execute("ROLLBACK")
                     raise SpoolFull(
                         full_message(status, max_bytes=self.max_bytes, now=self.clock.now())
@@ -437,13 +271,28 @@ class SqliteSpool:
 
     def _full_disk_message(self) -> str:
         try:
-            status = self._status()
-        except (SpoolFailed, SpoolFull):
+            with self._connection() as db:
+                status = _status_on(db, self.path)
+        except (SpoolFailed, SpoolFull, sqlite3.Error):
             return f"spool full: the disk holding {self.path} is full; nothing was written"
         text = full_message(status, max_bytes=self.max_bytes, now=self.clock.now())
         return text.replace("spool full:", f"spool full (the disk holding {self.path} is full):")
 
-    def _waiting(self, after_id: int, limit: int, lane: tuple[str, str] | None) -> list[SpoolRow]:
+    def waiting(
+        self, *, after_id: int = 0, limit: int = FORWARD_PAGE, lane: tuple[str, str] | None = None
+    ) -> list[SpoolRow]:
+        """The waiting rows after ``after_id``, in spool order.
+
+        Args:
+            after_id: the last row already seen.
+            limit: the most rows returned.
+            lane: only this ``(sender, recipient session)``.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return []
         with self._connection() as db:
             try:
                 if lane is None:
@@ -464,18 +313,31 @@ class SqliteSpool:
             SpoolRow(id=int(r[0]), spooled_at=_at(r[1]), key=str(r[2]), body=r[3]) for r in rows
         ]
 
-    def _has_key(self, table: str, key: str) -> bool:
-        query = {
-            "mail": "SELECT 1 FROM mail WHERE mail_key = ? LIMIT 1",
-            "quarantine": "SELECT 1 FROM quarantine WHERE mail_key = ? LIMIT 1",
-        }[table]
+    def is_waiting(self, key: str) -> bool:
+        """Whether mail under ``key`` waits in the spool.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return False
         with self._connection() as db:
             try:
-                return db.execute(query, (key,)).fetchone() is not None
+                found = db.execute(
+                    "SELECT 1 FROM mail WHERE mail_key = ? LIMIT 1", (key,)
+                ).fetchone()
             except sqlite3.Error as exc:
                 raise _failed(self.path, "read", exc) from exc
+        return found is not None
 
-    def _body_of(self, key: str) -> str | bytes | None:
+    def mail(self, key: str) -> Mail | None:
+        """The mail waiting in the spool under ``key`` (the latest), or None.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return None
         with self._connection() as db:
             try:
                 row = db.execute(
@@ -483,9 +345,21 @@ class SqliteSpool:
                 ).fetchone()
             except sqlite3.Error as exc:
                 raise _failed(self.path, "read", exc) from exc
-        return None if row is None else row[0]
+        if row is None:
+            return None
+        try:
+            return outgoing_from_json(row[0]).mail
+        except InvalidInput:
+            return None  # the forwarder quarantines it
 
-    def _quarantine_reason(self, key: str) -> str | None:
+    def quarantine_reason(self, key: str) -> str | None:
+        """Why mail under ``key`` was quarantined (the latest), or None if it was not.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return None
         with self._connection() as db:
             try:
                 row = db.execute(
@@ -496,7 +370,14 @@ class SqliteSpool:
                 raise _failed(self.path, "read", exc) from exc
         return None if row is None else str(row[0])
 
-    def _delete(self, ids: list[int]) -> None:
+    def delete(self, ids: Sequence[int]) -> None:
+        """Remove forwarded rows (in one transaction).
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        if not ids:
+            return
         with self._connection() as db:
             try:
                 db.execute("BEGIN IMMEDIATE")
@@ -506,7 +387,12 @@ class SqliteSpool:
                 _rollback(db)
                 raise _failed(self.path, "write", exc) from exc
 
-    def _quarantine(self, row_id: int, reason: str) -> None:
+    def quarantine(self, row_id: int, reason: str) -> None:
+        """Move one row to quarantine with ``reason`` (a no-op if it is gone).
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
         now_ms = epoch_ms(self.clock.now())
         with self._connection() as db:
             try:
@@ -517,7 +403,14 @@ class SqliteSpool:
                 _rollback(db)
                 raise _failed(self.path, "write", exc) from exc
 
-    def _quarantine_aged(self) -> list[str]:
+    def quarantine_aged(self) -> list[str]:
+        """Move every row older than ``max_age_s`` to quarantine; returns their keys.
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        if not self.exists():
+            return []
         now = self.clock.now()
         cutoff_ms = epoch_ms(now - timedelta(seconds=self.max_age_s))
         reason = (
@@ -544,7 +437,14 @@ class SqliteSpool:
                 raise _failed(self.path, "write", exc) from exc
         return keys
 
-    def _quarantined(self, limit: int) -> list[dict[str, object]]:
+    def quarantined(self, *, limit: int) -> list[dict[str, object]]:
+        """The latest quarantined mails: ``key``, ``reason``, ``spooled_at``, ``quarantined_at``.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return []
         with self._connection() as db:
             try:
                 rows = db.execute(
@@ -559,7 +459,19 @@ class SqliteSpool:
             for key, reason, spooled, at in rows
         ]
 
-    def _requeue(self) -> int:
+    def requeue(self) -> int:
+        """Put every quarantined mail that can be decoded back at the end of the spool.
+
+        For an operator who fixed what the database refused (added the route, say).
+
+        Returns:
+            How many mails went back.
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        if not self.exists():
+            return 0
         moved = 0
         with self._connection() as db:
             try:
@@ -585,7 +497,14 @@ class SqliteSpool:
                 raise _failed(self.path, "write", exc) from exc
         return moved
 
-    def _note_forward(self, error: str | None) -> None:
+    def note_forward(self, error: str | None) -> None:
+        """Record how a forward ended: cleanly (None) or with ``error`` (``spool status``).
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        if not self.exists():
+            return
         now_ms = epoch_ms(self.clock.now())
         with self._connection() as db:
             try:
@@ -608,44 +527,53 @@ class SqliteSpool:
                 _rollback(db)
                 raise _failed(self.path, "write", exc) from exc
 
-    def _status(self) -> SpoolStatus:
+    def status(self) -> SpoolStatus:
+        """What the spool holds: counts, bytes, the oldest mail, the last forward's error.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return SpoolStatus(str(self.path), 0, 0, 0, None, None, None, None)
         with self._connection() as db:
             try:
-                return self._status_on(db)
+                return _status_on(db, self.path)
             except sqlite3.Error as exc:
                 raise _failed(self.path, "read", exc) from exc
 
-    def _status_on(self, db: sqlite3.Connection) -> SpoolStatus:
-        mails, oldest = db.execute("SELECT count(*), min(spooled_at_ms) FROM mail").fetchone()
-        [quarantined] = db.execute("SELECT count(*) FROM quarantine").fetchone()
-        state = {
-            str(name): (value, at_ms)
-            for name, value, at_ms in db.execute("SELECT name, value, at_ms FROM state")
-        }
-        error, error_at = state.get("last_error", (None, None))
-        _, forward_at = state.get("last_forward", (None, None))
-        return SpoolStatus(
-            path=str(self.path),
-            mails=int(mails),
-            quarantined=int(quarantined),
-            bytes=_used_bytes(db),
-            oldest_at=None if oldest is None else _at(oldest),
-            last_error=None if error is None else str(error),
-            last_error_at=None if error_at is None else _at(error_at),
-            last_forward_at=None if forward_at is None else _at(forward_at),
-        )
+    def pragmas(self) -> dict[str, object]:
+        """The journal mode and synchronous level the spool's connections run with.
 
-    def _pragmas(self) -> dict[str, object]:
+        Returns:
+            ``{"journal_mode": "wal", "synchronous": 2}`` (2 is FULL).
+        """
         with self._connection(create=True) as db:
             [mode] = db.execute("PRAGMA journal_mode").fetchone()
             [level] = db.execute("PRAGMA synchronous").fetchone()
         return {"journal_mode": str(mode), "synchronous": int(level)}
 
+    def open_lock(self) -> int:
+        """Open the forwarders' lock file (made, 0600, if need be), unlocked.
+
+        Returns:
+            Its descriptor; closing it releases any lock taken on it.
+
+        Raises:
+            SpoolFailed: the lock file cannot be opened.
+        """
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError as exc:
+            raise SpoolFailed(
+                f"cannot open the spool's lock {self.lock_path}: {exc.strerror or exc}"
+            ) from exc
+
     @contextlib.contextmanager
     def _connection(self, *, create: bool = False) -> Iterator[sqlite3.Connection]:
         """A connection to the spool with its pragmas set; the file made first if need be."""
         if create:
-            self._make_file()
+            _make_file(self.path)
         # mode=rw: a look at a spool whose file is gone never makes an empty one.
         uri = self.path.absolute().as_uri() + "?mode=rw"
         try:
@@ -661,62 +589,212 @@ class SqliteSpool:
                 db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
                 if str(mode).lower() != "wal":
                     raise SpoolFailed(f"the spool {self.path} cannot run in WAL mode ({mode})")
-                self._migrate(db)
+                _migrate(db, self.path)
             except sqlite3.Error as exc:
                 raise _failed(self.path, "open", exc) from exc
             yield db
         finally:
             db.close()
 
-    def _migrate(self, db: sqlite3.Connection) -> None:
-        [version] = db.execute("PRAGMA user_version").fetchone()
-        if version == SCHEMA_VERSION:
-            return
-        if version > SCHEMA_VERSION:
-            raise SpoolFailed(
-                f"the spool {self.path} was written by a newer BirdDog (version {version}); "
-                "forward it with that version"
-            )
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            for statement in _SCHEMA:
-                db.execute(statement)
-            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            db.execute("COMMIT")
-        except BaseException:
-            _rollback(db)
-            raise
 
-    def _make_file(self) -> None:
-        """Create the spool file (0600) and its directory (0700), and make both durable."""
-        if self.path.is_file():
-            return
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            try:
-                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-            except FileExistsError:
-                return  # another process made it first
-            os.close(fd)
-            # The new name must survive a power cut as well as the rows written under it.
-            _fsync_directory(self.path.parent)
-        except OSError as exc:
-            if exc.errno == errno.ENOSPC:
-                raise SpoolFull(
-                    f"spool full: the disk holding {self.path} is full; nothing was written"
-                ) from exc
-            raise SpoolFailed(
-                f"cannot create the spool {self.path}: {exc.strerror or exc}"
-            ) from exc
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-    def _open_lock(self) -> int:
+
+def _in_thread(
+    method: Callable[Concatenate[SpoolFile, _P], _R],
+) -> Callable[Concatenate[SqliteSpool, _P], Coroutine[Any, Any, _R]]:
+    """``method`` of the spool's file as a method of the spool: run in a worker thread.
+
+    The result keeps ``method``'s parameters, result type, name and docstring, so the
+    spool's API is typed and documented once, on :class:`SpoolFile`; its type is the one an
+    ``async def`` of that signature has.
+    """
+
+    async def call(spool: SqliteSpool, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return await asyncio.to_thread(method, spool.file, *args, **kwargs)
+
+    functools.update_wrapper(call, method)
+    call.__qualname__ = f"SqliteSpool.{method.__name__}"
+    return call
+
+
+class SqliteSpool:
+    """The local spool in one SQLite file (see the module), for asynchronous code.
+
+    Every call runs the :class:`SpoolFile` method of the same name in a worker thread, on
+    a connection of its own, so the event loop never waits on the disk; the forwarders'
+    lock is polled from the loop.
+
+    Args:
+        path: the spool file (``BIRDDOG_SPOOL_PATH``); made, with its directory, on the
+            first mail. A spool never written to is empty and leaves no file.
+        clock: the time mail is spooled at and aged by.
+        max_bytes: refuse new mail once the spool's rows take this much.
+        max_age_s: mail spooled longer ago is quarantined by the forwarder.
+        busy_timeout_s: how long a call waits while another process writes.
+    """
+
+    FILE: ClassVar[type[SpoolFile]] = SpoolFile
+    """The file class the spool works on (the power-loss test gives it one of its own)."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock,
+        max_bytes: int = DEFAULT_SPOOL_MAX_BYTES,
+        max_age_s: float = DEFAULT_SPOOL_MAX_AGE_S,
+        busy_timeout_s: float = BUSY_TIMEOUT_S,
+    ) -> None:
+        self.file = self.FILE(
+            path,
+            clock=clock,
+            max_bytes=max_bytes,
+            max_age_s=max_age_s,
+            busy_timeout_s=busy_timeout_s,
+        )
+
+    @property
+    def path(self) -> Path:
+        """The spool file."""
+        return self.file.path
+
+    @property
+    def clock(self) -> Clock:
+        """The time mail is spooled at and aged by."""
+        return self.file.clock
+
+    @property
+    def max_bytes(self) -> int:
+        """New mail is refused once the spool's rows take this much."""
+        return self.file.max_bytes
+
+    @property
+    def max_age_s(self) -> float:
+        """Mail spooled longer ago is quarantined by the forwarder."""
+        return self.file.max_age_s
+
+    @property
+    def lock_path(self) -> Path:
+        """The forwarders' lock file beside the spool."""
+        return self.file.lock_path
+
+    def exists(self) -> bool:
+        """Whether the spool file is there (a spool never written to has none)."""
+        return self.file.exists()
+
+    put = _in_thread(SpoolFile.put)
+    waiting = _in_thread(SpoolFile.waiting)
+    is_waiting = _in_thread(SpoolFile.is_waiting)
+    mail = _in_thread(SpoolFile.mail)
+    quarantine_reason = _in_thread(SpoolFile.quarantine_reason)
+    delete = _in_thread(SpoolFile.delete)
+    quarantine = _in_thread(SpoolFile.quarantine)
+    quarantine_aged = _in_thread(SpoolFile.quarantine_aged)
+    quarantined = _in_thread(SpoolFile.quarantined)
+    requeue = _in_thread(SpoolFile.requeue)
+    note_forward = _in_thread(SpoolFile.note_forward)
+    status = _in_thread(SpoolFile.status)
+    pragmas = _in_thread(SpoolFile.pragmas)
+
+    async def has_waiting(self, lane: tuple[str, str] | None = None) -> bool:
+        """Whether any mail (of ``lane``) waits; a spool without a file has none.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        return bool(await self.waiting(limit=1, lane=lane))
+
+    @contextlib.asynccontextmanager
+    async def forwarding(self, *, wait_s: float = 0.0) -> AsyncIterator[bool]:
+        """Hold the spool's forwarder lock for the block, if it can be had within ``wait_s``.
+
+        Args:
+            wait_s: how long to wait for another forwarder to finish.
+
+        Yields:
+            True when this process holds the lock; False when another one kept it.
+
+        Raises:
+            SpoolFailed: the lock file cannot be opened.
+        """
+        fd = await asyncio.to_thread(self.file.open_lock)
         try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            return os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o600)
-        except OSError as exc:
-            raise SpoolFailed(
-                f"cannot open the spool's lock {self.lock_path}: {exc.strerror or exc}"
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + wait_s
+            while not _try_lock(fd):
+                if loop.time() >= deadline:
+                    yield False
+                    return
+                await asyncio.sleep(LOCK_POLL_S)
+            yield True
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+
+def _status_on(db: sqlite3.Connection, path: Path) -> SpoolStatus:
+    """The spool's status, read on ``db`` (inside the caller's transaction, if any)."""
+    mails, oldest = db.execute("SELECT count(*), min(spooled_at_ms) FROM mail").fetchone()
+    [quarantined] = db.execute("SELECT count(*) FROM quarantine").fetchone()
+    state = {
+        str(name): (value, at_ms)
+        for name, value, at_ms in db.execute("SELECT name, value, at_ms FROM state")
+    }
+    error, error_at = state.get("last_error", (None, None))
+    _, forward_at = state.get("last_forward", (None, None))
+    return SpoolStatus(
+        path=str(path),
+        mails=int(mails),
+        quarantined=int(quarantined),
+        bytes=_used_bytes(db),
+        oldest_at=None if oldest is None else _at(oldest),
+        last_error=None if error is None else str(error),
+        last_error_at=None if error_at is None else _at(error_at),
+        last_forward_at=None if forward_at is None else _at(forward_at),
+    )
+
+
+def _migrate(db: sqlite3.Connection, path: Path) -> None:
+    """Bring the spool at ``path`` to :data:`SCHEMA_VERSION`; refuse a newer one."""
+    [version] = db.execute("PRAGMA user_version").fetchone()
+    if version == SCHEMA_VERSION:
+        return
+    if version > SCHEMA_VERSION:
+        raise SpoolFailed(
+            f"the spool {path} was written by a newer BirdDog (version {version}); "
+            "forward it with that version"
+        )
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _SCHEMA:
+            db.execute(statement)
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        _rollback(db)
+        raise
+
+
+def _make_file(path: Path) -> None:
+    """Create the spool file (0600) and its directory (0700), and make both durable."""
+    if path.is_file():
+        return
+    try:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return  # another process made it first
+        os.close(fd)
+        # The new name must survive a power cut as well as the rows written under it.
+        _fsync_directory(path.parent)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise SpoolFull(
+                f"spool full: the disk holding {path} is full; nothing was written"
             ) from exc
+        raise SpoolFailed(f"cannot create the spool {path}: {exc.strerror or exc}") from exc
 
 
 def _try_lock(fd: int) -> bool:

@@ -22,7 +22,7 @@ from birddog import open_sender
 from birddog.clock import SystemClock
 from birddog.postgres.pool import create_pool
 from birddog.sending import Sender
-from birddog.spool import SqliteSpool
+from birddog.spool import SpoolFile, SqliteSpool
 from tests.support import free_port
 from tests.support.cli import cli
 from tests.support.lazyfs import lazyfs, lazyfs_binary
@@ -37,10 +37,16 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(300)]
 BINARY, WHY_NOT = lazyfs_binary()
 
 
-class UnsyncedSpool(SqliteSpool):
-    """The spool with ``synchronous=OFF``: commits are never fsynced (what the test catches)."""
+class UnsyncedFile(SpoolFile):
+    """The spool file with ``synchronous=OFF``: commits are never fsynced (what the test catches)."""
 
     SYNCHRONOUS = "OFF"
+
+
+class UnsyncedSpool(SqliteSpool):
+    """The spool on an :class:`UnsyncedFile`."""
+
+    FILE = UnsyncedFile
 
 
 SpoolMails = Callable[[Path], Awaitable[list[str]]]

@@ -93,23 +93,10 @@ RECOVER_BATCH: Final = 100
 """Jobs handled per transaction by the reapers (:meth:`PostgresJobs.recover_expired`)."""
 
 
-class PostgresJobs:
-    """The job store: claim, heartbeat, finish (with fan-out), cancel, reap.
+class _PostgresJobsBase:
+    """What both sides of the job store hold: the pool, the limits and the clock.
 
-    Args:
-        pool: the asyncpg pool (from :func:`birddog.postgres.pool.create_pool`).
-        schedule_wake: arm the drain's wake when a settlement writes replies (turn off
-            only when something else wakes the drain).
-        max_content_bytes: the largest settlement or cancellation content accepted.
-        max_queued_s: a job queued longer is cancelled by :meth:`cancel_queued_too_long`.
-        queue_concurrency: how many jobs of one queue (one session) may run at once,
-            across every worker; the database enforces it with one slot per running job.
-        clock: the current time; leases, settlement times and reply times come from it,
-            so tests can freeze time.
-        kill_grace_s: a job whose lease ended is recovered only this much later, when the
-            supervisor of its vanished worker has ended the turn's processes
-            (``SIGTERM``, then ``SIGKILL`` after this grace: ``BIRDDOG_KILL_GRACE_S``,
-            which workers read too).
+    Made with the arguments of :class:`PostgresJobs` (documented there).
     """
 
     def __init__(
@@ -136,6 +123,15 @@ class PostgresJobs:
     def max_content_bytes(self) -> int:
         """The largest settlement or cancellation content accepted, in UTF-8 bytes."""
         return self.limits.max_content_bytes
+
+
+class PostgresJobClaims(_PostgresJobsBase):
+    """The workers' side of the job store: claim, heartbeat, finish (with fan-out).
+
+    Everything a worker does with the jobs it holds, under their claim tokens, and the
+    backlog it serves: the :class:`~birddog.ports.JobStore` port. Takes the arguments of
+    :class:`PostgresJobs`.
+    """
 
     # ---- claiming --------------------------------------------------------------------
 
@@ -352,33 +348,27 @@ class PostgresJobs:
         if recorded is None:
             raise StaleClaim(f"job {shown_key(job_id)} is no longer held by this claim")
 
-    async def turns_on_host(self, *, host: str, boot_id: str) -> list[tuple[str, Turn]]:
-        """The recorded turns of running jobs on one host, in one boot of it.
+    async def queued_backlog(
+        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
+    ) -> tuple[int, datetime | None]:
+        """How many jobs wait in ``queues``, and when the oldest of them was enqueued.
 
         Args:
-            host: the host name.
-            boot_id: its boot.
+            queues: the queues a worker serves; with ``agents`` None too, every queue but
+                the reserved.
+            agents: the agents a worker serves, every session of theirs.
 
         Returns:
-            ``(job_id, turn)`` for each.
-
-        Raises:
-            StoreUnavailable: the database could not be reached.
+            The number of queued jobs and the oldest one's enqueue time (None: none).
         """
-        with store_errors("turns_on_host"):
-            rows = await self.pool.fetch(queries["jobs_turns_on_host"], host, boot_id)
-        return [
-            (
-                row["job_id"],
-                Turn(
-                    host=row["turn_host"],
-                    boot_id=row["turn_boot_id"],
-                    pid=row["turn_pid"],
-                    start_ticks=row["turn_start_ticks"],
-                ),
+        with store_errors("queued_backlog"):
+            row = await self.pool.fetchrow(
+                queries["jobs_queued_backlog"],
+                _names(queues, "queues"),
+                RESERVED_QUEUE_PREFIX,
+                _names(agents, "agents"),
             )
-            for row in rows
-        ]
+        return (0, None) if row is None else (row["queued"], row["oldest"])
 
     # ---- finishing under a claim -----------------------------------------------------
 
@@ -442,7 +432,7 @@ class PostgresJobs:
                 )
             )
         decision = _decision(job_id, row, wanted)
-        self._note_unreadable(job_id, row)
+        _note_unreadable(job_id, row)
         return Finished(job_id, decision, _outcome_of(row), list(row["keys"] or ()))
 
     async def settle(
@@ -510,6 +500,20 @@ class PostgresJobs:
         finished = await self.finish(job_id=job_id, claim_token=claim_token, event=event)
         return finished.outcome
 
+    def _lease_until(self, lease_s: float) -> datetime:
+        if not lease_s > 0 or not math.isfinite(lease_s):
+            raise InvalidInput("lease_s must be a positive number of seconds", field="lease_s")
+        return self.clock.now() + timedelta(seconds=lease_s)
+
+
+class PostgresJobOperations(_PostgresJobsBase):
+    """The operators' and reapers' side of the job store: cancel, reap, look, repair.
+
+    What happens to jobs from outside their claims: an operator's cancellation, the
+    reapers (expired leases, jobs queued too long), the host sweep's turns, and the reads
+    and repairs of ``birddog jobs``. Takes the arguments of :class:`PostgresJobs`.
+    """
+
     # ---- operators -------------------------------------------------------------------
 
     async def cancel(self, *, job_id: str, content: str) -> Outcome | None:
@@ -547,8 +551,95 @@ class PostgresJobs:
             )
         if row["decision"] == "missing":
             raise JobNotFound(f"no job has id {shown_key(job_id)}")
-        self._note_unreadable(job_id, row)
+        _note_unreadable(job_id, row)
         return _outcome_of(row)
+
+    async def get(self, job_id: str) -> Job:
+        """The job with this id.
+
+        Args:
+            job_id: the job.
+
+        Returns:
+            The job as stored now.
+
+        Raises:
+            JobNotFound: no job has this id.
+            UnreadableRow: the stored row is not a valid job (written by SQL).
+        """
+        with store_errors("get"):
+            row = await self.pool.fetchrow(queries["jobs_get"], job_id)
+        if row is None:
+            raise JobNotFound(f"no job has id {shown_key(job_id)}")
+        return job_from_row(row)
+
+    async def counts(self) -> dict[str, int]:
+        """How many jobs are queued, running and settled.
+
+        Returns:
+            Counts by state; every state is present, zero when empty.
+        """
+        with store_errors("counts"):
+            rows = await self.pool.fetch(queries["jobs_counts"])
+        counts = dict.fromkeys((state.value for state in JobState), 0)
+        counts.update({row["state"]: row["jobs"] for row in rows})
+        return counts
+
+    async def not_yet_due(self) -> tuple[int, datetime | None]:
+        """How many queued jobs wait for their ``not_before``, and the earliest of those times.
+
+        Returns:
+            The number of such jobs and the next time one becomes claimable (None: none).
+        """
+        with store_errors("not_yet_due"):
+            row = await self.pool.fetchrow(queries["jobs_not_yet_due"], self.clock.now())
+        return (0, None) if row is None else (row["jobs"], row["next_at"])
+
+    async def turns_on_host(self, *, host: str, boot_id: str) -> list[tuple[str, Turn]]:
+        """The recorded turns of running jobs on one host, in one boot of it.
+
+        Args:
+            host: the host name.
+            boot_id: its boot.
+
+        Returns:
+            ``(job_id, turn)`` for each.
+
+        Raises:
+            StoreUnavailable: the database could not be reached.
+        """
+        with store_errors("turns_on_host"):
+            rows = await self.pool.fetch(queries["jobs_turns_on_host"], host, boot_id)
+        return [
+            (
+                row["job_id"],
+                Turn(
+                    host=row["turn_host"],
+                    boot_id=row["turn_boot_id"],
+                    pid=row["turn_pid"],
+                    start_ticks=row["turn_start_ticks"],
+                ),
+            )
+            for row in rows
+        ]
+
+    async def repair_queue_heads(self) -> int:
+        """Recompute the queue heads that differ from the jobs (written by hand, say).
+
+        The heads (``birddog.queue_heads``) are what a claim reads to find the queues with
+        work; BirdDog's own writes keep them right, so this finds nothing unless jobs were
+        written by SQL. One pass over the queued and running jobs.
+
+        Returns:
+            How many queues' heads were repaired (logged ``queue_heads_repaired``).
+        """
+        with store_errors("repair_queue_heads"):
+            repaired = int(await self.pool.fetchval(queries["jobs_queue_heads_repair"]))
+        if repaired:
+            log.warning("queue_heads_repaired", queues=repaired)
+        return repaired
+
+    # ---- the reapers -----------------------------------------------------------------
 
     async def recover_expired(
         self, *, now: datetime | None = None, limit: int = RECOVER_BATCH
@@ -618,87 +709,6 @@ class PostgresJobs:
             list_args=(at,),
         )
 
-    async def get(self, job_id: str) -> Job:
-        """The job with this id.
-
-        Args:
-            job_id: the job.
-
-        Returns:
-            The job as stored now.
-
-        Raises:
-            JobNotFound: no job has this id.
-            UnreadableRow: the stored row is not a valid job (written by SQL).
-        """
-        with store_errors("get"):
-            row = await self.pool.fetchrow(queries["jobs_get"], job_id)
-        if row is None:
-            raise JobNotFound(f"no job has id {shown_key(job_id)}")
-        return job_from_row(row)
-
-    async def counts(self) -> dict[str, int]:
-        """How many jobs are queued, running and settled.
-
-        Returns:
-            Counts by state; every state is present, zero when empty.
-        """
-        with store_errors("counts"):
-            rows = await self.pool.fetch(queries["jobs_counts"])
-        counts = dict.fromkeys((state.value for state in JobState), 0)
-        counts.update({row["state"]: row["jobs"] for row in rows})
-        return counts
-
-    async def not_yet_due(self) -> tuple[int, datetime | None]:
-        """How many queued jobs wait for their ``not_before``, and the earliest of those times.
-
-        Returns:
-            The number of such jobs and the next time one becomes claimable (None: none).
-        """
-        with store_errors("not_yet_due"):
-            row = await self.pool.fetchrow(queries["jobs_not_yet_due"], self.clock.now())
-        return (0, None) if row is None else (row["jobs"], row["next_at"])
-
-    async def queued_backlog(
-        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
-    ) -> tuple[int, datetime | None]:
-        """How many jobs wait in ``queues``, and when the oldest of them was enqueued.
-
-        Args:
-            queues: the queues a worker serves; with ``agents`` None too, every queue but
-                the reserved.
-            agents: the agents a worker serves, every session of theirs.
-
-        Returns:
-            The number of queued jobs and the oldest one's enqueue time (None: none).
-        """
-        with store_errors("queued_backlog"):
-            row = await self.pool.fetchrow(
-                queries["jobs_queued_backlog"],
-                _names(queues, "queues"),
-                RESERVED_QUEUE_PREFIX,
-                _names(agents, "agents"),
-            )
-        return (0, None) if row is None else (row["queued"], row["oldest"])
-
-    async def repair_queue_heads(self) -> int:
-        """Recompute the queue heads that differ from the jobs (written by hand, say).
-
-        The heads (``birddog.queue_heads``) are what a claim reads to find the queues with
-        work; BirdDog's own writes keep them right, so this finds nothing unless jobs were
-        written by SQL. One pass over the queued and running jobs.
-
-        Returns:
-            How many queues' heads were repaired (logged ``queue_heads_repaired``).
-        """
-        with store_errors("repair_queue_heads"):
-            repaired = int(await self.pool.fetchval(queries["jobs_queue_heads_repair"]))
-        if repaired:
-            log.warning("queue_heads_repaired", queues=repaired)
-        return repaired
-
-    # ---- the reapers -----------------------------------------------------------------
-
     async def _reap(
         self,
         event: str,
@@ -747,7 +757,7 @@ class PostgresJobs:
             # again by the next pass, not by this one.
             skipped.extend(job_id for job_id in ids if outcomes.get(job_id, "keep") == "keep")
             for row in done:
-                self._note_unreadable(row["job_id"], row)
+                _note_unreadable(row["job_id"], row)
             handled.extend(
                 (job_id, outcomes[job_id])
                 for job_id in ids
@@ -788,24 +798,42 @@ class PostgresJobs:
             )
         return queued_too_long_settlement(row["recovery_count"], self.limits)
 
-    def _note_unreadable(self, job_id: str, row: Row) -> None:
-        """Log a settled job whose payload is no agent job: it owed no replies."""
-        if row["unreadable"] is not None:
-            # The store is Watchdog-shaped and never requires a BirdDog payload; a job
-            # that is not an agent job has no mail, so it owes no replies.
-            log.warning(
-                "job_settled_without_replies", job_id=inert(job_id), field=row["unreadable"]
-            )
 
-    def _lease_until(self, lease_s: float) -> datetime:
-        if not lease_s > 0 or not math.isfinite(lease_s):
-            raise InvalidInput("lease_s must be a positive number of seconds", field="lease_s")
-        return self.clock.now() + timedelta(seconds=lease_s)
+class PostgresJobs(PostgresJobClaims, PostgresJobOperations):
+    """The job store: claim, heartbeat, finish (with fan-out), cancel, reap.
+
+    The one object the wiring passes around; its two sides are
+    :class:`PostgresJobClaims` (the workers') and :class:`PostgresJobOperations` (the
+    operators' and reapers'), which share nothing but what they are made with.
+
+    Args:
+        pool: the asyncpg pool (from :func:`birddog.postgres.pool.create_pool`).
+        schedule_wake: arm the drain's wake when a settlement writes replies (turn off
+            only when something else wakes the drain).
+        max_content_bytes: the largest settlement or cancellation content accepted.
+        max_queued_s: a job queued longer is cancelled by :meth:`cancel_queued_too_long`.
+        queue_concurrency: how many jobs of one queue (one session) may run at once,
+            across every worker; the database enforces it with one slot per running job.
+        clock: the current time; leases, settlement times and reply times come from it,
+            so tests can freeze time.
+        kill_grace_s: a job whose lease ended is recovered only this much later, when the
+            supervisor of its vanished worker has ended the turn's processes
+            (``SIGTERM``, then ``SIGKILL`` after this grace: ``BIRDDOG_KILL_GRACE_S``,
+            which workers read too).
+    """
 
 
 # --------------------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------------------
+
+
+def _note_unreadable(job_id: str, row: Row) -> None:
+    """Log a settled job whose payload is no agent job: it owed no replies."""
+    if row["unreadable"] is not None:
+        # The store is Watchdog-shaped and never requires a BirdDog payload; a job
+        # that is not an agent job has no mail, so it owes no replies.
+        log.warning("job_settled_without_replies", job_id=inert(job_id), field=row["unreadable"])
 
 
 def _expiry_ran_out(row: Row, *, since: datetime, now: datetime) -> bool:
@@ -895,6 +923,8 @@ __all__ = [
     "LEASE_EXPIRED_DIAGNOSTIC",
     "ClaimedJob",
     "Finished",
+    "PostgresJobClaims",
+    "PostgresJobOperations",
     "PostgresJobs",
     "SenderConnection",
     "enqueue_accepted_job",
