@@ -676,6 +676,11 @@ class SqliteSpool:
         return self.file.max_age_s
 
     @property
+    def busy_timeout_s(self) -> float:
+        """How long a call waits while another process writes."""
+        return self.file.busy_timeout_s
+
+    @property
     def lock_path(self) -> Path:
         """The forwarders' lock file beside the spool."""
         return self.file.lock_path
