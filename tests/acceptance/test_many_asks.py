@@ -132,6 +132,19 @@ async def mcp_server(database_url: str) -> AsyncIterator[tuple[ClientSession, An
             yield session, errlog
 
 
+@contextlib.asynccontextmanager
+async def failures_shown(errlog: Any) -> AsyncIterator[None]:
+    """A failed assertion inside also shows what the server logged of its failed tool calls."""
+    try:
+        yield
+    except AssertionError as exc:
+        errlog.seek(0)
+        failed = [line for line in errlog.read().splitlines() if "mcp_tool_failed" in line]
+        raise AssertionError(
+            f"{exc}\n--- the server's failed calls:\n" + "\n".join(failed[:5])
+        ) from exc
+
+
 def tool_times(errlog: Any, tool: str) -> list[float]:
     """How long each call of ``tool`` took inside the server, from its log."""
     errlog.seek(0)
@@ -156,7 +169,7 @@ async def test_a_thousand_tool_asks_through_one_mcp_server(
         command="worker",
         BIRDDOG_WORKER_CONCURRENCY="32",
     )
-    async with mcp_server(database_url) as (session, errlog):
+    async with mcp_server(database_url) as (session, errlog), failures_shown(errlog):
         results = await asyncio.gather(*(timed_tool_ask(session, i, 90) for i in range(ASKS)))
         assert [r["content"] for r, _ in results] == [f"echo: question {i}" for i in range(ASKS)]
         assert max(took for _, took in results) <= 90
