@@ -26,6 +26,13 @@ from birddog.postgres.routes import PostgresRoutes
 from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env, run_to_end
 
 ASKS = 1000
+LATE_S = 3.0
+"""How late past its timeout the last of a thousand asks may end: on time, not hanging.
+
+Alone on this machine the last ends within 0.9 s of its timeout; beside the rest of the
+suite (three workers on two cores) it has ended 2.5 s late, the time a starved process
+takes to wake a thousand waits. A hang is minutes, never seconds.
+"""
 SESSIONS = 100
 """The asks go to this many sessions of one agent: a session takes one turn at a time."""
 
@@ -85,14 +92,14 @@ async def test_a_thousand_asks_on_a_pool_of_ten_are_all_answered(
 async def test_a_thousand_asks_with_no_worker_all_time_out_on_time(
     database_url: str, small_pool: Pool
 ) -> None:
-    """With nobody answering, each of 1,000 asks times out within its timeout plus a second."""
+    """With nobody answering, each of 1,000 asks times out on time (within LATE_S of it)."""
     timeout_s = 15.0  # long enough for 1,000 sends through ten connections on a busy machine
     async with open_asking(small_pool, database_url) as asking:
         results = await asyncio.gather(*(timed_ask(asking, i, timeout_s) for i in range(ASKS)))
     assert [answer for answer, _ in results] == [None] * ASKS
     took = sorted(took for _, took in results)
     assert took[0] >= timeout_s - 0.05, took[0]
-    assert took[-1] <= timeout_s + 1.0, took[-1]
+    assert took[-1] <= timeout_s + LATE_S, took[-1]
     asked = await small_pool.fetchval("SELECT count(*) FROM birddog.jobs")
     assert asked == ASKS  # every question was asked, and stays owed
 
@@ -160,7 +167,7 @@ async def test_a_thousand_tool_asks_through_one_mcp_server(
 ) -> None:
     """1,000 concurrent ask calls to one MCP server: all answered; with no worker, all pending.
 
-    Pending comes within wait_s plus a second, over what 1,000 concurrent calls of a tool
+    Pending comes within wait_s plus LATE_S, over what 1,000 concurrent calls of a tool
     that does not wait take on the same connection (the SDK's own cost per message).
     """
     worker = daemons(
@@ -182,12 +189,12 @@ async def test_a_thousand_tool_asks_through_one_mcp_server(
         results = await asyncio.gather(*(timed_tool_ask(session, i, wait_s) for i in range(ASKS)))
         inside = tool_times(errlog, "ask")[ASKS:]
     assert {r["status"] for r, _ in results} == {"pending"}
-    # Inside the server each call ends within its wait_s plus a second; what the client
+    # Inside the server each call ends within its wait_s plus LATE_S; what the client
     # sees adds the SDK's cost of a thousand messages each way on one connection.
     assert len(inside) == ASKS
-    assert max(inside) <= wait_s + 1.0, max(inside)
+    assert max(inside) <= wait_s + LATE_S, max(inside)
     slowest = max(took for _, took in results)
-    assert slowest <= wait_s + 1.0 + 2 * transport_s, (slowest, transport_s)
+    assert slowest <= wait_s + LATE_S + 2 * transport_s, (slowest, transport_s)
 
 
 CLI_ASKS = 4
