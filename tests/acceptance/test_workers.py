@@ -157,7 +157,12 @@ async def test_worker_once_settles_unstorable_results_failed_and_says_so(
     assert [notice["text"] for notice in notices] == [EVERY_QUEUE_NOTICE]
     for noise in ("Traceback", "Task exception", "never retrieved", "never awaited", "destroyed"):
         assert noise not in worked.stderr
-    events = [json.loads(line)["event"] for line in worked.stderr.splitlines() if line.strip()]
+    lines = [line for line in worked.stderr.splitlines() if line.strip()]
+    # Debug mode (set above) reports a callback slower than 100 ms, which a loaded machine
+    # makes; every other line is the JSON log.
+    plain = [line for line in lines if not line.startswith("{")]
+    assert all(line.startswith("Executing ") and " took " in line for line in plain), plain
+    events = [json.loads(line)["event"] for line in lines if line.startswith("{")]
     assert events.count("job_result_unstorable") == 4
     outcomes = await pg_pool.fetch("SELECT job_id, outcome FROM birddog.jobs ORDER BY job_id")
     assert {row["job_id"]: row["outcome"] for row in outcomes} == {
