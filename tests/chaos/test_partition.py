@@ -34,7 +34,7 @@ import pytest
 from birddog import AgentAddress, AgentWork, Mail, Outcome, agent_job
 from birddog.clock import SystemClock
 from birddog.postgres import migrate
-from birddog.postgres.embedded import POSTGRES_BIN_PATH, SERVER_USER, EmbeddedPostgres
+from birddog.postgres.embedded import SERVER_USER, EmbeddedPostgres
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
@@ -158,7 +158,7 @@ class NamespacedServer:
         user = ["runuser", "-u", SERVER_USER, "--"] if os.geteuid() == 0 else []
         done = subprocess.run(  # noqa: S603 - the package's own binaries
             [IP, "netns", "exec", self.hosts.names["db"], *user,
-             str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.embedded.pgdata), *args],
+             str(self.embedded.bin_dir / "pg_ctl"), "-D", str(self.embedded.pgdata), *args],
             capture_output=True, text=True, timeout=90, check=False,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr

@@ -226,6 +226,16 @@ class EmbeddedPostgres:
         return f"postgresql://{SUPERUSER}@/{database}?host={host}&passfile={passfile}"
 
     @property
+    def bin_dir(self) -> Path:
+        """The directory of the server's programs this instance runs.
+
+        The package's own, or their copy in the data directory (made by the first
+        :meth:`start`) when the server's user cannot reach the package's: as root under a
+        0700 home.
+        """
+        return self._bin
+
+    @property
     def started_here(self) -> bool:
         """Whether this object started the server (False when it found one running)."""
         return self._owned
