@@ -335,7 +335,21 @@ async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncI
     try:
         yield conn
     finally:
+        await _release(pool, conn)
+
+
+async def _release(pool: Pool, conn: PoolConnectionProxy[asyncpg.Record]) -> None:
+    """Give ``conn`` back; one that cannot be reset in time is closed, never an error.
+
+    The work on it is done (committed, or its error on its way up): a release cut short
+    (a loaded server slow to answer the reset, a deadline expiring meanwhile) only costs
+    the pool that connection, which asyncpg terminates and replaces on the next acquire.
+    """
+    try:
         await pool.release(conn)
+    except (TimeoutError, OSError, asyncpg.InterfaceError, asyncpg.PostgresError):
+        if not conn.is_closed():
+            conn.terminate()
 
 
 @contextmanager
