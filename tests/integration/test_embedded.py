@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -186,3 +190,41 @@ async def test_a_trust_data_directory_is_upgraded_to_a_password() -> None:
     finally:
         server.stop(mode="immediate")
         shutil.rmtree(root, ignore_errors=True)
+
+
+_CREATE_AT_ONCE = """
+import sys, time
+from birddog.postgres import datadir, embedded
+datadir.SERVER_USER = embedded.SERVER_USER = sys.argv[1]
+start = float(sys.argv[2])
+while time.time() < start:
+    pass
+print(*embedded._server_account())
+"""
+
+
+@needs_root
+def test_as_root_processes_starting_at_once_create_the_server_user_once() -> None:
+    # useradd run by several processes at once (a test run's workers on a new machine)
+    # left some holding the gid of a group another had replaced: initdb then could not
+    # reach the data directory. Each process must come back with the user's real ids.
+    name = f"bd_test_{os.getpid()}"
+    start = f"{time.time() + 1.5:.3f}"
+    runs = [
+        subprocess.Popen(  # noqa: S603 - this interpreter, a fixed script
+            [sys.executable, "-c", _CREATE_AT_ONCE, name, start],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    try:
+        said = [run.communicate(timeout=60) for run in runs]
+        assert [run.returncode for run in runs] == [0] * 4, said
+        entry = pwd.getpwnam(name)
+        group = grp.getgrgid(entry.pw_gid)
+        assert {out.strip() for out, _ in said} == {f"{entry.pw_uid} {entry.pw_gid}"}, said
+        assert group.gr_name == name
+    finally:
+        subprocess.run(["/usr/sbin/userdel", name], check=False, capture_output=True)  # noqa: S603

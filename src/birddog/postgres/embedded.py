@@ -62,7 +62,7 @@ from urllib.parse import quote
 
 from birddog.core.errors import DatabaseRefused
 from birddog.core.text import inert
-from birddog.postgres.datadir import SERVER_USER, blocking_directory
+from birddog.postgres.datadir import SERVER_USER, blocking_directory, server_ids
 
 with warnings.catch_warnings():
     # platformdirs warns at import time when XDG_RUNTIME_DIR is unset (containers, CI);
@@ -92,6 +92,15 @@ SUPERUSER = "postgres"
 
 SOCKET_PATH_MAX = 107
 """The longest unix socket path (``sun_path`` is 108 bytes with its NUL on Linux)."""
+
+_ACCOUNT_LOCK = (
+    "/run/lock/birddog-embedded-user.lock"
+    if os.path.isdir("/run/lock")
+    else (
+        "/tmp/birddog-embedded-user.lock"  # noqa: S108 - opened without following links
+    )
+)
+"""Held by root while it creates the server's user (one process at a time)."""
 
 _PORT = 5432
 _READY_TIMEOUT_S = 30.0
@@ -445,26 +454,46 @@ def _existing_account() -> tuple[int, int] | None:
 
 
 def _server_account() -> tuple[int, int] | None:
-    """The uid and gid the server runs as under root (creating the user); None otherwise."""
+    """The uid and gid the server runs as under root (creating the user); None otherwise.
+
+    Processes starting servers at once (a test run's workers on a new machine) create the
+    user one at a time: ``useradd`` run twice at once may leave one of them holding the
+    gid of a group the other replaced, and a server started with it cannot reach its own
+    directory.
+    """
     if os.geteuid() != 0:
         return None
+    ids = server_ids()
+    if ids is not None:
+        return ids
+    fd = os.open(_ACCOUNT_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
     try:
-        entry = pwd.getpwnam(SERVER_USER)
-    except KeyError:
-        subprocess.run(  # noqa: S603 - a fixed command line
-            [
-                "/usr/sbin/useradd",
-                "--system",
-                "--no-create-home",
-                "--shell",
-                "/usr/sbin/nologin",
-                SERVER_USER,
-            ],
-            check=True,
-            capture_output=True,
-        )
-        entry = pwd.getpwnam(SERVER_USER)
-    return entry.pw_uid, entry.pw_gid
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        ids = server_ids()
+        if ids is None:
+            made = subprocess.run(  # noqa: S603 - a fixed command line
+                [
+                    "/usr/sbin/useradd",
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    SERVER_USER,
+                ],
+                check=False,
+                capture_output=True,
+                text=True,
+            )
+            ids = server_ids()
+            if ids is None:
+                said = made.stderr.strip().splitlines()
+                raise EmbeddedServerError(
+                    f"could not create the user {SERVER_USER} the embedded server runs as "
+                    f"under root: {inert(said[-1]) if said else f'exit status {made.returncode}'}"
+                )
+    finally:
+        os.close(fd)
+    return ids
 
 
 def _check_reachable(path: Path, account: tuple[int, int]) -> None:
