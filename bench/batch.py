@@ -7,17 +7,32 @@ single-reply rate, the same-run reference) and at ``batch_size`` 100 (``birddog 
 update AGENT --batch 100``: up to 100 replies in one signed POST, acknowledged with
 ``{"accepted": true}``). Rounds alternate; medians are reported. Target: a batching
 recipient drains at >= 5x the single-reply rate.
+
+``BENCH_BATCH_COUNT`` and ``BENCH_BATCH_ROUNDS`` change the size and the rounds.
+``BENCH_BATCH_BEFORE=<dir>`` prices a change in the same run: each round then runs both
+builds in turn, a daemon with ``PYTHONPATH=<dir>`` (a tree of the code before the change,
+its ``src``) and this tree's, one at a time on the same database and inbox; the figure is
+this tree's, the other build's rounds and medians are in the details (``before``).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Any
 
 import asyncpg
 
 from bench import drain
-from bench.harness import Context, DaemonProcess, Figure, ratio
+from bench.harness import (
+    Context,
+    DaemonProcess,
+    Figure,
+    add_routes,
+    agent_names,
+    fresh_database,
+    ratio,
+)
 
 BATCH = 100
 AGENTS = 1
@@ -29,30 +44,59 @@ async def set_batch(conn: asyncpg.Connection, size: int) -> None:
     await conn.execute("UPDATE birddog.routes SET batch_size = $1", size)
 
 
+def medians(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    """The medians of the figures each round of one kind reports."""
+    names = [name for name, value in rounds[0].items() if isinstance(value, int | float)]
+    return {name: round(statistics.median(r[name] for r in rounds), 3) for name in names}
+
+
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
-    """Alternate single and batched rounds on one daemon; the medians and their ratio."""
-    count = 2_000 if ctx.quick else 20_000
-    rounds = 1 if ctx.quick else 3
-
-    def at_batch(size: int, prefix: str) -> drain.Round:
-        async def one_round(
-            conn: asyncpg.Connection, daemon: DaemonProcess, index: int
-        ) -> dict[str, Any]:
-            await set_batch(conn, size)
-            return await drain.product_round(
-                ctx, conn, daemon, count=count, prefix=f"{prefix}{index}", agents=AGENTS
-            )
-
-        return one_round
-
-    singles, batches = await drain.alternating_rounds(
-        ctx,
-        "batch",
-        agents=AGENTS,
-        rounds=rounds,
-        first=at_batch(1, "s"),
-        second=at_batch(BATCH, "b"),
-    )
+    """Alternate single and batched rounds (and builds); the medians and their ratio."""
+    count = int(os.environ.get("BENCH_BATCH_COUNT") or (2_000 if ctx.quick else 20_000))
+    rounds = int(os.environ.get("BENCH_BATCH_ROUNDS") or (1 if ctx.quick else 3))
+    before = os.environ.get("BENCH_BATCH_BEFORE")
+    builds: dict[str, dict[str, str]] = {"after": {}}
+    if before:
+        builds = {"before": {"PYTHONPATH": before}, "after": {}}
+    dsn = await fresh_database(ctx.server, "batch")
+    conn = await asyncpg.connect(dsn)
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {
+        build: {"single": [], "batch": []} for build in builds
+    }
+    try:
+        await add_routes(conn, agent_names(AGENTS), ctx.inbox)
+        await ctx.inbox.configure()
+        for index in range(rounds):
+            for build, env in builds.items():
+                daemon = DaemonProcess(dsn, ctx.tmp / f"batch-{build}-daemon.log", env=env)
+                try:
+                    daemon.start()
+                    await daemon.wait_listening(conn)
+                    await set_batch(conn, 1)
+                    await drain.product_round(
+                        ctx, conn, daemon, count=200, prefix=f"w{build}{index}", agents=AGENTS
+                    )
+                    for kind, size in (("single", 1), ("batch", BATCH)):
+                        await set_batch(conn, size)
+                        results[build][kind].append(
+                            await drain.product_round(
+                                ctx,
+                                conn,
+                                daemon,
+                                count=count,
+                                prefix=f"{kind[0]}{build}{index}",
+                                agents=AGENTS,
+                                # --profile: py-spy on this tree's last batched round.
+                                profile_name="batch_profile"
+                                if (build, kind, index) == ("after", "batch", rounds - 1)
+                                else None,
+                            )
+                        )
+                finally:
+                    daemon.stop()
+    finally:
+        await conn.close()
+    singles, batches = results["after"]["single"], results["after"]["batch"]
     single = statistics.median(r["per_s"] for r in singles)
     batched = statistics.median(r["per_s"] for r in batches)
     figure = Figure(
@@ -66,12 +110,27 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         target=f">= {TARGET:g}",
         met=ratio(batched, single) >= TARGET,
     )
-    details = {
+    details: dict[str, Any] = {
         "replies": count,
         "agents": AGENTS,
         "batch_size": BATCH,
         "rounds": rounds,
+        "single_median": medians(singles),
+        "batch_median": medians(batches),
         "single_rounds": singles,
         "batch_rounds": batches,
     }
+    if before:
+        old_singles, old_batches = results["before"]["single"], results["before"]["batch"]
+        details["before"] = {
+            "pythonpath": before,
+            "ratio": ratio(
+                statistics.median(r["per_s"] for r in old_batches),
+                statistics.median(r["per_s"] for r in old_singles),
+            ),
+            "single_median": medians(old_singles),
+            "batch_median": medians(old_batches),
+            "single_rounds": old_singles,
+            "batch_rounds": old_batches,
+        }
     return [figure], details

@@ -285,6 +285,11 @@ class DeliveryEngine:
         try:
             more = await self.fill(force=force)
             while more and not self.window.saturated():
+                if storing.done() and self.outcomes.unstored:
+                    # The store ended while this claim was out: store what finished
+                    # meanwhile beside the next claim, rather than after the last one.
+                    on_report(storing.result())
+                    storing = asyncio.ensure_future(self.collect())
                 more = await self.fill()
         finally:
             # Always wait for the store, even when the claim failed: it owns its rows.
@@ -328,7 +333,7 @@ class DeliveryEngine:
             return False
         if not force and self.window.saturated():
             return True
-        limit = min(self.config.page_size, self.window.room)
+        limit = min(self.window.claim_size, self.window.room)
         given_back = self._rows_given_back
         page = await self.outbox.claim_due(
             limit=limit,

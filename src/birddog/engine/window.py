@@ -112,17 +112,32 @@ class Window:
         """``count`` held rows left the window: their outcomes stored, or given back."""
         self._held -= count
 
+    @property
+    def claim_size(self) -> int:
+        """The most rows the next claim should take: a page, or a whole batch if larger.
+
+        A recipient that takes batches of more than a page gets a full batch from one
+        claim, so its next post can start at once (a partial batch waits while one of its
+        posts is out) and one claim's commit serves a whole batch.
+        """
+        sizes = self._batch_size_by_recipient
+        if not sizes:
+            return self.config.page_size
+        holding = self._rows_out_by_recipient.keys() | self._ready_by_recipient.keys()
+        largest = max((sizes.get(agent, 1) for agent in holding), default=1)
+        return max(self.config.page_size, largest)
+
     def saturated(self) -> bool:
         """No claim is worth making now: the window is full, or nearly, with enough ready.
 
-        Less than a page of the window free while at least as many rows wait ready: the
-        engine claims a page at a time rather than a row at a time.
+        Less than a claim's worth of the window free while at least as many rows wait
+        ready: the engine claims a page (or a batch) at a time rather than a row at a time.
         """
         free = self.config.window_size - self._held
         if free <= 0:
             return True
         ready = sum(map(len, self._ready_by_recipient.values()))
-        return free < self.config.page_size and ready >= free
+        return free < self.claim_size and ready >= free
 
     # ------------------------------------------------------------------ admission
 
