@@ -13,6 +13,8 @@ recipient drains at >= 5x the single-reply rate.
 builds in turn, a daemon with ``PYTHONPATH=<dir>`` (a tree of the code before the change,
 its ``src``) and this tree's, one at a time on the same database and inbox; the figure is
 this tree's, the other build's rounds and medians are in the details (``before``).
+Several trees, comma-separated and labelled (``main=<dir>,claims=<dir>``), run in that
+order before this one, each reported under its label.
 """
 
 from __future__ import annotations
@@ -54,10 +56,12 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
     """Alternate single and batched rounds (and builds); the medians and their ratio."""
     count = int(os.environ.get("BENCH_BATCH_COUNT") or (2_000 if ctx.quick else 20_000))
     rounds = int(os.environ.get("BENCH_BATCH_ROUNDS") or (1 if ctx.quick else 3))
-    before = os.environ.get("BENCH_BATCH_BEFORE")
-    builds: dict[str, dict[str, str]] = {"after": {}}
-    if before:
-        builds = {"before": {"PYTHONPATH": before}, "after": {}}
+    before = os.environ.get("BENCH_BATCH_BEFORE", "")
+    builds: dict[str, dict[str, str]] = {}
+    for item in filter(None, before.split(",")):
+        label, _, tree = item.rpartition("=")
+        builds[label or "before"] = {"PYTHONPATH": tree}
+    builds["after"] = {}
     dsn = await fresh_database(ctx.server, "batch")
     conn = await asyncpg.connect(dsn)
     results: dict[str, dict[str, list[dict[str, Any]]]] = {
@@ -120,10 +124,12 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         "single_rounds": singles,
         "batch_rounds": batches,
     }
-    if before:
-        old_singles, old_batches = results["before"]["single"], results["before"]["batch"]
-        details["before"] = {
-            "pythonpath": before,
+    for build, env in builds.items():
+        if build == "after":
+            continue
+        old_singles, old_batches = results[build]["single"], results[build]["batch"]
+        details[build] = {
+            "pythonpath": env["PYTHONPATH"],
             "ratio": ratio(
                 statistics.median(r["per_s"] for r in old_batches),
                 statistics.median(r["per_s"] for r in old_singles),

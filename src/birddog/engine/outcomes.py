@@ -27,6 +27,7 @@ from typing import NamedTuple
 import structlog
 
 from birddog.core.delivery import (
+    Attempt,
     DeadReason,
     DeliveryResult,
     OutboxRow,
@@ -150,9 +151,14 @@ class OutcomeStore:
         self._unstored.extend(fates)
 
     def add_posted(self, post: Post, results: Sequence[DeliveryResult], *, seconds: float) -> None:
-        """Keep the fates of a post that ended: one per row, with its attempt."""
+        """Keep the fates of a post that ended: one per row, with its attempt.
+
+        Rows of a batch that share one answer (one result object) share one attempt.
+        """
+        attempts: dict[int, Attempt] = {}
         for (claim, row), result in zip(post.items, results, strict=True):
-            attempt = attempt_of(result, at=post.at, seconds=seconds)
+            if (attempt := attempts.get(id(result))) is None:
+                attempt = attempts[id(result)] = attempt_of(result, at=post.at, seconds=seconds)
             self._unstored.append(Fate(claim, row, result, attempt))
 
     async def store(self) -> Stored:

@@ -80,6 +80,7 @@ class Window:
         self._posts_out_by_recipient: Counter[str] = Counter()
         self._rows_out_by_recipient: Counter[str] = Counter()
         self._to_give_back: list[Held] = []
+        self._claim_batch = 1  # the largest batch size of the last claim with rows
 
     # ------------------------------------------------------------------ holding
 
@@ -118,14 +119,10 @@ class Window:
 
         A recipient that takes batches of more than a page gets a full batch from one
         claim, so its next post can start at once (a partial batch waits while one of its
-        posts is out) and one claim's commit serves a whole batch.
+        posts is out) and one claim's commit serves a whole batch. The batch is the
+        largest of the recipients the last claim with rows brought.
         """
-        sizes = self._batch_size_by_recipient
-        if not sizes:
-            return self.config.page_size
-        holding = self._rows_out_by_recipient.keys() | self._ready_by_recipient.keys()
-        largest = max((sizes.get(agent, 1) for agent in holding), default=1)
-        return max(self.config.page_size, largest)
+        return max(self.config.page_size, self._claim_batch)
 
     def saturated(self) -> bool:
         """No claim is worth making now: the window is full, or nearly, with enough ready.
@@ -165,6 +162,8 @@ class Window:
             attempt = Attempt(at=now, result="rejected", status=None, ms=0, error=buried.error)
             decided.append(Fate(claim, buried, None, attempt))
         whole_posts: dict[str, list[Held]] = {}
+        if page.rows:
+            self._claim_batch = max((hint.batch_size for hint in page.routes.values()), default=1)
         for row in page.rows:
             agent = row.agent_id
             route = page.route(agent)

@@ -3,7 +3,8 @@
 Claiming a page is one statement (due rows after the cursor, in key order, under a
 lease, ``FOR UPDATE SKIP LOCKED``); applying a page's outcomes is one transaction (the
 receipt swap as one statement, every other row as one ``UPDATE ... FROM unnest``, one
-``pg_notify`` per dead letter). Several drainers may share a database: a row is never
+``pg_notify`` per dead letter; receipts alone are the swap alone, without a transaction
+around it). Several drainers may share a database: a row is never
 claimed twice while its lease holds, and a drainer whose lease was taken over stores
 nothing.
 
@@ -325,12 +326,20 @@ class _Outcomes:
         rows: list[list[Any]] = [[] for _ in range(8)]
         receipt_attempts: list[dict[str, Any] | None] = []
         row_attempts: list[dict[str, Any] | None] = []
+        # The rows of one claim share its token, and the rows of one batch share their
+        # attempt (one object): each is parsed or written out once, not once per row.
+        claims: dict[str, uuid.UUID | None] = {}
+        entries: dict[int, dict[str, Any]] = {}
         for item in items:
-            claim = _claim_uuid(item.claim)
+            if (claim := claims.get(item.claim, _UNSEEN)) is _UNSEEN:
+                claim = claims[item.claim] = _claim_uuid(item.claim)
             if claim is None:
                 continue
             outcome = item.outcome
-            entry = attempt_entry(item.attempt) if item.attempt is not None else None
+            attempt = item.attempt
+            entry = None if attempt is None else entries.get(id(attempt))
+            if attempt is not None and entry is None:
+                entry = entries[id(attempt)] = attempt_entry(attempt)
             if isinstance(outcome, Receipt):
                 values: tuple[Any, ...] = (
                     claim,
@@ -385,6 +394,23 @@ def attempt_entry(attempt: Attempt) -> dict[str, Any]:
         "ms": attempt.ms,
         "error": attempt.error,
     }
+
+
+async def _swap_receipts(conn: Pool | Connection, split: _Outcomes) -> list[str]:
+    """Swap the receipts of ``split`` for their rows (one statement); the keys swapped."""
+    # The mailbox flags are the last column, after the attempt entries.
+    *columns, flags = split.receipt_columns
+    swapped = await conn.fetch(
+        queries["outbox_swap_receipts"],
+        *columns,
+        orjson.dumps(split.receipt_attempts).decode(),
+        flags,
+    )
+    return [record["key"] for record in swapped]
+
+
+_UNSEEN = uuid.UUID(int=0)
+"""A claim token not parsed yet (no claim is the nil UUID: tokens are random)."""
 
 
 def _claim_uuid(claim: str) -> uuid.UUID | None:
@@ -559,7 +585,10 @@ class PostgresOutbox:
         )
 
     async def store(self, items: Sequence[Settled]) -> list[str]:
-        """Store outcomes of rows from any number of claims in one transaction.
+        """Store outcomes of rows from any number of claims atomically.
+
+        Receipts alone (none for the mailbox) are one statement, atomic on its own;
+        anything else is one transaction.
 
         Receipts replace their rows (one delete-returning plus insert statement, which
         also writes mailbox deliveries), other outcomes update their rows and release
@@ -577,18 +606,17 @@ class PostgresOutbox:
         """
         split = _Outcomes.of(items)
         stored: set[str] = set()
+        receipts, rows = bool(split.receipt_columns[0]), bool(split.row_columns[0])
         with store_errors("outbox store"):
+            if receipts and not rows and not any(split.receipt_columns[-1]):
+                # Receipts alone, none for the mailbox (a batch all of whose replies were
+                # taken): the swap is one statement, atomic on its own, so it runs without
+                # the BEGIN and COMMIT round trips of a transaction around it.
+                stored.update(await _swap_receipts(self.pool, split))
+                return [item.outcome.key for item in items if item.outcome.key in stored]
             async with self.pool.acquire() as conn, conn.transaction():
-                if split.receipt_columns[0]:
-                    # The mailbox flags are the last column, after the attempt entries.
-                    *columns, flags = split.receipt_columns
-                    swapped = await conn.fetch(
-                        queries["outbox_swap_receipts"],
-                        *columns,
-                        orjson.dumps(split.receipt_attempts).decode(),
-                        flags,
-                    )
-                    stored.update(record["key"] for record in swapped)
+                if receipts:
+                    stored.update(await _swap_receipts(conn, split))
                     agents = [
                         item.outcome.agent_id
                         for item in items
@@ -598,7 +626,7 @@ class PostgresOutbox:
                     ]
                     if agents:
                         await conn.execute(queries["outbox_notify_mailbox"], agents)
-                if split.row_columns[0]:
+                if rows:
                     updated = await conn.fetch(
                         queries["outbox_update_rows"],
                         *split.row_columns,

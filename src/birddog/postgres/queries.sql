@@ -222,10 +222,11 @@ WITH receipt AS (
         command_id, outcome, mailbox, n
     )
 ), gone AS (
+    -- The reply only for the mailbox's rows: the others' would be copied for nothing.
     DELETE FROM birddog.outbox o
     USING receipt r
     WHERE o.key = r.key AND o.claim_token = r.claim
-    RETURNING o.key, o.in_reply_to, o.reply, o.attempt_log
+    RETURNING o.key, o.in_reply_to, CASE WHEN r.mailbox THEN o.reply END AS reply, o.attempt_log
 ), stored AS (
     INSERT INTO birddog.receipts (
         key, delivered_at, attempts, recipient_agent_id, recipient_session_id, command_id,
