@@ -202,6 +202,16 @@ def test_the_window_claims_a_page_at_a_time_and_knows_when_it_is_full() -> None:
     assert parts.window.room == 0
 
 
+def test_a_claim_takes_a_whole_batch_after_a_claim_brought_a_batching_recipient() -> None:
+    """A page is the claim until a claim brings batches larger than a page, then a batch is."""
+    parts = Parts(page_size=4, per_recipient=2)
+    assert parts.window.claim_size == 4
+    parts.admit(rows(2), alice=RouteHint(batch_size=10))
+    assert parts.window.claim_size == 10
+    parts.admit(rows(2, "bob"))
+    assert parts.window.claim_size == 4
+
+
 def test_closing_takes_the_ready_rows_and_forgets_the_posts_out() -> None:
     """Ready rows are handed back; a post ending after the window forgot it teaches nothing."""
     parts = Parts(per_recipient=2)

@@ -153,12 +153,12 @@ class OutcomeStore:
     def add_posted(self, post: Post, results: Sequence[DeliveryResult], *, seconds: float) -> None:
         """Keep the fates of a post that ended: one per row, with its attempt.
 
-        Rows of a batch that share one answer (one result object) share one attempt.
+        Rows of a batch that share one answer (equal results) share one attempt.
         """
-        attempts: dict[int, Attempt] = {}
+        attempts: dict[DeliveryResult, Attempt] = {}
         for (claim, row), result in zip(post.items, results, strict=True):
-            if (attempt := attempts.get(id(result))) is None:
-                attempt = attempts[id(result)] = attempt_of(result, at=post.at, seconds=seconds)
+            if (attempt := attempts.get(result)) is None:
+                attempt = attempts[result] = attempt_of(result, at=post.at, seconds=seconds)
             self._unstored.append(Fate(claim, row, result, attempt))
 
     async def store(self) -> Stored:

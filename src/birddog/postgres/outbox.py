@@ -326,10 +326,10 @@ class _Outcomes:
         rows: list[list[Any]] = [[] for _ in range(8)]
         receipt_attempts: list[dict[str, Any] | None] = []
         row_attempts: list[dict[str, Any] | None] = []
-        # The rows of one claim share its token, and the rows of one batch share their
-        # attempt (one object): each is parsed or written out once, not once per row.
+        # The rows of one claim share its token, and the rows of one batch their attempt
+        # (equal attempts): each is parsed or written out once, not once per row.
         claims: dict[str, uuid.UUID | None] = {}
-        entries: dict[int, dict[str, Any]] = {}
+        entries: dict[Attempt, dict[str, Any]] = {}
         for item in items:
             if (claim := claims.get(item.claim, _UNSEEN)) is _UNSEEN:
                 claim = claims[item.claim] = _claim_uuid(item.claim)
@@ -337,9 +337,9 @@ class _Outcomes:
                 continue
             outcome = item.outcome
             attempt = item.attempt
-            entry = None if attempt is None else entries.get(id(attempt))
+            entry = None if attempt is None else entries.get(attempt)
             if attempt is not None and entry is None:
-                entry = entries[id(attempt)] = attempt_entry(attempt)
+                entry = entries[attempt] = attempt_entry(attempt)
             if isinstance(outcome, Receipt):
                 values: tuple[Any, ...] = (
                     claim,
