@@ -74,6 +74,7 @@ class Window:
         self._start = start
         self._ticks = ticks
         self._held = 0
+        self._claiming = 0  # rows that claims in flight may bring (reserved room)
         self._ready_by_recipient: dict[str, deque[Held]] = {}
         self._batch_size_by_recipient: dict[str, int] = {}
         self._posts_out: dict[Post, None] = {}  # ordered like a set, in start order
@@ -90,14 +91,23 @@ class Window:
         return self._held
 
     @property
+    def claiming(self) -> int:
+        """Rows the claims in flight may still bring (their room is reserved)."""
+        return self._claiming
+
+    @property
     def room(self) -> int:
-        """Rows the window can still take (zero when full)."""
-        return max(self.config.window_size - self._held, 0)
+        """Rows the window can still take (zero when full), claims in flight deducted."""
+        return max(self.config.window_size - self._held - self._claiming, 0)
 
     @property
     def full(self) -> bool:
         """No room to claim another row."""
-        return self._held >= self.config.window_size
+        return self._held + self._claiming >= self.config.window_size
+
+    def reserve(self, count: int) -> None:
+        """A claim of up to ``count`` rows goes out (negative: it came back)."""
+        self._claiming += count
 
     @property
     def has_ready(self) -> bool:
@@ -130,7 +140,7 @@ class Window:
         Less than a claim's worth of the window free while at least as many rows wait
         ready: the engine claims a page (or a batch) at a time rather than a row at a time.
         """
-        free = self.config.window_size - self._held
+        free = self.config.window_size - self._held - self._claiming
         if free <= 0:
             return True
         ready = sum(map(len, self._ready_by_recipient.values()))
