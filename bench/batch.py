@@ -124,12 +124,11 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
         "single_rounds": singles,
         "batch_rounds": batches,
     }
-    for build, env in builds.items():
+    for build in builds:
         if build == "after":
             continue
         old_singles, old_batches = results[build]["single"], results[build]["batch"]
         details[build] = {
-            "pythonpath": env["PYTHONPATH"],
             "ratio": ratio(
                 statistics.median(r["per_s"] for r in old_batches),
                 statistics.median(r["per_s"] for r in old_singles),
