@@ -233,11 +233,8 @@ class _SpoolDatabase:
         """
         if not self.exists():
             return SpoolStatus(str(self.path), 0, 0, 0, None, None, None, None)
-        with self._connection() as db:
-            try:
-                return _status_on(db, self.path)
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
+        with self._reading() as db:
+            return _status_on(db, self.path)
 
     def note_forward(self, error: str | None) -> None:
         """Record how a forward ended: cleanly (None) or with ``error`` (``spool status``).
@@ -248,26 +245,19 @@ class _SpoolDatabase:
         if not self.exists():
             return
         now_ms = epoch_ms(self.clock.now())
-        with self._connection() as db:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                if error is None:
-                    db.execute("DELETE FROM state WHERE name = 'last_error'")
-                    db.execute(
-                        "INSERT OR REPLACE INTO state (name, value, at_ms)"
-                        " VALUES ('last_forward', NULL, ?)",
-                        (now_ms,),
-                    )
-                else:
-                    db.execute(
-                        "INSERT OR REPLACE INTO state (name, value, at_ms)"
-                        " VALUES ('last_error', ?, ?)",
-                        (error, now_ms),
-                    )
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(db)
-                raise _failed(self.path, "write", exc) from exc
+        with self._writing() as db:
+            if error is None:
+                db.execute("DELETE FROM state WHERE name = 'last_error'")
+                db.execute(
+                    "INSERT OR REPLACE INTO state (name, value, at_ms)"
+                    " VALUES ('last_forward', NULL, ?)",
+                    (now_ms,),
+                )
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO state (name, value, at_ms) VALUES ('last_error', ?, ?)",
+                    (error, now_ms),
+                )
 
     def pragmas(self) -> dict[str, object]:
         """The journal mode and synchronous level the spool's connections run with.
@@ -296,6 +286,31 @@ class _SpoolDatabase:
             raise SpoolFailed(
                 f"cannot open the spool's lock {self.lock_path}: {exc.strerror or exc}"
             ) from exc
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """A connection to read on; a read that fails is a SpoolFailed naming the spool."""
+        with self._connection() as db:
+            try:
+                yield db
+            except sqlite3.Error as exc:
+                raise _failed(self.path, "read", exc) from exc
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE`` to ``COMMIT``), rolled back on failure.
+
+        Raises:
+            SpoolFailed: the write failed (nothing of it is kept).
+        """
+        with self._connection() as db:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                yield db
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(db)
+                raise _failed(self.path, "write", exc) from exc
 
     @contextlib.contextmanager
     def _connection(self, *, create: bool = False) -> Iterator[sqlite3.Connection]:
@@ -335,14 +350,8 @@ class _SpoolQuarantine(_SpoolDatabase):
             SpoolFailed: the spool cannot be written.
         """
         now_ms = epoch_ms(self.clock.now())
-        with self._connection() as db:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                _move_to_quarantine(db, "id = ?", (row_id,), reason, now_ms)
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(db)
-                raise _failed(self.path, "write", exc) from exc
+        with self._writing() as db:
+            _move_to_quarantine(db, "id = ?", (row_id,), reason, now_ms)
 
     def quarantine_aged(self) -> list[str]:
         """Move every row older than ``max_age_s`` to quarantine; returns their keys.
@@ -358,24 +367,16 @@ class _SpoolQuarantine(_SpoolDatabase):
             f"spooled longer than BIRDDOG_SPOOL_MAX_AGE_S ({format_age(self.max_age_s)}) "
             "without reaching the database; never forwarded"
         )
-        with self._connection() as db:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                keys = [
-                    str(row[0])
-                    for row in db.execute(
-                        "SELECT mail_key FROM mail WHERE spooled_at_ms < ? ORDER BY id",
-                        (cutoff_ms,),
-                    )
-                ]
-                if keys:
-                    _move_to_quarantine(
-                        db, "spooled_at_ms < ?", (cutoff_ms,), reason, epoch_ms(now)
-                    )
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(db)
-                raise _failed(self.path, "write", exc) from exc
+        with self._writing() as db:
+            keys = [
+                str(row[0])
+                for row in db.execute(
+                    "SELECT mail_key FROM mail WHERE spooled_at_ms < ? ORDER BY id",
+                    (cutoff_ms,),
+                )
+            ]
+            if keys:
+                _move_to_quarantine(db, "spooled_at_ms < ?", (cutoff_ms,), reason, epoch_ms(now))
         return keys
 
     def quarantined(self, *, limit: int) -> list[dict[str, object]]:
@@ -386,15 +387,12 @@ class _SpoolQuarantine(_SpoolDatabase):
         """
         if not self.exists():
             return []
-        with self._connection() as db:
-            try:
-                rows = db.execute(
-                    "SELECT mail_key, reason, spooled_at_ms, quarantined_at_ms FROM quarantine"
-                    " ORDER BY quarantined_at_ms DESC, id DESC LIMIT ?",
-                    (limit,),
-                ).fetchall()
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
+        with self._reading() as db:
+            rows = db.execute(
+                "SELECT mail_key, reason, spooled_at_ms, quarantined_at_ms FROM quarantine"
+                " ORDER BY quarantined_at_ms DESC, id DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
         return [
             {"key": key, "reason": reason, "spooled_at": _at(spooled), "quarantined_at": _at(at)}
             for key, reason, spooled, at in rows
@@ -414,28 +412,22 @@ class _SpoolQuarantine(_SpoolDatabase):
         if not self.exists():
             return 0
         moved = 0
-        with self._connection() as db:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                rows = db.execute("SELECT id, body FROM quarantine ORDER BY id").fetchall()
-                now_ms = epoch_ms(self.clock.now())
-                for row_id, body in rows:
-                    try:
-                        outgoing = outgoing_from_json(body)
-                    except InvalidInput:
-                        continue  # undecodable: it stays where it is, with its reason
-                    sender, session = outgoing.lane
-                    db.execute(
-                        "INSERT INTO mail (spooled_at_ms, mail_key, job_id, sender, session, body)"
-                        " VALUES (?, ?, ?, ?, ?, ?)",
-                        (now_ms, outgoing.mail.key, outgoing.job.job_id, sender, session, body),
-                    )
-                    db.execute("DELETE FROM quarantine WHERE id = ?", (row_id,))
-                    moved += 1
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(db)
-                raise _failed(self.path, "write", exc) from exc
+        with self._writing() as db:
+            rows = db.execute("SELECT id, body FROM quarantine ORDER BY id").fetchall()
+            now_ms = epoch_ms(self.clock.now())
+            for row_id, body in rows:
+                try:
+                    outgoing = outgoing_from_json(body)
+                except InvalidInput:
+                    continue  # undecodable: it stays where it is, with its reason
+                sender, session = outgoing.lane
+                db.execute(
+                    "INSERT INTO mail (spooled_at_ms, mail_key, job_id, sender, session, body)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (now_ms, outgoing.mail.key, outgoing.job.job_id, sender, session, body),
+                )
+                db.execute("DELETE FROM quarantine WHERE id = ?", (row_id,))
+                moved += 1
         return moved
 
     def quarantine_reason(self, key: str) -> str | None:
@@ -446,14 +438,11 @@ class _SpoolQuarantine(_SpoolDatabase):
         """
         if not self.exists():
             return None
-        with self._connection() as db:
-            try:
-                row = db.execute(
-                    "SELECT reason FROM quarantine WHERE mail_key = ? ORDER BY id DESC LIMIT 1",
-                    (key,),
-                ).fetchone()
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
+        with self._reading() as db:
+            row = db.execute(
+                "SELECT reason FROM quarantine WHERE mail_key = ? ORDER BY id DESC LIMIT 1",
+                (key,),
+            ).fetchone()
         return None if row is None else str(row[0])
 
 
@@ -542,22 +531,19 @@ class SpoolFile(_SpoolQuarantine):
         """
         if not self.exists():
             return []
-        with self._connection() as db:
-            try:
-                if lane is None:
-                    rows = db.execute(
-                        "SELECT id, spooled_at_ms, mail_key, body FROM mail"
-                        " WHERE id > ? ORDER BY id LIMIT ?",
-                        (after_id, limit),
-                    ).fetchall()
-                else:
-                    rows = db.execute(
-                        "SELECT id, spooled_at_ms, mail_key, body FROM mail"
-                        " WHERE sender = ? AND session = ? AND id > ? ORDER BY id LIMIT ?",
-                        (*lane, after_id, limit),
-                    ).fetchall()
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
+        with self._reading() as db:
+            if lane is None:
+                rows = db.execute(
+                    "SELECT id, spooled_at_ms, mail_key, body FROM mail"
+                    " WHERE id > ? ORDER BY id LIMIT ?",
+                    (after_id, limit),
+                ).fetchall()
+            else:
+                rows = db.execute(
+                    "SELECT id, spooled_at_ms, mail_key, body FROM mail"
+                    " WHERE sender = ? AND session = ? AND id > ? ORDER BY id LIMIT ?",
+                    (*lane, after_id, limit),
+                ).fetchall()
         return [
             SpoolRow(id=int(r[0]), spooled_at=_at(r[1]), key=str(r[2]), body=r[3]) for r in rows
         ]
@@ -570,13 +556,8 @@ class SpoolFile(_SpoolQuarantine):
         """
         if not self.exists():
             return False
-        with self._connection() as db:
-            try:
-                found = db.execute(
-                    "SELECT 1 FROM mail WHERE mail_key = ? LIMIT 1", (key,)
-                ).fetchone()
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
+        with self._reading() as db:
+            found = db.execute("SELECT 1 FROM mail WHERE mail_key = ? LIMIT 1", (key,)).fetchone()
         return found is not None
 
     def mail(self, key: str) -> Mail | None:
@@ -587,13 +568,10 @@ class SpoolFile(_SpoolQuarantine):
         """
         if not self.exists():
             return None
-        with self._connection() as db:
-            try:
-                row = db.execute(
-                    "SELECT body FROM mail WHERE mail_key = ? ORDER BY id DESC LIMIT 1", (key,)
-                ).fetchone()
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
+        with self._reading() as db:
+            row = db.execute(
+                "SELECT body FROM mail WHERE mail_key = ? ORDER BY id DESC LIMIT 1", (key,)
+            ).fetchone()
         if row is None:
             return None
         try:
@@ -609,14 +587,8 @@ class SpoolFile(_SpoolQuarantine):
         """
         if not ids:
             return
-        with self._connection() as db:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                db.executemany("DELETE FROM mail WHERE id = ?", [(i,) for i in ids])
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(db)
-                raise _failed(self.path, "write", exc) from exc
+        with self._writing() as db:
+            db.executemany("DELETE FROM mail WHERE id = ?", [(i,) for i in ids])
 
 
 _P = ParamSpec("_P")
