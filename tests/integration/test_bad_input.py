@@ -507,6 +507,25 @@ def test_any_tampered_byte_is_refused(data: st.DataObject) -> None:
         inbox().receive(headers | {"webhook-signature": forged}, body)
 
 
+BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def test_a_signature_whose_spare_base64_bits_differ_is_refused() -> None:
+    """The digest's last base64 character carries two spare bits: another text, same bytes.
+
+    Found by the property above on one run in many: the forged text decoded to the real
+    digest. Only the canonical text is a signature.
+    """
+    headers, body = valid_delivery()
+    version, _, encoded = headers["webhook-signature"].partition(",")
+    last = BASE64.index(encoded[-2])  # 32 bytes: 43 characters and one "="
+    other = BASE64[last ^ 1]  # the lowest bit of the last character is a spare one
+    forged = f"{version},{encoded[:-2]}{other}="
+    assert base64.b64decode(forged.partition(",")[2]) == base64.b64decode(encoded)
+    with pytest.raises(InvalidSignature):
+        inbox().receive(headers | {"webhook-signature": forged}, body)
+
+
 @PROPERTY
 @given(age_s=st.integers(min_value=1, max_value=10**6))
 def test_a_replay_with_a_refreshed_timestamp_is_refused(age_s: int) -> None:
