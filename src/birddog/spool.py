@@ -185,15 +185,7 @@ class _SpoolDatabase:
     """The spool's SQLite file itself: its connections and their pragmas, its lock, its status.
 
     The waiting mail (:class:`SpoolFile`) and the quarantine (:class:`_SpoolQuarantine`)
-    are kept on these connections.
-
-    Args:
-        path: the spool file (``BIRDDOG_SPOOL_PATH``); made, with its directory, on the
-            first mail. A spool never written to is empty and leaves no file.
-        clock: the time mail is spooled at and aged by.
-        max_bytes: refuse new mail once the spool's rows take this much.
-        max_age_s: mail spooled longer ago is quarantined by the forwarder.
-        busy_timeout_s: how long a call waits while another process writes.
+    are kept on these connections; the arguments are :class:`SpoolFile`'s.
     """
 
     SYNCHRONOUS: ClassVar[str] = "FULL"
