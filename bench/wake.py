@@ -49,6 +49,9 @@ from birddog.postgres.sql import queries
 
 SPACING_S = 0.015
 TARGET_P99_MS = 5.0
+"""Issue 24: p99 at most 5 ms with the daemon idle..."""
+BACKLOG_TARGET_P99_MS = 20.0
+"""...and at most 20 ms behind a backlog."""
 POLL_S = 30.0
 RECIPIENT = "wake-agent"
 SESSION = "wake-session"
@@ -247,8 +250,8 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             baseline_value=idle["p99"],
             ratio=ratio(busy["p99"], idle["p99"]),
             ratio_note="backlog p99 / idle p99",
-            target=f"<= {TARGET_P99_MS:g} ms",
-            met=busy["p99"] <= TARGET_P99_MS and busy["missing"] == 0 and left > 0,
+            target=f"<= {BACKLOG_TARGET_P99_MS:g} ms",
+            met=busy["p99"] <= BACKLOG_TARGET_P99_MS and busy["missing"] == 0 and left > 0,
         ),
     ]
     details = {

@@ -64,10 +64,9 @@ from birddog.http.transport import HttpTransport
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from birddog.testing import FrozenClock, ManualListener
-from birddog.worker import Worker
+from birddog.testing import FrozenClock
 from tests.support.cli import spool_path_for
-from tests.support.stacks import pg_room
+from tests.support.stacks import pg_room, run_worker_once
 
 T = TypeVar("T")
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -508,6 +507,25 @@ def test_any_tampered_byte_is_refused(data: st.DataObject) -> None:
         inbox().receive(headers | {"webhook-signature": forged}, body)
 
 
+BASE64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+
+
+def test_a_signature_whose_spare_base64_bits_differ_is_refused() -> None:
+    """The digest's last base64 character carries two spare bits: another text, same bytes.
+
+    Found by the property above on one run in many: the forged text decoded to the real
+    digest. Only the canonical text is a signature.
+    """
+    headers, body = valid_delivery()
+    version, _, encoded = headers["webhook-signature"].partition(",")
+    last = BASE64.index(encoded[-2])  # 32 bytes: 43 characters and one "="
+    other = BASE64[last ^ 1]  # the lowest bit of the last character is a spare one
+    forged = f"{version},{encoded[:-2]}{other}="
+    assert base64.b64decode(forged.partition(",")[2]) == base64.b64decode(encoded)
+    with pytest.raises(InvalidSignature):
+        inbox().receive(headers | {"webhook-signature": forged}, body)
+
+
 @PROPERTY
 @given(age_s=st.integers(min_value=1, max_value=10**6))
 def test_a_replay_with_a_refreshed_timestamp_is_refused(age_s: int) -> None:
@@ -681,13 +699,7 @@ async def test_a_foreign_payload_is_settled_failed_with_a_clear_diagnostic(pg_po
 
     async with pg_pool.acquire() as conn:
         await enqueue_accepted_job(conn, Job(job_id="foreign", queue="q", payload={"foo": 1}))
-    worker = Worker(
-        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
-        handler=handler,
-        listener=ManualListener(max_wait_s=0),
-        lease_s=5,
-    )
-    await asyncio.wait_for(worker.run(once=True), 30)
+    await run_worker_once(pg_pool, handler)
     row = await pg_pool.fetchrow(
         "SELECT state, outcome, diagnostic FROM birddog.jobs WHERE job_id = 'foreign'"
     )

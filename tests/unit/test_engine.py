@@ -376,6 +376,38 @@ async def test_a_notification_during_a_backlog_posts_the_fresh_row_at_once(room:
     await serving.finish()
 
 
+async def test_a_notification_arms_the_wake_again_before_its_fresh_claim(room: Room) -> None:
+    """The watcher arms the wake, then claims: a row settled during the claim announces itself.
+
+    Claiming first left every row settled while that claim was out unannounced (the wake
+    it had used up was not armed again yet), to wait for the window's own claims.
+    """
+    never, _ = await backlog_that_hangs(room)
+    bell = ManualListener()
+    engine = room.room.engine(window_size=8, per_recipient=4)
+    arms_at_fresh_claims: list[int] = []
+    claim_due = room.outbox.claim_due
+
+    async def watched(**kwargs: Any) -> Any:
+        if kwargs.get("newest"):
+            arms_at_fresh_claims.append(len(room.wake.slept))
+        return await claim_due(**kwargs)
+
+    room.outbox.claim_due = watched  # type: ignore[method-assign]
+    serving = Serving(engine, listener=bell)
+    await eventually(lambda: engine.full, "a full window")
+    await eventually(lambda: bell.waits >= 1, "the watcher waiting")
+    armed_before = len(room.wake.slept)
+    room.clock.advance(1)
+    [fresh] = await fan_out(room, 1, [CAROL], "f")
+    bell.notify()
+    await eventually(lambda: fresh in serving.delivered, "the fresh reply's receipt")
+    assert arms_at_fresh_claims, "no fresh claim"
+    assert arms_at_fresh_claims[-1] > armed_before, (armed_before, arms_at_fresh_claims)
+    never.set()
+    await serving.finish()
+
+
 async def test_a_storm_of_notifications_holds_at_most_fresh_rows_beyond_the_window(
     room: Room,
 ) -> None:

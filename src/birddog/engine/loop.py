@@ -361,12 +361,13 @@ class DeliveryEngine:
         During a backlog the loop claims only as room frees, so a notification would wait
         behind the rows already due. The watcher keeps a wake armed for later than now
         (the settlement side of the wake protocol then notifies for the next new row),
-        and on each notification claims at once the ``fresh_rows`` latest-due rows,
-        beside the window (:meth:`_claim_fresh`), then arms again. A row committed
-        between that claim and the new arm is not announced: the window's own claims
-        take it (their latest-due share), as they would without a watcher, which only
-        ever makes a row earlier. A storm of notifications costs at most one such claim
-        at a time, each for rows that are due: the window's own claims keep the rest.
+        and on each notification arms it again, then claims at once the ``fresh_rows``
+        latest-due rows, beside the window (:meth:`_claim_fresh`). Arming first leaves no
+        gap: a row committed before the new arm is the claim's, one committed after it
+        announces itself (claiming first, then arming, left every row settled during the
+        claim to the window's own claims: the tail behind a backlog). A storm of
+        notifications costs at most one such claim at a time, each for rows that are
+        due: the window's own claims keep the rest.
         """
         armed = False
         while self._watcher is not None:
@@ -382,9 +383,9 @@ class DeliveryEngine:
             finally:
                 self._listening = None
             if woken:
-                # The notification used the armed wake up: claim, then arm again.
-                await self._fresh(arm=False)
+                # The notification used the armed wake up: arm again, then claim.
                 armed = await self._fresh(arm=True)
+                await self._fresh(arm=False)
             else:
                 armed = False  # arm again before the armed wake runs out
 

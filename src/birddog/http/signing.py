@@ -151,7 +151,8 @@ class Signer:
 def verify(keys: list[bytes], *, msg_id: str, timestamp: int, body: bytes, signatures: str) -> bool:
     """Whether any ``v1`` signature in a ``webhook-signature`` header matches any key.
 
-    Every comparison is constant-time; signatures of other versions are ignored.
+    Every comparison is constant-time; signatures of other versions, and texts other than
+    a digest's canonical base64, are ignored.
 
     Args:
         keys: the accepted HMAC keys (more than one while a secret is being rotated).
@@ -169,9 +170,14 @@ def verify(keys: list[bytes], *, msg_id: str, timestamp: int, body: bytes, signa
         if version != VERSION:
             continue
         try:
-            offered.append(base64.b64decode(encoded, validate=True))
+            decoded = base64.b64decode(encoded, validate=True)
         except (binascii.Error, ValueError):
             continue
+        # Only the canonical text of a digest: base64 leaves spare bits in its last
+        # character, so other texts decode to the same bytes (the reference
+        # implementations compare the texts, which refuses them).
+        if base64.b64encode(decoded) == encoded.encode():
+            offered.append(decoded)
     matched = False
     for key in keys:
         expected = _digest(key, msg_id, timestamp, body)
