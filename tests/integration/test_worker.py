@@ -452,3 +452,28 @@ async def test_a_worker_claims_its_free_slots_in_one_call_and_waits_after_a_shor
         await asyncio.wait_for(running, 10)
     assert worker.summary() == {"completed": 3}
     assert counted.calls[0] == (4, 3)
+
+
+async def test_a_heartbeat_that_finds_the_job_under_another_claim_stops_the_handler(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """A claim the database no longer holds (another claim took the job) ends the turn at its next beat."""
+    cancelled = asyncio.Event()
+    started = asyncio.Event()
+
+    async def handle(payload: AgentJobPayload) -> str:
+        started.set()
+        return await until_cancelled(cancelled)(payload)
+
+    await enqueue(pg_pool, "j-stolen")
+    worker = make_worker(store, handle, lease_s=0.6)
+    with structlog.testing.capture_logs() as events:
+        running = asyncio.create_task(worker.run(once=True))
+        await asyncio.wait_for(started.wait(), 10)
+        await pg_pool.execute(
+            "UPDATE birddog.jobs SET claim_token = gen_random_uuid() WHERE job_id = 'j-stolen'"
+        )
+        await asyncio.wait_for(running, 10)
+    assert cancelled.is_set()
+    assert "claim_lost" in [e["event"] for e in events]
+    assert worker.summary() == {}
