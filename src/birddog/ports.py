@@ -504,6 +504,18 @@ class JobStore(JobBacklog, Protocol):
         """Claim the next job of ``queues`` or of ``agents``' sessions (both None: any), or None."""
         ...
 
+    async def claim_many(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        lease_s: float = 60.0,
+        worker_id: str = "",
+        limit: int = 1,
+    ) -> Sequence[ClaimedJobLike]:
+        """Claim up to ``limit`` jobs as :meth:`claim` does; fewer: nothing more to take now."""
+        ...
+
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
         """Extend the lease; True when a cancellation was requested."""
         ...

@@ -181,19 +181,11 @@ def _size(count: int) -> str:
     return f"{count} bytes"
 
 
-class SpoolFile:
-    """The spool's SQLite file, synchronously: every call on a connection of its own.
+class _SpoolDatabase:
+    """The spool's SQLite file itself: its connections and their pragmas, its lock, its status.
 
-    Its methods block on the disk (and on another process's write, up to
-    ``busy_timeout_s``); :class:`SqliteSpool` runs each of them in a worker thread.
-
-    Args:
-        path: the spool file (``BIRDDOG_SPOOL_PATH``); made, with its directory, on the
-            first mail. A spool never written to is empty and leaves no file.
-        clock: the time mail is spooled at and aged by.
-        max_bytes: refuse new mail once the spool's rows take this much.
-        max_age_s: mail spooled longer ago is quarantined by the forwarder.
-        busy_timeout_s: how long a call waits while another process writes.
+    The waiting mail (:class:`SpoolFile`) and the quarantine (:class:`_SpoolQuarantine`)
+    are kept on these connections; the arguments are :class:`SpoolFile`'s.
     """
 
     SYNCHRONOUS: ClassVar[str] = "FULL"
@@ -224,6 +216,244 @@ class SpoolFile:
     def exists(self) -> bool:
         """Whether the spool file is there (a spool never written to has none)."""
         return self.path.is_file()
+
+    def status(self) -> SpoolStatus:
+        """What the spool holds: counts, bytes, the oldest mail, the last forward's error.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return SpoolStatus(str(self.path), 0, 0, 0, None, None, None, None)
+        with self._reading() as db:
+            return _status_on(db, self.path)
+
+    def note_forward(self, error: str | None) -> None:
+        """Record how a forward ended: cleanly (None) or with ``error`` (``spool status``).
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        if not self.exists():
+            return
+        now_ms = epoch_ms(self.clock.now())
+        with self._writing() as db:
+            if error is None:
+                db.execute("DELETE FROM state WHERE name = 'last_error'")
+                db.execute(
+                    "INSERT OR REPLACE INTO state (name, value, at_ms)"
+                    " VALUES ('last_forward', NULL, ?)",
+                    (now_ms,),
+                )
+            else:
+                db.execute(
+                    "INSERT OR REPLACE INTO state (name, value, at_ms) VALUES ('last_error', ?, ?)",
+                    (error, now_ms),
+                )
+
+    def pragmas(self) -> dict[str, object]:
+        """The journal mode and synchronous level the spool's connections run with.
+
+        Returns:
+            ``{"journal_mode": "wal", "synchronous": 2}`` (2 is FULL).
+        """
+        with self._connection(create=True) as db:
+            [mode] = db.execute("PRAGMA journal_mode").fetchone()
+            [level] = db.execute("PRAGMA synchronous").fetchone()
+        return {"journal_mode": str(mode), "synchronous": int(level)}
+
+    def open_lock(self) -> int:
+        """Open the forwarders' lock file (made, 0600, if need be), unlocked.
+
+        Returns:
+            Its descriptor; closing it releases any lock taken on it.
+
+        Raises:
+            SpoolFailed: the lock file cannot be opened.
+        """
+        try:
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+        except OSError as exc:
+            raise SpoolFailed(
+                f"cannot open the spool's lock {self.lock_path}: {exc.strerror or exc}"
+            ) from exc
+
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """A connection to read on; a read that fails is a SpoolFailed naming the spool."""
+        with self._connection() as db:
+            try:
+                yield db
+            except sqlite3.Error as exc:
+                raise _failed(self.path, "read", exc) from exc
+
+    @contextlib.contextmanager
+    def _writing(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (``BEGIN IMMEDIATE`` to ``COMMIT``), rolled back on failure.
+
+        Raises:
+            SpoolFailed: the write failed (nothing of it is kept).
+        """
+        with self._connection() as db:
+            try:
+                db.execute("BEGIN IMMEDIATE")
+                yield db
+                db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _rollback(db)
+                raise _failed(self.path, "write", exc) from exc
+
+    @contextlib.contextmanager
+    def _connection(self, *, create: bool = False) -> Iterator[sqlite3.Connection]:
+        """A connection to the spool with its pragmas set; the file made first if need be."""
+        if create:
+            _make_file(self.path)
+        # mode=rw: a look at a spool whose file is gone never makes an empty one.
+        uri = self.path.absolute().as_uri() + "?mode=rw"
+        try:
+            db = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_s, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise _failed(self.path, "open", exc) from exc
+        try:
+            try:
+                # WAL: readers never wait for the writer; FULL: every commit is fsynced
+                # (the log and, on the first sync, its directory) before it returns.
+                [mode] = db.execute("PRAGMA journal_mode = WAL").fetchone()
+                db.execute(f"PRAGMA synchronous = {self.SYNCHRONOUS}")
+                db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+                if str(mode).lower() != "wal":
+                    raise SpoolFailed(f"the spool {self.path} cannot run in WAL mode ({mode})")
+                _migrate(db, self.path)
+            except sqlite3.Error as exc:
+                raise _failed(self.path, "open", exc) from exc
+            yield db
+        finally:
+            db.close()
+
+
+class _SpoolQuarantine(_SpoolDatabase):
+    """The spool's quarantine: mail moved aside with the reason, listed, put back."""
+
+    def quarantine(self, row_id: int, reason: str) -> None:
+        """Move one row to quarantine with ``reason`` (a no-op if it is gone).
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        now_ms = epoch_ms(self.clock.now())
+        with self._writing() as db:
+            _move_to_quarantine(db, "id = ?", (row_id,), reason, now_ms)
+
+    def quarantine_aged(self) -> list[str]:
+        """Move every row older than ``max_age_s`` to quarantine; returns their keys.
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        if not self.exists():
+            return []
+        now = self.clock.now()
+        cutoff_ms = epoch_ms(now - timedelta(seconds=self.max_age_s))
+        reason = (
+            f"spooled longer than BIRDDOG_SPOOL_MAX_AGE_S ({format_age(self.max_age_s)}) "
+            "without reaching the database; never forwarded"
+        )
+        with self._writing() as db:
+            keys = [
+                str(row[0])
+                for row in db.execute(
+                    "SELECT mail_key FROM mail WHERE spooled_at_ms < ? ORDER BY id",
+                    (cutoff_ms,),
+                )
+            ]
+            if keys:
+                _move_to_quarantine(db, "spooled_at_ms < ?", (cutoff_ms,), reason, epoch_ms(now))
+        return keys
+
+    def quarantined(self, *, limit: int) -> list[dict[str, object]]:
+        """The latest quarantined mails: ``key``, ``reason``, ``spooled_at``, ``quarantined_at``.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return []
+        with self._reading() as db:
+            rows = db.execute(
+                "SELECT mail_key, reason, spooled_at_ms, quarantined_at_ms FROM quarantine"
+                " ORDER BY quarantined_at_ms DESC, id DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+        return [
+            {"key": key, "reason": reason, "spooled_at": _at(spooled), "quarantined_at": _at(at)}
+            for key, reason, spooled, at in rows
+        ]
+
+    def requeue(self) -> int:
+        """Put every quarantined mail that can be decoded back at the end of the spool.
+
+        For an operator who fixed what the database refused (added the route, say).
+
+        Returns:
+            How many mails went back.
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        if not self.exists():
+            return 0
+        moved = 0
+        with self._writing() as db:
+            rows = db.execute("SELECT id, body FROM quarantine ORDER BY id").fetchall()
+            now_ms = epoch_ms(self.clock.now())
+            for row_id, body in rows:
+                try:
+                    outgoing = outgoing_from_json(body)
+                except InvalidInput:
+                    continue  # undecodable: it stays where it is, with its reason
+                sender, session = outgoing.lane
+                db.execute(
+                    "INSERT INTO mail (spooled_at_ms, mail_key, job_id, sender, session, body)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (now_ms, outgoing.mail.key, outgoing.job.job_id, sender, session, body),
+                )
+                db.execute("DELETE FROM quarantine WHERE id = ?", (row_id,))
+                moved += 1
+        return moved
+
+    def quarantine_reason(self, key: str) -> str | None:
+        """Why mail under ``key`` was quarantined (the latest), or None if it was not.
+
+        Raises:
+            SpoolFailed: the spool cannot be read.
+        """
+        if not self.exists():
+            return None
+        with self._reading() as db:
+            row = db.execute(
+                "SELECT reason FROM quarantine WHERE mail_key = ? ORDER BY id DESC LIMIT 1",
+                (key,),
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+
+class SpoolFile(_SpoolQuarantine):
+    """The spool's SQLite file, synchronously: every call on a connection of its own.
+
+    Its own methods keep the waiting mail (put, read, delete); the quarantine and the
+    file's status, lock and connections come from its parts, :class:`_SpoolQuarantine`
+    and :class:`_SpoolDatabase`. Every method blocks on the disk (and on another process's
+    write, up to ``busy_timeout_s``); :class:`SqliteSpool` runs each in a worker thread.
+
+    Args:
+        path: the spool file (``BIRDDOG_SPOOL_PATH``); made, with its directory, on the
+            first mail. A spool never written to is empty and leaves no file.
+        clock: the time mail is spooled at and aged by.
+        max_bytes: refuse new mail once the spool's rows take this much.
+        max_age_s: mail spooled longer ago is quarantined by the forwarder.
+        busy_timeout_s: how long a call waits while another process writes.
+    """
 
     def put(self, outgoing: Outgoing) -> int:
         """Keep one mail, durably: on disk and fsynced when this returns.
@@ -293,22 +523,19 @@ class SpoolFile:
         """
         if not self.exists():
             return []
-        with self._connection() as db:
-            try:
-                if lane is None:
-                    rows = db.execute(
-                        "SELECT id, spooled_at_ms, mail_key, body FROM mail"
-                        " WHERE id > ? ORDER BY id LIMIT ?",
-                        (after_id, limit),
-                    ).fetchall()
-                else:
-                    rows = db.execute(
-                        "SELECT id, spooled_at_ms, mail_key, body FROM mail"
-                        " WHERE sender = ? AND session = ? AND id > ? ORDER BY id LIMIT ?",
-                        (*lane, after_id, limit),
-                    ).fetchall()
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
+        with self._reading() as db:
+            if lane is None:
+                rows = db.execute(
+                    "SELECT id, spooled_at_ms, mail_key, body FROM mail"
+                    " WHERE id > ? ORDER BY id LIMIT ?",
+                    (after_id, limit),
+                ).fetchall()
+            else:
+                rows = db.execute(
+                    "SELECT id, spooled_at_ms, mail_key, body FROM mail"
+                    " WHERE sender = ? AND session = ? AND id > ? ORDER BY id LIMIT ?",
+                    (*lane, after_id, limit),
+                ).fetchall()
         return [
             SpoolRow(id=int(r[0]), spooled_at=_at(r[1]), key=str(r[2]), body=r[3]) for r in rows
         ]
@@ -321,13 +548,8 @@ class SpoolFile:
         """
         if not self.exists():
             return False
-        with self._connection() as db:
-            try:
-                found = db.execute(
-                    "SELECT 1 FROM mail WHERE mail_key = ? LIMIT 1", (key,)
-                ).fetchone()
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
+        with self._reading() as db:
+            found = db.execute("SELECT 1 FROM mail WHERE mail_key = ? LIMIT 1", (key,)).fetchone()
         return found is not None
 
     def mail(self, key: str) -> Mail | None:
@@ -338,37 +560,16 @@ class SpoolFile:
         """
         if not self.exists():
             return None
-        with self._connection() as db:
-            try:
-                row = db.execute(
-                    "SELECT body FROM mail WHERE mail_key = ? ORDER BY id DESC LIMIT 1", (key,)
-                ).fetchone()
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
+        with self._reading() as db:
+            row = db.execute(
+                "SELECT body FROM mail WHERE mail_key = ? ORDER BY id DESC LIMIT 1", (key,)
+            ).fetchone()
         if row is None:
             return None
         try:
             return outgoing_from_json(row[0]).mail
         except InvalidInput:
             return None  # the forwarder quarantines it
-
-    def quarantine_reason(self, key: str) -> str | None:
-        """Why mail under ``key`` was quarantined (the latest), or None if it was not.
-
-        Raises:
-            SpoolFailed: the spool cannot be read.
-        """
-        if not self.exists():
-            return None
-        with self._connection() as db:
-            try:
-                row = db.execute(
-                    "SELECT reason FROM quarantine WHERE mail_key = ? ORDER BY id DESC LIMIT 1",
-                    (key,),
-                ).fetchone()
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
-        return None if row is None else str(row[0])
 
     def delete(self, ids: Sequence[int]) -> None:
         """Remove forwarded rows (in one transaction).
@@ -378,223 +579,8 @@ class SpoolFile:
         """
         if not ids:
             return
-        with self._connection() as db:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                db.executemany("DELETE FROM mail WHERE id = ?", [(i,) for i in ids])
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(db)
-                raise _failed(self.path, "write", exc) from exc
-
-    def quarantine(self, row_id: int, reason: str) -> None:
-        """Move one row to quarantine with ``reason`` (a no-op if it is gone).
-
-        Raises:
-            SpoolFailed: the spool cannot be written.
-        """
-        now_ms = epoch_ms(self.clock.now())
-        with self._connection() as db:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                _move_to_quarantine(db, "id = ?", (row_id,), reason, now_ms)
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(db)
-                raise _failed(self.path, "write", exc) from exc
-
-    def quarantine_aged(self) -> list[str]:
-        """Move every row older than ``max_age_s`` to quarantine; returns their keys.
-
-        Raises:
-            SpoolFailed: the spool cannot be written.
-        """
-        if not self.exists():
-            return []
-        now = self.clock.now()
-        cutoff_ms = epoch_ms(now - timedelta(seconds=self.max_age_s))
-        reason = (
-            f"spooled longer than BIRDDOG_SPOOL_MAX_AGE_S ({format_age(self.max_age_s)}) "
-            "without reaching the database; never forwarded"
-        )
-        with self._connection() as db:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                keys = [
-                    str(row[0])
-                    for row in db.execute(
-                        "SELECT mail_key FROM mail WHERE spooled_at_ms < ? ORDER BY id",
-                        (cutoff_ms,),
-                    )
-                ]
-                if keys:
-                    _move_to_quarantine(
-                        db, "spooled_at_ms < ?", (cutoff_ms,), reason, epoch_ms(now)
-                    )
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(db)
-                raise _failed(self.path, "write", exc) from exc
-        return keys
-
-    def quarantined(self, *, limit: int) -> list[dict[str, object]]:
-        """The latest quarantined mails: ``key``, ``reason``, ``spooled_at``, ``quarantined_at``.
-
-        Raises:
-            SpoolFailed: the spool cannot be read.
-        """
-        if not self.exists():
-            return []
-        with self._connection() as db:
-            try:
-                rows = db.execute(
-                    "SELECT mail_key, reason, spooled_at_ms, quarantined_at_ms FROM quarantine"
-                    " ORDER BY quarantined_at_ms DESC, id DESC LIMIT ?",
-                    (limit,),
-                ).fetchall()
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
-        return [
-            {"key": key, "reason": reason, "spooled_at": _at(spooled), "quarantined_at": _at(at)}
-            for key, reason, spooled, at in rows
-        ]
-
-    def requeue(self) -> int:
-        """Put every quarantined mail that can be decoded back at the end of the spool.
-
-        For an operator who fixed what the database refused (added the route, say).
-
-        Returns:
-            How many mails went back.
-
-        Raises:
-            SpoolFailed: the spool cannot be written.
-        """
-        if not self.exists():
-            return 0
-        moved = 0
-        with self._connection() as db:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                rows = db.execute("SELECT id, body FROM quarantine ORDER BY id").fetchall()
-                now_ms = epoch_ms(self.clock.now())
-                for row_id, body in rows:
-                    try:
-                        outgoing = outgoing_from_json(body)
-                    except InvalidInput:
-                        continue  # undecodable: it stays where it is, with its reason
-                    sender, session = outgoing.lane
-                    db.execute(
-                        "INSERT INTO mail (spooled_at_ms, mail_key, job_id, sender, session, body)"
-                        " VALUES (?, ?, ?, ?, ?, ?)",
-                        (now_ms, outgoing.mail.key, outgoing.job.job_id, sender, session, body),
-                    )
-                    db.execute("DELETE FROM quarantine WHERE id = ?", (row_id,))
-                    moved += 1
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(db)
-                raise _failed(self.path, "write", exc) from exc
-        return moved
-
-    def note_forward(self, error: str | None) -> None:
-        """Record how a forward ended: cleanly (None) or with ``error`` (``spool status``).
-
-        Raises:
-            SpoolFailed: the spool cannot be written.
-        """
-        if not self.exists():
-            return
-        now_ms = epoch_ms(self.clock.now())
-        with self._connection() as db:
-            try:
-                db.execute("BEGIN IMMEDIATE")
-                if error is None:
-                    db.execute("DELETE FROM state WHERE name = 'last_error'")
-                    db.execute(
-                        "INSERT OR REPLACE INTO state (name, value, at_ms)"
-                        " VALUES ('last_forward', NULL, ?)",
-                        (now_ms,),
-                    )
-                else:
-                    db.execute(
-                        "INSERT OR REPLACE INTO state (name, value, at_ms)"
-                        " VALUES ('last_error', ?, ?)",
-                        (error, now_ms),
-                    )
-                db.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _rollback(db)
-                raise _failed(self.path, "write", exc) from exc
-
-    def status(self) -> SpoolStatus:
-        """What the spool holds: counts, bytes, the oldest mail, the last forward's error.
-
-        Raises:
-            SpoolFailed: the spool cannot be read.
-        """
-        if not self.exists():
-            return SpoolStatus(str(self.path), 0, 0, 0, None, None, None, None)
-        with self._connection() as db:
-            try:
-                return _status_on(db, self.path)
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "read", exc) from exc
-
-    def pragmas(self) -> dict[str, object]:
-        """The journal mode and synchronous level the spool's connections run with.
-
-        Returns:
-            ``{"journal_mode": "wal", "synchronous": 2}`` (2 is FULL).
-        """
-        with self._connection(create=True) as db:
-            [mode] = db.execute("PRAGMA journal_mode").fetchone()
-            [level] = db.execute("PRAGMA synchronous").fetchone()
-        return {"journal_mode": str(mode), "synchronous": int(level)}
-
-    def open_lock(self) -> int:
-        """Open the forwarders' lock file (made, 0600, if need be), unlocked.
-
-        Returns:
-            Its descriptor; closing it releases any lock taken on it.
-
-        Raises:
-            SpoolFailed: the lock file cannot be opened.
-        """
-        try:
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            return os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o600)
-        except OSError as exc:
-            raise SpoolFailed(
-                f"cannot open the spool's lock {self.lock_path}: {exc.strerror or exc}"
-            ) from exc
-
-    @contextlib.contextmanager
-    def _connection(self, *, create: bool = False) -> Iterator[sqlite3.Connection]:
-        """A connection to the spool with its pragmas set; the file made first if need be."""
-        if create:
-            _make_file(self.path)
-        # mode=rw: a look at a spool whose file is gone never makes an empty one.
-        uri = self.path.absolute().as_uri() + "?mode=rw"
-        try:
-            db = sqlite3.connect(uri, uri=True, timeout=self.busy_timeout_s, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise _failed(self.path, "open", exc) from exc
-        try:
-            try:
-                # WAL: readers never wait for the writer; FULL: every commit is fsynced
-                # (the log and, on the first sync, its directory) before it returns.
-                [mode] = db.execute("PRAGMA journal_mode = WAL").fetchone()
-                db.execute(f"PRAGMA synchronous = {self.SYNCHRONOUS}")
-                db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
-                if str(mode).lower() != "wal":
-                    raise SpoolFailed(f"the spool {self.path} cannot run in WAL mode ({mode})")
-                _migrate(db, self.path)
-            except sqlite3.Error as exc:
-                raise _failed(self.path, "open", exc) from exc
-            yield db
-        finally:
-            db.close()
+        with self._writing() as db:
+            db.executemany("DELETE FROM mail WHERE id = ?", [(i,) for i in ids])
 
 
 _P = ParamSpec("_P")

@@ -576,6 +576,30 @@ class InMemoryJobs:
         stored.lease_expires_at = until
         return ClaimedJob(stored.job, stored.claim_token, until, stored.recovery_count)
 
+    async def claim_many(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        lease_s: float = 60.0,
+        worker_id: str = "",
+        limit: int = 1,
+    ) -> list[ClaimedJob]:
+        """Claim up to ``limit`` jobs, one :meth:`claim` after another, in claim order.
+
+        Returns:
+            The claimed jobs; fewer than ``limit`` when no other head could be claimed.
+        """
+        taken: list[ClaimedJob] = []
+        while len(taken) < limit:
+            claimed = await self.claim(
+                queues=queues, agents=agents, lease_s=lease_s, worker_id=worker_id
+            )
+            if claimed is None:
+                break
+            taken.append(claimed)
+        return taken
+
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
         """Extend the lease of a job this claim still holds.
 

@@ -200,45 +200,52 @@ class Worker:
         try:
             while not self.stop.is_set():
                 await slots.acquire()
+                wanted = 1
+                while not slots.locked():  # every other free slot, without waiting
+                    await slots.acquire()
+                    wanted += 1
                 # The lease runs from before the claim was sent: the worker's own deadline
                 # never outlasts the one the database keeps.
                 asked_at = asyncio.get_running_loop().time()
                 ended_before_claim = self._ended
                 try:
-                    claimed = await self.jobs.claim(
+                    claimed = await self.jobs.claim_many(
                         queues=self.queues,
                         agents=self.agents,
                         lease_s=self.lease_s,
                         worker_id=self.worker_id,
+                        limit=wanted,
                     )
                     backoff.reset()
                     self.metrics.database(up=True)
                 except StoreUnavailable as exc:
-                    slots.release()
+                    _release(slots, wanted)
                     self.metrics.database(up=False)
                     log.warning("database_unavailable", error=cause_name(exc), reason=str(exc))
                     await sleep_unless_stopped(self.stop, backoff.next())
                     continue
-                if claimed is None:
-                    slots.release()
-                    if self._ended != ended_before_claim:
-                        # A job that ended while the claim was out may have freed its
-                        # session after the claim looked: look again.
-                        continue
-                    if once and not running:
-                        if await self._drained():
-                            return
-                        continue
-                    # A job of ours ending frees its session for the next one: wait for
-                    # that too, not only for new work.
-                    await self._wait_for_work(running)
+                _release(slots, wanted - len(claimed))
+                for job in claimed:
+                    self._claimed(job, asked_at)
+                    task = asyncio.create_task(
+                        self._run_job(job, slots, lease_until=asked_at + self.lease_s)
+                    )
+                    running.add(task)
+                    task.add_done_callback(running.discard)
+                if len(claimed) == wanted:
+                    continue  # every free slot filled: there may be more to take at once
+                # A short claim took everything it could take now.
+                if self._ended != ended_before_claim:
+                    # A job that ended while the claim was out may have freed its
+                    # session after the claim looked: look again.
                     continue
-                self._claimed(claimed, asked_at)
-                task = asyncio.create_task(
-                    self._run_job(claimed, slots, lease_until=asked_at + self.lease_s)
-                )
-                running.add(task)
-                task.add_done_callback(running.discard)
+                if once and not running:
+                    if await self._drained():
+                        return
+                    continue
+                # A job of ours ending frees its session for the next one: wait for
+                # that too, not only for new work.
+                await self._wait_for_work(running)
         finally:
             if running:
                 await asyncio.wait(running)
@@ -485,6 +492,12 @@ ONCE_RECHECK_S = 0.5
 
 REQUEUED = "requeued"
 """The key of :attr:`Worker.finished` that counts jobs given back to their queue."""
+
+
+def _release(slots: asyncio.Semaphore, count: int) -> None:
+    """Give back ``count`` slots a claim did not fill."""
+    for _ in range(count):
+        slots.release()
 
 
 def _describe(error: BaseException) -> str:

@@ -64,10 +64,9 @@ from birddog.http.transport import HttpTransport
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from birddog.testing import FrozenClock, ManualListener
-from birddog.worker import Worker
+from birddog.testing import FrozenClock
 from tests.support.cli import spool_path_for
-from tests.support.stacks import pg_room
+from tests.support.stacks import pg_room, run_worker_once
 
 T = TypeVar("T")
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -700,13 +699,7 @@ async def test_a_foreign_payload_is_settled_failed_with_a_clear_diagnostic(pg_po
 
     async with pg_pool.acquire() as conn:
         await enqueue_accepted_job(conn, Job(job_id="foreign", queue="q", payload={"foo": 1}))
-    worker = Worker(
-        jobs=PostgresJobs(pg_pool, clock=SystemClock()),
-        handler=handler,
-        listener=ManualListener(max_wait_s=0),
-        lease_s=5,
-    )
-    await asyncio.wait_for(worker.run(once=True), 30)
+    await run_worker_once(pg_pool, handler)
     row = await pg_pool.fetchrow(
         "SELECT state, outcome, diagnostic FROM birddog.jobs WHERE job_id = 'foreign'"
     )

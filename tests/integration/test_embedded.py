@@ -177,8 +177,8 @@ async def test_a_trust_data_directory_is_upgraded_to_a_password() -> None:
     root = Path(tempfile.mkdtemp(prefix="bd-old-"))
     server = EmbeddedPostgres(root)
     try:
-        server._prepare()
-        server._run("initdb", ["-D", str(server.pgdata), "-U", "postgres", "--auth=trust"])
+        server._directory.prepare()
+        server._programs.run("initdb", ["-D", str(server.pgdata), "-U", "postgres", "--auth=trust"])
         dsn = server.start()
         assert "trust" not in (server.pgdata / "pg_hba.conf").read_text()
         conn = await asyncpg.connect(dsn)

@@ -325,14 +325,14 @@ async def test_connection_reset_fails(partial: bool) -> None:
 # Timeouts: the request is cancelled and its connection closed
 
 
-async def test_timeout_fails_and_cancels_the_request(
-    routes: StaticRoutes, inbox: InboxServer
-) -> None:
-    """No answer within timeout_s is a failure, and the server sees its handler cancelled."""
-    entered, cancelled = asyncio.Event(), asyncio.Event()
+def hanging(
+    cancelled: asyncio.Event, *, entered: asyncio.Event | None = None
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """An inbox handler that never answers: it sets ``entered``, and ``cancelled`` when cut."""
 
-    async def hang(_: web.Request) -> web.Response:
-        entered.set()
+    async def hang(_: web.Request) -> web.StreamResponse:
+        if entered is not None:
+            entered.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
@@ -340,7 +340,15 @@ async def test_timeout_fails_and_cancels_the_request(
             raise
         raise AssertionError("unreachable")
 
-    inbox.answer = hang
+    return hang
+
+
+async def test_timeout_fails_and_cancels_the_request(
+    routes: StaticRoutes, inbox: InboxServer
+) -> None:
+    """No answer within timeout_s is a failure, and the server sees its handler cancelled."""
+    entered, cancelled = asyncio.Event(), asyncio.Event()
+    inbox.answer = hanging(cancelled, entered=entered)
     async with HttpTransport(routes, timeout_s=0.3, clock=SystemClock()) as http:
         started = time.monotonic()
         result = await http.post(make_reply())
@@ -357,16 +365,7 @@ async def test_caller_cancellation_also_closes_the_connection(
 ) -> None:
     """A post cancelled from outside (the drain's own timeout) closes its connection too."""
     cancelled = asyncio.Event()
-
-    async def hang(_: web.Request) -> web.Response:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        raise AssertionError("unreachable")
-
-    inbox.answer = hang
+    inbox.answer = hanging(cancelled)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(transport.post(make_reply()), timeout=0.3)
     await asyncio.wait_for(cancelled.wait(), timeout=5.0)

@@ -218,6 +218,57 @@ async def test_claim_skips_a_job_locked_by_another_transaction(
     assert (await claim(jobs)).job.job_id == "first"
 
 
+class CountedStatements:
+    """Counts the claim statements a job store sends (the database still answers them)."""
+
+    def __init__(self, jobs: PostgresJobs) -> None:
+        self.count = 0
+        self._fetch = jobs._fetch_claim
+        jobs._fetch_claim = self._counted  # type: ignore[method-assign]
+
+    async def _counted(self, *args: Any) -> Any:
+        self.count += 1
+        return await self._fetch(*args)
+
+
+async def test_a_claim_past_a_held_head_fills_its_limit_from_other_queues_in_one_statement(
+    jobs: PostgresJobs, pg_pool: Pool, pg_conn: asyncpg.Connection
+) -> None:
+    """A head held by another transaction is passed over within the call: the limit is filled."""
+    await enqueue(
+        pg_pool,
+        make_job("held", session="s-1", priority=2),
+        make_job("second", session="s-2", priority=1),
+        make_job("third", session="s-3"),
+    )
+    statements = CountedStatements(jobs)
+    async with pg_conn.transaction():
+        await pg_conn.execute("SELECT 1 FROM birddog.jobs WHERE job_id = 'held' FOR UPDATE")
+        claimed = await asyncio.wait_for(jobs.claim_many(limit=2), timeout=5)
+    assert [c.job.job_id for c in claimed] == ["second", "third"]
+    assert statements.count == 1
+
+
+async def test_a_claim_short_of_its_limit_sends_one_statement(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """Fewer jobs than asked for: one statement, since nothing more could be taken now."""
+    await enqueue(pg_pool, make_job("only"), make_job("behind-only"))
+    statements = CountedStatements(jobs)
+    claimed = await jobs.claim_many(limit=4)
+    assert ([c.job.job_id for c in claimed], statements.count) == (["only"], 1)
+
+
+async def test_a_queue_running_two_at_once_gives_two_jobs_to_one_claim(pg_pool: Pool) -> None:
+    """With queue_concurrency 2, a second statement takes the next job of a queue taken from."""
+    jobs = PostgresJobs(pg_pool, clock=FrozenClock(T0), queue_concurrency=2)
+    await enqueue(pg_pool, make_job("first"), make_job("next"), make_job("last"))
+    statements = CountedStatements(jobs)
+    claimed = await jobs.claim_many(limit=4)
+    assert [c.job.job_id for c in claimed] == ["first", "next"]
+    assert statements.count == 3  # one job of a queue per statement; the third found it full
+
+
 async def test_claim_arguments_are_checked_before_anything_is_claimed(
     jobs: PostgresJobs, pg_pool: Pool
 ) -> None:

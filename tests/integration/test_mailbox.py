@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import asyncpg
 import pytest
 
 from birddog import AgentAddress, Outcome, Reply, ReplyFacts, reply_key
@@ -96,6 +97,26 @@ async def test_ack_marks_read_once(pg_pool: Pool, mailbox: PostgresMailbox) -> N
     read_at = await pg_pool.fetchval("SELECT read_at FROM birddog.mailbox WHERE key = $1", first)
     assert read_at == at(100)
     assert await mailbox.ack([]) == []
+
+
+async def test_an_ack_commits_without_waiting_for_the_wal_flush(
+    pg_pool: Pool, database_url: str
+) -> None:
+    """birddog.ack turns synchronous_commit off for its own transaction only."""
+    await deliver_to_mailbox(pg_pool, answer("m-1"), at=at(1))
+    key = reply_key("m-1", 0)
+    # The tests' server runs without flushes: this connection asks for them.
+    conn = await asyncpg.connect(database_url, server_settings={"synchronous_commit": "on"})
+    try:
+        async with conn.transaction():
+            assert await conn.fetchval("SELECT current_setting('synchronous_commit')") == "on"
+            acked = await conn.fetchval("SELECT count(*) FROM birddog.ack($1, now())", [key])
+            assert acked == 1
+            # Past the function's own SET clause (search_path): it lasts until the commit.
+            assert await conn.fetchval("SELECT current_setting('synchronous_commit')") == "off"
+        assert await conn.fetchval("SELECT current_setting('synchronous_commit')") == "on"
+    finally:
+        await conn.close()
 
 
 async def test_wait_returns_a_reply_already_there_even_when_read(

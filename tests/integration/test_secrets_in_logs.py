@@ -56,11 +56,9 @@ from birddog.logs import configure
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from birddog.testing import ManualListener
-from birddog.worker import Worker
 from tests.support import eventually
 from tests.support.cli import spool_path_for
-from tests.support.stacks import pg_room
+from tests.support.stacks import pg_room, run_worker_once
 
 ROOT = Path(__file__).resolve().parents[2]
 BIRDDOG = str(Path(sys.executable).parent / "birddog")
@@ -439,13 +437,7 @@ async def _run_in_process(pool: Pool, known: Secrets) -> None:
     async with pool.acquire() as conn, conn.transaction():
         await enqueue_accepted_job(conn, agent_job(work, solo))
         await enqueue_accepted_job(conn, leak)
-    worker = Worker(
-        jobs=PostgresJobs(pool, clock=SystemClock()),
-        handler=leaky,
-        listener=ManualListener(max_wait_s=0),
-        lease_s=5,
-    )
-    await asyncio.wait_for(worker.run(once=True), 30)
+    await run_worker_once(pool, leaky)
 
     async with Host(route.secret) as host, HttpTransport(routes, clock=SystemClock()) as transport:
         await routes.update("alice", url=host.url)

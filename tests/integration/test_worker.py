@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 import structlog
@@ -22,11 +23,11 @@ from birddog import (
 )
 from birddog.clock import SystemClock
 from birddog.core.lifecycle import SettleRequested
-from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
+from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.testing import ManualListener
 from birddog.worker import HandlerNotFound, Worker, load_handler
-from tests.support import ALICE, BOB, eventually, settled_job
+from tests.support import ALICE, BOB, eventually, make_job, settled_job
 
 
 async def enqueue(pool: Pool, job_id: str, *, recovery: int | None = None) -> Job:
@@ -305,6 +306,7 @@ class UnreachableHeartbeats:
     def __init__(self, store: PostgresJobs) -> None:
         self.store = store
         self.claim = store.claim
+        self.claim_many = store.claim_many
         self.finish = store.finish
         self.queued_backlog = store.queued_backlog
 
@@ -392,3 +394,86 @@ async def test_once_waits_for_a_job_of_its_queue_queued_behind_another_workers(
     )
     await asyncio.wait_for(running, 10)
     assert (worker.summary(), worker.left) == ({"completed": 1}, 0)
+
+
+class CountedClaims:
+    """The real job store, counting the worker's claims and what each asked for and got."""
+
+    def __init__(self, store: PostgresJobs) -> None:
+        self.store = store
+        self.calls: list[tuple[int, int]] = []
+        self.heartbeat = store.heartbeat
+        self.finish = store.finish
+        self.queued_backlog = store.queued_backlog
+        self.claim = store.claim
+
+    async def claim_many(self, **kwargs: Any) -> list[ClaimedJob]:
+        """Claim as the store does; record (limit, jobs claimed)."""
+        claimed = await self.store.claim_many(**kwargs)
+        self.calls.append((kwargs["limit"], len(claimed)))
+        return claimed
+
+
+async def test_a_worker_claims_its_free_slots_in_one_call_and_waits_after_a_short_claim(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """Three jobs, four free slots: one claim for four takes all three, and none follows at once."""
+    release = asyncio.Event()
+    for session in ("c-1", "c-2", "c-3"):
+        async with pg_pool.acquire() as conn, conn.transaction():
+            await enqueue_accepted_job(conn, make_job(session, session=session))
+    started: list[str] = []
+
+    async def handle(payload: AgentJobPayload) -> str:
+        started.append(payload.mail.key)
+        await release.wait()
+        return "done"
+
+    counted = CountedClaims(store)
+    stop = asyncio.Event()
+    worker = Worker(
+        jobs=counted,  # type: ignore[arg-type]
+        handler=handle,
+        listener=ManualListener(),  # never rung: only the backstop would wake it
+        backstop_s=60.0,
+        concurrency=4,
+        stop=stop,
+    )
+    running = asyncio.create_task(worker.run())
+    try:
+        await eventually(lambda: len(started), "three handlers started", until=lambda n: n == 3)
+        with pytest.raises(TimeoutError):  # no claim follows a short one on its own
+            await asyncio.wait_for(asyncio.shield(running), 0.3)
+        assert counted.calls == [(4, 3)]
+        release.set()
+        await eventually(lambda: worker.settled, "three jobs settled", until=lambda n: n == 3)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+    assert worker.summary() == {"completed": 3}
+    assert counted.calls[0] == (4, 3)
+
+
+async def test_a_heartbeat_that_finds_the_job_under_another_claim_stops_the_handler(
+    pg_pool: Pool, store: PostgresJobs
+) -> None:
+    """A claim the database no longer holds (another claim took the job) ends the turn at its next beat."""
+    cancelled = asyncio.Event()
+    started = asyncio.Event()
+
+    async def handle(payload: AgentJobPayload) -> str:
+        started.set()
+        return await until_cancelled(cancelled)(payload)
+
+    await enqueue(pg_pool, "j-stolen")
+    worker = make_worker(store, handle, lease_s=0.6)
+    with structlog.testing.capture_logs() as events:
+        running = asyncio.create_task(worker.run(once=True))
+        await asyncio.wait_for(started.wait(), 10)
+        await pg_pool.execute(
+            "UPDATE birddog.jobs SET claim_token = gen_random_uuid() WHERE job_id = 'j-stolen'"
+        )
+        await asyncio.wait_for(running, 10)
+    assert cancelled.is_set()
+    assert "claim_lost" in [e["event"] for e in events]
+    assert worker.summary() == {}

@@ -125,37 +125,6 @@ def cli_env(database_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
-async def cli(
-    database_url: str, *args: str, timeout_s: float = 60, fresh: bool = False, **env: str
-) -> subprocess.CompletedProcess[str]:
-    """Run ``birddog ARGS`` to completion without blocking the event loop.
-
-    ``fresh``: a new process, not a fork of the zygote (see :func:`start`).
-
-    Raises:
-        subprocess.TimeoutExpired: it ran past ``timeout_s`` (it was killed), with what it
-            printed.
-    """
-    with _captured(None) as (stdin, out, err):
-        proc = start(
-            list(args),
-            env=cli_env(database_url, **env),
-            stdin=stdin,
-            stdout=out,
-            stderr=err,
-            fresh=fresh,
-        )
-        try:
-            code = await wait_for_exit(proc, timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            await wait_for_exit(proc, 30)
-            raise subprocess.TimeoutExpired(
-                [BIRDDOG, *args], timeout_s, output=_read(out), stderr=_read(err)
-            ) from None
-        return subprocess.CompletedProcess([BIRDDOG, *args], code, _text(out), _text(err))
-
-
 @dataclass
 class Finished:
     """How a ``birddog`` process ended: its exit status and what it printed."""
@@ -171,15 +140,17 @@ async def run_to_end(
     env: dict[str, str],
     stdin: bytes | None = None,
     timeout_s: float = 90,
+    fresh: bool = False,
 ) -> Finished:
     """Run ``birddog ARGS`` to its end; one that outlives ``timeout_s`` fails the test loudly.
 
     A process still running at the deadline is asked to stop (SIGTERM: a waiting command
     says where it stood), then killed, by its pid; the failure shows everything it printed
-    and, when py-spy is installed, where each of its threads was.
+    and, when py-spy is installed, where each of its threads was. ``stdin``: its input (None:
+    none at all); ``fresh``: a new process, not a fork of the zygote (see :func:`start`).
     """
     with _captured(stdin) as (given, out, err):
-        proc = start(args, env=env, stdin=given, stdout=out, stderr=err)
+        proc = start(args, env=env, stdin=given, stdout=out, stderr=err, fresh=fresh)
         try:
             code = await wait_for_exit(proc, timeout_s)
         except subprocess.TimeoutExpired:
@@ -199,6 +170,21 @@ async def run_to_end(
             f"birddog {' '.join(args)} was still running after {timeout_s:g} s ({how})"
             f"\n--- stdout\n{_text(out)}\n--- stderr\n{_text(err)}\n--- threads\n{threads}"
         )
+
+
+async def cli(
+    database_url: str, *args: str, timeout_s: float = 60, fresh: bool = False, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """Run ``birddog ARGS`` on ``database_url`` to completion (:func:`run_to_end`, no input).
+
+    ``env``: variables added to :func:`cli_env`'s; ``fresh``: a new process, not a fork of
+    the zygote. One still running after ``timeout_s`` fails the test as
+    :func:`run_to_end` says.
+    """
+    done = await run_to_end(
+        list(args), env=cli_env(database_url, **env), timeout_s=timeout_s, fresh=fresh
+    )
+    return subprocess.CompletedProcess([BIRDDOG, *args], done.returncode, done.stdout, done.stderr)
 
 
 async def _threads_of(pid: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from birddog import AgentAddress, Clock, MailRoom, Outbox, Transport, WakeScheduler
@@ -9,10 +10,13 @@ from birddog.clock import SystemClock
 from birddog.engine import EngineConfig
 from birddog.http.inbox import Inbox
 from birddog.http.transport import HttpTransport
+from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.wake import PostgresWake
+from birddog.testing import ManualListener
+from birddog.worker import Handler, Worker
 from tests.support import settled_job
 from tests.support.inbox import TestInbox
 
@@ -49,6 +53,17 @@ def pg_room(
         clock=SystemClock() if clock is None else clock,
         **options,
     )
+
+
+async def run_worker_once(pool: Pool, handler: Handler, *, timeout_s: float = 30) -> None:
+    """Run a worker over the test database until no job is queued (``once``), lease 5 s."""
+    worker = Worker(
+        jobs=PostgresJobs(pool, clock=SystemClock()),
+        handler=handler,
+        listener=ManualListener(max_wait_s=0),
+        lease_s=5,
+    )
+    await asyncio.wait_for(worker.run(once=True), timeout_s)
 
 
 class Harness:

@@ -8,7 +8,13 @@ import asyncpg
 import pytest
 
 from birddog.core.errors import DatabaseRefused, StoreUnavailable
-from birddog.postgres.pool import connect_errors, describe_database, failure_reason, url_problem
+from birddog.postgres.pool import (
+    connect_errors,
+    describe_database,
+    failure_reason,
+    store_errors,
+    url_problem,
+)
 
 
 @pytest.mark.parametrize(
@@ -104,3 +110,11 @@ def test_a_malformed_url_is_permanent_and_names_the_setting() -> None:
         raise asyncpg.ClientConfigurationError("invalid DSN")
     assert "DATABASE_URL" in str(caught.value)
     assert "secretpw" not in str(caught.value)
+
+
+def test_a_connection_the_driver_finds_in_a_broken_state_is_unavailable() -> None:
+    """Asyncpg's InternalClientError (a dropped idle connection handed out) is no crash."""
+    with pytest.raises(StoreUnavailable, match="during claim"), store_errors("claim"):
+        raise asyncpg.InternalClientError(
+            "cannot switch to state 12; another operation (2) is in progress"
+        )

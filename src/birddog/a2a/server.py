@@ -134,74 +134,69 @@ class A2AServices:
     wait_s: float = DEFAULT_WAIT_S
 
 
-class MailRoomRequestHandler(RequestHandler):
-    """The A2A methods as mail-room calls, for the caller and agent of each request.
+class _Tasks:
+    """The jobs behind a request's tasks: who asks, which jobs are theirs, each until it ends.
 
     Args:
-        services: the adapters it calls.
+        services: the adapters (the sent jobs, the routes).
     """
 
     def __init__(self, services: A2AServices) -> None:
         self.services = services
 
-    # ---- messages -----------------------------------------------------------------
-
-    async def on_message_send(
-        self, params: pb.SendMessageRequest, context: ServerCallContext
-    ) -> pb.Task | pb.Message:
-        """``SendMessage``: a mail to ``AGENT:<contextId>``, run as an ask job.
-
-        Returns:
-            The task at once with ``returnImmediately``, else once terminal or after
-            :attr:`A2AServices.wait_s`, as it stands then.
-        """
-        caller, agent_id = await self._who(context)
-        message = params.message
-        if message.task_id:
-            raise InvalidParamsError(
-                "a task takes one message: send the next one as a new message in its context"
-            )
-        content = _text_or_refuse(message)
-        key = task_key(caller, agent_id, message.message_id)
-        context_id = message.context_id or context_of_key(key)
+    async def who(self, context: ServerCallContext) -> tuple[AgentAddress, str]:
+        """The caller (from its token) and the agent addressed (which must have a route)."""
+        caller = context.state.get(_CALLER)
+        agent_id = context.state.get(_AGENT)
+        if not isinstance(caller, AgentAddress) or not isinstance(agent_id, str):
+            # The middleware refuses such requests; this is its second line.
+            raise InvalidParamsError("no caller: the request carries no valid bearer token")
         try:
-            to = AgentAddress(agent_id=agent_id, session_id=context_id)
-        except InvalidInput as exc:
-            raise InvalidParamsError(f"contextId: {inert(str(exc))[:200]}") from None
-        reply_to = [caller]
-        if params.configuration.HasField("task_push_notification_config"):
-            push = await self._push_route(params.configuration.task_push_notification_config, key)
-            reply_to.append(push.address(context_id))
-        try:
-            sent = await self.services.asking.send(
-                to=to,
-                from_=caller,
-                content=content,
-                key=key,
-                reply_to=reply_to,
-                timeout_s=STEP_TIMEOUT_S,
-            )
-            job_id, replay = sent.job_id, sent.replay
-        except JobConflict:
-            # A push config set since makes the stored replyTo longer: still the same mail.
-            job_id, replay = await self._replayed(key, to, caller, content, reply_to), True
-        except InvalidInput as exc:
-            raise InvalidParamsError(inert(str(exc))[:300]) from None
+            route = await self.services.routes.route(agent_id)
         except StoreUnavailable as exc:
             raise _unavailable(exc) from None
-        log.info(
-            "a2a_message_sent",
-            agent_id=inert(agent_id),
-            caller=address_text(caller),
-            key=key,
-            replay=replay,
-            push=len(reply_to) > 1,
-        )
-        wait_s = 0.0 if params.configuration.return_immediately else self.services.wait_s
-        job = await self._until_terminal(job_id, wait_s)
-        return task_of(job, key)
+        if route is None:
+            raise TaskNotFoundError(f"no agent {inert(agent_id)[:64]!r} answers here")
+        return caller, agent_id
 
-    async def _replayed(
+    async def own_job(self, task_id: str, caller: AgentAddress, agent_id: str) -> SentJob:
+        """The job of a task the caller sent to this agent (anyone else's is not found)."""
+        job_id = job_id_of(task_id)
+        if job_id is None:
+            raise TaskNotFoundError()
+        try:
+            job = await self.services.sent.get(job_id, timeout_s=STEP_TIMEOUT_S)
+        except StoreUnavailable as exc:
+            raise _unavailable(exc) from None
+        if (
+            job is None
+            or job.mail is None
+            or job.mail.key != task_id
+            or job.mail.from_.agent_id != caller.agent_id
+            or job.mail.to.agent_id != agent_id
+        ):
+            raise TaskNotFoundError()
+        return job
+
+    async def until_terminal(self, job_id: str, wait_s: float) -> SentJob:
+        """The job once its task is terminal, or as it stands after ``wait_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        pause = POLL_FIRST_S
+        while True:
+            try:
+                job = await self.services.sent.get(job_id, timeout_s=STEP_TIMEOUT_S)
+            except StoreUnavailable as exc:
+                raise _unavailable(exc) from None
+            if job is None:
+                raise TaskNotFoundError()
+            left = deadline - loop.time()
+            if task_state(job) in TERMINAL or left <= 0:
+                return job
+            await asyncio.sleep(min(pause, left))
+            pause = min(pause * 2, POLL_MOST_S)
+
+    async def replayed(
         self,
         key: str,
         to: AgentAddress,
@@ -231,15 +226,26 @@ class MailRoomRequestHandler(RequestHandler):
             )
         return job.job_id
 
-    async def _push_route(self, config: pb.TaskPushNotificationConfig, task_id: str) -> PushRoute:
+
+class _PushConfigs:
+    """Push configs as routes of kind ``a2a``: stored (the URL checked), read back per task.
+
+    Args:
+        routes: the route book.
+    """
+
+    def __init__(self, routes: PostgresRoutes) -> None:
+        self.routes = routes
+
+    async def stored(self, config: pb.TaskPushNotificationConfig, task_id: str) -> PushRoute:
         """Store a push config as its route, its URL checked against the egress policy now."""
         if not config.url:
             raise InvalidParamsError("pushNotificationConfig.url is required")
         try:
             push = push_route(config, task_id=task_id)
-            known = await self.services.routes.route(push.agent_id)
+            known = await self.routes.route(push.agent_id)
             if known is None:
-                await self.services.routes.add(push.agent_id, push.url, push.secret, kind="a2a")
+                await self.routes.add(push.agent_id, push.url, push.secret, kind="a2a")
             elif known.url != push.url or known.secret != push.secret:
                 raise InvalidParamsError(
                     f"push config {inert(push.config_id)[:64]!r} was set before otherwise; "
@@ -252,6 +258,92 @@ class MailRoomRequestHandler(RequestHandler):
             raise _unavailable(exc) from None
         log.info("a2a_push_config_set", agent_id=push.agent_id)
         return push
+
+    async def of_job(self, task_id: str, job: SentJob) -> list[pb.TaskPushNotificationConfig]:
+        """The push configs among the reply addresses of ``job``'s mail (never credentials)."""
+        configs: list[pb.TaskPushNotificationConfig] = []
+        for address in job.mail.reply_to if job.mail is not None else []:
+            if not is_push_agent(address.agent_id):
+                continue
+            try:
+                route = await self.routes.route(address.agent_id)
+            except (StoreUnavailable, BirdDogError) as exc:
+                log.warning("a2a_push_config_unreadable", error=type(exc).__name__)
+                continue
+            if route is not None and route.url is not None:
+                config_id = push_config_id(route.secret or "") or DEFAULT_CONFIG_ID
+                configs.append(_config_shown(task_id, config_id, route.url))
+        return configs
+
+
+class MailRoomRequestHandler(RequestHandler):
+    """The A2A methods as mail-room calls, for the caller and agent of each request.
+
+    Args:
+        services: the adapters it calls.
+    """
+
+    def __init__(self, services: A2AServices) -> None:
+        self.services = services
+        self._tasks = _Tasks(services)
+        self._push = _PushConfigs(services.routes)
+
+    # ---- messages -----------------------------------------------------------------
+
+    async def on_message_send(
+        self, params: pb.SendMessageRequest, context: ServerCallContext
+    ) -> pb.Task | pb.Message:
+        """``SendMessage``: a mail to ``AGENT:<contextId>``, run as an ask job.
+
+        Returns:
+            The task at once with ``returnImmediately``, else once terminal or after
+            :attr:`A2AServices.wait_s`, as it stands then.
+        """
+        caller, agent_id = await self._tasks.who(context)
+        message = params.message
+        if message.task_id:
+            raise InvalidParamsError(
+                "a task takes one message: send the next one as a new message in its context"
+            )
+        content = _text_or_refuse(message)
+        key = task_key(caller, agent_id, message.message_id)
+        context_id = message.context_id or context_of_key(key)
+        try:
+            to = AgentAddress(agent_id=agent_id, session_id=context_id)
+        except InvalidInput as exc:
+            raise InvalidParamsError(f"contextId: {inert(str(exc))[:200]}") from None
+        reply_to = [caller]
+        if params.configuration.HasField("task_push_notification_config"):
+            push = await self._push.stored(params.configuration.task_push_notification_config, key)
+            reply_to.append(push.address(context_id))
+        try:
+            sent = await self.services.asking.send(
+                to=to,
+                from_=caller,
+                content=content,
+                key=key,
+                reply_to=reply_to,
+                timeout_s=STEP_TIMEOUT_S,
+            )
+            job_id, replay = sent.job_id, sent.replay
+        except JobConflict:
+            # A push config set since makes the stored replyTo longer: still the same mail.
+            job_id, replay = await self._tasks.replayed(key, to, caller, content, reply_to), True
+        except InvalidInput as exc:
+            raise InvalidParamsError(inert(str(exc))[:300]) from None
+        except StoreUnavailable as exc:
+            raise _unavailable(exc) from None
+        log.info(
+            "a2a_message_sent",
+            agent_id=inert(agent_id),
+            caller=address_text(caller),
+            key=key,
+            replay=replay,
+            push=len(reply_to) > 1,
+        )
+        wait_s = 0.0 if params.configuration.return_immediately else self.services.wait_s
+        job = await self._tasks.until_terminal(job_id, wait_s)
+        return task_of(job, key)
 
     async def on_message_send_stream(
         self, params: pb.SendMessageRequest, context: ServerCallContext
@@ -273,8 +365,8 @@ class MailRoomRequestHandler(RequestHandler):
         self, params: pb.GetTaskRequest, context: ServerCallContext
     ) -> pb.Task | None:
         """``GetTask``: the job behind the task, as it stands."""
-        caller, agent_id = await self._who(context)
-        job = await self._own_job(params.id, caller, agent_id)
+        caller, agent_id = await self._tasks.who(context)
+        job = await self._tasks.own_job(params.id, caller, agent_id)
         history = not params.HasField("history_length") or params.history_length > 0
         return task_of(job, params.id, history=history)
 
@@ -282,7 +374,7 @@ class MailRoomRequestHandler(RequestHandler):
         self, params: pb.ListTasksRequest, context: ServerCallContext
     ) -> pb.ListTasksResponse:
         """``ListTasks``: the caller's tasks in one context, by task, a page at a time."""
-        caller, agent_id = await self._who(context)
+        caller, agent_id = await self._tasks.who(context)
         if not params.context_id:
             raise InvalidParamsError("contextId: tasks are listed by context")
         size = params.page_size if params.HasField("page_size") else DEFAULT_LIST_TASKS_PAGE_SIZE
@@ -324,8 +416,8 @@ class MailRoomRequestHandler(RequestHandler):
         Raises:
             TaskNotCancelableError: the task is terminal already.
         """
-        caller, agent_id = await self._who(context)
-        job = await self._own_job(params.id, caller, agent_id)
+        caller, agent_id = await self._tasks.who(context)
+        job = await self._tasks.own_job(params.id, caller, agent_id)
         if task_state(job) in TERMINAL:
             raise TaskNotCancelableError(f"task {params.id} is terminal already")
         try:
@@ -338,7 +430,7 @@ class MailRoomRequestHandler(RequestHandler):
             raise _unavailable(exc) from None
         log.info("a2a_task_cancelled", agent_id=inert(agent_id), caller=address_text(caller))
         # A running job stops at its worker's next heartbeat; the cancellation wins then.
-        return task_of(await self._until_terminal(job.job_id, CANCEL_WAIT_S), params.id)
+        return task_of(await self._tasks.until_terminal(job.job_id, CANCEL_WAIT_S), params.id)
 
     # ---- push notification configs: reply addresses of the task's mail -------------
 
@@ -350,9 +442,9 @@ class MailRoomRequestHandler(RequestHandler):
         Raises:
             UnsupportedOperationError: the task has ended (its replies are written).
         """
-        caller, agent_id = await self._who(context)
-        job = await self._own_job(params.task_id, caller, agent_id)
-        push = await self._push_route(params, params.task_id)
+        caller, agent_id = await self._tasks.who(context)
+        job = await self._tasks.own_job(params.task_id, caller, agent_id)
+        push = await self._push.stored(params, params.task_id)
         try:
             added = await self.services.sent.add_reply_to(
                 job.job_id, push.address(job.queue), caller=caller, timeout_s=STEP_TIMEOUT_S
@@ -371,7 +463,9 @@ class MailRoomRequestHandler(RequestHandler):
         self, params: pb.GetTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> pb.TaskPushNotificationConfig:
         """One push config of a task (its URL and id; never its credentials)."""
-        for config in await self._configs(params.task_id, context):
+        caller, agent_id = await self._tasks.who(context)
+        job = await self._tasks.own_job(params.task_id, caller, agent_id)
+        for config in await self._push.of_job(params.task_id, job):
             if config.id == (params.id or DEFAULT_CONFIG_ID):
                 return config
         raise TaskNotFoundError(
@@ -382,15 +476,17 @@ class MailRoomRequestHandler(RequestHandler):
         self, params: pb.ListTaskPushNotificationConfigsRequest, context: ServerCallContext
     ) -> pb.ListTaskPushNotificationConfigsResponse:
         """Every push config of a task (URLs and ids; never credentials)."""
-        configs = await self._configs(params.task_id, context)
+        caller, agent_id = await self._tasks.who(context)
+        job = await self._tasks.own_job(params.task_id, caller, agent_id)
+        configs = await self._push.of_job(params.task_id, job)
         return pb.ListTaskPushNotificationConfigsResponse(configs=configs)
 
     async def on_delete_task_push_notification_config(
         self, params: pb.DeleteTaskPushNotificationConfigRequest, context: ServerCallContext
     ) -> None:
         """Take a push config off a task not yet ended (a reply written already stays owed)."""
-        caller, agent_id = await self._who(context)
-        job = await self._own_job(params.task_id, caller, agent_id)
+        caller, agent_id = await self._tasks.who(context)
+        job = await self._tasks.own_job(params.task_id, caller, agent_id)
         address = AgentAddress(
             agent_id=push_agent_id(
                 task_id=params.task_id, config_id=params.id or DEFAULT_CONFIG_ID
@@ -404,84 +500,11 @@ class MailRoomRequestHandler(RequestHandler):
         except StoreUnavailable as exc:
             raise _unavailable(exc) from None
 
-    async def _configs(
-        self, task_id: str, context: ServerCallContext
-    ) -> list[pb.TaskPushNotificationConfig]:
-        caller, agent_id = await self._who(context)
-        job = await self._own_job(task_id, caller, agent_id)
-        configs: list[pb.TaskPushNotificationConfig] = []
-        for address in job.mail.reply_to if job.mail is not None else []:
-            if not is_push_agent(address.agent_id):
-                continue
-            try:
-                route = await self.services.routes.route(address.agent_id)
-            except (StoreUnavailable, BirdDogError) as exc:
-                log.warning("a2a_push_config_unreadable", error=type(exc).__name__)
-                continue
-            if route is not None and route.url is not None:
-                config_id = push_config_id(route.secret or "") or DEFAULT_CONFIG_ID
-                configs.append(_config_shown(task_id, config_id, route.url))
-        return configs
-
     async def on_get_extended_agent_card(
         self, params: pb.GetExtendedAgentCardRequest, context: ServerCallContext
     ) -> pb.AgentCard:
         """Not offered: the public card says all there is."""
         raise ExtendedAgentCardNotConfiguredError()
-
-    # ---- helpers --------------------------------------------------------------------
-
-    async def _who(self, context: ServerCallContext) -> tuple[AgentAddress, str]:
-        """The caller (from its token) and the agent addressed (which must have a route)."""
-        caller = context.state.get(_CALLER)
-        agent_id = context.state.get(_AGENT)
-        if not isinstance(caller, AgentAddress) or not isinstance(agent_id, str):
-            # The middleware refuses such requests; this is its second line.
-            raise InvalidParamsError("no caller: the request carries no valid bearer token")
-        try:
-            route = await self.services.routes.route(agent_id)
-        except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
-        if route is None:
-            raise TaskNotFoundError(f"no agent {inert(agent_id)[:64]!r} answers here")
-        return caller, agent_id
-
-    async def _own_job(self, task_id: str, caller: AgentAddress, agent_id: str) -> SentJob:
-        """The job of a task the caller sent to this agent (anyone else's is not found)."""
-        job_id = job_id_of(task_id)
-        if job_id is None:
-            raise TaskNotFoundError()
-        try:
-            job = await self.services.sent.get(job_id, timeout_s=STEP_TIMEOUT_S)
-        except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
-        if (
-            job is None
-            or job.mail is None
-            or job.mail.key != task_id
-            or job.mail.from_.agent_id != caller.agent_id
-            or job.mail.to.agent_id != agent_id
-        ):
-            raise TaskNotFoundError()
-        return job
-
-    async def _until_terminal(self, job_id: str, wait_s: float) -> SentJob:
-        """The job once its task is terminal, or as it stands after ``wait_s``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        pause = POLL_FIRST_S
-        while True:
-            try:
-                job = await self.services.sent.get(job_id, timeout_s=STEP_TIMEOUT_S)
-            except StoreUnavailable as exc:
-                raise _unavailable(exc) from None
-            if job is None:
-                raise TaskNotFoundError()
-            left = deadline - loop.time()
-            if task_state(job) in TERMINAL or left <= 0:
-                return job
-            await asyncio.sleep(min(pause, left))
-            pause = min(pause * 2, POLL_MOST_S)
 
 
 def _config_shown(task_id: str, config_id: str, url: str) -> pb.TaskPushNotificationConfig:

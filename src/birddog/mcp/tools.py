@@ -432,6 +432,143 @@ async def _no_progress(_done: float, _total: float, _message: str) -> None:
     return None
 
 
+class _TakenTasks:
+    """The tasks callers took (``next_task``): their claims, leases renewed, settled by ``answer``.
+
+    Args:
+        services: the adapters (the job store, the notices of new tasks, the lease).
+    """
+
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self._turns: dict[str, _Turn] = {}
+
+    async def close(self) -> None:
+        """Stop renewing every taken task (their leases then expire and recovery applies)."""
+        for turn in list(self._turns.values()):
+            await _stop(turn)
+        self._turns.clear()
+
+    async def take(
+        self, args: Arguments, caller: AgentAddress, *, on_close: OnClose | None
+    ) -> ToolResult:
+        """``next_task``: claim the oldest task queued for ``caller`` and renew its lease."""
+        wait_s = args.seconds("wait_s", default=0.0)
+        text = address_text(caller)
+        turn = self._turns.get(text)
+        if turn is not None:
+            if await self._still_held(turn):
+                return _no_task("you hold a task already: answer it first")
+            await _stop(turn)
+            self._turns.pop(text, None)
+        claimed = await self._claim(caller, wait_s)
+        if claimed is None:
+            return _no_task("no task is queued for your session")
+        turn = _Turn(claimed)
+        self._turns[text] = turn
+        turn.renewing = asyncio.create_task(
+            self._renew(turn), name=f"birddog-mcp-lease-{claimed.job.job_id}"
+        )
+        if on_close is not None:
+            on_close(lambda: _stop(turn))
+        mail = decode_agent_job(claimed.job).mail
+        structured = {
+            "status": "task",
+            "job_id": claimed.job.job_id,
+            "key": None if mail is None else mail.key,
+            "from": None if mail is None else address_text(mail.from_),
+            "content": "" if mail is None else mail.content,
+        }
+        return ToolResult(structured, f"task {claimed.job.job_id} taken")
+
+    async def _claim(self, caller: AgentAddress, wait_s: float) -> ClaimedJob | None:
+        jobs = self.services.jobs
+        queue = caller.session_id
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        with self.services.notices.subscribe("birddog_jobs", queue) as queued:
+            while True:
+                claimed = await jobs.claim(
+                    queues=[queue], lease_s=self.services.lease_s, worker_id=f"mcp:{queue}"
+                )
+                left = deadline - loop.time()
+                if claimed is not None or left <= 0:
+                    return claimed
+                await queued.wait(min(left, 1.0))
+
+    async def _heartbeat(self, turn: _Turn) -> None:
+        """Renew a taken task's lease now (StaleClaim: the claim has ended)."""
+        await self.services.jobs.heartbeat(
+            job_id=turn.claimed.job.job_id,
+            claim_token=turn.claimed.claim_token,
+            lease_s=self.services.lease_s,
+        )
+
+    async def _still_held(self, turn: _Turn) -> bool:
+        try:
+            await self._heartbeat(turn)
+        except StaleClaim:
+            return False
+        return not turn.stopped.is_set()
+
+    async def _renew(self, turn: _Turn) -> None:
+        """Renew the lease every third of it until the turn ends or the connection does."""
+        every_s = max(self.services.lease_s / 3, 0.05)
+        while not turn.stopped.is_set():
+            if await wait_event(turn.stopped, every_s):
+                return
+            try:
+                await self._heartbeat(turn)
+            except StaleClaim:
+                return
+            except StoreUnavailable as exc:
+                log.warning("mcp_lease_renewal_failed", error=type(exc).__name__)
+
+    async def answer(self, args: Arguments, caller: AgentAddress) -> ToolResult:
+        """``answer``: settle the task ``caller`` took (a recorded cancellation wins)."""
+        job_id = args.required_text("job_id")
+        content = args.required_text("content")
+        outcome_text = args.text("outcome", default="completed")
+        diagnostic = args.text("diagnostic")
+        if outcome_text not in ("completed", "failed"):
+            raise ToolRefused("outcome: must be completed or failed")
+        check_content_size(content, limit_bytes=self.services.max_content_bytes)
+        text = address_text(caller)
+        turn = self._turns.get(text)
+        if turn is None or turn.claimed.job.job_id != job_id:
+            raise ToolRefused(
+                f"job_id: {job_id!r} is not a task you took (next_task gives one); "
+                "nothing was written"
+            )
+        outcome = Outcome(outcome_text)
+        try:
+            finished = await self.services.jobs.finish(
+                job_id=job_id,
+                claim_token=turn.claimed.claim_token,
+                event=SettleRequested(outcome, content, diagnostic),
+            )
+        except StaleClaim:
+            await _stop(turn)
+            self._turns.pop(text, None)
+            raise ToolRefused(
+                f"job_id: your claim on {job_id!r} ended (its lease expired and it was "
+                "recovered, or it was settled); nothing was written"
+            ) from None
+        await _stop(turn)
+        self._turns.pop(text, None)
+        if finished.outcome == Outcome.CANCELLED:
+            raise ToolRefused(
+                f"job {job_id} was cancelled before your answer: the cancellation was "
+                "sent to its correspondents, not your answer",
+                {"status": "settled", "job_id": job_id, "replies": finished.keys},
+            )
+        return ToolResult(
+            {"status": "settled", "job_id": job_id, "replies": finished.keys},
+            f"settled {job_id}: {len(finished.keys)} "
+            f"{_plural(len(finished.keys), 'reply', 'replies')} on their way",
+        )
+
+
 class Desk:
     """The tools, for any caller; one per server process (it holds the callers' turns).
 
@@ -441,7 +578,7 @@ class Desk:
 
     def __init__(self, services: Services) -> None:
         self.services = services
-        self._turns: dict[str, _Turn] = {}
+        self._tasks = _TakenTasks(services)
 
     async def call(
         self,
@@ -510,9 +647,7 @@ class Desk:
 
     async def close(self) -> None:
         """Stop renewing every taken task (their leases then expire and recovery applies)."""
-        for turn in list(self._turns.values()):
-            await _stop(turn)
-        self._turns.clear()
+        await self._tasks.close()
 
     # ---- send, ask, wait --------------------------------------------------------------
 
@@ -676,119 +811,10 @@ class Desk:
     async def _next_task(
         self, args: Arguments, caller: AgentAddress, *, on_close: OnClose | None, **_: Any
     ) -> ToolResult:
-        wait_s = args.seconds("wait_s", default=0.0)
-        text = address_text(caller)
-        turn = self._turns.get(text)
-        if turn is not None:
-            if await self._still_held(turn):
-                return _no_task("you hold a task already: answer it first")
-            await _stop(turn)
-            self._turns.pop(text, None)
-        claimed = await self._claim(caller, wait_s)
-        if claimed is None:
-            return _no_task("no task is queued for your session")
-        turn = _Turn(claimed)
-        self._turns[text] = turn
-        turn.renewing = asyncio.create_task(
-            self._renew(turn), name=f"birddog-mcp-lease-{claimed.job.job_id}"
-        )
-        if on_close is not None:
-            on_close(lambda: _stop(turn))
-        mail = decode_agent_job(claimed.job).mail
-        structured = {
-            "status": "task",
-            "job_id": claimed.job.job_id,
-            "key": None if mail is None else mail.key,
-            "from": None if mail is None else address_text(mail.from_),
-            "content": "" if mail is None else mail.content,
-        }
-        return ToolResult(structured, f"task {claimed.job.job_id} taken")
-
-    async def _claim(self, caller: AgentAddress, wait_s: float) -> ClaimedJob | None:
-        jobs = self.services.jobs
-        queue = caller.session_id
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
-        with self.services.notices.subscribe("birddog_jobs", queue) as queued:
-            while True:
-                claimed = await jobs.claim(
-                    queues=[queue], lease_s=self.services.lease_s, worker_id=f"mcp:{queue}"
-                )
-                left = deadline - loop.time()
-                if claimed is not None or left <= 0:
-                    return claimed
-                await queued.wait(min(left, 1.0))
-
-    async def _heartbeat(self, turn: _Turn) -> None:
-        """Renew a taken task's lease now (StaleClaim: the claim has ended)."""
-        await self.services.jobs.heartbeat(
-            job_id=turn.claimed.job.job_id,
-            claim_token=turn.claimed.claim_token,
-            lease_s=self.services.lease_s,
-        )
-
-    async def _still_held(self, turn: _Turn) -> bool:
-        try:
-            await self._heartbeat(turn)
-        except StaleClaim:
-            return False
-        return not turn.stopped.is_set()
-
-    async def _renew(self, turn: _Turn) -> None:
-        """Renew the lease every third of it until the turn ends or the connection does."""
-        every_s = max(self.services.lease_s / 3, 0.05)
-        while not turn.stopped.is_set():
-            if await wait_event(turn.stopped, every_s):
-                return
-            try:
-                await self._heartbeat(turn)
-            except StaleClaim:
-                return
-            except StoreUnavailable as exc:
-                log.warning("mcp_lease_renewal_failed", error=type(exc).__name__)
+        return await self._tasks.take(args, caller, on_close=on_close)
 
     async def _answer(self, args: Arguments, caller: AgentAddress, **_: Any) -> ToolResult:
-        job_id = args.required_text("job_id")
-        content = args.required_text("content")
-        outcome_text = args.text("outcome", default="completed")
-        diagnostic = args.text("diagnostic")
-        if outcome_text not in ("completed", "failed"):
-            raise ToolRefused("outcome: must be completed or failed")
-        check_content_size(content, limit_bytes=self.services.max_content_bytes)
-        text = address_text(caller)
-        turn = self._turns.get(text)
-        if turn is None or turn.claimed.job.job_id != job_id:
-            raise ToolRefused(
-                f"job_id: {job_id!r} is not a task you took (next_task gives one); "
-                "nothing was written"
-            )
-        outcome = Outcome(outcome_text)
-        try:
-            finished = await self.services.jobs.finish(
-                job_id=job_id,
-                claim_token=turn.claimed.claim_token,
-                event=SettleRequested(outcome, content, diagnostic),
-            )
-        except StaleClaim:
-            await _stop(turn)
-            self._turns.pop(text, None)
-            raise ToolRefused(
-                f"job_id: your claim on {job_id!r} ended (its lease expired and it was "
-                "recovered, or it was settled); nothing was written"
-            ) from None
-        await _stop(turn)
-        self._turns.pop(text, None)
-        if finished.outcome == Outcome.CANCELLED:
-            raise ToolRefused(
-                f"job {job_id} was cancelled before your answer: the cancellation was "
-                "sent to its correspondents, not your answer",
-                {"status": "settled", "job_id": job_id, "replies": finished.keys},
-            )
-        return ToolResult(
-            {"status": "settled", "job_id": job_id, "replies": finished.keys},
-            f"settled {job_id}: {len(finished.keys)} "
-            f"{_plural(len(finished.keys), 'reply', 'replies')} on their way",
-        )
+        return await self._tasks.answer(args, caller)
 
     # ---- looking around ---------------------------------------------------------------
 

@@ -55,7 +55,7 @@ import stat
 import subprocess
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal, Self
 from urllib.parse import quote
@@ -119,12 +119,210 @@ class EmbeddedServerError(DatabaseRefused):
     """The embedded server cannot start (safely) here; the message says why and what to do."""
 
 
+class _Programs:
+    """PostgreSQL's programs, run for one data directory (as the server's user under root).
+
+    Args:
+        data_dir: BirdDog's data directory (the programs' working directory).
+        pgdata: the server's own directory in it.
+        bin_dir: where the programs are (the package's, or their copy in ``data_dir``).
+    """
+
+    def __init__(self, data_dir: Path, pgdata: Path, bin_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.pgdata = pgdata
+        self.bin_dir = bin_dir
+
+    def pg_ctl(self, args: list[str]) -> None:
+        """Run ``pg_ctl`` on the server's directory with ``args``."""
+        self.run("pg_ctl", ["-D", str(self.pgdata), *args])
+
+    def run(
+        self, program: str, args: list[str], *, stdin: str | None = None, as_server: bool = True
+    ) -> None:
+        """Run ``program`` to completion; a failure or a hang is an EmbeddedServerError."""
+        account = _server_account() if as_server else None
+        try:
+            subprocess.run(  # noqa: S603 - the package's own PostgreSQL binaries
+                [str(self.bin_dir / program), *args],
+                input=stdin,
+                text=True,
+                cwd=self.data_dir,
+                env=_server_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                timeout=_READY_TIMEOUT_S + 10,
+                check=True,
+                user=account[0] if account else None,
+                group=account[1] if account else None,
+                extra_groups=[] if account else None,
+            )
+        except subprocess.CalledProcessError as exc:
+            said = (exc.stderr or "").strip().splitlines()
+            raise EmbeddedServerError(
+                f"{program} failed for the embedded server in {self.pgdata}: "
+                f"{inert(said[-1]) if said else f'exit status {exc.returncode}'} "
+                f"(the server log is {self.pgdata / 'log'})"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise EmbeddedServerError(
+                f"{program} did not finish for the embedded server in {self.pgdata} "
+                f"(the server log is {self.pgdata / 'log'})"
+            ) from None
+
+
+class _DataDirectory:
+    """The data directory made private and initialised: its modes, ``initdb``, the password.
+
+    Args:
+        data_dir: BirdDog's data directory.
+        programs: PostgreSQL's programs for it.
+    """
+
+    def __init__(self, data_dir: Path, programs: _Programs) -> None:
+        self.data_dir = data_dir
+        self.pgdata = data_dir / "postgres"
+        self.passfile = data_dir / "pgpass"
+        self.programs = programs
+
+    def prepare(self) -> None:
+        """Own the data directory and, under root, check the server user can reach it."""
+        account = _server_account()
+        if account is None:
+            _tighten(self.data_dir, 0o700)
+            if self.pgdata.exists():
+                _tighten(self.pgdata, 0o700)
+            return
+        uid, gid = account
+        _check_reachable(self.data_dir.parent, account)
+        if self.data_dir.stat().st_uid == 0:
+            os.chown(self.data_dir, 0, gid)
+            _tighten(self.data_dir, 0o710)
+        if self.programs.bin_dir != POSTGRES_BIN_PATH:
+            _copy_binaries(self.data_dir / _COPY)
+        self.pgdata.mkdir(mode=0o700, exist_ok=True)
+        os.chown(self.pgdata, uid, gid)
+        _tighten(self.pgdata, 0o700)
+
+    def initdb(self) -> None:
+        """Make the server's directory with a generated password (``scram-sha-256``)."""
+        password = secrets.token_urlsafe(32)
+        # initdb reads the password from a file; it lives inside the server's own 0700
+        # directory (owned by the user initdb runs as) only while initdb runs.
+        pwfile = self.data_dir / f".initdb-{secrets.token_hex(8)}"
+        account = _server_account()
+        _write_private(pwfile, password + "\n", owner=account)
+        try:
+            # Under root, prepare() made the (empty) directory for the server user.
+            self.programs.run(
+                "initdb",
+                [
+                    "-D",
+                    str(self.pgdata),
+                    "-U",
+                    SUPERUSER,
+                    f"--pwfile={pwfile}",
+                    "--auth-local=scram-sha-256",
+                    "--auth-host=scram-sha-256",
+                    "--encoding=UTF8",
+                    "--no-instructions",
+                ],
+            )
+        finally:
+            pwfile.unlink(missing_ok=True)
+        (self.pgdata / "pg_hba.conf").write_text(_HBA)
+        self._write_passfile(password)
+
+    def upgrade_trust(self) -> None:
+        """Give a data directory made with ``trust`` (older BirdDog) a password."""
+        password = secrets.token_urlsafe(32)
+        # The server still trusts its socket here, so psql connects without a password;
+        # the statement goes through stdin, never the command line.
+        try:
+            self.programs.run(
+                "psql",
+                ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(self.pgdata), "-U", SUPERUSER],
+                stdin=f"ALTER ROLE {SUPERUSER} PASSWORD '{password}';\n",
+                as_server=False,
+            )
+        except EmbeddedServerError:
+            raise EmbeddedServerError(
+                f"the server in {self.pgdata} requires a password but its password file "
+                f"{self.passfile} is missing: restore that file, or move the data directory "
+                "away to start afresh"
+            ) from None
+        (self.pgdata / "pg_hba.conf").write_text(_HBA)
+        self._write_passfile(password)
+        self.programs.pg_ctl(["reload"])
+
+    def _write_passfile(self, password: str) -> None:
+        _write_private(self.passfile, f"*:*:*:{SUPERUSER}:{password}\n", owner=None)
+
+
+class _Users:
+    """The processes that use the server (``users`` in the data directory), one lock for all.
+
+    The last one out stops the server (at its exit).
+
+    Args:
+        data_dir: BirdDog's data directory.
+        stop: stops the server if it runs (called by the last user, under the lock).
+    """
+
+    def __init__(self, data_dir: Path, stop: Callable[[], None]) -> None:
+        self.data_dir = data_dir
+        self._stop = stop
+        self._registered = False
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """One process at a time starts, stops or counts users of this server."""
+        fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def register(self) -> None:
+        """Count this process as a user (once), and stop the server at exit if it is last."""
+        if self._registered:
+            return
+        users = self._users()
+        users.add(os.getpid())
+        self._write_users(users)
+        self._registered = True
+        atexit.register(self._last_one_out)
+
+    def _last_one_out(self) -> None:
+        """At exit: stop the server if no other process that used it is still alive."""
+        with contextlib.suppress(OSError, subprocess.SubprocessError), self.lock():
+            users = {pid for pid in self._users() if pid != os.getpid() and _alive(pid)}
+            self._write_users(users)
+            if not users:
+                self._stop()
+
+    def _users(self) -> set[int]:
+        try:
+            text = (self.data_dir / "users").read_text()
+        except FileNotFoundError:
+            return set()
+        return {int(word) for word in text.split() if word.isdigit()}
+
+    def _write_users(self, users: set[int]) -> None:
+        _write_private(
+            self.data_dir / "users", "".join(f"{pid}\n" for pid in sorted(users)), owner=None
+        )
+
+
 class EmbeddedPostgres:
     """A private PostgreSQL server in ``data_dir``, started and stopped by this object.
 
     Only the server this object started is ever stopped or restarted; if ``data_dir``
     already holds a running server (another process's), :meth:`start` uses it and
-    :meth:`stop` leaves it running.
+    :meth:`stop` leaves it running. Running the server is this class's; making its data
+    directory private and initialised, running PostgreSQL's programs and counting the
+    processes that use the server are parts of their own.
 
     Args:
         data_dir: BirdDog's data directory: created if missing (with its parents); the
@@ -136,13 +334,15 @@ class EmbeddedPostgres:
         self.pgdata = self.data_dir / "postgres"
         self.passfile = self.data_dir / "pgpass"
         self._owned = False
-        self._registered = False
-        self._bin = POSTGRES_BIN_PATH
+        bin_dir = POSTGRES_BIN_PATH
         account = _existing_account()
         if account is not None and blocking_directory(POSTGRES_BIN_PATH, account) is not None:
             # The server's user cannot reach the package's binaries: it runs the copy in
-            # the data directory (made by _prepare before the first start).
-            self._bin = self.data_dir / _COPY / POSTGRES_BIN_PATH.relative_to(_PACKAGES)
+            # the data directory (made by _DataDirectory.prepare before the first start).
+            bin_dir = self.data_dir / _COPY / POSTGRES_BIN_PATH.relative_to(_PACKAGES)
+        self._programs = _Programs(self.data_dir, self.pgdata, bin_dir)
+        self._directory = _DataDirectory(self.data_dir, self._programs)
+        self._users = _Users(self.data_dir, stop=self._stop_if_running)
 
     def start(self) -> str:
         """Start the server, initialising (or upgrading) the data directory if needed.
@@ -169,21 +369,21 @@ class EmbeddedPostgres:
             _check_reachable(self.data_dir.parent, account)
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.data_dir.mkdir(mode=0o700, exist_ok=True)
-        with self._lock():
+        with self._users.lock():
             if self._running_pid() is not None:
                 self._owned = False
             else:
-                self._prepare()
+                self._directory.prepare()
                 if not (self.pgdata / "PG_VERSION").exists():
-                    self._initdb()
-                self._pg_ctl(
+                    self._directory.initdb()
+                self._programs.pg_ctl(
                     ["-w", "-t", str(int(_READY_TIMEOUT_S)), *self._server_options(), "start"]
                 )
                 self._wait_ready()
                 if not self.passfile.exists():
-                    self._upgrade_trust()
+                    self._directory.upgrade_trust()
                 self._owned = True
-            self._register_user()
+            self._users.register()
         return self.dsn()
 
     def stop(self, mode: ShutdownMode = "fast") -> None:
@@ -194,7 +394,7 @@ class EmbeddedPostgres:
         """
         if not self._owned or self._running_pid() is None:
             return
-        self._pg_ctl(["-w", "-m", mode, "stop"])
+        self._programs.pg_ctl(["-w", "-m", mode, "stop"])
 
     def restart(self, mode: ShutdownMode = "immediate") -> str:
         """Restart the server, by default as a crash (``pg_ctl restart -m immediate``).
@@ -212,7 +412,7 @@ class EmbeddedPostgres:
         """
         if not self._owned:
             raise RuntimeError("restart() needs a server started by this EmbeddedPostgres")
-        self._pg_ctl(["-w", "-t", str(int(_READY_TIMEOUT_S)), "-m", mode, "restart"])
+        self._programs.pg_ctl(["-w", "-t", str(int(_READY_TIMEOUT_S)), "-m", mode, "restart"])
         self._wait_ready()
         return self.dsn()
 
@@ -242,7 +442,7 @@ class EmbeddedPostgres:
         :meth:`start`) when the server's user cannot reach the package's: as root under a
         0700 home.
         """
-        return self._bin
+        return self._programs.bin_dir
 
     @property
     def started_here(self) -> bool:
@@ -261,80 +461,6 @@ class EmbeddedPostgres:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- setup -------------------------------------------------------------------------
-
-    def _prepare(self) -> None:
-        """Own the data directory and, under root, check the server user can reach it."""
-        account = _server_account()
-        if account is None:
-            _tighten(self.data_dir, 0o700)
-            if self.pgdata.exists():
-                _tighten(self.pgdata, 0o700)
-            return
-        uid, gid = account
-        _check_reachable(self.data_dir.parent, account)
-        if self.data_dir.stat().st_uid == 0:
-            os.chown(self.data_dir, 0, gid)
-            _tighten(self.data_dir, 0o710)
-        if self._bin != POSTGRES_BIN_PATH:
-            _copy_binaries(self.data_dir / _COPY)
-        self.pgdata.mkdir(mode=0o700, exist_ok=True)
-        os.chown(self.pgdata, uid, gid)
-        _tighten(self.pgdata, 0o700)
-
-    def _initdb(self) -> None:
-        password = secrets.token_urlsafe(32)
-        # initdb reads the password from a file; it lives inside the server's own 0700
-        # directory (owned by the user initdb runs as) only while initdb runs.
-        pwfile = self.data_dir / f".initdb-{secrets.token_hex(8)}"
-        account = _server_account()
-        _write_private(pwfile, password + "\n", owner=account)
-        try:
-            # Under root, _prepare made the (empty) directory for the server user.
-            self._run(
-                "initdb",
-                [
-                    "-D",
-                    str(self.pgdata),
-                    "-U",
-                    SUPERUSER,
-                    f"--pwfile={pwfile}",
-                    "--auth-local=scram-sha-256",
-                    "--auth-host=scram-sha-256",
-                    "--encoding=UTF8",
-                    "--no-instructions",
-                ],
-            )
-        finally:
-            pwfile.unlink(missing_ok=True)
-        (self.pgdata / "pg_hba.conf").write_text(_HBA)
-        self._write_passfile(password)
-
-    def _upgrade_trust(self) -> None:
-        """Give a data directory made with ``trust`` (older BirdDog) a password."""
-        password = secrets.token_urlsafe(32)
-        # The server still trusts its socket here, so psql connects without a password;
-        # the statement goes through stdin, never the command line.
-        try:
-            self._run(
-                "psql",
-                ["-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", str(self.pgdata), "-U", SUPERUSER],
-                stdin=f"ALTER ROLE {SUPERUSER} PASSWORD '{password}';\n",
-                as_server=False,
-            )
-        except EmbeddedServerError:
-            raise EmbeddedServerError(
-                f"the server in {self.pgdata} requires a password but its password file "
-                f"{self.passfile} is missing: restore that file, or move the data directory "
-                "away to start afresh"
-            ) from None
-        (self.pgdata / "pg_hba.conf").write_text(_HBA)
-        self._write_passfile(password)
-        self._pg_ctl(["reload"])
-
-    def _write_passfile(self, password: str) -> None:
-        _write_private(self.passfile, f"*:*:*:{SUPERUSER}:{password}\n", owner=None)
-
     def _server_options(self) -> list[str]:
         # pg_ctl hands these to the server through /bin/sh, hence the quoting.
         settings = {
@@ -346,43 +472,6 @@ class EmbeddedPostgres:
             f"-c {shlex.quote(f'{name}={value}')}" for name, value in settings.items()
         )
         return ["-l", str(self.pgdata / "log"), "-o", options]
-
-    # -- processes ---------------------------------------------------------------------
-
-    def _pg_ctl(self, args: list[str]) -> None:
-        self._run("pg_ctl", ["-D", str(self.pgdata), *args])
-
-    def _run(
-        self, program: str, args: list[str], *, stdin: str | None = None, as_server: bool = True
-    ) -> None:
-        account = _server_account() if as_server else None
-        try:
-            subprocess.run(  # noqa: S603 - the package's own PostgreSQL binaries
-                [str(self._bin / program), *args],
-                input=stdin,
-                text=True,
-                cwd=self.data_dir,
-                env=_server_env(),
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                timeout=_READY_TIMEOUT_S + 10,
-                check=True,
-                user=account[0] if account else None,
-                group=account[1] if account else None,
-                extra_groups=[] if account else None,
-            )
-        except subprocess.CalledProcessError as exc:
-            said = (exc.stderr or "").strip().splitlines()
-            raise EmbeddedServerError(
-                f"{program} failed for the embedded server in {self.pgdata}: "
-                f"{inert(said[-1]) if said else f'exit status {exc.returncode}'} "
-                f"(the server log is {self.pgdata / 'log'})"
-            ) from None
-        except subprocess.TimeoutExpired:
-            raise EmbeddedServerError(
-                f"{program} did not finish for the embedded server in {self.pgdata} "
-                f"(the server log is {self.pgdata / 'log'})"
-            ) from None
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + _READY_TIMEOUT_S
@@ -400,46 +489,10 @@ class EmbeddedPostgres:
         status = _postmaster_status(self.pgdata)
         return status[0] if status is not None else None
 
-    # -- who uses the server -----------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _lock(self) -> Iterator[None]:
-        """One process at a time starts, stops or counts users of this server."""
-        fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
-    def _register_user(self) -> None:
-        if self._registered:
-            return
-        users = self._users()
-        users.add(os.getpid())
-        self._write_users(users)
-        self._registered = True
-        atexit.register(self._last_one_out)
-
-    def _last_one_out(self) -> None:
-        """At exit: stop the server if no other process that used it is still alive."""
-        with contextlib.suppress(OSError, subprocess.SubprocessError), self._lock():
-            users = {pid for pid in self._users() if pid != os.getpid() and _alive(pid)}
-            self._write_users(users)
-            if not users and self._running_pid() is not None:
-                self._pg_ctl(["-w", "-m", "fast", "stop"])
-
-    def _users(self) -> set[int]:
-        try:
-            text = (self.data_dir / "users").read_text()
-        except FileNotFoundError:
-            return set()
-        return {int(word) for word in text.split() if word.isdigit()}
-
-    def _write_users(self, users: set[int]) -> None:
-        _write_private(
-            self.data_dir / "users", "".join(f"{pid}\n" for pid in sorted(users)), owner=None
-        )
+    def _stop_if_running(self) -> None:
+        """Stop the server, whoever started it (the last user's exit)."""
+        if self._running_pid() is not None:
+            self._programs.pg_ctl(["-w", "-m", "fast", "stop"])
 
 
 def _existing_account() -> tuple[int, int] | None:

@@ -215,12 +215,15 @@ class PostgresJobClaims(_PostgresJobsBase):
         lease_until = self._lease_until(lease_s)
         queue_list = _names(queues, "queues")
         agent_list = _names(agents, "agents")
-        # One statement takes at most one job per queue (its head); more statements
-        # follow while the limit is not reached and jobs are still claimed.
+        # One statement takes at most one job per queue (its head), and as many as it asks
+        # for unless no other queue's head may be taken now (revision 0017). So another
+        # statement follows only when the last one was full, or when a queue it took from
+        # may run a second job at once (queue_concurrency above 1).
         taken: list[tuple[Row, ClaimedJob]] = []
         while len(taken) < limit:
+            asked = limit - len(taken)
             rows = await self._claim_rows(
-                queue_list, agent_list, limit - len(taken), lease_until, worker_id or None
+                queue_list, agent_list, asked, lease_until, worker_id or None
             )
             if not rows:
                 break
@@ -239,6 +242,8 @@ class PostgresJobClaims(_PostgresJobsBase):
                     traceparent=row["traceparent"],
                 )
                 taken.append((row, claimed))
+            if len(rows) < asked and self.queue_concurrency == 1:
+                break
         taken.sort(key=lambda item: _claim_order(item[0]))
         return [claimed for _, claimed in taken]
 

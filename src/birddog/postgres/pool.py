@@ -51,6 +51,10 @@ _UNAVAILABLE: tuple[type[BaseException], ...] = (
     asyncpg.CrashShutdownError,  # 57P02: another backend crashed
     asyncpg.TooManyConnectionsError,  # 53300
     asyncpg.InterfaceError,  # the connection is closed or the pool is closing
+    # A connection the server dropped while it sat idle, handed out before the driver read
+    # its end of file ("cannot switch to state ..."; asyncpg issue #1069): once read, the
+    # pool replaces it.
+    asyncpg.InternalClientError,
     ConnectionError,
     OSError,
     TimeoutError,
@@ -231,6 +235,11 @@ async def _init_connection(conn: Connection) -> None:
         )
 
 
+async def _keep_session(conn: Connection) -> None:
+    """The release's reset: nothing beyond what asyncpg always does (see :func:`create_pool`)."""
+    del conn
+
+
 async def create_pool(
     dsn: str,
     *,
@@ -253,6 +262,16 @@ async def create_pool(
     parameters anyway), and no setting is sent at start-up (PgBouncer refuses unknown
     start-up parameters). Only a LISTEN needs a direct connection.
 
+    A released connection is not reset with a statement. asyncpg's default reset sends
+    ``SELECT pg_advisory_unlock_all(); CLOSE ALL; UNLISTEN *; RESET ALL`` on every release,
+    a round trip the releasing task waits for (about a dozen per ask). BirdDog leaves none
+    of that on a pooled connection: its settings are ``SET LOCAL`` / ``set_config(...,
+    true)`` (they end with the transaction), its advisory locks are transaction locks, its
+    cursors live inside transactions, and it LISTENs on dedicated connections only. What
+    asyncpg does on every release whatever the reset (an open transaction rolled back,
+    listener callbacks dropped) still happens. A caller that sets session state on a
+    connection of this pool passes its own ``reset`` (asyncpg's: ``Connection.reset``).
+
     Args:
         dsn: ``postgresql://...`` (a unix socket is ``?host=/dir``).
         min_size: connections kept open.
@@ -271,6 +290,7 @@ async def create_pool(
     settings.update(kwargs.pop("server_settings", None) or {})
     if pgbouncer:
         kwargs["statement_cache_size"] = 0
+    kwargs.setdefault("reset", _keep_session)
     with connect_errors(dsn):
         pool = await asyncpg.create_pool(
             dsn,
@@ -347,7 +367,13 @@ async def _release(pool: Pool, conn: PoolConnectionProxy[asyncpg.Record]) -> Non
     """
     try:
         await pool.release(conn)
-    except (TimeoutError, OSError, asyncpg.InterfaceError, asyncpg.PostgresError):
+    except (
+        TimeoutError,
+        OSError,
+        asyncpg.InterfaceError,
+        asyncpg.InternalClientError,
+        asyncpg.PostgresError,
+    ):
         if not conn.is_closed():
             conn.terminate()
 

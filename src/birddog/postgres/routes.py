@@ -22,7 +22,7 @@ import binascii
 import contextlib
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -117,6 +117,121 @@ class ResealReport:
     resealed: int
 
 
+class _RouteCache:
+    """Routes looked up by agent, each kept ``cache_s`` seconds; one lookup per agent at a time.
+
+    An unknown agent is never cached, so a route added a moment ago is found.
+
+    Args:
+        pool: the pool.
+        cache_s: how long a looked-up route is reused (0 turns the cache off).
+        opened: a route from its row, its secrets opened.
+    """
+
+    def __init__(
+        self, pool: Pool, *, cache_s: float, opened: Callable[[asyncpg.Record], Route]
+    ) -> None:
+        self.pool = pool
+        self.cache_s = cache_s
+        self._opened = opened
+        self._cache: dict[str, tuple[float, Route]] = {}
+        self._looking: dict[str, asyncio.Future[Route | None]] = {}
+
+    def forget(self, agent_id: str | None = None) -> None:
+        """Drop the cached route of ``agent_id`` (of every agent when None)."""
+        if agent_id is None:
+            self._cache.clear()
+        else:
+            self._cache.pop(agent_id, None)
+
+    async def get(self, agent_id: str) -> Route | None:
+        """The route for ``agent_id``, or None when the agent is unknown.
+
+        Raises:
+            SecretUnreadable: its stored secret opens with none of the configured keys.
+        """
+        cached = self._cache.get(agent_id)
+        now = time.monotonic()
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        # One lookup per agent at a time: when the cached route ends, the posts in flight
+        # to that agent all ask at once, and they share the first one's answer.
+        pending = self._looking.get(agent_id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._look_up(agent_id, now))
+            self._looking[agent_id] = pending
+            # Its error reaches every caller; one that was cancelled meanwhile reads none.
+            pending.add_done_callback(_retrieved)
+        return await asyncio.shield(pending)
+
+    async def _look_up(self, agent_id: str, now: float) -> Route | None:
+        try:
+            with store_errors("route lookup"):
+                record = await self.pool.fetchrow(queries["routes_get"], agent_id)
+        finally:
+            del self._looking[agent_id]
+        if record is None:
+            self._cache.pop(agent_id, None)
+            return None
+        found = self._opened(record)
+        if self.cache_s > 0:
+            self._cache[agent_id] = (now + self.cache_s, found)
+        return found
+
+
+class _RouteSecrets:
+    """Routes' secrets at rest: sealed before they are stored, opened when read, resealed.
+
+    Args:
+        box: seals and opens secrets (no key: stored as given).
+    """
+
+    def __init__(self, box: SecretBox) -> None:
+        self.box = box
+
+    def sealed(self, agent_id: str, secret: str) -> str:
+        """``secret`` as stored for ``agent_id``'s route."""
+        return self.box.seal(secret, context=route_context(agent_id))
+
+    def route(self, record: asyncpg.Record, *, must_open: bool = True) -> Route:
+        """A route from its row, its secrets opened.
+
+        Args:
+            record: the row.
+            must_open: False where no secret is needed (a hold): secrets that do not
+                open are left out (None) instead of failing.
+
+        Raises:
+            SecretUnreadable: a stored secret opens with none of the configured keys.
+        """
+        context = route_context(record["agent_id"])
+        secret, previous = record["secret"], record["previous_secret"]
+        if not must_open:
+            try:
+                self.route(record)
+            except SecretUnreadable:
+                secret = previous = None
+        return Route(
+            agent_id=record["agent_id"],
+            url=record["url"],
+            secret=None if secret is None else self.box.open(secret, context=context),
+            enabled=record["enabled"],
+            kind=record["kind"],
+            batch_size=record["batch_size"],
+            held_at=record["held_at"],
+            previous_secret=None if previous is None else self.box.open(previous, context=context),
+            previous_secret_until=record["previous_secret_until"],
+            policy=_policy(record),
+        )
+
+    def resealed(self, agent_id: str, stored: str | None) -> str | None:
+        """``stored`` in the form the current key asks for (as it is when already so)."""
+        if stored is None or self.box.is_current(stored):
+            return stored
+        context = route_context(agent_id)
+        return self.box.seal(self.box.open(stored, context=context), context=context)
+
+
 class PostgresRoutes:
     """The route book port over an asyncpg pool, with the operator's edits.
 
@@ -154,8 +269,8 @@ class PostgresRoutes:
         self.egress = egress if egress is not None else EgressPolicy()
         self.box = box if box is not None else SecretBox()
         self.lease_s = lease_s
-        self._cache: dict[str, tuple[float, Route]] = {}
-        self._looking: dict[str, asyncio.Future[Route | None]] = {}
+        self._secrets = _RouteSecrets(self.box)
+        self._cache = _RouteCache(pool, cache_s=cache_s, opened=self._secrets.route)
 
     async def route(self, agent_id: str) -> Route | None:
         """The route for ``agent_id``, or None when the agent is unknown.
@@ -163,33 +278,7 @@ class PostgresRoutes:
         Raises:
             SecretUnreadable: its stored secret opens with none of the configured keys.
         """
-        cached = self._cache.get(agent_id)
-        now = time.monotonic()
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        # One lookup per agent at a time: when the cached route ends, the posts in flight
-        # to that agent all ask at once, and they share the first one's answer.
-        pending = self._looking.get(agent_id)
-        if pending is None:
-            pending = asyncio.ensure_future(self._look_up(agent_id, now))
-            self._looking[agent_id] = pending
-            # Its error reaches every caller; one that was cancelled meanwhile reads none.
-            pending.add_done_callback(_retrieved)
-        return await asyncio.shield(pending)
-
-    async def _look_up(self, agent_id: str, now: float) -> Route | None:
-        try:
-            with store_errors("route lookup"):
-                record = await self.pool.fetchrow(queries["routes_get"], agent_id)
-        finally:
-            del self._looking[agent_id]
-        if record is None:
-            self._cache.pop(agent_id, None)
-            return None
-        found = self._route(record)
-        if self.cache_s > 0:
-            self._cache[agent_id] = (now + self.cache_s, found)
-        return found
+        return await self._cache.get(agent_id)
 
     async def missing(self, agent_ids: Sequence[str]) -> list[str]:
         """Which of ``agent_ids`` have no route: a reply to one would die ``unknown_recipient``.
@@ -244,7 +333,7 @@ class PostgresRoutes:
             InvalidSecret: the secret is not ``whsec_<base64>``.
         """
         agent_id = _check_agent_id(agent_id)
-        self._cache.pop(agent_id, None)
+        self._cache.forget(agent_id)
         batch_size = _check_batch_size(batch_size)
         self._check_policy(policy)
         stored: str | None = None
@@ -253,7 +342,7 @@ class PostgresRoutes:
                 raise InvalidInput("an http route needs a URL", field="url")
             url = check_route_url(url, self.egress)
             secret = _check_secret(secret) if secret is not None else new_secret()
-            stored = self.box.seal(secret, context=route_context(agent_id))
+            stored = self._secrets.sealed(agent_id, secret)
         elif kind == "mailbox":
             if url is not None or secret is not None:
                 raise InvalidInput("a mailbox route has no URL and no secret", field="url")
@@ -262,7 +351,7 @@ class PostgresRoutes:
             if url is None or secret is None or batch_size != 1:
                 raise InvalidInput("an a2a push route needs a URL and its secret", field="url")
             url = check_route_url(url, self.egress)
-            stored = self.box.seal(secret, context=route_context(agent_id))
+            stored = self._secrets.sealed(agent_id, secret)
         else:
             raise InvalidInput("route kind must be http, mailbox or a2a", field="kind")
         with store_errors("route add"):
@@ -282,7 +371,7 @@ class PostgresRoutes:
                 f"agent {shown_key(agent_id)} already has a route; update it instead",
                 field="agentId",
             )
-        return self._route(record)
+        return self._secrets.route(record)
 
     async def update(
         self,
@@ -319,11 +408,11 @@ class PostgresRoutes:
             url = check_route_url(url, self.egress)
         stored = None
         if secret is not None:
-            stored = self.box.seal(_check_secret(secret), context=route_context(agent_id))
+            stored = self._secrets.sealed(agent_id, _check_secret(secret))
         if batch_size is not None:
             batch_size = _check_batch_size(batch_size)
         self._check_policy(policy)
-        self._cache.pop(agent_id, None)
+        self._cache.forget(agent_id)
         async with self._readable_route(agent_id, "route update") as (conn, current):
             final = _policy(current).merged(policy, cleared=cleared)
             record = await conn.fetchrow(
@@ -336,7 +425,7 @@ class PostgresRoutes:
             )
         if record is None:  # the row is locked above, so it cannot vanish in between
             raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
-        return self._route(record)
+        return self._secrets.route(record)
 
     async def hold(self, agent_id: str) -> Route:
         """Hold an agent: its replies stay pending, untouched and unaged, until released.
@@ -346,14 +435,14 @@ class PostgresRoutes:
         Raises:
             RouteNotFound: no route for ``agent_id``.
         """
-        self._cache.pop(agent_id, None)
+        self._cache.forget(agent_id)
         with store_errors("route hold"):
             record = await self.pool.fetchrow(
                 queries["routes_set_enabled"], agent_id, False, self.clock.now()
             )
         if record is None:
             raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
-        return self._route(record, must_open=False)
+        return self._secrets.route(record, must_open=False)
 
     async def release(self, agent_id: str) -> Route:
         """Release a held agent and wake a drain, so its waiting replies go out now.
@@ -365,7 +454,7 @@ class PostgresRoutes:
         Raises:
             RouteNotFound: no route for ``agent_id``.
         """
-        self._cache.pop(agent_id, None)
+        self._cache.forget(agent_id)
         now = self.clock.now()
         with store_errors("route release"):
             async with self.pool.acquire() as conn, conn.transaction():
@@ -380,7 +469,7 @@ class PostgresRoutes:
                     await schedule_wake_on(conn, now)
         if record is None:
             raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
-        return self._route(record, must_open=False)
+        return self._secrets.route(record, must_open=False)
 
     async def remove(self, agent_id: str) -> None:
         """Forget an agent's route; its later replies die as ``unknown_recipient``.
@@ -388,7 +477,7 @@ class PostgresRoutes:
         Raises:
             RouteNotFound: no route for ``agent_id``.
         """
-        self._cache.pop(agent_id, None)
+        self._cache.forget(agent_id)
         with store_errors("route remove"):
             record = await self.pool.fetchrow(queries["routes_remove"], agent_id)
         if record is None:
@@ -439,13 +528,13 @@ class PostgresRoutes:
             raise InvalidInput("the overlap must not be negative", field="overlap")
         secret = new_secret()
         until = self.clock.now() + timedelta(seconds=overlap_s)
-        self._cache.pop(agent_id, None)
-        sealed = self.box.seal(secret, context=route_context(agent_id))
+        self._cache.forget(agent_id)
+        sealed = self._secrets.sealed(agent_id, secret)
         async with self._readable_route(agent_id, "route rotate") as (conn, _current):
             record = await conn.fetchrow(queries["routes_rotate"], agent_id, sealed, until)
         if record is None:
             raise RouteNotFound(f"no http route for agent {shown_key(agent_id)}")
-        return self._route(record)
+        return self._secrets.route(record)
 
     @contextlib.asynccontextmanager
     async def _readable_route(
@@ -468,7 +557,7 @@ class PostgresRoutes:
                 current = await conn.fetchrow(queries["routes_lock"], agent_id)
                 if current is None:
                     raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
-                self._route(current)
+                self._secrets.route(current)
                 yield conn, current
 
     def _check_policy(self, policy: RoutePolicy) -> None:
@@ -492,7 +581,7 @@ class PostgresRoutes:
             status = await self.pool.execute(
                 queries["routes_forget_previous_secrets"], self.clock.now()
             )
-        self._cache.clear()
+        self._cache.forget()
         return int(status.split()[-1])
 
     async def reseal(self) -> ResealReport:
@@ -517,7 +606,8 @@ class PostgresRoutes:
                 for record in records:
                     agent_id = record["agent_id"]
                     values = [
-                        self._reseal(agent_id, record[k]) for k in ("secret", "previous_secret")
+                        self._secrets.resealed(agent_id, record[k])
+                        for k in ("secret", "previous_secret")
                     ]
                     written = sum(
                         new != old
@@ -532,45 +622,8 @@ class PostgresRoutes:
                         changed[2].append(values[1])
                 if changed[0]:
                     await conn.execute(queries["routes_reseal"], *changed)
-        self._cache.clear()
+        self._cache.forget()
         return ResealReport(routes=len(records), resealed=resealed)
-
-    def _reseal(self, agent_id: str, stored: str | None) -> str | None:
-        if stored is None or self.box.is_current(stored):
-            return stored
-        context = route_context(agent_id)
-        return self.box.seal(self.box.open(stored, context=context), context=context)
-
-    def _route(self, record: asyncpg.Record, *, must_open: bool = True) -> Route:
-        """A route from its row, its secrets opened.
-
-        Args:
-            record: the row.
-            must_open: False where no secret is needed (a hold): secrets that do not
-                open are left out (None) instead of failing.
-
-        Raises:
-            SecretUnreadable: a stored secret opens with none of the configured keys.
-        """
-        context = route_context(record["agent_id"])
-        secret, previous = record["secret"], record["previous_secret"]
-        if not must_open:
-            try:
-                self._route(record)
-            except SecretUnreadable:
-                secret = previous = None
-        return Route(
-            agent_id=record["agent_id"],
-            url=record["url"],
-            secret=None if secret is None else self.box.open(secret, context=context),
-            enabled=record["enabled"],
-            kind=record["kind"],
-            batch_size=record["batch_size"],
-            held_at=record["held_at"],
-            previous_secret=None if previous is None else self.box.open(previous, context=context),
-            previous_secret_until=record["previous_secret_until"],
-            policy=_policy(record),
-        )
 
 
 def _policy(record: asyncpg.Record) -> RoutePolicy:

@@ -1,0 +1,278 @@
+"""What each process runs, wired over an open :class:`~birddog.bootstrap.stack.Stack`.
+
+The drain daemon, the job worker, the console, the MCP desk and the A2A services, and
+the listeners, alerts and daemon row around them. Running them is
+:mod:`birddog.processes`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from birddog.ports import Listener, TokenBook
+from birddog.postgres.daemons import PostgresDaemons
+from birddog.postgres.jobs import JOBS_CHANNEL
+from birddog.postgres.wake import WakeListener
+
+if TYPE_CHECKING:
+    from aiohttp import web
+
+    from birddog.a2a.server import A2AServices
+    from birddog.console import Sessions
+    from birddog.daemon import DrainDaemon
+    from birddog.http.alerts import AlertCoalescer
+    from birddog.mcp.tools import Desk
+    from birddog.metrics import WorkerMetrics
+    from birddog.worker import Handler, Worker
+
+from birddog.bootstrap.stack import Stack
+
+# ---- the drain daemon ----------------------------------------------------------------
+
+
+def build_wake_listener(
+    stack: Stack, *, on_reconnect: Callable[[], None] | None = None
+) -> WakeListener:
+    """``LISTEN birddog_wake`` on a connection of its own (enter it to connect).
+
+    Args:
+        stack: the open adapters (``listen_dsn``).
+        on_reconnect: told each time the connection is open again (the database is back).
+
+    Returns:
+        The listener, not yet connected.
+    """
+    return WakeListener(stack.listen_dsn, on_reconnect=on_reconnect)
+
+
+def build_alerts(stack: Stack) -> AlertCoalescer | None:
+    """Dead-letter alerts, gathered per recipient into signed posts, when an alert URL is set.
+
+    Args:
+        stack: the open adapters and their settings.
+
+    Returns:
+        The coalescer (``close()`` it when done), or None without ``BIRDDOG_ALERT_URL``.
+    """
+    settings = stack.settings
+    if not settings.alert_url:
+        return None
+    from birddog.http.alerts import AlertCoalescer, AlertPoster  # noqa: PLC0415 - the daemon's
+
+    return AlertCoalescer(
+        AlertPoster(settings.alert_url, settings.alert_signing_secret(), clock=stack.clock),
+        window_s=settings.alert_coalesce_s,
+        clock=stack.clock,
+        on_failure=stack.metrics.side_task_failed,
+    )
+
+
+def build_daemon_row(stack: Stack, *, kind: str) -> PostgresDaemons:
+    """This process's row in ``birddog.daemons`` (``birddog status`` lists it).
+
+    Args:
+        stack: the open adapters.
+        kind: ``drain`` or ``worker``.
+
+    Returns:
+        The row's keeper: ``seen()`` renews it, ``gone()`` removes it.
+    """
+    return PostgresDaemons(stack.pool, kind=kind)
+
+
+def build_daemon(
+    stack: Stack,
+    *,
+    listener: Listener,
+    alerts: AlertCoalescer | None,
+    stop: asyncio.Event,
+) -> DrainDaemon:
+    """Wire the drain daemon over ``stack``: the mail room, wakes, alerts for dead letters.
+
+    Args:
+        stack: the open adapters.
+        listener: ``LISTEN birddog_wake`` on its own connection.
+        alerts: gathers dead letters per recipient into signed alerts, when an alert URL
+            is set.
+        stop: set to stop the daemon.
+
+    Returns:
+        The daemon, ready to ``run``.
+    """
+    from birddog.daemon import DrainDaemon  # noqa: PLC0415 - the daemon's own
+
+    return DrainDaemon(
+        room=stack.room,
+        listener=listener,
+        clock=stack.clock,
+        settings=stack.settings,
+        metrics=stack.metrics,
+        on_dead=alerts.dead_letter if alerts is not None else None,
+        stop=stop,
+    )
+
+
+# ---- the job worker ------------------------------------------------------------------
+
+
+def build_jobs_listener(
+    stack: Stack, *, on_reconnect: Callable[[], None] | None = None
+) -> WakeListener:
+    """``LISTEN birddog_jobs`` on a connection of its own (enter it to connect).
+
+    Args:
+        stack: the open adapters (``listen_dsn``).
+        on_reconnect: told each time the connection is open again (the database is back).
+
+    Returns:
+        The listener, not yet connected.
+    """
+    return WakeListener(stack.listen_dsn, channel=JOBS_CHANNEL, on_reconnect=on_reconnect)
+
+
+def build_worker(
+    stack: Stack,
+    handler: Handler,
+    *,
+    listener: Listener,
+    queues: Sequence[str] | None,
+    stop: asyncio.Event,
+    metrics: WorkerMetrics | None = None,
+    agents: Sequence[str] | None = None,
+) -> Worker:
+    """Wire a job worker over ``stack``'s job store.
+
+    Args:
+        stack: the open adapters.
+        handler: the user's async handler.
+        listener: ``LISTEN birddog_jobs`` on its own connection.
+        queues: these queues (session ids); with ``agents``, None or empty for all.
+        stop: set to stop the worker.
+        metrics: the worker's metrics (default: a registry of its own).
+        agents: every session of these agents as well.
+
+    Returns:
+        The worker, ready to ``run``.
+    """
+    from birddog.worker import Worker  # noqa: PLC0415 - the worker's own
+
+    settings = stack.settings
+    return Worker(
+        jobs=stack.jobs,
+        handler=handler,
+        listener=listener,
+        queues=queues,
+        agents=agents,
+        concurrency=settings.worker_concurrency,
+        handler_timeout_s=settings.handler_timeout_s,
+        lease_s=settings.job_lease_s,
+        shutdown_grace_s=settings.shutdown_grace_s,
+        stop=stop,
+        metrics=metrics,
+    )
+
+
+# ---- the operator's console ----------------------------------------------------------
+
+
+def build_console(stack: Stack, *, sessions: Sessions, read_only: bool) -> web.Application:
+    """Wire the operator's console over ``stack``'s adapters.
+
+    Args:
+        stack: the open adapters.
+        sessions: the start-up token and the sessions it opens.
+        read_only: serve the pages only, no action.
+
+    Returns:
+        The web application, to serve on 127.0.0.1.
+    """
+    from birddog.console import make_app  # noqa: PLC0415 - the console's own
+
+    return make_app(
+        admin=stack.admin,
+        outbox=stack.replay,
+        routes=stack.routes,
+        jobs=stack.jobs,
+        clock=stack.clock,
+        sessions=sessions,
+        read_only=read_only,
+    )
+
+
+# ---- the MCP server -----------------------------------------------------------------
+
+MCP_POOL_SIZE = 10
+"""The MCP server's pool: a waiting tool call holds none of its connections."""
+
+
+def mcp_desk(stack: Stack) -> Desk:
+    """The MCP tools over ``stack``'s adapters (one desk per server process).
+
+    Args:
+        stack: the open adapters.
+
+    Returns:
+        The desk; ``close()`` it when the server stops.
+    """
+    from birddog.mcp.tools import Desk, Services  # noqa: PLC0415 - the MCP server only
+
+    return Desk(
+        Services(
+            asking=stack.asking,
+            sender=stack.sender,
+            mailbox=stack.mailbox,
+            asks=stack.asks,
+            jobs=stack.jobs,
+            admin=stack.admin,
+            routes=stack.routes,
+            notices=stack.notices,
+            lease_s=stack.settings.job_lease_s,
+            max_content_bytes=stack.settings.max_content_bytes,
+        )
+    )
+
+
+# ---- the HTTP endpoints' callers ---------------------------------------------------------
+
+
+def token_book(stack: Stack) -> TokenBook:
+    """Who each bearer token of the HTTP endpoints is (MCP over HTTP, A2A).
+
+    Args:
+        stack: the open adapters.
+
+    Returns:
+        The per-agent tokens of ``birddog agent add`` / ``birddog agent token``.
+    """
+    return stack.agents
+
+
+# ---- the A2A endpoint -------------------------------------------------------------------
+
+A2A_POOL_SIZE = 10
+"""The A2A server's pool: a waiting ``SendMessage`` holds none of its connections."""
+
+
+def a2a_services(stack: Stack, *, wait_s: float) -> A2AServices:
+    """What ``birddog a2a`` calls, over ``stack``'s adapters.
+
+    Args:
+        stack: the open adapters.
+        wait_s: how long a blocking ``SendMessage`` waits for a terminal state.
+
+    Returns:
+        The services of the A2A request handler.
+    """
+    from birddog.a2a.server import A2AServices  # noqa: PLC0415 - the A2A server only
+    from birddog.postgres.tasks import PostgresSentJobs  # noqa: PLC0415
+
+    return A2AServices(
+        asking=stack.asking,
+        sent=PostgresSentJobs(stack.pool),
+        jobs=stack.jobs,
+        routes=stack.routes,
+        tokens=token_book(stack),
+        wait_s=wait_s,
+    )

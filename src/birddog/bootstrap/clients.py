@@ -1,0 +1,171 @@
+"""The client side of the composition root: sends, asks and the spool, over a pool.
+
+What a library caller (or a command that only sends, asks or reads) wires without a
+whole stack: :func:`open_asking`, :func:`open_sender` and :func:`open_spool`, and the
+clock every adapter of this process reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from birddog.asking import Asking
+from birddog.clock import SystemClock
+from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
+from birddog.ports import Clock
+from birddog.postgres.asks import PostgresAsks
+from birddog.postgres.mailbox import PostgresMailbox
+from birddog.postgres.notices import PostgresNotices
+from birddog.postgres.pool import (
+    Pool,
+    refusal_reason,
+)
+from birddog.runtime import every, stop_task
+from birddog.sending import Sender
+from birddog.settings import Settings
+from birddog.spool import SqliteSpool
+
+if TYPE_CHECKING:
+    pass
+
+
+CLOCK: Clock = SystemClock()
+"""The wall clock every adapter and command of this process reads."""
+
+
+@contextlib.asynccontextmanager
+async def open_asking(
+    pool: Pool,
+    listen_dsn: str | None,
+    *,
+    poll_s: float = 2.0,
+    clock: Clock | None = None,
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+) -> AsyncIterator[Asking]:
+    """Sends and asks over ``pool``, their waits sharing one LISTEN on ``listen_dsn``.
+
+    Args:
+        pool: an asyncpg pool on the BirdDog database (any size: a waiting ask holds no
+            connection).
+        listen_dsn: the database for the one listening connection (a direct one, not
+            PgBouncer's); None: waits poll only.
+        poll_s: while waiting, look again at least this often, notification or not.
+        clock: the time source (default: the system clock).
+        max_content_bytes: the largest question allowed.
+
+    Yields:
+        The asking, for the life of the block; its listener closes with it.
+    """
+    notices = PostgresNotices(listen_dsn)
+    mailbox, _asks, asking = _asking(
+        pool, notices, clock=clock or CLOCK, max_content_bytes=max_content_bytes, poll_s=poll_s
+    )
+    try:
+        yield asking
+    finally:
+        await mailbox.close()
+        await notices.close()
+
+
+@contextlib.asynccontextmanager
+async def open_sender(
+    pool: Pool,
+    listen_dsn: str | None,
+    *,
+    spool_path: str | Path | None = None,
+    spool_max_bytes: int | None = None,
+    spool_max_age_s: float | None = None,
+    forward_every_s: float | None = None,
+    poll_s: float = 2.0,
+    clock: Clock | None = None,
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+) -> AsyncIterator[Sender]:
+    """A :class:`~birddog.Sender` over ``pool``, spooling to the local spool when need be.
+
+    Args:
+        pool: an asyncpg pool on the BirdDog database; make it with ``min_size=0`` so it
+            opens even while the database is away.
+        listen_dsn: the database for the one listening connection; None: waits poll only.
+        spool_path: the spool file (default: ``BIRDDOG_SPOOL_PATH``, else the default
+            location, as the command line uses).
+        spool_max_bytes: the spool's bound (default ``BIRDDOG_SPOOL_MAX_BYTES``).
+        spool_max_age_s: spooled mail older than this is quarantined (default
+            ``BIRDDOG_SPOOL_MAX_AGE_S``).
+        forward_every_s: while open, forward waiting mail this often (default
+            ``BIRDDOG_SPOOL_FORWARD_S``); 0: only when a send or a wait needs it.
+        poll_s: while waiting, look again at least this often.
+        clock: the time source (default: the system clock).
+        max_content_bytes: the largest content allowed.
+
+    Yields:
+        The sender, for the life of the block.
+    """
+    settings = Settings()
+    clock = clock or CLOCK
+    spool = SqliteSpool(
+        Path(spool_path) if spool_path is not None else settings.spool_location(),
+        clock=clock,
+        max_bytes=settings.spool_max_bytes if spool_max_bytes is None else spool_max_bytes,
+        max_age_s=settings.spool_max_age_s if spool_max_age_s is None else spool_max_age_s,
+    )
+    every_s = settings.spool_forward_s if forward_every_s is None else forward_every_s
+    async with open_asking(
+        pool, listen_dsn, poll_s=poll_s, clock=clock, max_content_bytes=max_content_bytes
+    ) as asking:
+        sender = Sender(asking=asking, spool=spool, describe=_refused_or_said, poll_s=poll_s)
+        stop = asyncio.Event()
+        forwarding = (
+            asyncio.create_task(
+                every(every_s, sender.forward_waiting, stop=stop, name="spool_forward"),
+                name="birddog-spool-forward",
+            )
+            if every_s > 0
+            else None
+        )
+        try:
+            yield sender
+        finally:
+            stop.set()
+            await stop_task(forwarding)
+
+
+def open_spool(settings: Settings) -> SqliteSpool:
+    """The local spool the settings name (``BIRDDOG_SPOOL_*``); opening it touches no file.
+
+    Args:
+        settings: where the spool is and its bounds.
+
+    Returns:
+        The spool.
+    """
+    return SqliteSpool(
+        settings.spool_location(),
+        clock=CLOCK,
+        max_bytes=settings.spool_max_bytes,
+        max_age_s=settings.spool_max_age_s,
+    )
+
+
+def _refused_or_said(exc: BaseException) -> str:
+    """Why a spooled mail was refused: the server's own words for a refused statement."""
+    reason = refusal_reason(exc)
+    return f"the database refused it: {reason}" if reason is not None else str(exc)
+
+
+def _asking(
+    pool: Pool,
+    notices: PostgresNotices,
+    *,
+    clock: Clock,
+    max_content_bytes: int,
+    poll_s: float = 2.0,
+) -> tuple[PostgresMailbox, PostgresAsks, Asking]:
+    """The mailbox (its waits on ``notices``), the ask store, and the asking over both."""
+    mailbox = PostgresMailbox(pool, poll_s=poll_s, clock=clock, notices=notices)
+    asks = PostgresAsks(pool)
+    asking = Asking(asks=asks, answers=mailbox, clock=clock, max_content_bytes=max_content_bytes)
+    return mailbox, asks, asking
