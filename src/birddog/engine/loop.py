@@ -352,7 +352,7 @@ class DeliveryEngine:
             return True
         limit = min(self.window.claim_size, self.window.room)
         given_back = self._rows_given_back
-        self.window.reserve(limit)  # another claim may go out meanwhile
+        self.window.claiming += limit  # another claim may go out meanwhile
         try:
             page = await self.outbox.claim_due(
                 limit=limit,
@@ -363,7 +363,7 @@ class DeliveryEngine:
                 newest=max(1, limit // NEWEST_SHARE) if limit > 1 else 0,
             )
         finally:
-            self.window.reserve(-limit)
+            self.window.claiming -= limit
         if self._awake_since_wake and page.rows:
             self._awake_since_wake = False
             if self.on_wake_latency is not None:

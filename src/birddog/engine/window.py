@@ -54,6 +54,9 @@ class Window:
 
     Attributes:
         flow: the per-recipient limits, learning from every answer.
+        claiming: rows the claims in flight may still bring: the claimer adds a claim's
+            limit when it goes out and takes it off when it is back, so that room is kept
+            for it (:attr:`room`, :attr:`full`, :meth:`saturated`).
     """
 
     def __init__(
@@ -74,7 +77,7 @@ class Window:
         self._start = start
         self._ticks = ticks
         self._held = 0
-        self._claiming = 0  # rows that claims in flight may bring (reserved room)
+        self.claiming = 0
         self._ready_by_recipient: dict[str, deque[Held]] = {}
         self._batch_size_by_recipient: dict[str, int] = {}
         self._posts_out: dict[Post, None] = {}  # ordered like a set, in start order
@@ -91,23 +94,14 @@ class Window:
         return self._held
 
     @property
-    def claiming(self) -> int:
-        """Rows the claims in flight may still bring (their room is reserved)."""
-        return self._claiming
-
-    @property
     def room(self) -> int:
         """Rows the window can still take (zero when full), claims in flight deducted."""
-        return max(self.config.window_size - self._held - self._claiming, 0)
+        return max(self.config.window_size - self._held - self.claiming, 0)
 
     @property
     def full(self) -> bool:
         """No room to claim another row."""
-        return self._held + self._claiming >= self.config.window_size
-
-    def reserve(self, count: int) -> None:
-        """A claim of up to ``count`` rows goes out (negative: it came back)."""
-        self._claiming += count
+        return self._held + self.claiming >= self.config.window_size
 
     @property
     def has_ready(self) -> bool:
@@ -140,7 +134,7 @@ class Window:
         Less than a claim's worth of the window free while at least as many rows wait
         ready: the engine claims a page (or a batch) at a time rather than a row at a time.
         """
-        free = self.config.window_size - self._held - self._claiming
+        free = self.config.window_size - self._held - self.claiming
         if free <= 0:
             return True
         ready = sum(map(len, self._ready_by_recipient.values()))
