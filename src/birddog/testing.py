@@ -651,7 +651,9 @@ class InMemoryJobs:
         if isinstance(decision, Refuse):
             raise StaleClaim(f"job {job_id!r}: {decision.reason}")
         before = stored.job.outcome
-        keys = await self._carry_out(stored, decision, now, traceparent)
+        keys = await _carry_out(
+            stored, decision, now, traceparent, outbox=self.outbox, limits=self.limits
+        )
         return Finished(job_id, decision, _outcome_after(before, decision), keys)
 
     async def settle(
@@ -692,7 +694,7 @@ class InMemoryJobs:
         now = self.clock.now()
         decision = decide_job(stored.facts(), CancelRequested(content), now=now, limits=self.limits)
         before = stored.job.outcome
-        await self._carry_out(stored, decision, now, None)
+        await _carry_out(stored, decision, now, None, outbox=self.outbox, limits=self.limits)
         return _outcome_after(before, decision)
 
     async def recover_expired(self) -> list[tuple[str, str]]:
@@ -712,7 +714,7 @@ class InMemoryJobs:
         handled: list[tuple[str, str]] = []
         for stored in expired:
             decision = decide_job(stored.facts(), LeaseExpired(), now=now, limits=self.limits)
-            await self._carry_out(stored, decision, now, None)
+            await _carry_out(stored, decision, now, None, outbox=self.outbox, limits=self.limits)
             if isinstance(decision, Settle):
                 handled.append((stored.job.job_id, decision.outcome.value))
             elif isinstance(decision, Requeue):
@@ -736,49 +738,63 @@ class InMemoryJobs:
             raise JobNotFound(f"no job has id {job_id!r}")
         return stored
 
-    async def _carry_out(
-        self, stored: StoredJob, decision: Decision, now: datetime, traceparent: str | None
-    ) -> list[str]:
-        if isinstance(decision, Requeue):
-            stored.job = stored.job.model_copy(update={"state": JobState.QUEUED})
-            stored.claim_token = stored.lease_expires_at = None
-            stored.recovery_count += 1
-            stored.diagnostic = decision.diagnostic or stored.diagnostic
-        elif isinstance(decision, RecordCancellation):
-            stored.cancellation = decision.content
-        elif isinstance(decision, Settle):
-            return await self._settle(stored, decision, now, traceparent)
-        return []
-
-    async def _settle(
-        self, stored: StoredJob, settle: Settle, now: datetime, traceparent: str | None
-    ) -> list[str]:
-        settled = stored.job.model_copy(
-            update={"state": JobState.SETTLED, "outcome": settle.outcome}
-        )
-        try:
-            replies = replies_for(
-                settled,
-                content=settle.content,
-                diagnostic=settle.diagnostic,
-                now=now,
-                max_content_bytes=self.limits.max_content_bytes,
-            )
-        except InvalidInput:
-            replies = []  # not an agent job: it has no mail, so it owes no replies
-        # The claim token stays: a replay of this settlement by its claim is kept, not refused.
-        stored.job = settled
-        stored.lease_expires_at = None
-        stored.content, stored.diagnostic = settle.content, settle.diagnostic
-        if settle.records_cancellation:
-            stored.cancellation = settle.content
-        rows = [new_row(reply, now=now, traceparent=traceparent) for reply in replies]
-        return await self.outbox.add(rows) if rows else []
-
     def _lease_until(self, lease_s: float) -> datetime:
         if not lease_s > 0 or not math.isfinite(lease_s):
             raise InvalidInput("lease_s must be a positive number of seconds", field="lease_s")
         return self.clock.now() + timedelta(seconds=lease_s)
+
+
+async def _carry_out(
+    stored: StoredJob,
+    decision: Decision,
+    now: datetime,
+    traceparent: str | None,
+    *,
+    outbox: Outbox,
+    limits: Limits,
+) -> list[str]:
+    """Apply what :func:`~birddog.core.lifecycle.decide_job` decided to a stored job."""
+    if isinstance(decision, Requeue):
+        stored.job = stored.job.model_copy(update={"state": JobState.QUEUED})
+        stored.claim_token = stored.lease_expires_at = None
+        stored.recovery_count += 1
+        stored.diagnostic = decision.diagnostic or stored.diagnostic
+    elif isinstance(decision, RecordCancellation):
+        stored.cancellation = decision.content
+    elif isinstance(decision, Settle):
+        return await _settle(stored, decision, now, traceparent, outbox=outbox, limits=limits)
+    return []
+
+
+async def _settle(
+    stored: StoredJob,
+    settle: Settle,
+    now: datetime,
+    traceparent: str | None,
+    *,
+    outbox: Outbox,
+    limits: Limits,
+) -> list[str]:
+    """Settle a stored job and write the replies its mail owes into ``outbox``."""
+    settled = stored.job.model_copy(update={"state": JobState.SETTLED, "outcome": settle.outcome})
+    try:
+        replies = replies_for(
+            settled,
+            content=settle.content,
+            diagnostic=settle.diagnostic,
+            now=now,
+            max_content_bytes=limits.max_content_bytes,
+        )
+    except InvalidInput:
+        replies = []  # not an agent job: it has no mail, so it owes no replies
+    # The claim token stays: a replay of this settlement by its claim is kept, not refused.
+    stored.job = settled
+    stored.lease_expires_at = None
+    stored.content, stored.diagnostic = settle.content, settle.diagnostic
+    if settle.records_cancellation:
+        stored.cancellation = settle.content
+    rows = [new_row(reply, now=now, traceparent=traceparent) for reply in replies]
+    return await outbox.add(rows) if rows else []
 
 
 REPLAYED_FIELDS: Final = (

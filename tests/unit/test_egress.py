@@ -57,7 +57,9 @@ def embeddings(address: ipaddress.IPv4Address) -> list[str]:
         str(ipaddress.IPv6Address((0x64FF9B0001 << 80) | n << 24)),  # a /64 prefix
         f"::ffff:0:{hi:x}:{lo:x}",  # SIIT, IPv4-translated
         f"::ffff:0:{address}",
-        f"::{address}",  # IPv4-compatible
+        # IPv4-compatible; :: and ::1 are IPv6's own unspecified and loopback addresses,
+        # not spellings of 0.0.0.0 and 0.0.0.1
+        *([f"::{address}"] if n > 1 else []),
         str(ipaddress.IPv6Address(teredo | (~n & 0xFFFFFFFF))),  # Teredo: the client, inverted
         f"2001:db8::5efe:{hi:x}:{lo:x}",  # ISATAP
         f"2001:db8::200:5efe:{address}",
