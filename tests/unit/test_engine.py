@@ -10,7 +10,7 @@ from typing import Any
 
 from birddog import Accepted, AgentAddress, DeadReason, Failed, OutboxRow, Receipt, Reply
 from birddog.engine import DeliveryEngine, DrainReport
-from birddog.ports import Page, RouteHint, Settled
+from birddog.ports import Settled
 from birddog.testing import ManualListener
 from tests.support import ALICE, CAROL, Room, eventually, make_row, settled_job
 
@@ -457,37 +457,3 @@ async def test_without_a_backlog_a_notification_only_wakes_the_loop(room: Room) 
     await eventually(lambda: key in serving.delivered, "the reply's receipt")
     assert engine.fresh_claims == 0
     await serving.finish()
-
-
-async def test_a_batching_recipients_claims_overlap_within_the_window(room: Room) -> None:
-    """A second claim goes out while one is out for a batching recipient; both fit the window."""
-    claim_due = room.outbox.claim_due
-    release = asyncio.Event()
-    calls = 0
-    out = 0
-    most_held = 0
-    engine = room.room.engine(window_size=24, page_size=4, per_recipient=4)
-
-    async def batching_claim(**kwargs: Any) -> Page:
-        nonlocal calls, out, most_held
-        calls += 1
-        out += 1
-        try:
-            if calls > 1:  # the first claim shows the batches; the later ones wait here
-                await release.wait()
-            page = await claim_due(**kwargs)
-        finally:
-            out -= 1
-        # Held rows and the room reserved for the claims out (this one's among them).
-        most_held = max(most_held, engine.held + engine.window.claiming)
-        return replace(page, routes={ALICE.agent_id: RouteHint(batch_size=8)})
-
-    room.outbox.claim_due = batching_claim  # type: ignore[method-assign]
-    keys = await fan_out(room, 60, [ALICE], "o")
-    serving = Serving(engine, once=True)
-    await eventually(lambda: out == 2, "two claims out at once")
-    assert engine.held + engine.window.claiming <= 24
-    release.set()
-    await asyncio.wait_for(serving.task, DEADLINE_S)
-    assert sorted(serving.delivered) == sorted(keys)
-    assert most_held <= 24

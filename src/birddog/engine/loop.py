@@ -58,9 +58,6 @@ backlog's turn); the backlog itself keeps three quarters.
 """
 
 
-CLAIMS_IN_FLIGHT = 2
-"""Claims out at once while the last claim brought a batching recipient (else one)."""
-
 READY_RECHECK_S = 0.1
 """While rows are held ready, the longest wait before the engine looks at them again."""
 
@@ -285,31 +282,17 @@ class DeliveryEngine:
             Whether more rows may be due right now (the last claim came back full).
         """
         storing = asyncio.ensure_future(self.collect())
-        claims: list[asyncio.Task[bool]] = []
         try:
             more = await self.fill(force=force)
-            while more or claims:
+            while more and not self.window.saturated():
                 if storing.done() and self.outcomes.unstored:
-                    # The store ended while a claim was out: store what finished
+                    # The store ended while this claim was out: store what finished
                     # meanwhile beside the next claim, rather than after the last one.
                     on_report(storing.result())
                     storing = asyncio.ensure_future(self.collect())
-                # A batching recipient's claims overlap (each takes a batch): one claim
-                # per round trip would leave its posts waiting for the next batch.
-                overlap = CLAIMS_IN_FLIGHT if self.window.claim_size > self.config.page_size else 1
-                while more and len(claims) < overlap and not self.window.saturated():
-                    claims.append(asyncio.ensure_future(self.fill()))
-                if not claims:
-                    break
-                done, _ = await asyncio.wait(claims, return_when=asyncio.FIRST_COMPLETED)
-                for claim in done:
-                    claims.remove(claim)
-                    more = claim.result() and more
+                more = await self.fill()
         finally:
-            # Always wait for the claims and the store, even when one failed: they own
-            # their rows.
-            if claims:
-                await asyncio.wait(claims)
+            # Always wait for the store, even when the claim failed: it owns its rows.
             report = await storing
         on_report(report)
         return more
@@ -352,18 +335,14 @@ class DeliveryEngine:
             return True
         limit = min(self.window.claim_size, self.window.room)
         given_back = self._rows_given_back
-        self.window.claiming += limit  # another claim may go out meanwhile
-        try:
-            page = await self.outbox.claim_due(
-                limit=limit,
-                now=now,
-                lease_s=self.config.lease_s,
-                skip_agents=skip,
-                # A few of the latest-due rows first: a fresh reply overtakes a backlog.
-                newest=max(1, limit // NEWEST_SHARE) if limit > 1 else 0,
-            )
-        finally:
-            self.window.claiming -= limit
+        page = await self.outbox.claim_due(
+            limit=limit,
+            now=now,
+            lease_s=self.config.lease_s,
+            skip_agents=skip,
+            # A few of the latest-due rows first: a fresh reply overtakes a backlog.
+            newest=max(1, limit // NEWEST_SHARE) if limit > 1 else 0,
+        )
         if self._awake_since_wake and page.rows:
             self._awake_since_wake = False
             if self.on_wake_latency is not None:
@@ -460,8 +439,7 @@ class DeliveryEngine:
         may are left out, as in every claim.
         """
         config = self.config
-        held = self.window.held + self.window.claiming
-        limit = min(config.fresh_rows, config.window_size + config.fresh_rows - held)
+        limit = min(config.fresh_rows, config.window_size + config.fresh_rows - self.window.held)
         if limit < 1:
             return
         now = self.clock.now()
@@ -612,11 +590,4 @@ class DeliveryEngine:
         await self.outcomes.release(items, wake=wake)
 
 
-__all__ = [
-    "CLAIMS_IN_FLIGHT",
-    "FRESH_RETRY_S",
-    "NEWEST_SHARE",
-    "READY_RECHECK_S",
-    "WATCH_S",
-    "DeliveryEngine",
-]
+__all__ = ["FRESH_RETRY_S", "NEWEST_SHARE", "READY_RECHECK_S", "WATCH_S", "DeliveryEngine"]

@@ -54,9 +54,6 @@ class Window:
 
     Attributes:
         flow: the per-recipient limits, learning from every answer.
-        claiming: rows the claims in flight may still bring: the claimer adds a claim's
-            limit when it goes out and takes it off when it is back, so that room is kept
-            for it (:attr:`room`, :attr:`full`, :meth:`saturated`).
     """
 
     def __init__(
@@ -77,7 +74,6 @@ class Window:
         self._start = start
         self._ticks = ticks
         self._held = 0
-        self.claiming = 0
         self._ready_by_recipient: dict[str, deque[Held]] = {}
         self._batch_size_by_recipient: dict[str, int] = {}
         self._posts_out: dict[Post, None] = {}  # ordered like a set, in start order
@@ -95,13 +91,13 @@ class Window:
 
     @property
     def room(self) -> int:
-        """Rows the window can still take (zero when full), claims in flight deducted."""
-        return max(self.config.window_size - self._held - self.claiming, 0)
+        """Rows the window can still take (zero when full)."""
+        return max(self.config.window_size - self._held, 0)
 
     @property
     def full(self) -> bool:
         """No room to claim another row."""
-        return self._held + self.claiming >= self.config.window_size
+        return self._held >= self.config.window_size
 
     @property
     def has_ready(self) -> bool:
@@ -134,7 +130,7 @@ class Window:
         Less than a claim's worth of the window free while at least as many rows wait
         ready: the engine claims a page (or a batch) at a time rather than a row at a time.
         """
-        free = self.config.window_size - self._held - self.claiming
+        free = self.config.window_size - self._held
         if free <= 0:
             return True
         ready = sum(map(len, self._ready_by_recipient.values()))
