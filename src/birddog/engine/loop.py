@@ -285,9 +285,11 @@ class DeliveryEngine:
         try:
             more = await self.fill(force=force)
             while more and not self.window.saturated():
-                if storing.done() and self.outcomes.unstored:
-                    # The store ended while this claim was out: store what finished
-                    # meanwhile beside the next claim, rather than after the last one.
+                if storing.done() and self.outcomes.unstored >= self.config.page_size:
+                    # The store ended while this claim was out and a page of outcomes
+                    # (a batch's) waits: store it beside the next claim, rather than after
+                    # the last one. Fewer wait for the next step: one store per few
+                    # single replies would cost a commit each.
                     on_report(storing.result())
                     storing = asyncio.ensure_future(self.collect())
                 more = await self.fill()
