@@ -181,7 +181,10 @@ async def main(args: argparse.Namespace) -> int:
             finally:
                 await inbox.stop()
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("BENCH_KEEP_TMP"):  # the daemons' logs, to read after a run
+            print(f"kept: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
     print(table(rows))
     print(f"\nresults: {results}/<name>.json   machine: {NOTE}")
     if failed:

@@ -408,6 +408,46 @@ async def test_a_notification_arms_the_wake_again_before_its_fresh_claim(room: R
     await serving.finish()
 
 
+async def test_a_fresh_claim_under_way_when_the_backlog_ends_still_posts_its_rows(
+    room: Room,
+) -> None:
+    """The backlog ending stops the watcher after its claim, never in the middle of it.
+
+    Cancelled while the claim's answer was on its way, the rows the database had leased
+    waited out their lease unposted (a fresh reply 71 s late behind a backlog).
+    """
+    never, _ = await backlog_that_hangs(room)
+    bell = ManualListener()
+    engine = room.room.engine(window_size=8, per_recipient=4)
+    answered = asyncio.Event()
+    claim_due = room.outbox.claim_due
+    fresh_keys: set[str] = set()
+
+    async def slow_answer(**kwargs: Any) -> Any:
+        page = await claim_due(**kwargs)  # leased, as a committed claim is
+        if {row.key for row in page.rows} & fresh_keys:
+            await answered.wait()  # ...and its answer still on the way
+        return page
+
+    room.outbox.claim_due = slow_answer  # type: ignore[method-assign]
+    serving = Serving(engine, listener=bell)
+    await eventually(lambda: engine.full, "a full window")
+    await eventually(lambda: bell.waits >= 1, "the watcher waiting")
+    room.clock.advance(1)
+    [fresh] = await fan_out(room, 1, [CAROL], "f")
+    fresh_keys.add(fresh)
+    waits = bell.waits
+    bell.notify()
+    # The watcher took the notification and has not waited again: its claim is out.
+    await eventually(lambda: engine.fresh_claims == 0 and room.wake.slept, "the claim out")
+    assert bell.waits == waits
+    never.set()  # the backlog ends while the fresh claim's answer is out
+    await eventually(lambda: not engine.full, "the backlog's posts answered")
+    answered.set()
+    await eventually(lambda: fresh in serving.delivered, "the fresh reply's receipt")
+    await serving.finish()
+
+
 async def test_a_storm_of_notifications_holds_at_most_fresh_rows_beyond_the_window(
     room: Room,
 ) -> None:

@@ -408,7 +408,16 @@ class DeliveryEngine:
             return
         if self._listening is not None:
             self._listening.cancel()
-        await stop_task(watcher)
+        # Waited for, not cancelled: cancelled mid-claim, the rows the database had
+        # leased would wait out their lease unposted (seen: a fresh reply 71 s late).
+        # Seeing ``_watcher`` gone, it returns after its claim or arm under way.
+        try:
+            await asyncio.wait({watcher})
+        except asyncio.CancelledError:
+            await stop_task(watcher)  # the engine itself is being stopped
+            raise
+        if not watcher.cancelled():
+            watcher.exception()  # its own failures are logged where they happen
 
     async def _fresh(self, *, arm: bool) -> bool:
         """Arm the wake (``arm``), or claim the fresh rows.
