@@ -413,11 +413,10 @@ class DeliveryEngine:
         # Seeing ``_watcher`` gone, it returns after its claim or arm under way.
         try:
             await asyncio.wait({watcher})
-        except asyncio.CancelledError:
-            await stop_task(watcher)  # the engine itself is being stopped
-            raise
-        if not watcher.cancelled():
-            watcher.exception()  # its own failures are logged where they happen
+        finally:
+            # Ended: only its result is taken. Still running: the engine itself is being
+            # stopped (this wait was cancelled), so the watcher is too.
+            await stop_task(watcher)
 
     async def _fresh(self, *, arm: bool) -> bool:
         """Arm the wake (``arm``), or claim the fresh rows.
