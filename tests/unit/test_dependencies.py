@@ -77,3 +77,8 @@ def test_the_makefile_installs_only_through_the_lock() -> None:
     for line in installing.splitlines():
         if "pip install" in line and not line.startswith("INSTALL :="):
             assert "--constraint $(LOCK)" in line, line
+
+
+def test_the_installer_itself_is_pinned() -> None:
+    """make installs with uv, which pip installs at the release the lock pins."""
+    assert "uv" in _locked(), f"uv is not in {LOCK.name} (run make lock)"
