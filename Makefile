@@ -18,7 +18,7 @@ INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python --constraint $(L
 
 .PHONY: run test lint typecheck fmt bench bench-full chaos clean venv lock
 
-# The venv's pip installs only uv, at the release the lock pins.
+# The venv's pip puts in only uv, at the release the lock pins.
 define make-venv
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	test -x $(BIN)/uv || $(BIN)/python -m pip install --quiet --constraint $(LOCK) uv

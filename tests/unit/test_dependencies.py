@@ -75,10 +75,10 @@ def test_the_makefile_installs_only_through_the_lock() -> None:
     assert re.search(r"^INSTALL := .*--constraint \$\(LOCK\)", installing, re.MULTILINE)
     assert "LOCK   := constraints.txt" in installing
     for line in installing.splitlines():
-        if "pip install" in line and not line.startswith("INSTALL :="):
+        if "pip install" in line and not line.startswith(("INSTALL :=", "#")):
             assert "--constraint $(LOCK)" in line, line
 
 
 def test_the_installer_itself_is_pinned() -> None:
-    """make installs with uv, which pip installs at the release the lock pins."""
+    """The Makefile installs with uv, which pip installs at the release the lock pins."""
     assert "uv" in _locked(), f"uv is not in {LOCK.name} (run make lock)"

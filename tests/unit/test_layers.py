@@ -36,9 +36,6 @@ APP_MODULES = sorted(
 COMPOSITION_ROOT = sorted((SOURCE / "bootstrap").glob("*.py"))
 """The app package that names the Postgres adapters (the processes take them from it)."""
 
-NOT_YET_BEHIND_A_PORT: set[Path] = set()
-"""Temporary exceptions to the rule below, each with the change that removes it."""
-
 
 def imported_modules(path: Path) -> set[str]:
     """Every module ``path`` imports, at any depth of the file."""
@@ -116,9 +113,6 @@ def postgres_imports(path: Path) -> list[str]:
 )
 def test_only_the_composition_root_names_the_postgres_adapters(path: Path) -> None:
     """Commands, console and processes reach the database through bootstrap or a port."""
-    if path in NOT_YET_BEHIND_A_PORT:
-        assert postgres_imports(path), f"{path.name} no longer needs its exception"
-        return
     assert postgres_imports(path) == []
 
 

@@ -12,11 +12,11 @@ when to sleep on the wake board.
   sets the event the loop waits on.
 - :meth:`DeliveryEngine.collect` stores what is known, gives back what the window set
   aside, and arms the next wake.
-- While a backlog fills the window, a watcher reads the listener instead of the loop: it
-  keeps a wake armed and, on each notification, claims the few latest-due rows at once
-  beside the window's claims (:meth:`DeliveryEngine._claim_fresh`), so fresh mail
-  overtakes the backlog instead of waiting for room. It stops when a claim comes back
-  short; the loop then goes to sleep on the listener as before.
+- While a backlog fills the window, a watcher (:class:`~birddog.engine.fresh.FreshRows`)
+  reads the listener instead of the loop: it keeps a wake armed and, on each
+  notification, claims the few latest-due rows at once beside the window's claims, so
+  fresh mail overtakes the backlog instead of waiting for room. It stops when a claim
+  comes back short; the loop then goes to sleep on the listener as before.
 """
 
 from __future__ import annotations
@@ -28,13 +28,12 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
-import structlog
-
 from birddog.core.delivery import DeliveryResult
 from birddog.core.flow import FlowControl
 from birddog.core.schedule import Random
-from birddog.engine.claims import Held, Post, earliest
+from birddog.engine.claims import Fate, Held, Post, earliest
 from birddog.engine.config import EngineConfig
+from birddog.engine.fresh import FreshRows
 from birddog.engine.outcomes import DrainReport, OutcomeStore
 from birddog.engine.poster import Poster
 from birddog.engine.window import Window
@@ -61,14 +60,6 @@ backlog's turn); the backlog itself keeps three quarters.
 READY_RECHECK_S = 0.1
 """While rows are held ready, the longest wait before the engine looks at them again."""
 
-WATCH_S = 5.0
-"""The watcher's longest wait on the listener (which then checks its connection)."""
-
-FRESH_RETRY_S = 1.0
-"""After a fresh claim failed (the database is away), the watcher waits this long."""
-
-log = structlog.get_logger("birddog.engine")
-
 
 class DeliveryEngine:
     """Claims, posts and stores: the drain, for a page or continuously.
@@ -87,6 +78,7 @@ class DeliveryEngine:
         window: the rows held and which may be posted now.
         poster: the posts in flight.
         outcomes: the fates known and not yet stored.
+        fresh: the watcher that claims fresh rows beside the window during a backlog.
     """
 
     def __init__(
@@ -125,10 +117,15 @@ class DeliveryEngine:
         self._rows_given_back = 0  # how often rows went back to the outbox (see fill)
         self._sleep_until: datetime | None = None
         self._awake_since_wake = True  # the next claim with rows reports the wake's latency
-        # The watcher of a backlog (see _watch): it reads the listener while it runs.
-        self._watcher: asyncio.Task[None] | None = None
-        self._listening: asyncio.Task[bool] | None = None  # the watcher's wait, if any
-        self.fresh_claims = 0  # claims made on a notification beside the window's
+        # The watcher of a backlog: it reads the listener while it runs.
+        self.fresh = FreshRows(
+            outbox=outbox,
+            wake=wake,
+            clock=clock,
+            config=config,
+            window=self.window,
+            on_decided=self._fresh_decided,
+        )
 
     # ------------------------------------------------------------------ state
 
@@ -224,7 +221,7 @@ class DeliveryEngine:
         try:
             await self._serve(stop, listener, backstop_s, on_report, once=once)
         finally:
-            await self._stop_watching()
+            await self.fresh.stop()
 
     async def _serve(
         self,
@@ -238,9 +235,9 @@ class DeliveryEngine:
         while not stop.is_set():
             more = await self._step(on_report, force=once)
             if not more:
-                await self._stop_watching()
-            elif listener is not None and self.config.fresh_rows and self._watcher is None:
-                self._watcher = asyncio.ensure_future(self._watch(listener))
+                await self.fresh.stop()
+            elif listener is not None and self.config.fresh_rows:
+                self.fresh.start(listener)
             if self.outcomes.unstored or self.window.has_surplus or self._room_again():
                 continue
             if more:
@@ -362,109 +359,15 @@ class DeliveryEngine:
 
     # ------------------------------------------------------------------ fresh rows
 
-    async def _watch(self, listener: Listener) -> None:
-        """During a backlog, claim each notification's fresh rows at once, beside the window.
+    @property
+    def fresh_claims(self) -> int:
+        """Claims made on a notification beside the window's (the fresh-rows watcher's)."""
+        return self.fresh.claims
 
-        During a backlog the loop claims only as room frees, so a notification would wait
-        behind the rows already due. The watcher keeps a wake armed for later than now
-        (the settlement side of the wake protocol then notifies for the next new row),
-        and on each notification arms it again, then claims at once the ``fresh_rows``
-        latest-due rows, beside the window (:meth:`_claim_fresh`). Arming first leaves no
-        gap: a row committed before the new arm is the claim's, one committed after it
-        announces itself (claiming first, then arming, left every row settled during the
-        claim to the window's own claims: the tail behind a backlog). A storm of
-        notifications costs at most one such claim at a time, each for rows that are
-        due: the window's own claims keep the rest.
-        """
-        armed = False
-        while self._watcher is not None:
-            if not armed:
-                armed = await self._fresh(arm=True)
-            if self._watcher is None:
-                return
-            self._listening = asyncio.ensure_future(listener.wait(WATCH_S))
-            try:
-                woken = await self._listening
-            except asyncio.CancelledError:
-                return  # stopped while waiting (never while claiming: see _stop_watching)
-            finally:
-                self._listening = None
-            if woken:
-                # The notification used the armed wake up: arm again, then claim.
-                armed = await self._fresh(arm=True)
-                await self._fresh(arm=False)
-            else:
-                armed = False  # arm again before the armed wake runs out
-
-    async def _stop_watching(self) -> None:
-        """The backlog is over: the loop reads the listener again (and sleeps on it).
-
-        Only the watcher's wait is cancelled: a claim it has under way finishes and its
-        rows enter the window (cancelled, they would stay leased, unposted, until the
-        lease ends).
-        """
-        watcher, self._watcher = self._watcher, None
-        if watcher is None:
-            return
-        if self._listening is not None:
-            self._listening.cancel()
-        # Waited for, not cancelled: cancelled mid-claim, the rows the database had
-        # leased would wait out their lease unposted (seen: a fresh reply 71 s late).
-        # Seeing ``_watcher`` gone, it returns after its claim or arm under way.
-        try:
-            await asyncio.wait({watcher})
-        finally:
-            # Ended: only its result is taken. Still running: the engine itself is being
-            # stopped (this wait was cancelled), so the watcher is too.
-            await stop_task(watcher)
-
-    async def _fresh(self, *, arm: bool) -> bool:
-        """Arm the wake (``arm``), or claim the fresh rows.
-
-        Returns:
-            Whether the wake is armed; never raises (the window's claims carry on).
-        """
-        try:
-            if not arm:
-                await self._claim_fresh()
-                return False
-            if not isinstance(self.wake, WakeBoard):
-                return False
-            now = self.clock.now()
-            # The settlement side notifies only when the armed wake is later than its
-            # row: a wake ahead makes the next new row announce itself. It outlives the
-            # watcher's wait, which arms it again when it ends.
-            until = now + timedelta(seconds=2 * WATCH_S)
-            await self.wake.going_to_sleep(until=until, now=now)
-        except Exception as exc:  # the window's own claims carry on
-            log.warning("fresh_claim_failed", error=type(exc).__name__)
-            await asyncio.sleep(FRESH_RETRY_S)
-            return False
-        return arm
-
-    async def _claim_fresh(self) -> None:
-        """Claim up to ``fresh_rows`` of the latest-due rows into the window, beyond its size.
-
-        At most ``window_size + fresh_rows`` rows are held; recipients that hold all they
-        may are left out, as in every claim.
-        """
-        config = self.config
-        limit = min(config.fresh_rows, config.window_size + config.fresh_rows - self.window.held)
-        if limit < 1:
-            return
-        now = self.clock.now()
-        page = await self.outbox.claim_due(
-            limit=limit,
-            now=now,
-            lease_s=config.lease_s,
-            skip_agents=self.window.skip(now),
-            newest=limit,
-        )
-        self.fresh_claims += 1
-        decided = self.window.admit(page, whole=False, now=self.clock.now())
-        if decided:
-            self.outcomes.add(decided)
-            self._a_post_ended.set()
+    def _fresh_decided(self, decided: list[Fate]) -> None:
+        """A fresh claim decided fates without a post: they wait to be stored."""
+        self.outcomes.add(decided)
+        self._a_post_ended.set()
 
     def _room_again(self) -> bool:
         """A recipient left out of the last (short) claim can take more now."""
@@ -600,4 +503,4 @@ class DeliveryEngine:
         await self.outcomes.release(items, wake=wake)
 
 
-__all__ = ["FRESH_RETRY_S", "NEWEST_SHARE", "READY_RECHECK_S", "WATCH_S", "DeliveryEngine"]
+__all__ = ["NEWEST_SHARE", "READY_RECHECK_S", "DeliveryEngine"]

@@ -76,9 +76,7 @@ class Window:
         self._held = 0
         self._ready_by_recipient: dict[str, deque[Held]] = {}
         self._batch_size_by_recipient: dict[str, int] = {}
-        self._posts_out: dict[Post, None] = {}  # ordered like a set, in start order
-        self._posts_out_by_recipient: Counter[str] = Counter()
-        self._rows_out_by_recipient: Counter[str] = Counter()
+        self._out = PostsOut()
         self._to_give_back: list[Held] = []
         self._claim_batch = 1  # the largest batch size of the last claim with rows
 
@@ -193,7 +191,7 @@ class Window:
 
     def skip(self, now: datetime) -> frozenset[str]:
         """The recipients that hold all they may: a claim now should leave them out."""
-        holding = Counter(self._rows_out_by_recipient)
+        holding = Counter(self._out.rows_by_recipient)
         for agent, ready in self._ready_by_recipient.items():
             holding[agent] += len(ready)
         waited = self._waited()
@@ -214,7 +212,7 @@ class Window:
         waited = self._waited()
         for agent, ready in list(self._ready_by_recipient.items()):
             hold = self._hold(agent, now, waited.get(agent, 0.0))
-            room = max(hold - self._rows_out_by_recipient[agent], 0)
+            room = max(hold - self._out.rows_by_recipient[agent], 0)
             while len(ready) > room:
                 self._to_give_back.append(ready.pop())
             if not ready:
@@ -251,7 +249,7 @@ class Window:
             return
         limit = self.flow.limit(agent, now=now)
         size = self._batch_size_by_recipient.get(agent, 1)
-        out = self._posts_out_by_recipient
+        out = self._out.posts_by_recipient
         expired = self._ticks() - self.config.ready_max_s
         while ready and out[agent] < limit and (len(ready) >= size or not out[agent]):
             batch: list[Held] = []
@@ -282,32 +280,19 @@ class Window:
             seconds: how long it was out.
             now: the current time.
         """
-        if post not in self._posts_out:
+        if not self._out.remove(post):
             return  # not counted out: forgotten while closing
-        del self._posts_out[post]
-        agent = post.agent
-        self._posts_out_by_recipient[agent] -= 1
-        if self._posts_out_by_recipient[agent] <= 0:
-            del self._posts_out_by_recipient[agent]
-        self._rows_out_by_recipient[agent] -= len(post.items)
-        if self._rows_out_by_recipient[agent] <= 0:
-            del self._rows_out_by_recipient[agent]
         if results is None:
             return
-        self.flow.answered(agent, _signal(results), seconds=seconds, now=now)
-        self.pump_recipient(agent, now)
+        self.flow.answered(post.agent, _signal(results), seconds=seconds, now=now)
+        self.pump_recipient(post.agent, now)
 
     def forget_posts(self) -> None:
         """Count no post out any more (closing: every post was cancelled or has ended)."""
-        self._posts_out.clear()
-        self._posts_out_by_recipient.clear()
-        self._rows_out_by_recipient.clear()
+        self._out.clear()
 
     def _post(self, items: list[Held]) -> None:
-        post = self._start(items)
-        self._posts_out[post] = None
-        self._posts_out_by_recipient[post.agent] += 1
-        self._rows_out_by_recipient[post.agent] += len(items)
+        self._out.add(self._start(items))
 
     def _hold(self, agent: str, now: datetime, waited_s: float) -> int:
         """The rows the window may hold for ``agent``: its posts' worth, in batches if batched."""
@@ -316,12 +301,55 @@ class Window:
 
     def _waited(self) -> dict[str, float]:
         """How long each recipient's oldest post in flight has been out (seconds)."""
+        return self._out.waited(self._ticks())
+
+
+class PostsOut:
+    """The posts the window started and that have not ended, counted per recipient.
+
+    Attributes:
+        posts_by_recipient: how many posts each recipient has out.
+        rows_by_recipient: how many rows those posts carry.
+    """
+
+    def __init__(self) -> None:
+        self._posts: dict[Post, None] = {}  # ordered like a set, in start order
+        self.posts_by_recipient: Counter[str] = Counter()
+        self.rows_by_recipient: Counter[str] = Counter()
+
+    def add(self, post: Post) -> None:
+        """Count ``post`` out."""
+        self._posts[post] = None
+        self.posts_by_recipient[post.agent] += 1
+        self.rows_by_recipient[post.agent] += len(post.items)
+
+    def remove(self, post: Post) -> bool:
+        """Count ``post`` in again; False when it was not out (forgotten while closing)."""
+        if post not in self._posts:
+            return False
+        del self._posts[post]
+        agent = post.agent
+        self.posts_by_recipient[agent] -= 1
+        if self.posts_by_recipient[agent] <= 0:
+            del self.posts_by_recipient[agent]
+        self.rows_by_recipient[agent] -= len(post.items)
+        if self.rows_by_recipient[agent] <= 0:
+            del self.rows_by_recipient[agent]
+        return True
+
+    def clear(self) -> None:
+        """Count no post out any more."""
+        self._posts.clear()
+        self.posts_by_recipient.clear()
+        self.rows_by_recipient.clear()
+
+    def waited(self, ticks: float) -> dict[str, float]:
+        """How long, at ``ticks``, each recipient's oldest post out has been out (seconds)."""
         started: dict[str, float] = {}
-        for post in self._posts_out:
+        for post in self._posts:
             agent = post.agent
             if agent not in started or post.started < started[agent]:
                 started[agent] = post.started
-        ticks = self._ticks()
         return {agent: ticks - at for agent, at in started.items()}
 
 

@@ -420,6 +420,64 @@ def _claim_uuid(claim: str) -> uuid.UUID | None:
         return None
 
 
+async def _claim(
+    pool: Pool,
+    query: LiteralString,
+    leading: tuple[object, ...],
+    *,
+    limit: int,
+    now: datetime,
+    lease_s: float,
+    skip_agents: Collection[str],
+    split: int | None = None,
+    trailing: tuple[object, ...] = (),
+) -> Page:
+    """Run one claim statement and read its rows, buried rows and route hints as a page."""
+    # Both claim statements take: now, limit, claim, lease_until, skip_agents, in order.
+    if limit < 1:
+        raise InvalidInput("limit must be at least 1", field="limit")
+    claim = uuid.uuid4()
+    # claim_due takes ``split`` of its rows latest-due first: the earliest-due part
+    # is the rest, and the split comes after the five, then ``trailing``.
+    first = limit if split is None else limit - split
+    last = (() if split is None else (split,)) + trailing
+    with store_errors("outbox claim"):
+        records = await pool.fetch(
+            query,
+            *leading,
+            now,
+            first,
+            claim,
+            now + timedelta(seconds=lease_s),
+            list(skip_agents),
+            *last,
+        )
+    rows: list[OutboxRow] = []
+    undecodable: list[UndecodableRow] = []
+    routes: dict[str, RouteHint] = {}
+    for record in records:
+        row = decode_claimed(record)
+        if isinstance(row, OutboxRow):
+            rows.append(row)
+        else:
+            undecodable.append(row)
+        kind = record["route_kind"]
+        if kind is not None:
+            routes[record["recipient_agent_id"]] = RouteHint(
+                kind=kind,
+                batch_size=record["route_batch_size"],
+                policy=RoutePolicy(**{name: record[f"route_{name}"] for name in POLICY_FIELDS}),
+            )
+    rows.sort(key=lambda r: r.key)
+    return Page(
+        rows=rows,
+        claim=str(claim),
+        more=len(records) == limit,
+        undecodable=undecodable,
+        routes=routes,
+    )
+
+
 class PostgresOutbox:
     """The outbox port over an asyncpg pool, plus the operator's replay and listings.
 
@@ -474,7 +532,8 @@ class PostgresOutbox:
         Returns:
             The rows in key order, the claim token, and whether the page was full.
         """
-        return await self._claim(
+        return await _claim(
+            self.pool,
             queries["outbox_claim_page"],
             (after_key or "",),
             limit=limit,
@@ -517,7 +576,8 @@ class PostgresOutbox:
             if skip_agents
             else (queries["outbox_claim_due"], ())
         )
-        return await self._claim(
+        return await _claim(
+            self.pool,
             query,
             (),
             limit=limit,
@@ -526,62 +586,6 @@ class PostgresOutbox:
             skip_agents=skip_agents,
             split=max(0, min(newest, limit)),
             trailing=per_recipient,
-        )
-
-    async def _claim(
-        self,
-        query: LiteralString,
-        leading: tuple[object, ...],
-        *,
-        limit: int,
-        now: datetime,
-        lease_s: float,
-        skip_agents: Collection[str],
-        split: int | None = None,
-        trailing: tuple[object, ...] = (),
-    ) -> Page:
-        # Both claim statements take: now, limit, claim, lease_until, skip_agents, in order.
-        if limit < 1:
-            raise InvalidInput("limit must be at least 1", field="limit")
-        claim = uuid.uuid4()
-        # claim_due takes ``split`` of its rows latest-due first: the earliest-due part
-        # is the rest, and the split comes after the five, then ``trailing``.
-        first = limit if split is None else limit - split
-        last = (() if split is None else (split,)) + trailing
-        with store_errors("outbox claim"):
-            records = await self.pool.fetch(
-                query,
-                *leading,
-                now,
-                first,
-                claim,
-                now + timedelta(seconds=lease_s),
-                list(skip_agents),
-                *last,
-            )
-        rows: list[OutboxRow] = []
-        undecodable: list[UndecodableRow] = []
-        routes: dict[str, RouteHint] = {}
-        for record in records:
-            row = decode_claimed(record)
-            if isinstance(row, OutboxRow):
-                rows.append(row)
-            else:
-                undecodable.append(row)
-            kind = record["route_kind"]
-            if kind is not None:
-                routes[record["recipient_agent_id"]] = RouteHint(
-                    kind=kind,
-                    batch_size=record["route_batch_size"],
-                    policy=RoutePolicy(**{name: record[f"route_{name}"] for name in POLICY_FIELDS}),
-                )
-        rows.sort(key=lambda r: r.key)
-        return Page(
-            rows=rows,
-            claim=str(claim),
-            more=len(records) == limit,
-            undecodable=undecodable,
-            routes=routes,
         )
 
     async def store(self, items: Sequence[Settled]) -> list[str]:
