@@ -3,11 +3,12 @@
 Also the seeded console both the HTTP and the browser tests look at. Helpers live in
 ``tests.support``; fixtures here and in each suite's ``conftest.py`` are built on them.
 
-Under pytest-xdist (``make test`` runs ``-n 2``) every worker is a session of its own: its
+Under pytest-xdist (``make test`` runs ``-n 3``) every worker is a session of its own: its
 own server (or, with ``DATABASE_URL``, its own template database on the shared server),
 its own clones, ports and temporary directories. The tests that share something bigger
-run on one worker each (``xdist_group``): the browser tests share one Chromium, and the
-tests that create cluster-wide roles never race each other on a shared server.
+run on one worker each (``xdist_group``): the browser tests share one Chromium, the
+tests that create cluster-wide roles never race each other on a shared server, and the
+thousand-asks tests never take each other's CPU.
 
 The server is, in order: ``DATABASE_URL`` when set; a testcontainers PostgreSQL when a
 Docker daemon answers; else the embedded server (``birddog.postgres.embedded``) in a
@@ -118,9 +119,13 @@ async def _tune_for_tests(dsn: str) -> None:
 ROLE_TESTS = "tests/acceptance/test_roles.py"
 """Tests that run ``birddog migrate --roles`` (cluster-wide roles), besides ``logins`` users."""
 
+MANY_ASKS_TESTS = "tests/acceptance/test_many_asks.py"
+"""A thousand asks at once, each with a deadline: two of them side by side took each other's
+CPU (a fresh clone's run: 1,000 sends through ten connections past their 15 s deadline)."""
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist, keep the browser tests on one worker, and the role tests on one."""
+    """Under xdist, keep the browser, the role and the thousand-asks tests on one worker each."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
@@ -128,6 +133,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.xdist_group("browser"))
         elif item.nodeid.startswith(ROLE_TESTS) or "logins" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.xdist_group("roles"))
+        elif item.nodeid.startswith(MANY_ASKS_TESTS):
+            item.add_marker(pytest.mark.xdist_group("many_asks"))
 
 
 _browser: dict[str, Any] = {"skipped": 0, "reason": "", "screenshots": set()}
