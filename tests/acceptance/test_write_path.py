@@ -185,6 +185,55 @@ async def test_the_sender_role_squats_no_queue_and_takes_no_mailbox(
     )
 
 
+SEND_MAIL = (
+    "SELECT * FROM birddog.send_mail($1, $2, true, $3, 'bob', 's-bob', $4, 's-bob', 'default', "
+    "0::int2, $5, NULL, now(), NULL, NULL, NULL)"
+)
+
+
+async def test_the_checked_send_function_grants_no_right_beyond_enqueue(
+    logins: dict[str, str], pg_pool: Pool
+) -> None:
+    """``birddog.send_mail`` runs with the caller's rights: the reader may not call it, and
+    a sender gets through it only what ``birddog.enqueue`` allows (no one else's mailbox)."""
+    flags = await pg_pool.fetchrow(
+        "SELECT p.prosecdef, has_function_privilege('birddog_reader', p.oid, 'EXECUTE') AS reader "
+        "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
+        "WHERE n.nspname = 'birddog' AND p.proname = 'send_mail'"
+    )
+    assert flags is not None
+    assert (flags["prosecdef"], flags["reader"]) == (False, False)
+    await enqueue(pg_pool, make_job("known", session="s-bob"))
+    mail = Mail(
+        key="m-send",
+        to=AgentAddress(agent_id="bob", session_id="s-bob"),
+        from_=AgentAddress(agent_id="asker", session_id="s-asker"),
+        reply_to=[AgentAddress(agent_id="asker", session_id="s-asker")],
+        content="hi",
+        created_at=1,
+    )
+    job = agent_job(AgentWork(job_id="j-send", session_id="s-bob", command_fact_id="c"), mail)
+    payload = json.dumps(job.payload)
+    assert await refusal(logins["reader"], SEND_MAIL, "m-send", "asker", True, "j", payload) == (
+        DENIED
+    )
+    conn = await asyncpg.connect(logins["sender"])
+    try:
+        # A mailbox for an agent that is not the mail's sender: refused before any write.
+        [row] = await conn.fetch(SEND_MAIL, "m-send", "victim", False, "j-send", payload)
+        assert row["outcome"] == "wrong_sender"
+        # Claiming to be the sender does not fool enqueue: it gives a mailbox to the sender
+        # named in the stored mail ("asker"), never to the name passed in.
+        [row] = await conn.fetch(SEND_MAIL, "m-send", "victim", True, "j-send", payload)
+        assert (row["outcome"], row["inserted"], row["mailbox_added"]) == ("enqueued", True, True)
+        [row] = await conn.fetch(SEND_MAIL, "m-send", "asker", True, "j-again", payload)
+        assert (row["outcome"], json.loads(row["stored_payload"])) == ("stored", job.payload)
+    finally:
+        await conn.close()
+    routes = {r["agent_id"]: r["kind"] for r in await pg_pool.fetch("SELECT * FROM birddog.routes")}
+    assert routes == {"asker": "mailbox"}
+
+
 PUSH = AgentAddress(agent_id="a2a-push:0123456789abcdef", session_id="s-bob")
 """A push config's reply address, as the A2A server adds it to a task's mail."""
 

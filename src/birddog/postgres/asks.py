@@ -1,11 +1,11 @@
 """The ask store in PostgreSQL: the checks and the write of an ask's (or a send's) mail.
 
-One transaction per mail: the key is locked (so two asks with one key cannot both
-write), the sender's route is looked at (an asker must take its replies from a mailbox;
-one without a route gets a mailbox route in the same transaction), the target must be
-known, and a key sent before is a replay when the mail is the same, a conflict otherwise.
-Only then is the job enqueued. A caller with a deadline waits for a pool connection no
-longer than its ``timeout_s``.
+One statement per mail (``birddog.send_mail``, its own transaction, one round trip): the
+key is locked (so two asks with one key cannot both write), the sender's route is looked
+at (an asker must take its replies from a mailbox; one without a route gets a mailbox
+route in the same transaction), the target must be known, and a key sent before is a
+replay when the mail is the same, a conflict otherwise. Only then is the job enqueued.
+A caller with a deadline waits for a pool connection no longer than its ``timeout_s``.
 
 :meth:`PostgresAsks.write` writes an :class:`~birddog.core.spool.Outgoing`: a send or an
 ask through those checks, or a job enqueued as it is (``birddog send --job-id``). Senders
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+from birddog import tracing
 from birddog.core.ask import COMPARED, Posted, address_text, replay_conflicts
 from birddog.core.ask_facts import RECENT_BEAT_S, AskFacts
 from birddog.core.errors import (
@@ -30,7 +31,13 @@ from birddog.core.errors import (
 from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
 from birddog.core.mail import AgentAddress, Mail
 from birddog.core.spool import Outgoing, with_created_at
-from birddog.postgres.enqueue import enqueue_accepted_job, enqueue_job
+from birddog.postgres.enqueue import (
+    checked_for_enqueue,
+    enqueue_accepted_job,
+    enqueue_fields,
+    enqueued,
+)
+from birddog.postgres.job_rows import Row
 from birddog.postgres.pool import Connection, Pool, acquire_within, store_errors
 from birddog.postgres.sql import queries
 
@@ -55,7 +62,7 @@ class PostgresAsks:
         require_mailbox: bool,
         timeout_s: float,
     ) -> Posted:
-        """Check, then enqueue the job of a mail, in one transaction.
+        """Check, then enqueue the job of a mail, in one statement (``birddog.send_mail``).
 
         Args:
             job: the agent job carrying the mail.
@@ -76,62 +83,31 @@ class PostgresAsks:
         mail = decode_agent_job(job).mail
         if mail is None:  # an ask's or a send's job always carries mail
             raise InvalidJobPayload("a mail to send carries mail", field="mail")
-        async with acquire_within(self.pool, timeout_s, "send") as conn:
-            with store_errors("send"):
-                async with conn.transaction():
-                    return await self._send(conn, job, mail, mailbox_for, require_mailbox)
-
-    async def _send(
-        self,
-        conn: Connection,
-        job: Job,
-        mail: Mail,
-        mailbox_for: AgentAddress | None,
-        require_mailbox: bool,
-    ) -> Posted:
-        await conn.execute(queries["ask_lock_key"], mail.key)
-        kind = None
-        if mailbox_for is not None:
-            kind = await conn.fetchval(queries["ask_route_kind"], mailbox_for.agent_id)
-            _check_mailbox(kind, mailbox_for, required=require_mailbox)
-        target = mail.to
-        if not await conn.fetchval(queries["ask_target_known"], target.agent_id, target.session_id):
-            raise UnknownAgent(
-                f"unknown agent session {address_text(target)}: the agent has no route and "
-                f"the session was never sent work (add one: birddog route add "
-                f"{target.agent_id} --mailbox)",
-                field="to",
+        wanted = mailbox_for is not None
+        job = checked_for_enqueue(job, sender_mailbox=wanted)
+        ids = {"job_id": job.job_id, "queue": job.queue}
+        with tracing.span(
+            "enqueue", parent=None, root=True, kind="producer", attributes=ids
+        ) as span:
+            fields, timing = enqueue_fields(job)
+            args = (
+                mail.key,
+                None if mailbox_for is None else mailbox_for.agent_id,
+                require_mailbox,
+                mailbox_for == mail.from_,
+                mail.to.agent_id,
+                mail.to.session_id,
+                *fields,
+                None,
+                span.traceparent,
+                *timing,
             )
-        stored = await conn.fetchrow(queries["ask_job_by_mail_key"], mail.key)
-        if stored is not None:
-            try:
-                stored_mail = AgentJobPayload.model_validate(json.loads(stored["payload"])).mail
-            except InvalidInput:
-                stored_mail = None
-            differing = (
-                list(COMPARED) if stored_mail is None else replay_conflicts(stored_mail, mail)
-            )
-            if differing:
-                raise JobConflict(
-                    f"key {mail.key!r} was sent before with a different "
-                    f"{', '.join(differing)}; a repeat with the same key must be the same "
-                    "mail (or use a new key)"
-                )
-            return Posted(replay=True, mailbox_added=False)
-        # The sender's mailbox route comes with its job: birddog.enqueue gives one only to
-        # the sender of the mail it enqueues, so a sender's role needs no right on routes.
-        wanted = mailbox_for is not None and kind is None
-        if wanted and mailbox_for != mail.from_:
-            raise InvalidInput("a mailbox route goes only to the mail's sender", field="from")
-        enqueued = await enqueue_job(conn, job, sender_mailbox=wanted)
-        if wanted and not enqueued.mailbox_added and mailbox_for is not None:
-            # Another process added a route for the agent meanwhile: it must still do.
-            _check_mailbox(
-                await conn.fetchval(queries["ask_route_kind"], mailbox_for.agent_id),
-                mailbox_for,
-                required=require_mailbox,
-            )
-        return Posted(replay=False, mailbox_added=enqueued.mailbox_added)
+            async with acquire_within(self.pool, timeout_s, "send") as conn:
+                with store_errors("send"):
+                    row = await conn.fetchrow(queries["ask_send"], *args)
+        if row is None:  # the function returns one row
+            raise StoreUnavailable("the database answered the send with no row")
+        return _sent(row, job, mail, mailbox_for, require_mailbox)
 
     async def write(self, outgoing: Outgoing, *, timeout_s: float) -> Posted:
         """Write one mail as its sender asked: checked (:meth:`send`) or enqueued as it is.
@@ -250,6 +226,45 @@ async def _with_stored_time(conn: Connection, job: Job) -> Job:
     if payload.mail is None:
         return job
     return with_created_at(job, payload.mail.created_at)
+
+
+def _sent(
+    row: Row, job: Job, mail: Mail, mailbox_for: AgentAddress | None, require_mailbox: bool
+) -> Posted:
+    """What ``birddog.send_mail``'s answer says: posted, or the typed error of its check."""
+    outcome = row["outcome"]
+    if outcome == "not_a_mailbox" and mailbox_for is not None:
+        _check_mailbox(row["route_kind"], mailbox_for, required=True)
+    if outcome == "unknown":
+        target = mail.to
+        raise UnknownAgent(
+            f"unknown agent session {address_text(target)}: the agent has no route and "
+            f"the session was never sent work (add one: birddog route add "
+            f"{target.agent_id} --mailbox)",
+            field="to",
+        )
+    if outcome == "stored":
+        try:
+            stored_mail = AgentJobPayload.model_validate(json.loads(row["stored_payload"])).mail
+        except InvalidInput:
+            stored_mail = None
+        differing = list(COMPARED) if stored_mail is None else replay_conflicts(stored_mail, mail)
+        if differing:
+            raise JobConflict(
+                f"key {mail.key!r} was sent before with a different "
+                f"{', '.join(differing)}; a repeat with the same key must be the same "
+                "mail (or use a new key)"
+            )
+        return Posted(replay=True, mailbox_added=False)
+    if outcome == "wrong_sender":
+        raise InvalidInput("a mailbox route goes only to the mail's sender", field="from")
+    if outcome != "enqueued":
+        raise StoreUnavailable(f"the database answered the send with {outcome!r}")
+    result = enqueued(job, row)
+    if mailbox_for is not None and not result.mailbox_added:
+        # A route the sender had, or one another process added meanwhile: it must still do.
+        _check_mailbox(row["route_kind"], mailbox_for, required=require_mailbox)
+    return Posted(replay=not result.inserted, mailbox_added=result.mailbox_added)
 
 
 def _check_mailbox(kind: str | None, owner: AgentAddress, *, required: bool) -> None:

@@ -115,6 +115,22 @@ async def enqueue_job(
         JobConflict: a job with this id exists with different fields, named in the message.
         StoreUnavailable: the database could not be reached or refused the statement.
     """
+    job = checked_for_enqueue(job, sender_mailbox=sender_mailbox)
+    ids = {"job_id": job.job_id, "queue": job.queue}
+    with tracing.span("enqueue", parent=None, root=True, kind="producer", attributes=ids) as span:
+        fields, timing = enqueue_fields(job)
+        args = (*fields, created_at, span.traceparent, sender_mailbox, *timing)
+        [row] = await _run_on_sender(conn, queries["jobs_enqueue"], args)
+    return enqueued(job, row)
+
+
+def checked_for_enqueue(job: Job, *, sender_mailbox: bool) -> Job:
+    """``job`` as a :class:`Job`, if it may be enqueued (queued, no outcome).
+
+    Raises:
+        InvalidInput: the job is not queued, has an outcome, or ``sender_mailbox`` is
+            asked for a job without mail.
+    """
     if not isinstance(job, Job):
         job = Job.model_validate(job)
     if job.state is not JobState.QUEUED:
@@ -123,14 +139,28 @@ async def enqueue_job(
         raise InvalidInput("an enqueued job has no outcome yet", field="outcome")
     if sender_mailbox and not isinstance(job.payload.get("mail"), dict):
         raise InvalidInput("only a job with mail can give its sender a mailbox", field="mail")
+    return job
+
+
+def enqueue_fields(job: Job) -> tuple[tuple[object, ...], tuple[object, ...]]:
+    """``birddog.enqueue``'s arguments from a job: its fields, and its timing.
+
+    Raises:
+        InvalidInput: the payload holds what PostgreSQL JSON cannot store.
+    """
     payload = _json_text(job.payload, field="payload")
     recovery = None if job.recovery is None else job.recovery.model_dump_json()
-    ids = {"job_id": job.job_id, "queue": job.queue}
-    with tracing.span("enqueue", parent=None, root=True, kind="producer", attributes=ids) as span:
-        fields = (job.job_id, job.queue, job.lane, job.priority, payload, recovery)
-        timing = (job.not_before, job.expires_in_s)
-        args = (*fields, created_at, span.traceparent, sender_mailbox, *timing)
-        [row] = await _run_on_sender(conn, queries["jobs_enqueue"], args)
+    fields = (job.job_id, job.queue, job.lane, job.priority, payload, recovery)
+    return fields, (job.not_before, job.expires_in_s)
+
+
+def enqueued(job: Job, row: Row) -> Enqueued:
+    """What ``birddog.enqueue``'s answer (``inserted``, ``differing``, ``mailbox_added``) says.
+
+    Raises:
+        JobConflict: a job with this id exists with different fields.
+        StoreUnavailable: the stored job could not be read to compare.
+    """
     if row["inserted"]:
         return Enqueued(inserted=True, mailbox_added=bool(row["mailbox_added"]))
     differing = row["differing"]
@@ -150,11 +180,10 @@ async def _run_on_sender(
     conn: SenderConnection, sql: LiteralString, args: Sequence[object]
 ) -> list[Row]:
     if isinstance(conn, asyncpg.Connection | PoolConnectionProxy):
+        # Outside a transaction the one statement is its own (insert and notification
+        # commit together): no BEGIN and COMMIT round trips around it.
         with store_errors("enqueue_accepted_job"):
-            if conn.is_in_transaction():
-                return list(await conn.fetch(sql, *args))
-            async with conn.transaction():
-                return list(await conn.fetch(sql, *args))
+            return list(await conn.fetch(sql, *args))
     if type(conn).__module__.startswith("sqlalchemy."):
         return await _run_on_sqlalchemy(conn, sql, args)
     raise _not_a_connection(conn)

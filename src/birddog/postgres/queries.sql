@@ -687,25 +687,20 @@ SELECT a.key FROM birddog.ack($1::text[], $2::timestamptz) AS a;
 -- ask: a mail whose reply the asker waits for in its mailbox
 -- ---------------------------------------------------------------------------------------
 
--- name: ask_lock_key
--- Serialise asks with the same mail key until the transaction ends, so a repeat is a replay.
--- params: $1 key text
-SELECT pg_advisory_xact_lock(hashtextextended('birddog.ask:' || $1::text, 0));
-
--- name: ask_route_kind
--- The kind of an agent's route (no row: it has none); never its secret.
--- params: $1 agent_id text
-SELECT r.kind FROM birddog.routes r WHERE r.agent_id = $1::text;
+-- name: ask_send
+-- A checked send in one statement (birddog.send_mail): the key locked, the sender's route kind, the target known, a job stored under the key (its payload), else the job enqueued; which check ended it.
+-- params: $1 key text, $2 mailbox_agent text (null: no mailbox wanted), $3 require_mailbox boolean, $4 mailbox_is_sender boolean, $5 to_agent text, $6 to_session text, $7 job_id text, $8 queue text, $9 lane text, $10 priority int2, $11 payload text (JSON), $12 recovery text (JSON, null: none), $13 created_at timestamptz (null: clock_timestamp()), $14 traceparent text (null: not traced), $15 not_before timestamptz (null: at once), $16 expires_in_s float8 (null: never on its own)
+SELECT s.outcome, s.route_kind, s.stored_payload, s.inserted, s.differing, s.mailbox_added
+FROM birddog.send_mail(
+    $1::text, $2::text, $3::boolean, $4::boolean, $5::text, $6::text, $7::text, $8::text,
+    $9::text, $10::int2, $11::text, $12::text, $13::timestamptz, $14::text, $15::timestamptz,
+    $16::float8
+) AS s;
 
 -- name: routes_ensure_mailbox
 -- Give an agent without a route a mailbox route (birddog.ensure_mailbox: an operator, or the agent's own login); whether one was added.
 -- params: $1 agent_id text
 SELECT birddog.ensure_mailbox($1::text);
-
--- name: ask_target_known
--- Whether an agent session can be asked: the agent has a route, or the session was sent work before (by anyone: birddog.session_known shows no job).
--- params: $1 agent_id text, $2 session_id text
-SELECT birddog.session_known($1::text, $2::text);
 
 -- name: ask_facts
 -- Where the ask with mail key $1 stands for its asker $2:$3: its job (as the caller may see it), the workers and daemons that beat within $4 seconds and the reply's outbox row (birddog.ask_standing), its mailbox row; one row.
@@ -1474,6 +1469,9 @@ BEGIN
                      text, integer, boolean),
         birddog.record_turn(text, uuid, text, text, integer, bigint),
         birddog.agent_token_use(bytea),
+        birddog.send_mail(text, text, boolean, boolean, text, text, text, text, text,
+                          smallint, text, text, timestamptz, text, timestamptz,
+                          double precision),
         birddog.session_known(text, text),
         birddog.ensure_mailbox(text),
         birddog.queue_heads_repair()
@@ -1494,6 +1492,9 @@ BEGIN
         birddog.agent_token_use(bytea),
         birddog.mailbox_visible(text, text),
         birddog.job_visible(text, jsonb),
+        birddog.send_mail(text, text, boolean, boolean, text, text, text, text, text,
+                          smallint, text, text, timestamptz, text, timestamptz,
+                          double precision),
         birddog.session_known(text, text),
         birddog.ensure_mailbox(text),
         birddog.ask_standing(text, text, text, double precision),
@@ -1523,6 +1524,9 @@ BEGIN
         birddog.ack(text[], timestamptz),
         birddog.mailbox_visible(text, text),
         birddog.job_visible(text, jsonb),
+        birddog.send_mail(text, text, boolean, boolean, text, text, text, text, text,
+                          smallint, text, text, timestamptz, text, timestamptz,
+                          double precision),
         birddog.session_known(text, text),
         birddog.ensure_mailbox(text),
         birddog.ask_standing(text, text, text, double precision)
