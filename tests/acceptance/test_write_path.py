@@ -194,9 +194,7 @@ SEND_MAIL = (
 async def test_the_checked_send_function_grants_no_right_beyond_enqueue(
     logins: dict[str, str], pg_pool: Pool
 ) -> None:
-    """``birddog.send_mail`` runs with the caller's rights: the reader may not call it, and
-    a sender gets through it only what ``birddog.enqueue`` allows (no one else's mailbox).
-    """
+    """``birddog.send_mail`` has the caller's rights: no reader, no mailbox but the sender's."""
     flags = await pg_pool.fetchrow(
         "SELECT p.prosecdef, has_function_privilege('birddog_reader', p.oid, 'EXECUTE') AS reader "
         "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
