@@ -21,7 +21,7 @@ import pytest
 from birddog.core.turns import Turn
 from birddog.spawn import end_leftover_turn, process_group, run_command
 from birddog.supervisor import boot_id, descendants, process_start_ticks
-from tests.support import process_running
+from tests.support import eventually, process_running
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -64,6 +64,14 @@ async def all_dead(pids: list[int], *, within_s: float) -> float:
             return time.monotonic() - began
         assert time.monotonic() - began < within_s, f"still running after {within_s} s: {alive}"
         await asyncio.sleep(0.01)
+
+
+def parent_of(pid: int) -> int | None:
+    """The parent pid /proc gives ``pid`` (None: it is gone)."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except OSError:
+        return None
 
 
 def stat_of(pid: int) -> str:
@@ -255,6 +263,14 @@ async def test_a_leftover_turn_of_a_dead_worker_is_ended_and_a_live_one_is_not(
         os.kill(supervisor, signal.SIGSTOP)  # it cannot act on its worker's death
         os.kill(worker, signal.SIGKILL)
         await all_dead([worker], within_s=10)
+        # A killed process shows as a zombie while its other threads still exit, and its
+        # children are re-parented only when the last one has: wait for that.
+        await eventually(
+            lambda: parent_of(supervisor),
+            "the supervisor's parent once its worker is gone",
+            until=lambda parent: parent != worker,
+            within_s=10,
+        )
         assert all(process_running(pid) for pid in [supervisor, *spawned])
         seen = stat_of(supervisor)
         assert await end_leftover_turn(turn, grace_s=0.5) is True, (seen, turn, worker)
