@@ -8,8 +8,8 @@ RUN_STAMP := $(VENV)/.installed-run
 LOCK   := constraints.txt
 # pytest-xdist workers for `make test`; `make test WORKERS=0` runs the suite in one process.
 # Three on CI's two cores: the tests wait on processes and timers as much as they compute
-# (2026-12-02, this suite alone: 3 workers 235 s, 2 workers 272 s; 4 put the timing tests
-# of a thousand concurrent asks past their bounds).
+# (2026-12-02, this suite alone: 3 workers 235 s, 2 workers 272 s; 2026-12-03: 4 workers
+# 271 s, no faster, the machine 5-7% idle with 3).
 WORKERS ?= 3
 # uv installs (pinned by the lock like everything else): pip took 50 of a fresh clone's
 # first `make test` seconds to resolve, unpack and compile what uv lays down in 5.
