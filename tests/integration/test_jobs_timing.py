@@ -164,6 +164,46 @@ async def test_the_queue_heads_follow_every_job_write(jobs: PostgresJobs, pg_poo
     assert await jobs.repair_queue_heads() == 0
 
 
+async def test_one_queue_and_many_queues_recompute_the_same_heads(
+    jobs: PostgresJobs, pg_pool: Pool
+) -> None:
+    """A queue's row refreshed alone (settle, enqueue) equals its row refreshed among others."""
+    later = T0 + timedelta(minutes=5)
+    await enqueue(
+        pg_pool,
+        make_job("a1", session="s-a"),
+        make_job("a2", session="s-a", priority=5),
+        timed(make_job("b1", session="s-b"), not_before=later),
+        timed(make_job("b2", session="s-b", priority=2), not_before=later + timedelta(hours=1)),
+        make_job("c1", session="s-c"),
+        make_job("d1", session="s-d", agent="dora"),
+        created_at=T0,
+    )
+    await claim(jobs, queues=["s-c"])  # running, nothing queued behind it
+    await claim(jobs, queues=["s-a"])  # running, one queued behind it
+    queues = ["s-a", "s-b", "s-c", "s-d", "s-none"]
+    read = (
+        "SELECT queue, agent_id, priority, created_at, job_id, due_at, running"
+        " FROM birddog.queue_heads ORDER BY queue"
+    )
+    await pg_pool.execute("DELETE FROM birddog.queue_heads")
+    for queue in queues:
+        await pg_pool.execute("SELECT birddog._queue_heads_refresh(ARRAY[$1])", queue)
+    one_by_one = [dict(row) for row in await pg_pool.fetch(read)]
+    await pg_pool.execute("DELETE FROM birddog.queue_heads")
+    await pg_pool.execute("SELECT birddog._queue_heads_refresh($1::text[])", queues)
+    together = [dict(row) for row in await pg_pool.fetch(read)]
+    assert one_by_one == together
+    assert [(row["queue"], row["job_id"], row["running"]) for row in together] == [
+        ("s-a", "a1", 1),
+        ("s-b", "b2", 0),
+        ("s-c", None, 1),
+        ("s-d", "d1", 0),
+    ]
+    assert together[1]["due_at"] == later
+    assert await jobs.repair_queue_heads() == 0
+
+
 async def test_corrupted_queue_heads_never_start_a_second_turn_and_are_repaired(
     jobs: PostgresJobs, pg_pool: Pool
 ) -> None:
