@@ -16,14 +16,15 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, stdio_client
 
 from birddog import AskTimedOut, open_asking
 from birddog.asking import Asking
 from birddog.clock import SystemClock
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env, run_to_end
+from tests.support.cli import Daemon, cli_env, run_to_end
+from tests.support.mcp import server_params
 
 ASKS = 1000
 LATE_S = 3.0
@@ -124,12 +125,7 @@ async def timed_tool_ask(
 @contextlib.asynccontextmanager
 async def mcp_server(database_url: str) -> AsyncIterator[tuple[ClientSession, Any]]:
     """``birddog mcp --as fan:s-fan`` over stdio (its pool: ten connections), and its log."""
-    params = StdioServerParameters(
-        command=BIRDDOG,
-        args=["mcp", "--as", "fan:s-fan"],
-        env=cli_env(database_url),
-        cwd=ROOT,
-    )
+    params = server_params(cli_env(database_url), "--as", "fan:s-fan")
     with tempfile.TemporaryFile(mode="w+") as errlog:
         async with (
             stdio_client(params, errlog=errlog) as (read, write),

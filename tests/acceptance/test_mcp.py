@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp import ClientSession, stdio_client
 from mcp.client.extension import NotificationBinding
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
@@ -27,8 +27,8 @@ from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
-from tests.support.cli import BIRDDOG, ROOT, Daemon, cli, cli_env, token_of
-from tests.support.mcp import call, json_errlog, stdio_mcp
+from tests.support.cli import Daemon, cli, cli_env, token_of
+from tests.support.mcp import call, json_errlog, server_params, stdio_mcp
 
 SLOW_S = 6.0
 MAX_CONTENT_BYTES = 4096
@@ -491,9 +491,7 @@ async def test_the_channel_pushes_replies_and_tasks(room: str, errlog: Any) -> N
         await events.put(event)
 
     env = cli_env(room)
-    params = StdioServerParameters(
-        command=BIRDDOG, args=["mcp", "--as", "me:s-chan", "--channel"], env=env, cwd=ROOT
-    )
+    params = server_params(env, "--as", "me:s-chan", "--channel")
     binding = NotificationBinding(
         method="notifications/claude/channel", params_type=ChannelEvent, handler=heard
     )

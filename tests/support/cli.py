@@ -30,6 +30,7 @@ FRESH = os.environ.get("BIRDDOG_TEST_EXEC", "") not in ("", "0")
 """``BIRDDOG_TEST_EXEC=1``: every command a fresh ``birddog`` process, not a warm fork."""
 
 _ZYGOTE = Zygote()
+_LAUNCH = Path(__file__).with_name("zygote_launch.py")
 
 
 def start(
@@ -60,6 +61,17 @@ def start(
             args, env=env, cwd=ROOT, stdin=streams[0], stdout=streams[1], stderr=streams[2],
             argv0=BIRDDOG,
         )  # fmt: skip
+
+
+def command_line(args: list[str]) -> tuple[str, list[str]]:
+    """The program and arguments that run ``birddog ARGS`` for a client that starts it itself.
+
+    A warm fork (:mod:`tests.support.zygote_launch` stands for it as the client's process),
+    or with ``BIRDDOG_TEST_EXEC=1`` the console script itself.
+    """
+    if FRESH:
+        return BIRDDOG, args
+    return sys.executable, ["-S", str(_LAUNCH), _ZYGOTE.socket_path(), *args]
 
 
 async def wait_for_exit(proc: WarmProcess | subprocess.Popen[bytes], timeout_s: float) -> int:

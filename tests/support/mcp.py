@@ -10,7 +10,7 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.support.cli import BIRDDOG, ROOT, cli_env
+from tests.support.cli import ROOT, cli_env, command_line
 
 
 @contextlib.asynccontextmanager
@@ -29,15 +29,19 @@ async def stdio_mcp(
     Yields:
         The initialized client session.
     """
-    params = StdioServerParameters(
-        command=BIRDDOG, args=["mcp", "--as", identity, *args], env=cli_env(dsn, **env), cwd=ROOT
-    )
+    params = server_params(cli_env(dsn, **env), "--as", identity, *args)
     async with (
         stdio_client(params, errlog=errlog) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
         yield session
+
+
+def server_params(env: dict[str, str], *args: str) -> StdioServerParameters:
+    """How the SDK's ``stdio_client`` starts ``birddog mcp ARGS`` (a warm fork: see the CLI)."""
+    command, arguments = command_line(["mcp", *args])
+    return StdioServerParameters(command=command, args=arguments, env=env, cwd=ROOT)
 
 
 async def call(

@@ -344,6 +344,11 @@ class Zygote:
             line += more
         return WarmProcess(int(line.split()[1]), conn, ["birddog", *args])
 
+    def socket_path(self) -> str:
+        """The zygote's socket, for :mod:`tests.support.zygote_launch` (started if need be)."""
+        self._start()
+        return self._path
+
     def _start(self) -> None:
         with self._lock:
             if self._proc is not None and self._proc.poll() is None:
