@@ -13,6 +13,10 @@ creation and last use; never a token or a digest) and authenticates a caller::
 Authentication goes through ``birddog.agent_token_use``, a ``SECURITY DEFINER`` function:
 a server's role needs no privilege on the token table itself. A token that is not a
 token (malformed, another prefix) never reaches the database.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when it is
+unreachable or refuses (this login may not create or drop roles, say); a call that
+failed so wrote nothing.
 """
 
 from __future__ import annotations
@@ -77,8 +81,6 @@ class PostgresAgents:
 
         Raises:
             InvalidInput: the agent was added before (issue another token instead).
-            StoreUnavailable: the database is unreachable or refused (no roles, no right to
-                create one); nothing was written.
         """
         address = _address(address)
         made: AgentLogin | None = None
@@ -120,7 +122,6 @@ class PostgresAgents:
 
         Raises:
             AgentNotFound: the agent was never added.
-            StoreUnavailable: the database is unreachable or refused.
         """
         address = _address(address)
         with store_errors("agent token"):
@@ -164,7 +165,6 @@ class PostgresAgents:
 
         Raises:
             AgentNotFound: the agent was never added.
-            StoreUnavailable: the database is unreachable or refused.
         """
         with store_errors("agent revoke"):
             async with self.pool.acquire() as conn, conn.transaction():
@@ -183,10 +183,6 @@ class PostgresAgents:
 
         Returns:
             The login dropped, or None when the agent had none.
-
-        Raises:
-            StoreUnavailable: the database is unreachable or refused (this login may not
-                drop roles).
         """
         with store_errors("agent revoke"):
             login: str | None = await self.pool.fetchval(queries["agents_drop_login"], agent_id)
@@ -199,9 +195,6 @@ class PostgresAgents:
 
         Returns:
             The agents by id, each with its tokens oldest first.
-
-        Raises:
-            StoreUnavailable: the database is unreachable or refused.
         """
         with store_errors("agent list"):
             records = await self.pool.fetch(queries["agents_list"])
@@ -232,9 +225,6 @@ class PostgresAgents:
 
         Returns:
             The address, or None for a malformed, unknown or revoked token.
-
-        Raises:
-            StoreUnavailable: the database is unreachable or refused.
         """
         digest = token_digest(token)
         if digest is None:

@@ -16,6 +16,9 @@ by one watch, which looks for all of them with one query (``in_reply_to = ANY(..
 when a notification names their agent, when a new waiter comes, and at least every
 ``poll_s``. A waiter holds no connection while it waits. A notification is only a hint:
 the watch always re-queries, so a missed or lost one costs latency, never a reply.
+
+Every call that reaches the database raises :class:`~birddog.StoreUnavailable` when it is
+unreachable (or no connection of the pool was free in time).
 """
 
 from __future__ import annotations
@@ -151,9 +154,6 @@ class PostgresMailbox:
 
         Returns:
             Up to ``limit`` unread entries.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         with store_errors("mailbox read"):
             records = await self.pool.fetch(
@@ -164,11 +164,7 @@ class PostgresMailbox:
     async def latest(
         self, owner: AgentAddress, *, limit: int = READ_LIMIT, timeout_s: float | None = None
     ) -> list[MailboxEntry]:
-        """The latest replies in ``owner``'s mailbox, read or not, newest first.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
-        """
+        """The latest replies in ``owner``'s mailbox, read or not, newest first."""
         async with self._connection(timeout_s, "mailbox read") as conn:
             with store_errors("mailbox read"):
                 records = await conn.fetch(
@@ -177,11 +173,7 @@ class PostgresMailbox:
         return [entry_from_record(record) for record in records]
 
     async def unread_count(self, owner: AgentAddress, *, timeout_s: float | None = None) -> int:
-        """How many unread replies ``owner``'s mailbox holds.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
-        """
+        """How many unread replies ``owner``'s mailbox holds."""
         async with self._connection(timeout_s, "mailbox count") as conn:
             with store_errors("mailbox count"):
                 count: int = await conn.fetchval(
@@ -198,10 +190,6 @@ class PostgresMailbox:
 
         Returns:
             The keys that were unread and now are read.
-
-        Raises:
-            StoreUnavailable: the database is unreachable (or no connection was free in
-                time).
         """
         if not keys:
             return []
@@ -222,9 +210,6 @@ class PostgresMailbox:
 
         Returns:
             The entries found, by reply key; keys of other mailboxes are left out.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         if not keys:
             return {}
@@ -243,9 +228,6 @@ class PostgresMailbox:
 
         Returns:
             The first reply to it (lowest reply key), or None while none has arrived.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         found = await self.answers([mail_key])
         return found.get(mail_key)
@@ -263,7 +245,6 @@ class PostgresMailbox:
             Per mail key with a reply in a mailbox, its first reply (lowest reply key).
 
         Raises:
-            StoreUnavailable: the database is unreachable.
             StoreBusy: no pool connection was free within ``timeout_s``.
         """
         found: dict[str, MailboxEntry] = {}
@@ -284,7 +265,6 @@ class PostgresMailbox:
             The replies, by mail key then reply key.
 
         Raises:
-            StoreUnavailable: the database is unreachable.
             StoreBusy: no pool connection was free within ``timeout_s``.
         """
         if not mail_keys:
@@ -311,9 +291,6 @@ class PostgresMailbox:
 
         Returns:
             The reply, or None when none arrived within ``timeout_s``.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         return await self._watch.wait(key, timeout_s, owner)
 
@@ -349,9 +326,6 @@ class PostgresMailbox:
 
         Yields:
             Batches of new entries, oldest first.
-
-        Raises:
-            StoreUnavailable: the database is unreachable.
         """
         seen: dict[str, datetime] = {}
         since: datetime | None = None
