@@ -51,14 +51,14 @@ async def healthy_rate(
     deadline_s: float,
     healthy_only: bool,
 ) -> dict[str, Any]:
-    """Seed, start a fresh daemon, wake it, time the healthy recipients' receipts."""
+    """Start a fresh daemon on an empty outbox, seed, wake it, time the healthy receipts.
+
+    The rows go in once the daemon sleeps: a daemon started on them drains from its start,
+    before the wake that starts the clock (in quick mode it had delivered every healthy
+    row before, and the rate came out negative).
+    """
     await clear_outbox(conn)
     await ctx.inbox.reset()
-    await drain.seed(conn, count=count, prefix=prefix, agents=AGENTS)
-    if healthy_only:
-        await conn.execute(
-            "DELETE FROM birddog.outbox WHERE recipient_agent_id = ANY($1::text[])", HANGING
-        )
     daemon = DaemonProcess(
         dsn,
         ctx.tmp / f"hanging-{'alone' if healthy_only else 'hanging'}.log",
@@ -67,6 +67,11 @@ async def healthy_rate(
     daemon.start()
     try:
         await daemon.wait_listening(conn)
+        await drain.seed(conn, count=count, prefix=prefix, agents=AGENTS)
+        if healthy_only:
+            await conn.execute(
+                "DELETE FROM birddog.outbox WHERE recipient_agent_id = ANY($1::text[])", HANGING
+            )
         pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
         started = await drain.wake(conn)
         healthy = await others_rate(
