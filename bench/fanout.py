@@ -34,6 +34,8 @@ CONCURRENT = 8
 SETTLE_TARGET = 0.5
 """Settling with its fan-out and wake, at 8 callers, against a bare INSERT."""
 PLAIN = "CREATE TABLE IF NOT EXISTS bench_plain (id bigserial PRIMARY KEY, payload jsonb NOT NULL)"
+VACUUMED = ("birddog.jobs", "birddog.queue_heads", "birddog.outbox", "birddog.wake", "bench_plain")
+"""The tables each case starts on vacuumed and analyzed."""
 INSERT_PLAIN = "INSERT INTO bench_plain (payload) VALUES ($1::text::jsonb)"
 
 
@@ -127,10 +129,24 @@ async def enqueues(pool: asyncpg.Pool, jobs: list[Job], concurrency: int) -> flo
 
 
 async def enqueue_all(pool: asyncpg.Pool, jobs: list[Job]) -> None:
-    """Enqueue jobs in one transaction (setup, not timed)."""
+    """Enqueue jobs in one transaction, then vacuum (setup, not timed)."""
     async with pool.acquire() as conn, conn.transaction():
         for job in jobs:
             await enqueue_accepted_job(conn, job)
+    await vacuum(pool)
+
+
+async def vacuum(pool: asyncpg.Pool) -> None:
+    """Vacuum and analyze the tables a case writes (setup, not timed).
+
+    Every case starts on tables as autovacuum keeps them in a live database: the cases
+    run one after another within seconds, faster than autovacuum follows, and the later
+    ones met the dead rows of the earlier ones (measured: 8 callers settled 482/s on a
+    jobs table of 13,700 rows, 7,700 of them dead, and 1,148/s once it was vacuumed).
+    """
+    async with pool.acquire() as conn:
+        for table in VACUUMED:
+            await conn.execute(f"VACUUM ANALYZE {table}")
 
 
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
@@ -184,6 +200,7 @@ async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
             }
             jobs = make_jobs(f"e{concurrency}", count, 1)
             payloads = [json.dumps(job.payload) for job in jobs]
+            await vacuum(pool)
             product = await enqueues(pool, jobs, concurrency)
             baseline = await bare_inserts(pool, payloads, concurrency)
             details["runs"][f"enqueue_{concurrency}"] = {
