@@ -121,9 +121,10 @@ async def test_every_definer_function_pins_its_path_and_is_granted_per_role(
     pinned = "search_path=pg_catalog, birddog, pg_temp"
     for signature, row in shown.items():
         # The path pinned; the only other setting a function may carry is its plan cache
-        # mode (revision 0019: PostgreSQL's default, inside the write functions).
+        # mode (revision 0019, inside the write functions).
         assert row["proconfig"][0] == pinned, signature
-        assert set(row["proconfig"][1:]) <= {"plan_cache_mode=auto"}, signature
+        modes = {"plan_cache_mode=auto", "plan_cache_mode=force_generic_plan"}
+        assert set(row["proconfig"][1:]) <= modes, signature
         assert not row["public"], signature
     for name in ("a2a_reply_to_add", "a2a_reply_to_remove"):
         row = shown[f"birddog.{name}(text,jsonb,text)"]
