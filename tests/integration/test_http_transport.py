@@ -15,12 +15,14 @@ import pytest
 from aiohttp import web
 from standardwebhooks import Webhook
 
+from birddog.bootstrap import open_stack
 from birddog.clock import SystemClock
 from birddog.core.delivery import Accepted, DeadReason, Deferred, Failed, Rejected
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound
 from birddog.core.mail import AgentAddress, Reply, ReplyFacts
 from birddog.http import HttpTransport, StaticRoutes
 from birddog.ports import Route
+from birddog.settings import Settings
 from birddog.testing import FrozenClock
 from tests.support import free_port
 from tests.support.inbox import posts_to
@@ -585,3 +587,12 @@ async def test_the_status_travels_with_the_result(
     assert (await transport.post(make_reply())).status == 500
     inbox.answer = lambda _: _text(410, "gone")
     assert (await transport.post(make_reply())).status == 410
+
+
+async def test_the_daemons_transport_has_a_connection_for_every_post_of_its_window(
+    database_url: str,
+) -> None:
+    """No post of the window waits inside aiohttp for a connection (its timeout running)."""
+    settings = Settings(database_url=database_url, window_size=300, fresh_rows=20)
+    async with open_stack(settings, pool_size=1) as stack:
+        assert stack.transport.connector_limit == 320

@@ -320,6 +320,10 @@ def _http_transport(settings: Settings, routes: PostgresRoutes, clock: Clock) ->
         max_body_bytes=settings.max_body_bytes,
         max_deferral_s=settings.max_deferral_s,
         clock=clock,
+        # A connection for every post the window may hold (fresh rows' included): below
+        # that, posts queued inside aiohttp for a connection, first come first served,
+        # behind the rows in flight, and their timeout ran while they waited.
+        connector_limit=settings.window_size + settings.fresh_rows,
         push_body=_a2a_push_body,
     )
 
