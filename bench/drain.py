@@ -20,6 +20,7 @@ import asyncpg
 import psutil
 
 from bench.harness import (
+    ROOT,
     Context,
     DaemonProcess,
     Figure,
@@ -155,7 +156,9 @@ async def product_round(
         **inbox_counts(await ctx.inbox.stats()),
     }
     if profiler is not None:
-        result["profile"] = str(profiler.out)
+        # Named from the checkout, never by this machine's path to it.
+        out = profiler.out
+        result["profile"] = str(out.relative_to(ROOT) if out.is_relative_to(ROOT) else out.name)
         result["profile_top"] = summarize_profile(profiler.out)
     return result
 
