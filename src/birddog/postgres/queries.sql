@@ -1575,3 +1575,19 @@ SELECT pg_advisory_xact_lock($1::int8);
 -- For the rest of the transaction, act as birddog_owner (so what is granted is granted by the owner).
 -- params: none
 SET LOCAL ROLE birddog_owner;
+
+-- ---------------------------------------------------------------------------------------
+-- the schema's functions as files (postgres/functions/): what the test and the revision
+-- writer compare with the files
+-- ---------------------------------------------------------------------------------------
+
+-- name: schema_functions
+-- Every function of the birddog schema as PostgreSQL prints it, by name, overloads in order of their argument types.
+-- params: none
+SELECT p.proname::text AS name,
+       pg_get_function_identity_arguments(p.oid) AS arguments,
+       pg_get_functiondef(p.oid) AS definition
+FROM pg_catalog.pg_proc p
+JOIN pg_catalog.pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = 'birddog' AND p.prokind IN ('f', 'p')
+ORDER BY p.proname COLLATE "C", pg_get_function_identity_arguments(p.oid) COLLATE "C";

@@ -1,0 +1,112 @@
+CREATE OR REPLACE FUNCTION birddog.enqueue(p_job_id text, p_queue text, p_lane text, p_priority smallint, p_payload text, p_recovery text, p_created_at timestamp with time zone, p_traceparent text, p_sender_mailbox boolean, p_not_before timestamp with time zone DEFAULT NULL::timestamp with time zone, p_expires_in_s double precision DEFAULT NULL::double precision)
+ RETURNS TABLE(inserted boolean, differing text[], mailbox_added boolean)
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'birddog', 'pg_temp'
+ SET plan_cache_mode TO 'auto'
+AS $function$
+#variable_conflict use_column
+DECLARE
+    v_payload jsonb := p_payload::jsonb;
+    v_recovery jsonb := p_recovery::jsonb;
+    v_stored birddog.jobs%ROWTYPE;
+    v_from text;
+    v_agent text := birddog._caller_agent();
+    v_created timestamptz := coalesce(p_created_at, clock_timestamp());
+    v_expires interval := make_interval(secs => p_expires_in_s);
+    v_to text;
+BEGIN
+    -- An agent's login sends as itself only: the mail's from is its agent.
+    IF v_agent IS NOT NULL
+       AND (birddog._field(v_payload -> 'mail', 'from', 'from_') ->> 'agentId')
+           IS DISTINCT FROM v_agent
+    THEN
+        RAISE EXCEPTION 'an agent enqueues mail from itself only (from.agentId %)', v_agent
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF p_expires_in_s IS NOT NULL AND NOT p_expires_in_s > 0 THEN
+        RAISE EXCEPTION 'a job expires a positive number of seconds after it is enqueued'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    -- The agent the mail is addressed to (NULL: no mail, or not BirdDog's).
+    v_to := birddog._address(v_payload -> 'mail' -> 'to') ->> 'agentId';
+    -- A queued job, nothing else: state, lease and claim are not the caller's to give. The
+    -- login that enqueued it is kept (sent_by): a sender reads the jobs it sent.
+    INSERT INTO birddog.jobs AS j (
+        job_id, queue, lane, priority, state, payload, recovery, created_at, traceparent,
+        sent_by, agent_id, not_before, expires_at
+    )
+    VALUES (
+        p_job_id, p_queue, p_lane, p_priority, 'queued', v_payload, v_recovery,
+        v_created, p_traceparent, session_user, v_to, p_not_before, v_created + v_expires
+    )
+    ON CONFLICT (job_id) DO NOTHING;
+    IF FOUND THEN
+        -- Its queue's head: this job, when it comes first (or the queue had none queued);
+        -- the queue due as soon as this job may be claimed, if sooner. The upsert works on
+        -- the row's latest version, whoever changed it last.
+        INSERT INTO birddog.queue_heads AS h (
+            queue, agent_id, priority, created_at, job_id, due_at, running
+        )
+        VALUES (
+            p_queue, v_to, p_priority, v_created, p_job_id,
+            p_not_before, 0
+        )
+        ON CONFLICT (queue) DO UPDATE
+        SET agent_id = CASE WHEN h.job_id IS NULL OR (-excluded.priority, excluded.created_at,
+                                 excluded.job_id) < (-h.priority, h.created_at, h.job_id)
+                            THEN excluded.agent_id ELSE h.agent_id END,
+            priority = CASE WHEN h.job_id IS NULL OR (-excluded.priority, excluded.created_at,
+                                 excluded.job_id) < (-h.priority, h.created_at, h.job_id)
+                            THEN excluded.priority ELSE h.priority END,
+            created_at = CASE WHEN h.job_id IS NULL OR (-excluded.priority, excluded.created_at,
+                                   excluded.job_id) < (-h.priority, h.created_at, h.job_id)
+                              THEN excluded.created_at ELSE h.created_at END,
+            job_id = CASE WHEN h.job_id IS NULL OR (-excluded.priority, excluded.created_at,
+                               excluded.job_id) < (-h.priority, h.created_at, h.job_id)
+                          THEN excluded.job_id ELSE h.job_id END,
+            due_at = CASE WHEN h.job_id IS NULL THEN excluded.due_at
+                          WHEN h.due_at IS NULL OR excluded.due_at IS NULL THEN NULL
+                          ELSE least(h.due_at, excluded.due_at) END;
+        PERFORM pg_notify('birddog_jobs', p_queue);
+        mailbox_added := false;
+        IF p_sender_mailbox THEN
+            -- The asker's own mailbox: only the sender of the mail just enqueued, and only
+            -- when it has no route (no URL, no secret: the routes check admits no other).
+            v_from := birddog._field(v_payload -> 'mail', 'from', 'from_') ->> 'agentId';
+            IF v_from IS NULL THEN
+                RAISE EXCEPTION 'a mailbox route is given only to the sender of mail'
+                    USING ERRCODE = 'invalid_parameter_value';
+            END IF;
+            INSERT INTO birddog.routes AS r (agent_id, kind, enabled)
+            VALUES (v_from, 'mailbox', true)
+            ON CONFLICT (agent_id) DO NOTHING;
+            mailbox_added := FOUND;
+        END IF;
+        inserted := true;
+        differing := '{}';
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- A replay: accepted only when every field matches the stored job.
+    inserted := false;
+    mailbox_added := false;
+    SELECT * INTO v_stored FROM birddog.jobs j WHERE j.job_id = p_job_id;
+    IF NOT FOUND THEN
+        differing := NULL;  -- the conflicting job is gone, or not in this snapshot
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    differing := array_remove(ARRAY[
+        CASE WHEN v_stored.queue IS DISTINCT FROM p_queue THEN 'queue' END,
+        CASE WHEN v_stored.lane IS DISTINCT FROM p_lane THEN 'lane' END,
+        CASE WHEN v_stored.priority IS DISTINCT FROM p_priority THEN 'priority' END,
+        CASE WHEN v_stored.payload IS DISTINCT FROM v_payload THEN 'payload' END,
+        CASE WHEN v_stored.recovery IS DISTINCT FROM v_recovery THEN 'recovery' END,
+        CASE WHEN v_stored.not_before IS DISTINCT FROM p_not_before THEN 'not_before' END,
+        CASE WHEN (v_stored.expires_at - v_stored.created_at) IS DISTINCT FROM v_expires
+             THEN 'expires_in_s' END
+    ], NULL);
+    RETURN NEXT;
+END
+$function$
