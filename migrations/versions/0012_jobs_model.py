@@ -472,15 +472,6 @@ def finite_check(columns: Sequence[str]) -> str:
     return " AND ".join(f"isfinite({column})" for column in columns)
 
 
-def _patched(signature: str, anchor: str, addition: str) -> str:
-    """Revision 0007's function with ``addition`` put after ``anchor`` (found exactly once)."""
-    body = PREVIOUS[signature]
-    if body.count(anchor) != 1:
-        raise RuntimeError(f"revision 0007's {signature} is not as this revision expects")
-    body = body.replace(anchor, anchor + addition)
-    return body.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
-
-
 REQUEUE = "_requeue(text,text)"
 SETTLE_JOB = (
     "_settle_job(text,text,jsonb,text,text,text,text,text,boolean,timestamptz,integer,text,boolean)"
@@ -837,36 +828,238 @@ SIGNATURES = {
 """The functions this revision adds (and drops on downgrade), by signature."""
 
 REPLACED = {
-    REQUEUE: _patched(
-        REQUEUE,
-        "RETURNING j.queue INTO v_queue;",
-        "\n    IF v_queue IS NOT NULL THEN\n"
-        "        PERFORM birddog._queue_heads_refresh(ARRAY[v_queue]);\n"
-        "    END IF;",
-    ),
-    SETTLE_JOB: _patched(
-        SETTLE_JOB,
-        "settled_at = p_now, lease_expires_at = NULL, slot = NULL, updated_at = now()\n"
-        "    WHERE j.job_id = p_job_id;",
-        "\n    PERFORM birddog._queue_heads_refresh(ARRAY[p_queue]);",
-    ),
-}
-# The bounce also takes a job past its own expiry; the queues' heads are locked first, in
-# queue order, so two reapers (each settlement refreshes its queue's) never wait in a cycle.
-REPLACED[REAP] = _patched(
-    REAP,
-    "one per job; a job whose count moved meanwhile is kept for the next pass).",
-    "\n    PERFORM 1 FROM birddog.queue_heads h\n"
-    "    WHERE h.queue IN (\n"
-    "        SELECT j.queue FROM birddog.jobs j WHERE j.job_id = ANY(p_job_ids)\n"
-    "    )\n"
-    "    ORDER BY h.queue\n"
-    "    FOR UPDATE;",
-).replace(
-    "IF v_job.state = 'queued' AND v_job.created_at <= p_since",
-    "IF v_job.state = 'queued'\n"
-    "               AND (v_job.created_at <= p_since OR v_job.expires_at <= p_now)",
+    REQUEUE: """
+CREATE OR REPLACE FUNCTION birddog._requeue(p_job_id text, p_diagnostic text) RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_queue text;
+BEGIN
+    -- A recovery: back in its queue, claim cleared, recovery_count + 1 (NULL diagnostic:
+    -- the last one stays); announced on birddog_jobs at commit.
+    UPDATE birddog.jobs j
+    SET state = 'queued', claim_token = NULL, lease_expires_at = NULL, worker_id = NULL,
+        slot = NULL, recovery_count = j.recovery_count + 1,
+        diagnostic = coalesce(p_diagnostic, j.diagnostic), updated_at = now()
+    WHERE j.job_id = p_job_id AND j.state = 'running'
+    RETURNING j.queue INTO v_queue;
+    IF v_queue IS NOT NULL THEN
+        PERFORM birddog._queue_heads_refresh(ARRAY[v_queue]);
+    END IF;
+    IF v_queue IS NOT NULL THEN
+        PERFORM pg_notify('birddog_jobs', v_queue);
+    END IF;
+END
+$fn$""",
+    SETTLE_JOB: """
+CREATE OR REPLACE FUNCTION birddog._settle_job(
+    p_job_id text, p_queue text, p_payload jsonb, p_job_traceparent text, p_outcome text,
+    p_content text, p_diagnostic text, p_reply_diagnostic text, p_records_cancellation boolean,
+    p_now timestamptz, p_max_content_bytes integer, p_traceparent text, p_wake boolean,
+    OUT keys text[], OUT unreadable text
 )
+LANGUAGE plpgsql
+AS $fn$
+DECLARE
+    v_mail record;
+    v_keys text[];
+    v_agents text[];
+    v_sessions text[];
+    v_replies jsonb[];
+    v_inserted text[];
+    v_dropped text[];
+BEGIN
+    -- Settle the locked job and write the replies its STORED mail owes (fanout.replies_for),
+    -- then arm the wake (outbox_insert_rows + wake_schedule): all in the caller's
+    -- transaction, so the settlement never commits without its fan-out.
+    UPDATE birddog.jobs j
+    SET state = 'settled', outcome = p_outcome, result_content = p_content,
+        diagnostic = p_diagnostic,
+        cancel_requested_at = CASE WHEN p_records_cancellation
+                                   THEN coalesce(j.cancel_requested_at, p_now)
+                                   ELSE j.cancel_requested_at END,
+        cancel_content = CASE WHEN NOT p_records_cancellation OR j.cancel_requested_at IS NOT NULL
+                              THEN j.cancel_content ELSE p_content END,
+        settled_at = p_now, lease_expires_at = NULL, slot = NULL, updated_at = now()
+    WHERE j.job_id = p_job_id;
+    PERFORM birddog._queue_heads_refresh(ARRAY[p_queue]);
+    keys := '{}';
+    SELECT * INTO v_mail FROM birddog._agent_mail(p_job_id, p_queue, p_payload);
+    unreadable := v_mail.problem;
+    IF unreadable IS NULL AND octet_length(p_content) > p_max_content_bytes THEN
+        unreadable := 'content';
+    END IF;
+    IF unreadable IS NOT NULL OR v_mail.mail_key IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT
+        array_agg('outbox:' || v_mail.mail_key || ':reply:' || (r.n - 1) ORDER BY r.n),
+        array_agg(r.address ->> 'agentId' ORDER BY r.n),
+        array_agg(r.address ->> 'sessionId' ORDER BY r.n),
+        array_agg(
+            jsonb_build_object(
+                'key', 'outbox:' || v_mail.mail_key || ':reply:' || (r.n - 1),
+                'inReplyTo', v_mail.mail_key,
+                'to', r.address,
+                'from', v_mail.recipient,
+                'replyTo', '[]'::jsonb,
+                'content', CASE WHEN p_content = ''
+                                THEN 'The delegated work ended ' || p_outcome
+                                     || ' without reply text.'
+                                ELSE p_content END,
+                'createdAt', floor(extract(epoch FROM p_now) * 1000)::bigint,
+                'reply', jsonb_build_object('commandId', v_mail.command_id, 'outcome', p_outcome)
+                    || CASE
+                        WHEN p_reply_diagnostic IS NOT NULL
+                         AND p_outcome IN ('failed', 'interrupted', 'outcome_unknown')
+                        THEN jsonb_build_object('diagnostic', p_reply_diagnostic)
+                        ELSE '{}'::jsonb
+                    END
+            )
+            ORDER BY r.n
+        )
+    INTO v_keys, v_agents, v_sessions, v_replies
+    FROM jsonb_array_elements(v_mail.reply_to) WITH ORDINALITY AS r(address, n);
+    IF v_keys IS NULL THEN
+        RETURN;
+    END IF;
+    -- The settlement side of the wake protocol (wake_guard): the wake statement below
+    -- takes its snapshot only after this lock is granted.
+    PERFORM pg_advisory_xact_lock_shared(27700487749136231);
+    WITH inserted AS (
+        INSERT INTO birddog.outbox AS o (
+            key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome,
+            reply, state, attempts, deferrals, due_at, created_at, traceparent
+        )
+        SELECT r.key, r.agent_id, r.session_id, v_mail.mail_key, v_mail.command_id,
+               p_outcome, r.reply, 'pending', 0, 0, p_now, p_now,
+               coalesce(p_traceparent, p_job_traceparent)
+        FROM unnest(v_keys, v_agents, v_sessions, v_replies) AS r(key, agent_id, session_id, reply)
+        WHERE NOT EXISTS (SELECT 1 FROM birddog.receipts rc WHERE rc.key = r.key)
+        ON CONFLICT (key) DO NOTHING
+        RETURNING o.key
+    )
+    SELECT coalesce(array_agg(i.key), '{}') INTO v_inserted FROM inserted i;
+    IF cardinality(v_inserted) = 0 THEN
+        RETURN;
+    END IF;
+    -- A fresh snapshot: drop the rows whose receipt committed while their insert waited,
+    -- and arm the wake (moved or made, and announced, only when it would come later).
+    WITH gone AS (
+        DELETE FROM birddog.outbox o
+        USING birddog.receipts rc
+        WHERE o.key = ANY(v_inserted) AND rc.key = o.key
+        RETURNING o.key
+    ), moved AS (
+        UPDATE birddog.wake w
+        SET wake_at = p_now
+        WHERE w.id AND p_wake AND (w.wake_at IS NULL OR w.wake_at > p_now)
+        RETURNING pg_notify('birddog_wake', '')
+    ), made AS (
+        INSERT INTO birddog.wake AS w (id, wake_at)
+        SELECT true, p_now
+        WHERE p_wake AND NOT EXISTS (SELECT 1 FROM birddog.wake)
+        ON CONFLICT (id) DO UPDATE SET wake_at = least(w.wake_at, excluded.wake_at)
+        RETURNING pg_notify('birddog_wake', '')
+    )
+    SELECT coalesce(array_agg(g.key), '{}') INTO v_dropped FROM gone g;
+    keys := ARRAY(
+        SELECT k.key FROM unnest(v_keys) WITH ORDINALITY AS k(key, n)
+        WHERE k.key = ANY(v_inserted) AND NOT (k.key = ANY(v_dropped))
+        ORDER BY k.n
+    );
+END
+$fn$""",
+    REAP: """
+CREATE OR REPLACE FUNCTION birddog.reap(
+    p_event text, p_job_ids text[], p_recovery_counts integer[], p_contents text[],
+    p_diagnostics text[], p_now timestamptz, p_since timestamptz, p_lease_diagnostic text,
+    p_lease_reply_diagnostic text, p_max_content_bytes integer, p_wake boolean
+)
+RETURNS TABLE (job_id text, what text, unreadable text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_job birddog.jobs%ROWTYPE;
+    v_at integer;
+    v_cancel record;
+    v_done record;
+BEGIN
+    -- The reapers, for the jobs p_job_ids (a job another transaction holds is skipped and
+    -- not returned). 'lease_expired': a running job whose lease ended by p_since is queued
+    -- again while its budget lasts, else settles outcome_unknown (a recorded cancellation:
+    -- cancelled). 'queued_too_long': a job still queued, enqueued by p_since, settles
+    -- cancelled with the caller's text for its recovery count (p_contents, p_diagnostics,
+    -- one per job; a job whose count moved meanwhile is kept for the next pass).
+    PERFORM 1 FROM birddog.queue_heads h
+    WHERE h.queue IN (
+        SELECT j.queue FROM birddog.jobs j WHERE j.job_id = ANY(p_job_ids)
+    )
+    ORDER BY h.queue
+    FOR UPDATE;
+    FOR v_job IN
+        SELECT * FROM birddog.jobs j
+        WHERE j.job_id = ANY(p_job_ids)
+        ORDER BY j.job_id
+        FOR UPDATE SKIP LOCKED
+    LOOP
+        job_id := v_job.job_id;
+        unreadable := NULL;
+        what := 'keep';
+        IF p_event = 'lease_expired' THEN
+            IF v_job.state = 'running'
+               AND (v_job.lease_expires_at IS NULL OR v_job.lease_expires_at <= p_since) THEN
+                IF v_job.cancel_requested_at IS NOT NULL THEN
+                    SELECT * INTO v_cancel FROM birddog._cancelled(
+                        coalesce(v_job.cancel_content, ''), p_lease_diagnostic, p_max_content_bytes
+                    );
+                    SELECT * INTO v_done FROM birddog._settle_job(
+                        v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
+                        'cancelled', v_cancel.content, v_cancel.diagnostic, NULL, false,
+                        p_now, p_max_content_bytes, NULL, p_wake
+                    );
+                    what := 'cancelled';
+                    unreadable := v_done.unreadable;
+                ELSIF v_job.recovery_count < birddog._max_recoveries(v_job.recovery) THEN
+                    PERFORM birddog._requeue(v_job.job_id, NULL);
+                    what := 'requeued';
+                ELSE
+                    SELECT * INTO v_done FROM birddog._settle_job(
+                        v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
+                        'outcome_unknown', '', p_lease_diagnostic,
+                        p_lease_reply_diagnostic, false, p_now, p_max_content_bytes, NULL, p_wake
+                    );
+                    what := 'outcome_unknown';
+                    unreadable := v_done.unreadable;
+                END IF;
+            END IF;
+        ELSIF p_event = 'queued_too_long' THEN
+            v_at := array_position(p_job_ids, v_job.job_id);
+            IF v_job.state = 'queued'
+               AND (v_job.created_at <= p_since OR v_job.expires_at <= p_now)
+               AND v_job.recovery_count = p_recovery_counts[v_at] THEN
+                SELECT * INTO v_done FROM birddog._settle_job(
+                    v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
+                    'cancelled', p_contents[v_at], p_diagnostics[v_at], NULL, true,
+                    p_now, p_max_content_bytes, NULL, p_wake
+                );
+                what := 'cancelled';
+                unreadable := v_done.unreadable;
+            END IF;
+        ELSE
+            RAISE EXCEPTION 'unknown reaper event %', p_event
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
+$fn$""",
+}
+"""Revision 0007's ``_requeue``, ``_settle_job`` and ``reap`` as this revision replaces them:
+each keeps its queue's head; the reaper locks the heads of its jobs' queues first, in
+queue order, so two reapers (each settlement refreshes its queue's) never wait in a cycle,
+and its bounce also takes a job past its own expiry."""
 
 
 def upgrade() -> None:

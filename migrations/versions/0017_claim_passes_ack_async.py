@@ -43,10 +43,7 @@ Create Date: 2026-12-02
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
-from types import ModuleType
 
 from alembic import op
 
@@ -55,79 +52,293 @@ down_revision: str | Sequence[str] | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-
-def _revision(filename: str) -> ModuleType:
-    """An earlier revision's module, read from this folder (the text it created)."""
-    path = Path(__file__).with_name(filename)
-    spec = importlib.util.spec_from_file_location(f"birddog_revision_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError(f"cannot read revision {filename}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _patched(body: str, changes: Sequence[tuple[str, str, int]]) -> str:
-    """``body`` as ``CREATE OR REPLACE`` with each (old, new, times) change, found exactly."""
-    for old, new, times in changes:
-        if body.count(old) != times:
-            raise RuntimeError(f"the function is not as revision 0017 expects: {old!r}")
-        body = body.replace(old, new)
-    return body.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
-
-
-_PASSES = (
-    "    -- A few passes: a candidate whose head cannot be taken (another transaction holds"
-    " it, a\n    -- head row out of date) is refreshed and left out of the next pass.\n"
+CLAIM = """
+CREATE OR REPLACE FUNCTION birddog.claim(
+    p_queues text[], p_limit integer, p_lease_until timestamptz, p_worker_id text,
+    p_slots integer, p_started_at timestamptz, p_reserved_prefix text,
+    p_agents text[] DEFAULT NULL
 )
-_LIMIT = "                LIMIT p_limit\n                FOR UPDATE SKIP LOCKED"
-
-CLAIM_CHANGES = (
-    ("    v_taken integer;\n", "    v_taken integer;\n    v_total integer := 0;\n", 1),
-    (
-        _PASSES,
-        _PASSES
-        + "    -- The passes go on until p_limit jobs are taken or no candidate is left, so a\n"
-        "    -- claim that takes fewer than it asks for found no other queue to take from.\n",
-        1,
-    ),
-    (_LIMIT, "                LIMIT p_limit - v_total\n                FOR UPDATE SKIP LOCKED", 2),
-    (
-        "        PERFORM birddog._queue_heads_refresh(v_queues);\n        EXIT WHEN v_taken > 0;\n",
-        "        PERFORM birddog._queue_heads_refresh(v_queues);\n"
-        "        v_total := v_total + v_taken;\n"
-        "        EXIT WHEN v_total >= p_limit;\n",
-        1,
-    ),
+RETURNS TABLE (
+    job_id text, queue text, lane text, priority smallint, state text, payload text,
+    recovery text, outcome text, claim_token uuid, lease_expires_at timestamptz,
+    recovery_count integer, cancel_requested_at timestamptz, cancel_content text,
+    created_at timestamptz, traceparent text, not_before timestamptz, expires_at timestamptz
 )
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_agent text := birddog._caller_agent();
+    v_every boolean := p_queues IS NULL AND p_agents IS NULL;
+    v_queues text[];
+    v_tried text[] := '{}';
+    v_taken integer;
+    v_total integer := 0;
+BEGIN
+    -- The head of each queue (priority, age, id) that may be claimed at p_started_at (its
+    -- not-before passed, not expired) with a free slot: of every queue but the reserved
+    -- ones, or of the queues p_queues names and the sessions of the agents p_agents names.
+    -- An agent's login claims only its own jobs, from the sessions or agent it names.
+    IF v_agent IS NOT NULL AND p_queues IS NULL
+       AND (p_agents IS NULL OR EXISTS (
+           SELECT 1 FROM unnest(p_agents) AS a(agent) WHERE a.agent IS DISTINCT FROM v_agent
+       )) THEN
+        RAISE EXCEPTION 'an agent claims from the sessions it names, or as itself, only'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- A few passes: a candidate whose head cannot be taken (another transaction holds it, a
+    -- head row out of date) is refreshed and left out of the next pass.
+    -- The passes go on until p_limit jobs are taken or no candidate is left, so a
+    -- claim that takes fewer than it asks for found no other queue to take from.
+    FOR v_pass IN 1..5 LOOP
+        -- The candidates, locked (SKIP LOCKED: a claimer never waits, and one queue's
+        -- candidates are never two claimers' at once), in head order.
+        IF v_every THEN
+            v_queues := ARRAY(
+                SELECT h.queue FROM birddog.queue_heads h
+                WHERE h.job_id IS NOT NULL
+                  AND (h.due_at IS NULL OR h.due_at <= p_started_at)
+                  AND h.running < p_slots AND NOT starts_with(h.queue, p_reserved_prefix)
+                  AND NOT (h.queue = ANY(v_tried))
+                ORDER BY h.priority DESC, h.created_at, h.job_id
+                LIMIT p_limit - v_total
+                FOR UPDATE SKIP LOCKED
+            );
+        ELSE
+            v_queues := ARRAY(
+                SELECT h.queue FROM birddog.queue_heads h
+                WHERE h.job_id IS NOT NULL
+                  AND (h.due_at IS NULL OR h.due_at <= p_started_at)
+                  AND h.running < p_slots
+                  AND (h.queue = ANY(p_queues)
+                       OR (h.agent_id = ANY(p_agents)
+                           AND NOT starts_with(h.queue, p_reserved_prefix)))
+                  AND NOT (h.queue = ANY(v_tried))
+                ORDER BY h.priority DESC, h.created_at, h.job_id
+                LIMIT p_limit - v_total
+                FOR UPDATE SKIP LOCKED
+            );
+        END IF;
+        EXIT WHEN cardinality(v_queues) = 0;
+        v_tried := v_tried || v_queues;
+        RETURN QUERY
+        WITH picked AS (
+            -- Each candidate's first job that may be claimed now, read from the jobs: a head
+            -- another transaction holds is skipped, never the job behind it taken instead.
+            SELECT j.job_id, j.queue
+            FROM unnest(v_queues) WITH ORDINALITY AS c(queue, n)
+            CROSS JOIN LATERAL (
+                SELECT q.job_id FROM birddog.jobs q
+                WHERE q.state = 'queued' AND q.queue = c.queue
+                  AND (q.not_before IS NULL OR q.not_before <= p_started_at)
+                  AND (q.expires_at IS NULL OR q.expires_at > p_started_at)
+                ORDER BY q.priority DESC, q.created_at, q.job_id
+                LIMIT 1
+            ) head
+            JOIN birddog.jobs j ON j.job_id = head.job_id
+            WHERE j.state = 'queued'
+              AND (p_agents IS NULL OR j.queue = ANY(p_queues) OR j.agent_id = ANY(p_agents))
+              AND (v_agent IS NULL OR j.agent_id = v_agent)
+            ORDER BY c.n
+            FOR UPDATE OF j SKIP LOCKED
+        ),
+        slotted AS (
+            -- The lowest free slot, counted from the running jobs themselves (none free:
+            -- the queue is busy, whatever its head row says).
+            SELECT p.job_id, (
+                SELECT min(s.slot) FROM generate_series(0, p_slots - 1) AS s(slot)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM birddog.jobs r
+                    WHERE r.queue = p.queue AND r.state = 'running' AND r.slot = s.slot
+                )
+            ) AS slot
+            FROM picked p
+        )
+        UPDATE birddog.jobs j
+        SET state = 'running', slot = s.slot, claim_token = gen_random_uuid(),
+            lease_expires_at = p_lease_until, worker_id = p_worker_id,
+            started_at = p_started_at, updated_at = now()
+        FROM slotted s
+        WHERE j.job_id = s.job_id AND s.slot IS NOT NULL
+        RETURNING
+            j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text, j.recovery::text,
+            j.outcome, j.claim_token, j.lease_expires_at, j.recovery_count,
+            j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent, j.not_before,
+            j.expires_at;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
+        PERFORM birddog._queue_heads_refresh(v_queues);
+        v_total := v_total + v_taken;
+        EXIT WHEN v_total >= p_limit;
+    END LOOP;
+END
+$fn$"""
+"""Revision 0012's ``birddog.claim`` with passes that go on until ``p_limit`` jobs are taken."""
 
-ACK_CHANGES = (
-    (
-        "BEGIN\n    -- Mark mailbox replies read;",
-        "BEGIN\n"
-        "    -- Lost in a server crash, an acknowledgement leaves the reply unread (revision\n"
-        "    -- 0017): no WAL flush for it, until the caller's transaction ends.\n"
-        "    PERFORM set_config('synchronous_commit', 'off', true);\n"
-        "    -- Mark mailbox replies read;",
-        1,
-    ),
+ACK = """
+CREATE OR REPLACE FUNCTION birddog.ack(p_keys text[], p_read_at timestamptz)
+RETURNS TABLE (key text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    -- Lost in a server crash, an acknowledgement leaves the reply unread (revision
+    -- 0017): no WAL flush for it, until the caller's transaction ends.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    -- Mark mailbox replies read; returns the keys that were unread. Only rows the caller
+    -- may read (mailbox_visible): an agent's login acknowledges its own mailbox only.
+    RETURN QUERY
+    UPDATE birddog.mailbox m
+    SET read_at = p_read_at
+    WHERE m.key = ANY(p_keys) AND m.read_at IS NULL
+      AND birddog.mailbox_visible(m.agent_id, m.in_reply_to)
+    RETURNING m.key;
+END
+$fn$"""
+"""Revision 0007's ``birddog.ack`` without a WAL flush."""
+
+PREVIOUS_CLAIM = """
+CREATE OR REPLACE FUNCTION birddog.claim(
+    p_queues text[], p_limit integer, p_lease_until timestamptz, p_worker_id text,
+    p_slots integer, p_started_at timestamptz, p_reserved_prefix text,
+    p_agents text[] DEFAULT NULL
 )
+RETURNS TABLE (
+    job_id text, queue text, lane text, priority smallint, state text, payload text,
+    recovery text, outcome text, claim_token uuid, lease_expires_at timestamptz,
+    recovery_count integer, cancel_requested_at timestamptz, cancel_content text,
+    created_at timestamptz, traceparent text, not_before timestamptz, expires_at timestamptz
+)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+#variable_conflict use_column
+DECLARE
+    v_agent text := birddog._caller_agent();
+    v_every boolean := p_queues IS NULL AND p_agents IS NULL;
+    v_queues text[];
+    v_tried text[] := '{}';
+    v_taken integer;
+BEGIN
+    -- The head of each queue (priority, age, id) that may be claimed at p_started_at (its
+    -- not-before passed, not expired) with a free slot: of every queue but the reserved
+    -- ones, or of the queues p_queues names and the sessions of the agents p_agents names.
+    -- An agent's login claims only its own jobs, from the sessions or agent it names.
+    IF v_agent IS NOT NULL AND p_queues IS NULL
+       AND (p_agents IS NULL OR EXISTS (
+           SELECT 1 FROM unnest(p_agents) AS a(agent) WHERE a.agent IS DISTINCT FROM v_agent
+       )) THEN
+        RAISE EXCEPTION 'an agent claims from the sessions it names, or as itself, only'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- A few passes: a candidate whose head cannot be taken (another transaction holds it, a
+    -- head row out of date) is refreshed and left out of the next pass.
+    FOR v_pass IN 1..5 LOOP
+        -- The candidates, locked (SKIP LOCKED: a claimer never waits, and one queue's
+        -- candidates are never two claimers' at once), in head order.
+        IF v_every THEN
+            v_queues := ARRAY(
+                SELECT h.queue FROM birddog.queue_heads h
+                WHERE h.job_id IS NOT NULL
+                  AND (h.due_at IS NULL OR h.due_at <= p_started_at)
+                  AND h.running < p_slots AND NOT starts_with(h.queue, p_reserved_prefix)
+                  AND NOT (h.queue = ANY(v_tried))
+                ORDER BY h.priority DESC, h.created_at, h.job_id
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED
+            );
+        ELSE
+            v_queues := ARRAY(
+                SELECT h.queue FROM birddog.queue_heads h
+                WHERE h.job_id IS NOT NULL
+                  AND (h.due_at IS NULL OR h.due_at <= p_started_at)
+                  AND h.running < p_slots
+                  AND (h.queue = ANY(p_queues)
+                       OR (h.agent_id = ANY(p_agents)
+                           AND NOT starts_with(h.queue, p_reserved_prefix)))
+                  AND NOT (h.queue = ANY(v_tried))
+                ORDER BY h.priority DESC, h.created_at, h.job_id
+                LIMIT p_limit
+                FOR UPDATE SKIP LOCKED
+            );
+        END IF;
+        EXIT WHEN cardinality(v_queues) = 0;
+        v_tried := v_tried || v_queues;
+        RETURN QUERY
+        WITH picked AS (
+            -- Each candidate's first job that may be claimed now, read from the jobs: a head
+            -- another transaction holds is skipped, never the job behind it taken instead.
+            SELECT j.job_id, j.queue
+            FROM unnest(v_queues) WITH ORDINALITY AS c(queue, n)
+            CROSS JOIN LATERAL (
+                SELECT q.job_id FROM birddog.jobs q
+                WHERE q.state = 'queued' AND q.queue = c.queue
+                  AND (q.not_before IS NULL OR q.not_before <= p_started_at)
+                  AND (q.expires_at IS NULL OR q.expires_at > p_started_at)
+                ORDER BY q.priority DESC, q.created_at, q.job_id
+                LIMIT 1
+            ) head
+            JOIN birddog.jobs j ON j.job_id = head.job_id
+            WHERE j.state = 'queued'
+              AND (p_agents IS NULL OR j.queue = ANY(p_queues) OR j.agent_id = ANY(p_agents))
+              AND (v_agent IS NULL OR j.agent_id = v_agent)
+            ORDER BY c.n
+            FOR UPDATE OF j SKIP LOCKED
+        ),
+        slotted AS (
+            -- The lowest free slot, counted from the running jobs themselves (none free:
+            -- the queue is busy, whatever its head row says).
+            SELECT p.job_id, (
+                SELECT min(s.slot) FROM generate_series(0, p_slots - 1) AS s(slot)
+                WHERE NOT EXISTS (
+                    SELECT 1 FROM birddog.jobs r
+                    WHERE r.queue = p.queue AND r.state = 'running' AND r.slot = s.slot
+                )
+            ) AS slot
+            FROM picked p
+        )
+        UPDATE birddog.jobs j
+        SET state = 'running', slot = s.slot, claim_token = gen_random_uuid(),
+            lease_expires_at = p_lease_until, worker_id = p_worker_id,
+            started_at = p_started_at, updated_at = now()
+        FROM slotted s
+        WHERE j.job_id = s.job_id AND s.slot IS NOT NULL
+        RETURNING
+            j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text, j.recovery::text,
+            j.outcome, j.claim_token, j.lease_expires_at, j.recovery_count,
+            j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent, j.not_before,
+            j.expires_at;
+        GET DIAGNOSTICS v_taken = ROW_COUNT;
+        PERFORM birddog._queue_heads_refresh(v_queues);
+        EXIT WHEN v_taken > 0;
+    END LOOP;
+END
+$fn$"""
+"""Revision 0012's ``birddog.claim``, as a downgrade restores it."""
 
-
-def _bodies() -> tuple[str, str]:
-    """Revision 0012's claim and revision 0007's ack, as they were created."""
-    claim = _revision("0012_jobs_model.py").CLAIM
-    ack = _revision("0007_write_functions.py").FUNCTIONS["ack(text[],timestamptz)"]
-    return claim, ack
+PREVIOUS_ACK = """
+CREATE OR REPLACE FUNCTION birddog.ack(p_keys text[], p_read_at timestamptz)
+RETURNS TABLE (key text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, birddog, pg_temp
+AS $fn$
+#variable_conflict use_column
+BEGIN
+    -- Mark mailbox replies read; returns the keys that were unread. Only rows the caller
+    -- may read (mailbox_visible): an agent's login acknowledges its own mailbox only.
+    RETURN QUERY
+    UPDATE birddog.mailbox m
+    SET read_at = p_read_at
+    WHERE m.key = ANY(p_keys) AND m.read_at IS NULL
+      AND birddog.mailbox_visible(m.agent_id, m.in_reply_to)
+    RETURNING m.key;
+END
+$fn$"""
+"""Revision 0007's ``birddog.ack``, as a downgrade restores it."""
 
 
 def upgrade() -> None:
-    claim, ack = _bodies()
-    op.execute(_patched(claim, CLAIM_CHANGES))
-    op.execute(_patched(ack, ACK_CHANGES))
+    op.execute(CLAIM)
+    op.execute(ACK)
 
 
 def downgrade() -> None:
-    claim, ack = _bodies()
-    op.execute(_patched(claim, ()))
-    op.execute(_patched(ack, ()))
+    op.execute(PREVIOUS_CLAIM)
+    op.execute(PREVIOUS_ACK)

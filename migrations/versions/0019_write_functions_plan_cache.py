@@ -43,9 +43,7 @@ Create Date: 2026-12-03
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
 
 from alembic import op
 
@@ -78,9 +76,10 @@ PLAN_CACHE_MODES = {
 }
 """Each write function's own ``plan_cache_mode``, by signature."""
 
-_BEGIN = "AS $fn$\nBEGIN\n"
-
-ONE_QUEUE = """AS $fn$
+HEADS_REFRESH = """
+CREATE OR REPLACE FUNCTION birddog._queue_heads_refresh(p_queues text[]) RETURNS void
+LANGUAGE plpgsql
+AS $fn$
 DECLARE
     v_queue text;
     v_head record;
@@ -123,25 +122,120 @@ BEGIN
         END IF;
         RETURN;
     END IF;
-"""
+    -- Recompute the heads of p_queues from their jobs. The rows are locked first, in queue
+    -- order, by a statement of their own: the recomputation below takes its snapshot only
+    -- then, so it sees every change committed by a transaction that held one of them, and
+    -- the last transaction to change a queue's jobs leaves its row right.
+    PERFORM 1 FROM birddog.queue_heads h
+    WHERE h.queue = ANY(p_queues)
+    ORDER BY h.queue
+    FOR UPDATE;
+    WITH facts AS (
+        SELECT q.queue, head.agent_id, head.priority, head.created_at, head.job_id,
+               due.due_at, run.running
+        FROM (SELECT DISTINCT u.queue FROM unnest(p_queues) AS u(queue)) q
+        LEFT JOIN LATERAL (
+            SELECT j.agent_id, j.priority, j.created_at, j.job_id
+            FROM birddog.jobs j
+            WHERE j.state = 'queued' AND j.queue = q.queue
+            ORDER BY j.priority DESC, j.created_at, j.job_id
+            LIMIT 1
+        ) head ON true
+        LEFT JOIN LATERAL (
+            SELECT j.not_before AS due_at
+            FROM birddog.jobs j
+            WHERE j.state = 'queued' AND j.queue = q.queue
+            ORDER BY j.not_before NULLS FIRST
+            LIMIT 1
+        ) due ON true
+        CROSS JOIN LATERAL (
+            SELECT count(*)::integer AS running
+            FROM birddog.jobs j
+            WHERE j.state = 'running' AND j.queue = q.queue
+        ) run
+    ), kept AS (
+        INSERT INTO birddog.queue_heads AS h (
+            queue, agent_id, priority, created_at, job_id, due_at, running
+        )
+        SELECT f.queue, f.agent_id, f.priority, f.created_at, f.job_id, f.due_at, f.running
+        FROM facts f
+        WHERE f.job_id IS NOT NULL OR f.running > 0
+        ON CONFLICT (queue) DO UPDATE
+        SET agent_id = excluded.agent_id, priority = excluded.priority,
+            created_at = excluded.created_at, job_id = excluded.job_id,
+            due_at = excluded.due_at, running = excluded.running
+        WHERE (h.agent_id, h.priority, h.created_at, h.job_id, h.due_at, h.running)
+            IS DISTINCT FROM (excluded.agent_id, excluded.priority, excluded.created_at,
+                              excluded.job_id, excluded.due_at, excluded.running)
+    )
+    DELETE FROM birddog.queue_heads h
+    USING facts f
+    WHERE h.queue = f.queue AND f.job_id IS NULL AND f.running = 0;
+END
+$fn$"""
+"""Revision 0012's ``birddog._queue_heads_refresh`` with its statements over one queue."""
 
-
-def _heads_refresh() -> str:
-    """Revision 0012's ``_queue_heads_refresh``, as it created it."""
-    path = Path(__file__).with_name("0012_jobs_model.py")
-    spec = importlib.util.spec_from_file_location(f"birddog_revision_{path.stem}", path)
-    if spec is None or spec.loader is None:
-        raise RuntimeError("cannot read revision 0012")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    body: str = module.HEADS_REFRESH
-    if body.count(_BEGIN) != 1:
-        raise RuntimeError("_queue_heads_refresh is not as revision 0019 expects")
-    return body.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+PREVIOUS_HEADS_REFRESH = """
+CREATE OR REPLACE FUNCTION birddog._queue_heads_refresh(p_queues text[]) RETURNS void
+LANGUAGE plpgsql
+AS $fn$
+BEGIN
+    -- Recompute the heads of p_queues from their jobs. The rows are locked first, in queue
+    -- order, by a statement of their own: the recomputation below takes its snapshot only
+    -- then, so it sees every change committed by a transaction that held one of them, and
+    -- the last transaction to change a queue's jobs leaves its row right.
+    PERFORM 1 FROM birddog.queue_heads h
+    WHERE h.queue = ANY(p_queues)
+    ORDER BY h.queue
+    FOR UPDATE;
+    WITH facts AS (
+        SELECT q.queue, head.agent_id, head.priority, head.created_at, head.job_id,
+               due.due_at, run.running
+        FROM (SELECT DISTINCT u.queue FROM unnest(p_queues) AS u(queue)) q
+        LEFT JOIN LATERAL (
+            SELECT j.agent_id, j.priority, j.created_at, j.job_id
+            FROM birddog.jobs j
+            WHERE j.state = 'queued' AND j.queue = q.queue
+            ORDER BY j.priority DESC, j.created_at, j.job_id
+            LIMIT 1
+        ) head ON true
+        LEFT JOIN LATERAL (
+            SELECT j.not_before AS due_at
+            FROM birddog.jobs j
+            WHERE j.state = 'queued' AND j.queue = q.queue
+            ORDER BY j.not_before NULLS FIRST
+            LIMIT 1
+        ) due ON true
+        CROSS JOIN LATERAL (
+            SELECT count(*)::integer AS running
+            FROM birddog.jobs j
+            WHERE j.state = 'running' AND j.queue = q.queue
+        ) run
+    ), kept AS (
+        INSERT INTO birddog.queue_heads AS h (
+            queue, agent_id, priority, created_at, job_id, due_at, running
+        )
+        SELECT f.queue, f.agent_id, f.priority, f.created_at, f.job_id, f.due_at, f.running
+        FROM facts f
+        WHERE f.job_id IS NOT NULL OR f.running > 0
+        ON CONFLICT (queue) DO UPDATE
+        SET agent_id = excluded.agent_id, priority = excluded.priority,
+            created_at = excluded.created_at, job_id = excluded.job_id,
+            due_at = excluded.due_at, running = excluded.running
+        WHERE (h.agent_id, h.priority, h.created_at, h.job_id, h.due_at, h.running)
+            IS DISTINCT FROM (excluded.agent_id, excluded.priority, excluded.created_at,
+                              excluded.job_id, excluded.due_at, excluded.running)
+    )
+    DELETE FROM birddog.queue_heads h
+    USING facts f
+    WHERE h.queue = f.queue AND f.job_id IS NULL AND f.running = 0;
+END
+$fn$"""
+"""Revision 0012's ``birddog._queue_heads_refresh``, as a downgrade restores it."""
 
 
 def upgrade() -> None:
-    op.execute(_heads_refresh().replace(_BEGIN, ONE_QUEUE, 1))
+    op.execute(HEADS_REFRESH)
     for signature, mode in PLAN_CACHE_MODES.items():
         op.execute(f"ALTER FUNCTION birddog.{signature} SET plan_cache_mode = {mode}")
 
@@ -149,4 +243,4 @@ def upgrade() -> None:
 def downgrade() -> None:
     for signature in PLAN_CACHE_MODES:
         op.execute(f"ALTER FUNCTION birddog.{signature} RESET plan_cache_mode")
-    op.execute(_heads_refresh())
+    op.execute(PREVIOUS_HEADS_REFRESH)
