@@ -16,7 +16,7 @@ WORKERS ?= 3
 INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python --constraint $(LOCK) \
 	--build-constraint $(LOCK)
 
-.PHONY: run test lint typecheck fmt bench bench-full chaos clean venv lock
+.PHONY: run test lint typecheck fmt bench bench-full chaos clean venv lock migration
 
 # The venv's pip puts in only uv, at the release the lock pins.
 define make-venv
@@ -71,6 +71,11 @@ bench-full: $(STAMP)
 
 chaos: $(STAMP)
 	BIRDDOG_CHAOS_FULL=1 $(BIN)/python -m pytest tests/chaos -s
+
+# The next Alembic revision, with the text of the functions whose files changed frozen in it
+# (CONTRIBUTING.md, "Migrations and the schema's functions"): make migration NAME=what_it_does
+migration: $(STAMP)
+	$(BIN)/python migrations/new_revision.py "$(NAME)"
 
 # Resolve everything afresh (the newest releases pyproject.toml allows) in a throwaway
 # venv and pin what it installed. Then run `make test` and commit both files.
