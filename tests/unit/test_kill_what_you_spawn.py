@@ -36,7 +36,7 @@ SPAWNING = {
 MODULES = {"subprocess", "os", "asyncio"}
 
 ALLOWED = {
-    "spawn.py": "the process-group runner itself",
+    "spawn/groups.py": "the process-group runner itself",
     "supervisor.py": "the supervisor every spawned child runs under: it starts that child",
     "cli/database.py": "birddog psql: the user's own psql in the foreground of their terminal",
     "postgres/embedded.py": "initdb, pg_ctl and useradd run to completion for the embedded "
