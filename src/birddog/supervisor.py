@@ -8,9 +8,12 @@ milliseconds, and a supervisor starts for every job.
 
 What it does, on Linux:
 
-- It leads the command's process group (the worker starts it as a group leader and the
-  command joins that group), so signalling the group reaches everything the command did
-  not move elsewhere.
+- It leads a new session and, in it, the command's process group (the worker starts it
+  with ``setsid``; the command joins that group), so signalling the group reaches
+  everything the command did not move elsewhere, and no process of the turn has a
+  controlling terminal: ``/dev/tty`` cannot be opened and ``TIOCSTI`` cannot type into
+  the terminal the worker was started from. The supervisor opens no terminal itself, and
+  the command, not being a session leader, cannot acquire one by opening it.
 - It asks the kernel for ``SIGTERM`` when its parent, the worker, dies
   (``prctl(PR_SET_PDEATHSIG)``), and checks ``getppid()`` right after in case the worker
   was already gone. The signal comes when the *thread* that started the supervisor ends;

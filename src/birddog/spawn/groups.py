@@ -41,7 +41,7 @@ class ProcessGroup:
     """A child process under its supervisor, which leads the child's process group.
 
     Args:
-        process: the supervisor, started with ``process_group=0``.
+        process: the supervisor, started in a session of its own (``setsid``).
         grace_s: how long the group gets between ``SIGTERM`` and ``SIGKILL``.
 
     Attributes:
@@ -199,12 +199,14 @@ async def process_group(
     grace_s: float = DEFAULT_KILL_GRACE_S,
     user: RunAs | None = None,
 ) -> AsyncIterator[ProcessGroup]:
-    """Start ``argv`` under a supervisor leading a new process group; end it all on leaving.
+    """Start ``argv`` under a supervisor leading a new session; end it all on leaving.
 
-    However the block ends (normally, by an exception, or cancelled by a timeout), every
-    process the child started and that still runs is sent ``SIGTERM`` and, after
-    ``grace_s``, ``SIGKILL``; so it is when this process dies. Only fds 0-2 are open in
-    the child. Run inside a worker's handler, the job records where the turn runs.
+    The supervisor leads a new session and process group (``setsid``), so no process of
+    the child's has a controlling terminal. However the block ends (normally, by an
+    exception, or cancelled by a timeout), every process the child started and that
+    still runs is sent ``SIGTERM`` and, after ``grace_s``, ``SIGKILL``; so it is when
+    this process dies. Only fds 0-2 are open in the child. Run inside a worker's handler,
+    the job records where the turn runs.
 
     Args:
         argv: the program and its arguments.
@@ -241,7 +243,10 @@ async def process_group(
             stderr=stderr,
             env=agent_environment(os.environ) if env is None else dict(env),
             cwd=cwd,
-            process_group=0,
+            # A new session, not only a new group: no controlling terminal, so neither
+            # the agent nor anything it starts can open /dev/tty or push input into the
+            # operator's terminal (TIOCSTI). The supervisor leads both session and group.
+            start_new_session=True,
             pass_fds=(status_w,),
         )
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
