@@ -41,8 +41,7 @@ ALLOWED = {
     "cli/database.py": "birddog psql: the user's own psql in the foreground of their terminal",
     "postgres/embedded/programs.py": "initdb and pg_ctl run to completion for the embedded "
     "server, which is meant to outlive the call (pg_ctl stops it)",
-    "postgres/embedded/account.py": "useradd runs to completion to make the embedded "
-    "server's user",
+    "postgres/embedded/account.py": "useradd runs to completion to make the embedded server's user",
 }
 
 
