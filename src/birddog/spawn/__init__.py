@@ -55,7 +55,7 @@ from birddog.spawn.errors import AgentSetupRefused, CommandFailed, CommandNotFou
 from birddog.spawn.groups import ProcessGroup, process_group
 from birddog.spawn.leftovers import end_leftover_turn, end_leftover_turns
 from birddog.spawn.running import Completed, describe_exit, run_command
-from birddog.spawn.users import RunAs, run_as
+from birddog.spawn.users import Guarded, RunAs, check_guarded, run_as
 
 __all__ = [
     "AGENT_ENVIRONMENT",
@@ -64,10 +64,12 @@ __all__ = [
     "CommandFailed",
     "CommandNotFound",
     "Completed",
+    "Guarded",
     "OutputTooLarge",
     "ProcessGroup",
     "RunAs",
     "agent_environment",
+    "check_guarded",
     "check_passed_names",
     "command_argv",
     "command_handler",

@@ -18,7 +18,7 @@ from birddog.core.turns import DEFAULT_KILL_GRACE_S
 from birddog.spawn.environment import agent_environment, check_passed_names, job_environment
 from birddog.spawn.errors import AgentSetupRefused, CommandFailed, CommandNotFound
 from birddog.spawn.running import run_command
-from birddog.spawn.users import RunAs, run_as
+from birddog.spawn.users import Guarded, RunAs, check_guarded, run_as
 from birddog.worker import Handler, current_job
 
 __all__ = ["command_argv", "command_handler"]
@@ -97,6 +97,7 @@ def command_handler(
     env: Collection[str] = (),
     cwd: str | Path | None = None,
     user: str | None = None,
+    guarded: Collection[Guarded] = (),
 ) -> Handler:
     """A worker handler that runs ``command`` once per job (``birddog worker --command``).
 
@@ -121,6 +122,8 @@ def command_handler(
         env: names of more variables of the worker's environment to pass.
         cwd: the directory every turn runs in (default: a fresh one per job).
         user: the OS user agents run as (default: the worker's).
+        guarded: with ``user``, the worker's paths that user may neither own nor write
+            (see :func:`~birddog.spawn.users.check_guarded`).
 
     Returns:
         The handler.
@@ -128,11 +131,14 @@ def command_handler(
     Raises:
         CommandNotFound: the command's program does not exist (checked now, at start-up).
         AgentSetupRefused: ``env`` names the worker's credentials or settings, ``user``
-            cannot be used, or ``cwd`` is not a directory.
+            cannot be used (or owns or can write a guarded path), or ``cwd`` is not a
+            directory.
     """
     argv = command_argv(command)
     passed = check_passed_names(env)
     account = None if user is None else run_as(user)
+    if account is not None:
+        check_guarded(account, guarded)
     directory = None if cwd is None else Path(cwd)
     if directory is not None and not directory.is_dir():
         raise AgentSetupRefused(f"--cwd {str(directory)[:200]!r}: not a directory")
