@@ -6,10 +6,10 @@ import contextlib
 import os
 import shlex
 import shutil
-import stat
 import tempfile
 from collections.abc import Collection, Iterator
 from pathlib import Path
+from typing import Final
 
 import structlog
 
@@ -19,11 +19,15 @@ from birddog.spawn.environment import agent_environment, check_passed_names, job
 from birddog.spawn.errors import AgentSetupRefused, CommandFailed, CommandNotFound
 from birddog.spawn.running import run_command
 from birddog.spawn.users import Guarded, RunAs, check_guarded, run_as
+from birddog.supervisor import remove_tree
 from birddog.worker import Handler, current_job
 
 __all__ = ["command_argv", "command_handler"]
 
 log = structlog.get_logger("birddog.spawn")
+
+TURN_PREFIX: Final = "birddog-turn-"
+"""How the fresh directory of a turn is named (in the temporary directory)."""
 
 
 def command_argv(command: str) -> list[str]:
@@ -57,36 +61,24 @@ def command_argv(command: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def _turn_directory(cwd: Path | None, user: RunAs | None) -> Iterator[Path]:
-    """The directory a turn runs in: ``cwd`` as given, else a fresh one removed after."""
+def _turn_directory(cwd: Path | None, user: RunAs | None) -> Iterator[tuple[Path, Path | None]]:
+    """The directory a turn runs in, and the one to remove after it (None: keep it).
+
+    ``cwd`` as given, else a fresh one. The turn's supervisor removes a fresh one once
+    everything of the turn has ended, even when the worker was killed; should it not
+    have (it could not start), it is removed here.
+    """
     if cwd is not None:
-        yield cwd
+        yield cwd, None
         return
-    made = Path(tempfile.mkdtemp(prefix="birddog-turn-"))
+    made = Path(tempfile.mkdtemp(prefix=TURN_PREFIX))
     try:
         if user is not None:
             os.chown(made, user.uid, user.gid)
-        yield made
+        yield made, made
     finally:
-        _remove_tree(made)
-
-
-def _remove_tree(path: Path) -> None:
-    """Remove what an agent left, even directories it made unwritable; never raise."""
-
-    def unlock(_function: object, failed: str, _exc: object) -> None:
-        with contextlib.suppress(OSError):
-            parent = Path(failed).parent
-            parent.chmod(parent.stat().st_mode | stat.S_IRWXU)
-            if Path(failed).is_dir() and not Path(failed).is_symlink():
-                Path(failed).chmod(stat.S_IRWXU)
-                shutil.rmtree(failed, ignore_errors=True)
-            else:
-                Path(failed).unlink(missing_ok=True)
-
-    shutil.rmtree(path, onerror=unlock)
-    if path.exists():
-        log.warning("turn_directory_left", path=str(path))
+        if not remove_tree(str(made)):
+            log.warning("turn_directory_left", path=str(made))
 
 
 def command_handler(
@@ -148,7 +140,7 @@ def command_handler(
         job = current_job()
         ids = job_environment(payload, None if job is None else job.job_id)
         content = payload.mail.content if payload.mail is not None else ""
-        with _turn_directory(directory, account) as where:
+        with _turn_directory(directory, account) as (where, fresh):
             done = await run_command(
                 argv,
                 input=content.encode("utf-8"),
@@ -157,6 +149,7 @@ def command_handler(
                 max_output_bytes=max_output_bytes,
                 grace_s=grace_s,
                 user=account,
+                remove=fresh,
             )
         done.check()
         try:

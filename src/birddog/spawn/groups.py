@@ -198,6 +198,7 @@ async def process_group(
     stderr: int | None = asyncio.subprocess.PIPE,
     grace_s: float = DEFAULT_KILL_GRACE_S,
     user: RunAs | None = None,
+    remove: Path | None = None,
 ) -> AsyncIterator[ProcessGroup]:
     """Start ``argv`` under a supervisor leading a new session; end it all on leaving.
 
@@ -218,6 +219,8 @@ async def process_group(
         stderr: likewise.
         grace_s: time between ``SIGTERM`` and ``SIGKILL``.
         user: run the child as this user (the caller must be root; see :func:`run_as`).
+        remove: a directory the supervisor removes once everything of the child ended,
+            even when this process was killed (the fresh directory of a turn).
 
     Yields:
         The group; its ``process`` is the supervisor, whose exit status is the child's.
@@ -234,6 +237,7 @@ async def process_group(
         uid=None if user is None else user.uid,
         gid=None if user is None else user.gid,
         groups=() if user is None else user.groups,
+        remove=None if remove is None else str(remove),
     )
     try:
         process = await asyncio.create_subprocess_exec(

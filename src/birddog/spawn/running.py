@@ -96,6 +96,7 @@ async def run_command(
     max_output_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
     grace_s: float = DEFAULT_KILL_GRACE_S,
     user: RunAs | None = None,
+    remove: Path | None = None,
 ) -> Completed:
     """Run a program under a supervisor to its end and collect what it wrote.
 
@@ -111,6 +112,8 @@ async def run_command(
         max_output_bytes: the most it may write to stdout.
         grace_s: time between ``SIGTERM`` and ``SIGKILL`` when its group is ended.
         user: run it as this user (see :func:`run_as`).
+        remove: a directory its supervisor removes once everything it started ended
+            (the fresh directory of a turn), even after this process's death.
 
     Returns:
         Its exit status, stdout and the tail of its stderr (whatever the status).
@@ -121,7 +124,9 @@ async def run_command(
     """
     out = bytearray()
     err = bytearray()
-    async with process_group(argv, env=env, cwd=cwd, grace_s=grace_s, user=user) as group:
+    async with process_group(
+        argv, env=env, cwd=cwd, grace_s=grace_s, user=user, remove=remove
+    ) as group:
         proc = group.process
         stdin, stdout, stderr = _pipes(proc)
         feeding = asyncio.ensure_future(_feed(stdin, input))
