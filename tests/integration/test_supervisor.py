@@ -8,7 +8,9 @@ by its name.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import pwd
 import signal
 import socket
 import subprocess
@@ -22,6 +24,7 @@ from birddog.core.turns import Turn
 from birddog.spawn import end_leftover_turn, process_group, run_command
 from birddog.supervisor import boot_id, descendants, process_start_ticks
 from tests.support import eventually, process_running
+from tests.support.users import os_user
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -277,3 +280,53 @@ async def test_a_leftover_turn_of_a_dead_worker_is_ended_and_a_live_one_is_not(
         await all_dead([supervisor, *spawned], within_s=5)
     finally:
         stop_caller(host)
+
+
+# A worker of one job: the command handler running an agent that leaves things behind in
+# its directory (one it cannot enter among them), writes its pid there, and waits.
+TURN_WORKER = """
+import asyncio, sys
+from birddog.core.jobs import AgentJobPayload
+from birddog.spawn import command_handler
+
+agent = (
+    "mkdir -p left/locked && touch left/locked/file left/file && chmod 000 left/locked; "
+    "echo $$ > pid.part; mv pid.part pid; exec sleep 600"
+)
+handler = command_handler(f"/bin/sh -c '{agent}'", grace_s=0.5, user=sys.argv[1] or None)
+asyncio.run(handler(AgentJobPayload(session_id="s", command_fact_id="c")))
+"""
+
+
+@pytest.mark.parametrize("as_user", [False, True], ids=["worker's user", "--user"])
+async def test_a_sigkilled_worker_leaves_no_turn_directory_behind(
+    tmp_path: Path, as_user: bool
+) -> None:
+    """Kill -9 of a worker mid-turn: the supervisor ends the turn and removes its directory."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    with contextlib.ExitStack() as stack:
+        user = stack.enter_context(os_user()) if as_user else ""
+        worker = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-c", TURN_WORKER, user),
+            env={**os.environ, "TMPDIR": str(temporary)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            said = await eventually(
+                lambda: list(temporary.glob("birddog-turn-*/pid")), "the agent's pid", within_s=30
+            )
+            turn = said[0].parent
+            assert (turn / "left" / "file").exists()
+            if as_user:
+                assert turn.stat().st_uid == pwd.getpwnam(user).pw_uid  # the agent's own
+            worker.kill()
+            assert await asyncio.wait_for(worker.wait(), 10) == -signal.SIGKILL
+            await all_dead([int(said[0].read_text())], within_s=10)
+            await eventually(lambda: not turn.exists(), "the turn directory removed", within_s=10)
+            assert list(temporary.iterdir()) == []
+        finally:
+            if worker.returncode is None:
+                worker.kill()
+                await asyncio.wait_for(worker.wait(), 10)

@@ -14,6 +14,7 @@ This module has what most suites use; the rest has a module of its own:
 - ``proxy``: a TCP proxy in front of a test database that a test cuts and restores.
 - ``mcp``: ``birddog mcp`` over stdio with the SDK's client (:func:`~tests.support.mcp.stdio_mcp`).
 - ``chaos``: the fault run's plan, processes and misbehaving recipients.
+- ``users``: OS users made for one test (root only), for agents run ``--user``.
 """
 
 from __future__ import annotations

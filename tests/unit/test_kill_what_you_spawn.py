@@ -36,11 +36,12 @@ SPAWNING = {
 MODULES = {"subprocess", "os", "asyncio"}
 
 ALLOWED = {
-    "spawn.py": "the process-group runner itself",
+    "spawn/groups.py": "the process-group runner itself",
     "supervisor.py": "the supervisor every spawned child runs under: it starts that child",
     "cli/database.py": "birddog psql: the user's own psql in the foreground of their terminal",
-    "postgres/embedded.py": "initdb, pg_ctl and useradd run to completion for the embedded "
+    "postgres/embedded/programs.py": "initdb and pg_ctl run to completion for the embedded "
     "server, which is meant to outlive the call (pg_ctl stops it)",
+    "postgres/embedded/account.py": "useradd runs to completion to make the embedded server's user",
 }
 
 

@@ -29,9 +29,11 @@ APP_MODULES = sorted(
         *(SOURCE / "processes").glob("*.py"),
         *(SOURCE / "engine").glob("*.py"),
         *(SOURCE / "bootstrap").glob("*.py"),
+        *(SOURCE / "spawn").glob("*.py"),
     ]
 )
-"""The app layer: the composition root, the commands, the console, the processes, the engine."""
+"""The app layer: the composition root, the commands, the console, the processes, the engine,
+and what agents run under (spawn)."""
 
 COMPOSITION_ROOT = sorted((SOURCE / "bootstrap").glob("*.py"))
 """The app package that names the Postgres adapters (the processes take them from it)."""

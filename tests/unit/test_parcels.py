@@ -9,7 +9,7 @@ import pytest
 
 from birddog.core.delivery import Parcel
 from birddog.core.mail import Outcome
-from birddog.postgres.outbox import parcel_from_json
+from birddog.postgres.outbox_rows import parcel_from_json
 from tests.support import make_reply
 
 KEY = "outbox:mail-1:reply:0"

@@ -114,7 +114,8 @@ def worker(
     allow-listed environment (see --env, --cwd, --user).
     """
     quiet_until_started()
-    from birddog.processes.worker import run_worker  # noqa: PLC0415 - keeps --help fast
+    from birddog.bootstrap.agents import guarded_paths  # noqa: PLC0415 - keeps --help fast
+    from birddog.processes.worker import run_worker  # noqa: PLC0415
     from birddog.spawn import command_handler  # noqa: PLC0415
     from birddog.worker import load_handler  # noqa: PLC0415
 
@@ -141,6 +142,7 @@ def worker(
                 env=env_names,
                 cwd=cwd,
                 user=user,
+                guarded=guarded_paths(settings),
             )
     except BirdDogError as exc:
         raise click.UsageError(str(exc)) from exc

@@ -12,10 +12,15 @@ import json
 import uuid
 from typing import Any, Protocol
 
-from birddog.core.errors import InvalidInput, UnreadableRow
+import structlog
+
+from birddog.core.errors import InvalidInput, StoreRefused, UnreadableRow
 from birddog.core.jobs import Job, JobState, Recovery
 from birddog.core.lifecycle import JobFacts
 from birddog.core.mail import Outcome
+from birddog.core.text import inert
+
+log = structlog.get_logger("birddog.jobs")
 
 
 class Row(Protocol):
@@ -141,3 +146,27 @@ def claim_token(text: str) -> uuid.UUID | None:
         return uuid.UUID(str(text))
     except ValueError:
         return None
+
+
+def note_unreadable(job_id: str, row: Row) -> None:
+    """Log a settled job whose payload is no agent job: it owed no replies."""
+    if row["unreadable"] is not None:
+        # The store is Watchdog-shaped and never requires a BirdDog payload; a job
+        # that is not an agent job has no mail, so it owes no replies.
+        log.warning("job_settled_without_replies", job_id=inert(job_id), field=row["unreadable"])
+
+
+def returned_row(row: Row | None) -> Row:
+    """The one row a write function always returns.
+
+    Raises:
+        StoreRefused: the function returned none.
+    """
+    if row is None:
+        raise StoreRefused("the database's write function returned no row")
+    return row
+
+
+def outcome_of(row: Row) -> Outcome | None:
+    """The job's outcome once the function's decision is stored (None: not settled)."""
+    return None if row["outcome"] is None else Outcome(row["outcome"])

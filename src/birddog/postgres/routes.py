@@ -4,7 +4,8 @@ A route whose ``enabled`` is false holds its agent: the outbox leaves that agent
 pending, untouched, until the route is released, and their age stands still meanwhile
 (on release each row has the age it had when the hold began). Secrets are never logged
 (``Route.__repr__`` hides them) and are stored sealed when ``BIRDDOG_SECRET_KEY`` is set
-(:mod:`birddog.sealing`), as given otherwise; every read opens them, so the rest of
+(:mod:`birddog.sealing`, through :mod:`birddog.postgres.route_secrets`), as given
+otherwise; every read opens them, so the rest of
 BirdDog only sees plain secrets. A rotation (:meth:`PostgresRoutes.rotate`) keeps the old
 secret signing beside the new one for an overlap, then it is forgotten.
 
@@ -16,14 +17,8 @@ what is theirs.
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import binascii
 import contextlib
-import secrets
-import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -31,15 +26,24 @@ import asyncpg
 from pydantic import TypeAdapter, ValidationError
 
 from birddog.core.egress import URL_MAX_LENGTH, EgressPolicy, check_route_url
-from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound, SecretUnreadable
+from birddog.core.errors import InvalidInput, RouteNotFound
 from birddog.core.model import Id
 from birddog.core.policy import NO_POLICY, POLICY_FIELDS, RoutePolicy
 from birddog.core.text import shown_key
 from birddog.ports import Clock, Route, RouteKind
 from birddog.postgres.pool import Pool, store_errors
+from birddog.postgres.route_cache import RouteCache
+from birddog.postgres.route_secrets import (
+    SECRET_PREFIX,
+    ResealReport,
+    RouteSecrets,
+    check_secret,
+    new_secret,
+    policy_of,
+)
 from birddog.postgres.sql import queries
 from birddog.postgres.wake import schedule_wake_on
-from birddog.sealing import SecretBox, route_context
+from birddog.sealing import SecretBox
 
 __all__ = [
     "BATCH_MAX",
@@ -50,23 +54,10 @@ __all__ = [
     "new_secret",
 ]
 
-SECRET_PREFIX = "whsec_"  # noqa: S105 - a prefix, not a secret
-"""Standard Webhooks secrets start with this."""
-
 BATCH_MAX = 1000
 """The most replies one batched POST may carry."""
 
 _AGENT_ID: TypeAdapter[str] = TypeAdapter(Id)
-
-
-def new_secret() -> str:
-    """A new signing secret: ``whsec_`` and the base64 of 32 random bytes."""
-    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode("ascii")
-
-
-def _retrieved(future: asyncio.Future[Route | None]) -> None:
-    if not future.cancelled():
-        future.exception()
 
 
 def _check_agent_id(agent_id: str) -> str:
@@ -77,159 +68,12 @@ def _check_agent_id(agent_id: str) -> str:
         raise InvalidInput(f"invalid agentId: {messages}", field="agentId") from None
 
 
-def _check_secret(secret: str) -> str:
-    if not isinstance(secret, str):
-        raise InvalidSecret(field="secret")
-    if not secret.startswith(SECRET_PREFIX):
-        # Verifiers accept a bare key, but an operator's secret without the prefix is
-        # usually something else pasted by mistake (a password, a token).
-        raise InvalidSecret("signing secret must start with whsec_", field="secret")
-    encoded = secret.removeprefix(SECRET_PREFIX)
-    try:
-        key = base64.b64decode(encoded + "=" * (-len(encoded) % 4), validate=True)
-    except (binascii.Error, ValueError):
-        raise InvalidSecret(
-            "signing secret must be whsec_ followed by base64", field="secret"
-        ) from None
-    if not key:
-        raise InvalidSecret("signing secret must not be empty", field="secret")
-    return secret
-
-
 def _check_batch_size(batch_size: int) -> int:
     if not isinstance(batch_size, int) or isinstance(batch_size, bool):
         raise InvalidInput("batch size must be a whole number", field="batchSize")
     if not 1 <= batch_size <= BATCH_MAX:
         raise InvalidInput(f"batch size must be 1 to {BATCH_MAX}", field="batchSize")
     return batch_size
-
-
-@dataclass(frozen=True, slots=True)
-class ResealReport:
-    """What :meth:`PostgresRoutes.reseal` did.
-
-    Attributes:
-        routes: routes holding at least one stored secret.
-        resealed: secrets written again in the configured form.
-    """
-
-    routes: int
-    resealed: int
-
-
-class _RouteCache:
-    """Routes looked up by agent, each kept ``cache_s`` seconds; one lookup per agent at a time.
-
-    An unknown agent is never cached, so a route added a moment ago is found.
-
-    Args:
-        pool: the pool.
-        cache_s: how long a looked-up route is reused (0 turns the cache off).
-        opened: a route from its row, its secrets opened.
-    """
-
-    def __init__(
-        self, pool: Pool, *, cache_s: float, opened: Callable[[asyncpg.Record], Route]
-    ) -> None:
-        self.pool = pool
-        self.cache_s = cache_s
-        self._opened = opened
-        self._cache: dict[str, tuple[float, Route]] = {}
-        self._looking: dict[str, asyncio.Future[Route | None]] = {}
-
-    def forget(self, agent_id: str | None = None) -> None:
-        """Drop the cached route of ``agent_id`` (of every agent when None)."""
-        if agent_id is None:
-            self._cache.clear()
-        else:
-            self._cache.pop(agent_id, None)
-
-    async def get(self, agent_id: str) -> Route | None:
-        """The route for ``agent_id``, or None when the agent is unknown.
-
-        Raises:
-            SecretUnreadable: its stored secret opens with none of the configured keys.
-        """
-        cached = self._cache.get(agent_id)
-        now = time.monotonic()
-        if cached is not None and cached[0] > now:
-            return cached[1]
-        # One lookup per agent at a time: when the cached route ends, the posts in flight
-        # to that agent all ask at once, and they share the first one's answer.
-        pending = self._looking.get(agent_id)
-        if pending is None:
-            pending = asyncio.ensure_future(self._look_up(agent_id, now))
-            self._looking[agent_id] = pending
-            # Its error reaches every caller; one that was cancelled meanwhile reads none.
-            pending.add_done_callback(_retrieved)
-        return await asyncio.shield(pending)
-
-    async def _look_up(self, agent_id: str, now: float) -> Route | None:
-        try:
-            with store_errors("route lookup"):
-                record = await self.pool.fetchrow(queries["routes_get"], agent_id)
-        finally:
-            del self._looking[agent_id]
-        if record is None:
-            self._cache.pop(agent_id, None)
-            return None
-        found = self._opened(record)
-        if self.cache_s > 0:
-            self._cache[agent_id] = (now + self.cache_s, found)
-        return found
-
-
-class _RouteSecrets:
-    """Routes' secrets at rest: sealed before they are stored, opened when read, resealed.
-
-    Args:
-        box: seals and opens secrets (no key: stored as given).
-    """
-
-    def __init__(self, box: SecretBox) -> None:
-        self.box = box
-
-    def sealed(self, agent_id: str, secret: str) -> str:
-        """``secret`` as stored for ``agent_id``'s route."""
-        return self.box.seal(secret, context=route_context(agent_id))
-
-    def route(self, record: asyncpg.Record, *, must_open: bool = True) -> Route:
-        """A route from its row, its secrets opened.
-
-        Args:
-            record: the row.
-            must_open: False where no secret is needed (a hold): secrets that do not
-                open are left out (None) instead of failing.
-
-        Raises:
-            SecretUnreadable: a stored secret opens with none of the configured keys.
-        """
-        context = route_context(record["agent_id"])
-        secret, previous = record["secret"], record["previous_secret"]
-        if not must_open:
-            try:
-                self.route(record)
-            except SecretUnreadable:
-                secret = previous = None
-        return Route(
-            agent_id=record["agent_id"],
-            url=record["url"],
-            secret=None if secret is None else self.box.open(secret, context=context),
-            enabled=record["enabled"],
-            kind=record["kind"],
-            batch_size=record["batch_size"],
-            held_at=record["held_at"],
-            previous_secret=None if previous is None else self.box.open(previous, context=context),
-            previous_secret_until=record["previous_secret_until"],
-            policy=_policy(record),
-        )
-
-    def resealed(self, agent_id: str, stored: str | None) -> str | None:
-        """``stored`` in the form the current key asks for (as it is when already so)."""
-        if stored is None or self.box.is_current(stored):
-            return stored
-        context = route_context(agent_id)
-        return self.box.seal(self.box.open(stored, context=context), context=context)
 
 
 class PostgresRoutes:
@@ -269,8 +113,8 @@ class PostgresRoutes:
         self.egress = egress if egress is not None else EgressPolicy()
         self.box = box if box is not None else SecretBox()
         self.lease_s = lease_s
-        self._secrets = _RouteSecrets(self.box)
-        self._cache = _RouteCache(pool, cache_s=cache_s, opened=self._secrets.route)
+        self._secrets = RouteSecrets(self.box)
+        self._cache = RouteCache(pool, cache_s=cache_s, opened=self._secrets.route)
 
     async def route(self, agent_id: str) -> Route | None:
         """The route for ``agent_id``, or None when the agent is unknown.
@@ -341,7 +185,7 @@ class PostgresRoutes:
             if url is None:
                 raise InvalidInput("an http route needs a URL", field="url")
             url = check_route_url(url, self.egress)
-            secret = _check_secret(secret) if secret is not None else new_secret()
+            secret = check_secret(secret) if secret is not None else new_secret()
             stored = self._secrets.sealed(agent_id, secret)
         elif kind == "mailbox":
             if url is not None or secret is not None:
@@ -408,13 +252,13 @@ class PostgresRoutes:
             url = check_route_url(url, self.egress)
         stored = None
         if secret is not None:
-            stored = self._secrets.sealed(agent_id, _check_secret(secret))
+            stored = self._secrets.sealed(agent_id, check_secret(secret))
         if batch_size is not None:
             batch_size = _check_batch_size(batch_size)
         self._check_policy(policy)
         self._cache.forget(agent_id)
         async with self._readable_route(agent_id, "route update") as (conn, current):
-            final = _policy(current).merged(policy, cleared=cleared)
+            final = policy_of(current).merged(policy, cleared=cleared)
             record = await conn.fetchrow(
                 queries["routes_update"],
                 agent_id,
@@ -497,7 +341,7 @@ class PostgresRoutes:
                 batch_size=record["batch_size"],
                 held_at=record["held_at"],
                 previous_secret_until=record["previous_secret_until"],
-                policy=_policy(record),
+                policy=policy_of(record),
             )
             for record in records
         ]
@@ -624,8 +468,3 @@ class PostgresRoutes:
                     await conn.execute(queries["routes_reseal"], *changed)
         self._cache.forget()
         return ResealReport(routes=len(records), resealed=resealed)
-
-
-def _policy(record: asyncpg.Record) -> RoutePolicy:
-    """The policy columns of a route's row."""
-    return RoutePolicy(**{name: record[name] for name in POLICY_FIELDS})
