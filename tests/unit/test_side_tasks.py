@@ -196,3 +196,32 @@ async def test_an_error_of_the_main_loop_goes_up_as_it_is() -> None:
 
     with pytest.raises(InvalidSetting, match="port taken"):
         await process()
+
+
+@pytest.mark.parametrize("body_raises", [False, True])
+async def test_the_last_word_comes_after_every_side_task_has_ended(body_raises: bool) -> None:
+    """An at_end action runs once, after the periodic heartbeat's last beat, even on an error."""
+    stop = asyncio.Event()
+    said: list[str] = []
+    beating = asyncio.Event()
+
+    async def beat() -> None:
+        beating.set()
+        try:
+            await asyncio.sleep(0.05)  # a beat in flight when the body ends
+        finally:
+            said.append("beat")
+
+    async def last_word() -> None:
+        said.append("stopped")
+
+    with contextlib.suppress(RuntimeError):
+        async with SideTasks(stop=stop) as sides:
+            sides.every("heartbeat", 0.001, beat)
+            sides.at_end(last_word)
+            await asyncio.wait_for(beating.wait(), timeout=5)
+            if body_raises:
+                raise RuntimeError("the main loop failed")
+    assert said[-1] == "stopped"
+    assert said.count("stopped") == 1
+    assert "beat" in said

@@ -19,9 +19,12 @@ side tasks in one :class:`SideTasks`, under one :class:`asyncio.TaskGroup`::
   error (logged ``side_task_died``) is raised out of the ``async with``.
 - :meth:`SideTasks.enter`: something the process holds while it runs (the ``LISTEN``
   connection, the metrics server), closed after the tasks have ended, last one first.
+- :meth:`SideTasks.at_end`: the process's last word (its row marked stopped), said once
+  every side task has ended, so that no heartbeat can come after it.
 
 When the body of the ``async with`` ends, the side tasks are cancelled and awaited, then
-what was entered is closed. An error of the body itself goes up unchanged.
+the last words are said, then what was entered is closed. An error of the body itself
+goes up unchanged.
 
 Side actions more than one process runs live here too (:func:`reap_expired_jobs`,
 :func:`forward_spool`, :func:`metrics_server`).
@@ -73,6 +76,7 @@ class SideTasks:
         self._group = asyncio.TaskGroup()
         self._held = contextlib.AsyncExitStack()
         self._tasks: list[asyncio.Task[None]] = []
+        self._last: list[Callable[[], Awaitable[None]]] = []
 
     async def __aenter__(self) -> Self:
         await self._held.__aenter__()
@@ -88,14 +92,19 @@ class SideTasks:
         for task in self._tasks:
             task.cancel()
         try:
-            if exc_type is None or issubclass(exc_type, asyncio.CancelledError):
-                # A cancellation may be the group's own (a side task died): it turns it
-                # into the side task's error.
-                await self._group.__aexit__(exc_type, exc, tb)
-            else:
-                # The body's own error (a port taken, say) goes up as it is, not wrapped
-                # in an exception group; one from a side task still wins.
-                await self._group.__aexit__(None, None, None)
+            try:
+                if exc_type is None or issubclass(exc_type, asyncio.CancelledError):
+                    # A cancellation may be the group's own (a side task died): it turns it
+                    # into the side task's error.
+                    await self._group.__aexit__(exc_type, exc, tb)
+                else:
+                    # The body's own error (a port taken, say) goes up as it is, not
+                    # wrapped in an exception group; one from a side task still wins.
+                    await self._group.__aexit__(None, None, None)
+            finally:
+                # Every side task has ended (or the group failed): nothing can speak after.
+                for action in self._last:
+                    await action()
         except BaseException as failure:
             await self._held.__aexit__(type(failure), failure, failure.__traceback__)
             raise
@@ -150,6 +159,15 @@ class SideTasks:
             What entering it gave.
         """
         return await self._held.enter_async_context(context)
+
+    def at_end(self, action: Callable[[], Awaitable[None]]) -> None:
+        """Run ``action`` once every side task has ended, before what was entered closes.
+
+        Args:
+            action: the process's last word (e.g. marking its row stopped); it must not
+                raise (:func:`mark_stopped` never does).
+        """
+        self._last.append(action)
 
     def _start(self, name: str, coroutine: Coroutine[Any, Any, None]) -> None:
         self.names.append(name)

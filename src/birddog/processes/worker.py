@@ -131,11 +131,13 @@ async def run_worker(
                 sides.every("gauges", QUEUE_GAUGES_S, gauges)
                 forward_spool(sides, stack.sender, every_s=settings.spool_forward_s, back=back)
                 sides.every("queue_heads", QUEUE_HEADS_CHECK_S, stack.jobs.repair_queue_heads)
+                # The row is marked stopped by SideTasks once the heartbeat has ended: a beat
+                # after the mark would bring the row back, and the worker would read healthy.
+                sides.at_end(lambda: mark_stopped(row))
                 try:
                     await worker.run(once=once)
                 finally:
                     result = WorkerRun(worker.summary(), worker.left)
-                    await mark_stopped(row)
         except StoppedBeforeStart:
             log.info("worker_stopped_before_start")
     return result
