@@ -31,15 +31,21 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="ne
 SH = "/bin/sh"
 
 # A grandchild that leaves the group and the session (setsid) after a double fork, and
-# writes its pid: only a subreaper can still find it once its parent has exited.
+# writes its pid: only a subreaper can still find it once its parent has exited. The
+# command returns once the pid is written (the pipe's last writer closed), so a command
+# that exits at once never races the grandchild's write.
 ESCAPE = (
     "import os, sys, time\n"
+    "r, w = os.pipe()\n"
     "if os.fork() == 0:\n"
     "    os.setsid()\n"
     "    if os.fork() == 0:\n"
     "        with open(sys.argv[1], 'a') as out: out.write(f'{os.getpid()}\\n')\n"
+    "        os.close(w)\n"
     "        time.sleep(600)\n"
     "    os._exit(0)\n"
+    "os.close(w)\n"
+    "os.read(r, 1)\n"
     "os.wait()\n"
 )
 
