@@ -13,6 +13,7 @@ the sender's mailbox, the spool is empty and ``birddog check`` says ``ok``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -71,9 +72,10 @@ async def send_stream(
             try:
                 await asyncio.wait_for(proc.wait(), rng.uniform(0.2, 2.5))
             except TimeoutError:
-                proc.send_signal(signal.SIGKILL)  # our own child, by its pid
-                await proc.wait()
-                kills += 1
+                # The send may end between the timeout and the signal: then it answered.
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGKILL)  # our own child, by its pid
+                kills += int(await proc.wait() == -signal.SIGKILL)
         done = await asyncio.create_subprocess_exec(
             BIRDDOG, *send_args(index, stream), env=env, cwd=ROOT,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
