@@ -94,6 +94,8 @@ def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
             f"{figure['target'][:10]:>10} "
             f"{'-' if figure['met'] is None else ('yes' if figure['met'] else 'NO')}"
         )
+        if figure.get("configuration"):
+            lines.append(f"{'':<10}configuration: {figure['configuration']}")
     return "\n".join(lines)
 
 
@@ -114,9 +116,11 @@ def markdown(results: Path) -> str:
             lines.append(f"| {name} | did not finish: {data['error']} | | | | | | |")
         for figure in data["figures"]:
             met = "" if figure["met"] is None else ("yes" if figure["met"] else "**no**")
+            chosen = figure.get("configuration")
+            baseline = f"{figure['baseline']} (won: {chosen})" if chosen else figure["baseline"]
             lines.append(
                 f"| {name} | {figure['name']} | {_num(figure['value'])} {figure['unit']} | "
-                f"{figure['baseline']} | {_num(figure['baseline_value'])} | "
+                f"{baseline} | {_num(figure['baseline_value'])} | "
                 f"{_num(figure['ratio'])} ({figure['ratio_note']}) | {figure['target']} | {met} |"
             )
     return "\n".join([*lines, "", "Reproduce:", *(f"- {c}" for c in commands)])
@@ -171,10 +175,11 @@ async def main(args: argparse.Namespace) -> int:
                         print(f"   FAILED: {data['error']}", file=sys.stderr, flush=True)
                     for figure in data.get("figures", []):
                         rows.append((name, figure))
+                        chosen = figure.get("configuration")
                         print(
                             f"   {figure['name']}: {_num(figure['value'])} {figure['unit']}"
                             f" (baseline {_num(figure['baseline_value'])}, ratio"
-                            f" {_num(figure['ratio'])})",
+                            f" {_num(figure['ratio'])})" + (f"; won: {chosen}" if chosen else ""),
                             file=sys.stderr,
                             flush=True,
                         )

@@ -460,13 +460,14 @@ async def wait_until(
 
 
 def spawn_python(
-    args: Sequence[str], *, env: dict[str, str] | None = None
+    args: Sequence[str], *, env: dict[str, str] | None = None, stdin: bool = False
 ) -> subprocess.Popen[str]:
-    """Start ``python -m <args>`` of this interpreter, stdout piped (text)."""
+    """Start ``python -m <args>`` of this interpreter, stdout (and stdin if asked) piped, text."""
     return subprocess.Popen(  # noqa: S603 - our interpreter, our own modules
         [sys.executable, "-m", *args],
         cwd=ROOT,
         env={**os.environ, **(env or {})},
+        stdin=subprocess.PIPE if stdin else None,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -718,6 +719,8 @@ class Figure:
     """One measured figure, next to the baseline it is compared with.
 
     ``ratio`` is ``value / baseline_value`` unless ``ratio_note`` says otherwise.
+    ``configuration`` names the settings that won where several were tried (a peer at
+    its best); the tables print it under the figure.
     """
 
     name: str
@@ -729,10 +732,11 @@ class Figure:
     ratio_note: str = "value / baseline"
     target: str = ""
     met: bool | None = None
+    configuration: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        """The figure as JSON."""
-        return {
+        """The figure as JSON (``configuration`` only when one was chosen)."""
+        data: dict[str, Any] = {
             "name": self.name,
             "value": _round(self.value),
             "unit": self.unit,
@@ -743,6 +747,9 @@ class Figure:
             "target": self.target,
             "met": self.met,
         }
+        if self.configuration:
+            data["configuration"] = self.configuration
+        return data
 
 
 def _round(value: float) -> float:
