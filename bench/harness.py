@@ -40,9 +40,6 @@ import aiohttp
 import asyncpg
 import psutil
 
-from birddog.http import signing
-from birddog.postgres import migrate
-
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 BIN = Path(sys.executable).parent
@@ -120,6 +117,10 @@ async def fresh_database(server: Server, name: str, *, birddog: bool = True) -> 
         server.databases.append(database)
     dsn = with_database(server.dsn, database)
     if birddog:
+        # Imported here: the bench's child processes import this module, and Alembic
+        # (with SQLAlchemy) would be most of their start-up.
+        from birddog.postgres import migrate  # noqa: PLC0415
+
         await migrate(dsn)
         if extra := os.environ.get("BENCH_SCHEMA_DDL"):
             # A schema change to price before migrating it (results kept apart).
@@ -586,13 +587,15 @@ def agent_names(count: int) -> list[str]:
 
 async def add_routes(conn: asyncpg.Connection, agents: Sequence[str], inbox: InboxProcess) -> None:
     """A route for each agent to its inbox on the bench's inbox server."""
+    from birddog.http.signing import generate_secret  # noqa: PLC0415 - as migrate, above
+
     await conn.execute(
         "INSERT INTO birddog.routes (agent_id, url, secret) "
         "SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) "
         "ON CONFLICT (agent_id) DO UPDATE SET url = excluded.url",
         list(agents),
         [inbox.url(agent) for agent in agents],
-        [signing.generate_secret() for _ in agents],
+        [generate_secret() for _ in agents],
     )
 
 

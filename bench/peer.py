@@ -1,8 +1,8 @@
 """Peers at their best: the same deliveries by PgQueuer and Procrastinate beside BirdDog.
 
-The same signed-or-not POSTs of the same replies to the same 50 inboxes, 20,000 of them
-(quick: 1,000; ``BENCH_PEER_COUNT`` sets another number), by three systems, each in its
-own fresh database on the same server:
+The same replies POSTed to the same 50 inboxes, 20,000 of them (quick: 1,000;
+``BENCH_PEER_COUNT`` sets another number), one job per reply, by three systems, each in
+its own fresh database on the same server:
 
 - **BirdDog**: one ``birddog run`` daemon (``bench/drain.py``'s round).
 - **PgQueuer** (``bench/peer_pgqueuer.py``): one worker process, one job per signed
@@ -26,8 +26,9 @@ last POST (a receipt, a completion flush). CPU per delivery (the process, Postgr
 processes, the inbox) is read over the same window.
 
 Rounds: full mode runs each of PgQueuer's configurations 3 times and takes the best
-median; Procrastinate's configurations once each and the fastest twice more (a round
-of it takes about ten times BirdDog's, and its configurations differ by more than the
+median; Procrastinate's configurations once each and the fastest twice more, the
+median of its 3 counting (a round of it takes about ten times BirdDog's, and
+configurations within one round's noise of each other are each its best within that
 noise); BirdDog 3 times. The rounds of the three alternate, so a burst of other work on
 the machine falls on all of them. Quick mode runs every configuration once, at 1,000
 replies: a smoke of every path, not a measure.
