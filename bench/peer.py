@@ -161,7 +161,7 @@ async def peer_round(ctx: Context, peer: Peer, *, concurrency: int, count: int) 
     try:
         await peer.install(conn)
         await ctx.inbox.reset()
-        worker = Child([peer.module, "worker", str(concurrency)], env=env, name=f"{peer.title}")
+        worker = Child([peer.module, "worker", str(concurrency)], env=env, name=peer.title)
         loader = Child(
             [peer.module, "load", ctx.inbox.base_url, str(count), str(AGENTS), str(warm)],
             env=env,
@@ -226,12 +226,13 @@ async def birddog_round(ctx: Context, *, count: int, index: int) -> dict[str, An
         await conn.close()
         await drop_database(ctx.server, dsn)
     # Timed as the peers are: from the wake's commit to the inbox's last arrival.
+    to_last_receipt_s = result.pop("elapsed_s")
     elapsed = result.pop("to_last_post_s")
     return {
         **result,
         "elapsed_s": elapsed,
         "per_s": count / elapsed,
-        "to_last_receipt_s": result["elapsed_s"],
+        "to_last_receipt_s": to_last_receipt_s,
     }
 
 
