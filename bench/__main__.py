@@ -50,7 +50,8 @@ BENCHMARKS = (
 """In run order. Each is ``bench/<name>.py`` with ``async def run(ctx)``."""
 
 DEADLINE_S = {"quick": 300.0, "full": 900.0}
-"""No benchmark runs longer than this (each also bounds itself)."""
+"""No benchmark runs longer than this (each also bounds itself), unless its module sets
+its own ``RUN_DEADLINE_S`` (the same shape): one that runs many rounds by design."""
 
 NOTE = (
     "2 cores shared by PostgreSQL, the daemon (or baseline/peer) and the inbox server; "
@@ -94,6 +95,8 @@ def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
             f"{figure['target'][:10]:>10} "
             f"{'-' if figure['met'] is None else ('yes' if figure['met'] else 'NO')}"
         )
+        if figure.get("configuration"):
+            lines.append(f"{'':<10}configuration: {figure['configuration']}")
     return "\n".join(lines)
 
 
@@ -114,9 +117,11 @@ def markdown(results: Path) -> str:
             lines.append(f"| {name} | did not finish: {data['error']} | | | | | | |")
         for figure in data["figures"]:
             met = "" if figure["met"] is None else ("yes" if figure["met"] else "**no**")
+            chosen = figure.get("configuration")
+            baseline = f"{figure['baseline']} (won: {chosen})" if chosen else figure["baseline"]
             lines.append(
                 f"| {name} | {figure['name']} | {_num(figure['value'])} {figure['unit']} | "
-                f"{figure['baseline']} | {_num(figure['baseline_value'])} | "
+                f"{baseline} | {_num(figure['baseline_value'])} | "
                 f"{_num(figure['ratio'])} ({figure['ratio_note']}) | {figure['target']} | {met} |"
             )
     return "\n".join([*lines, "", "Reproduce:", *(f"- {c}" for c in commands)])
@@ -171,10 +176,11 @@ async def main(args: argparse.Namespace) -> int:
                         print(f"   FAILED: {data['error']}", file=sys.stderr, flush=True)
                     for figure in data.get("figures", []):
                         rows.append((name, figure))
+                        chosen = figure.get("configuration")
                         print(
                             f"   {figure['name']}: {_num(figure['value'])} {figure['unit']}"
                             f" (baseline {_num(figure['baseline_value'])}, ratio"
-                            f" {_num(figure['ratio'])})",
+                            f" {_num(figure['ratio'])})" + (f"; won: {chosen}" if chosen else ""),
                             file=sys.stderr,
                             flush=True,
                         )
@@ -210,7 +216,8 @@ async def run_one(
     }
     try:
         figures: list[Figure]
-        figures, details = await asyncio.wait_for(module.run(ctx), DEADLINE_S[mode])
+        deadline_s = getattr(module, "RUN_DEADLINE_S", DEADLINE_S)[mode]
+        figures, details = await asyncio.wait_for(module.run(ctx), deadline_s)
     except Exception as exc:  # a failed benchmark is reported; the others still run
         data["error"] = f"{type(exc).__name__}: {exc}"
         data["traceback"] = traceback.format_exc()

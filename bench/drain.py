@@ -30,6 +30,7 @@ from bench.harness import (
     agent_names,
     clear_outbox,
     fresh_database,
+    now_ns,
     ratio,
     run_python,
     seed_outbox,
@@ -127,6 +128,7 @@ async def product_round(
     pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
     machine = psutil.cpu_times()
     started = await wake(conn)
+    started_ns = now_ns()
 
     async def done() -> bool:
         daemon.check_alive()
@@ -142,18 +144,24 @@ async def product_round(
     elapsed = last.timestamp() - started
     pg_cpu_s = pg_cpu.stop()
     daemon_cpu_s = daemon.sampler.cpu_s() - cpu
+    inbox_cpu_s = ctx.inbox.cpu_s() - inbox_cpu
+    stats = await ctx.inbox.stats()
     result: dict[str, Any] = {
         "delivered": count,
         "elapsed_s": round(elapsed, 3),
         "per_s": count / elapsed,
+        # The same start to the inbox's last arrival: how bench/peer.py times every peer.
+        "to_last_post_s": (
+            None if stats["last_ns"] is None else round((stats["last_ns"] - started_ns) / 1e9, 3)
+        ),
         "daemon_cpu_us_per_reply": daemon_cpu_s / count * 1e6,
         # How much of one core the daemon used, and how idle the whole machine was (the
         # round plus the poll that saw it end): below 1.0 and above 0, the drain waited.
         "daemon_core_share": round(daemon_cpu_s / elapsed, 3),
         "machine_idle_share": idle_share(machine, psutil.cpu_times()),
         "postgres_cpu_us_per_reply": pg_cpu_s / count * 1e6,
-        "inbox_cpu_us_per_reply": (ctx.inbox.cpu_s() - inbox_cpu) / count * 1e6,
-        **inbox_counts(await ctx.inbox.stats()),
+        "inbox_cpu_us_per_reply": inbox_cpu_s / count * 1e6,
+        **inbox_counts(stats),
     }
     if profiler is not None:
         # Named from the checkout, never by this machine's path to it.

@@ -40,9 +40,6 @@ import aiohttp
 import asyncpg
 import psutil
 
-from birddog.http import signing
-from birddog.postgres import migrate
-
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 BIN = Path(sys.executable).parent
@@ -120,6 +117,10 @@ async def fresh_database(server: Server, name: str, *, birddog: bool = True) -> 
         server.databases.append(database)
     dsn = with_database(server.dsn, database)
     if birddog:
+        # Imported here: the bench's child processes import this module, and Alembic
+        # (with SQLAlchemy) would be most of their start-up.
+        from birddog.postgres import migrate  # noqa: PLC0415
+
         await migrate(dsn)
         if extra := os.environ.get("BENCH_SCHEMA_DDL"):
             # A schema change to price before migrating it (results kept apart).
@@ -460,13 +461,14 @@ async def wait_until(
 
 
 def spawn_python(
-    args: Sequence[str], *, env: dict[str, str] | None = None
+    args: Sequence[str], *, env: dict[str, str] | None = None, stdin: bool = False
 ) -> subprocess.Popen[str]:
-    """Start ``python -m <args>`` of this interpreter, stdout piped (text)."""
+    """Start ``python -m <args>`` of this interpreter, stdout (and stdin if asked) piped, text."""
     return subprocess.Popen(  # noqa: S603 - our interpreter, our own modules
         [sys.executable, "-m", *args],
         cwd=ROOT,
         env={**os.environ, **(env or {})},
+        stdin=subprocess.PIPE if stdin else None,
         stdout=subprocess.PIPE,
         text=True,
     )
@@ -585,13 +587,15 @@ def agent_names(count: int) -> list[str]:
 
 async def add_routes(conn: asyncpg.Connection, agents: Sequence[str], inbox: InboxProcess) -> None:
     """A route for each agent to its inbox on the bench's inbox server."""
+    from birddog.http.signing import generate_secret  # noqa: PLC0415 - as migrate, above
+
     await conn.execute(
         "INSERT INTO birddog.routes (agent_id, url, secret) "
         "SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) "
         "ON CONFLICT (agent_id) DO UPDATE SET url = excluded.url",
         list(agents),
         [inbox.url(agent) for agent in agents],
-        [signing.generate_secret() for _ in agents],
+        [generate_secret() for _ in agents],
     )
 
 
@@ -718,6 +722,8 @@ class Figure:
     """One measured figure, next to the baseline it is compared with.
 
     ``ratio`` is ``value / baseline_value`` unless ``ratio_note`` says otherwise.
+    ``configuration`` names the settings that won where several were tried (a peer at
+    its best); the tables print it under the figure.
     """
 
     name: str
@@ -729,10 +735,11 @@ class Figure:
     ratio_note: str = "value / baseline"
     target: str = ""
     met: bool | None = None
+    configuration: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        """The figure as JSON."""
-        return {
+        """The figure as JSON (``configuration`` only when one was chosen)."""
+        data: dict[str, Any] = {
             "name": self.name,
             "value": _round(self.value),
             "unit": self.unit,
@@ -743,6 +750,9 @@ class Figure:
             "target": self.target,
             "met": self.met,
         }
+        if self.configuration:
+            data["configuration"] = self.configuration
+        return data
 
 
 def _round(value: float) -> float:

@@ -1,41 +1,60 @@
-"""Peer: the same deliveries done by Procrastinate (one job per reply) against BirdDog.
+"""Peers at their best: the same deliveries by PgQueuer and Procrastinate beside BirdDog.
 
-Procrastinate (``bench/peer_app.py``: a task that POSTs one reply with aiohttp) gets its
-own database on the same server, the same inbox server, and 20,000 jobs (quick: 2,000)
-for the same 50 recipients, deferred before its worker starts. The worker runs with
-``wait=False`` (it exits once the queue is empty); its rate is timed from the first
-``started`` event to the last ``succeeded`` event (Procrastinate's own event table).
-In full mode the worker concurrency is picked first: 4, 8 and 16 each run 2,000 jobs
-and the fastest is used for the main run.
+The same replies POSTed to the same 50 inboxes, 20,000 of them (quick: 1,000;
+``BENCH_PEER_COUNT`` sets another number), one job per reply, by three systems, each in
+its own fresh database on the same server:
 
-BirdDog does the same number of replies in the same run (a ``birddog run`` daemon, timed
-as in ``bench/drain.py``). Target: BirdDog at least 10 times Procrastinate.
+- **BirdDog**: one ``birddog run`` daemon (``bench/drain.py``'s round).
+- **PgQueuer** (``bench/peer_pgqueuer.py``): one worker process, one job per signed
+  reply, retried by its database retry executor, its documented throughput settings;
+  tried at 16, 64 and 256 jobs in flight (``max_concurrent_tasks``).
+- **Procrastinate** (``bench/peer_app.py``): one worker process, one task per reply;
+  tried at a worker concurrency of 16, 64 and 256 (its pool one connection per job in
+  flight, at most 64).
 
-PgQueuer (``bench/peer_pgqueuer.py``: one job per signed reply, retried by its database
-retry executor, its documented throughput settings) drains the same deliveries from its
-own database on the same server, to the same inbox server. Each round: a fresh database,
-its schema, the jobs enqueued, then one worker process (``mode=drain``) timed from its
-spawn to its exit, start-up included. Full mode runs each concurrency of 16, 64 and 256
-(``max_concurrent_tasks``) once, then the best twice more: the median of its 3 rounds
-counts. Quick mode: 500 replies, concurrency 64, one round. BirdDog's figure beside it is
-``birddog run --once`` on the same rows, also timed from its spawn to its exit (3 rounds,
-median; quick: 1). Target: BirdDog at least 3 times PgQueuer.
+**Start-up is counted for none of them**, the same way for all three. Each round starts
+a fresh process, idle, with an empty queue; warms it with 200 jobs (quick: 50), waited
+for; then the measured jobs are committed in one transaction (BirdDog's rows, then its
+wake; a peer's jobs written by its own API in an open transaction, committed when the
+bench says so), and the clock runs from that commit to the last POST the inbox server
+stamps (``CLOCK_MONOTONIC``, one clock for every process). Then the bench checks that
+every job finished (BirdDog: a receipt per reply; PgQueuer: its queue empty;
+Procrastinate: no job left to do) and that the inbox got every post. So the figure is
+what a deployed daemon or worker does when work arrives, the same for each: its
+imports, connections and first poll are outside it, as is the bookkeeping after the
+last POST (a receipt, a completion flush). CPU per delivery (the process, PostgreSQL's
+processes, the inbox) is read over the same window.
+
+Rounds: full mode runs each of PgQueuer's configurations 3 times and takes the best
+median; Procrastinate's configurations once each and the fastest twice more, the
+median of its 3 counting (a round of it takes about ten times BirdDog's, and
+configurations within one round's noise of each other are each its best within that
+noise); BirdDog 3 times. The rounds of the three alternate, so a burst of other work on
+the machine falls on all of them. Quick mode runs every configuration once, at 1,000
+replies: a smoke of every path, not a measure.
+
+Targets (issue 37): BirdDog at least 10 times Procrastinate's best, 1.6 times
+PgQueuer's best, and at most 0.6 of PgQueuer's CPU per delivery (process + PostgreSQL).
+The results name the configuration that won for each peer, with every round of every
+configuration.
 """
 
 from __future__ import annotations
 
-import asyncio
 import importlib.metadata
 import os
-import resource
 import statistics
 import sys
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
+import psutil
 
-from bench import drain
+from bench import drain, peer_app, peer_pgqueuer
+from bench.child import Child, kill
 from bench.harness import (
     Context,
     DaemonProcess,
@@ -45,85 +64,153 @@ from bench.harness import (
     agent_names,
     drop_database,
     fresh_database,
-    process_cpu_s,
     ratio,
-    run_python,
-    seed_outbox,
+    wait_until,
 )
 
 AGENTS = 50
-TARGET = 10.0
-SWEEP = (4, 8, 16)
-SWEEP_JOBS = 2_000
-DEFAULT_CONCURRENCY = 8
-PGQUEUER_TARGET = 3.0
-PGQUEUER_SWEEP = (16, 64, 256)
-PGQUEUER_QUICK_CONCURRENCY = 64
-PGQUEUER_QUICK_COUNT = 500
+CONFIGURATIONS = (16, 64, 256)
+"""Jobs in flight tried for each peer (PgQueuer's ``max_concurrent_tasks``, Procrastinate's
+``concurrency``)."""
 ROUNDS = 3
+COUNT = {"quick": 1_000, "full": 20_000}
+WARM = {"quick": 50, "full": 200}
+PROCRASTINATE_TARGET = 10.0
+PGQUEUER_TARGET = 1.6
+CPU_TARGET = 0.6
+"""BirdDog's CPU per delivery (daemon + PostgreSQL) at most this share of PgQueuer's."""
+ROUND_DEADLINE_S = 600.0
+"""The longest one round may take to deliver its jobs."""
+RUN_DEADLINE_S = {"quick": 900.0, "full": 2_400.0}
+"""The whole benchmark's bound (``bench/__main__.py``): 17 rounds in full mode, five of
+them Procrastinate's at a few hundred deliveries a second (a slow hour: 130/s)."""
 
 
-async def peer_database(
-    ctx: Context, name: str, module: str, load: str, *, count: int
-) -> tuple[str, dict[str, str]]:
-    """A fresh database with a peer's schema and ``count`` jobs loaded; its DSN and env.
+@dataclass(frozen=True)
+class Peer:
+    """A peer queue as the bench runs it: its child module, its knob, its progress query."""
 
-    ``module``'s ``schema`` command installs the schema, its ``load`` command writes the
-    jobs; the inbox's counts are reset after. The database is dropped if either fails.
-    """
-    dsn = await fresh_database(ctx.server, name, birddog=False)
+    key: str
+    title: str
+    module: str
+    knob: str
+    install: Callable[[asyncpg.Connection], Awaitable[None]]
+    pending_sql: str
+    every_round: bool
+    """Full mode: every configuration in every round (else in the first, then the best)."""
+
+    def configuration(self, concurrency: int) -> str:
+        """How a configuration reads in the results."""
+        return f"{concurrency} in flight ({self.knob})"
+
+    @property
+    def version(self) -> str:
+        """The installed package's version."""
+        return importlib.metadata.version(self.key)
+
+
+PGQUEUER = Peer(
+    key="pgqueuer",
+    title="PgQueuer",
+    module="bench.peer_pgqueuer",
+    knob="max_concurrent_tasks",
+    install=peer_pgqueuer.install,
+    pending_sql=peer_pgqueuer.PENDING_SQL,
+    every_round=True,
+)
+PROCRASTINATE = Peer(
+    key="procrastinate",
+    title="Procrastinate",
+    module="bench.peer_procrastinate",
+    knob="concurrency",
+    install=peer_app.install,
+    pending_sql=peer_app.PENDING_SQL,
+    every_round=False,
+)
+
+
+class Window:
+    """CPU of a process, PostgreSQL and the inbox over a round's measured window."""
+
+    def __init__(self, ctx: Context, process_cpu_s: Callable[[], float]) -> None:
+        self.ctx = ctx
+        self.process_cpu_s = process_cpu_s
+        self.process = process_cpu_s()
+        self.inbox = ctx.inbox.cpu_s()
+        self.machine = psutil.cpu_times()
+        self.postgres = TreeCpu(ctx.server.postmaster_pid).start()
+
+    def stop(self, count: int) -> dict[str, Any]:
+        """CPU per delivery of each, and how idle the machine was meanwhile."""
+        postgres = self.postgres.stop()
+        return {
+            "worker_cpu_us_per_job": (self.process_cpu_s() - self.process) / count * 1e6,
+            "postgres_cpu_us_per_job": postgres / count * 1e6,
+            "inbox_cpu_us_per_job": (self.ctx.inbox.cpu_s() - self.inbox) / count * 1e6,
+            "machine_idle_share": drain.idle_share(self.machine, psutil.cpu_times()),
+        }
+
+
+async def peer_round(ctx: Context, peer: Peer, *, concurrency: int, count: int) -> dict[str, Any]:
+    """One round of ``peer`` at ``concurrency``: fresh database, idle worker, warm, measure."""
+    warm = WARM["quick" if ctx.quick else "full"]
+    dsn = await fresh_database(ctx.server, f"peer_{peer.key}", birddog=False)
     env = {"BENCH_PEER_DSN": dsn}
+    conn = await asyncpg.connect(dsn)
+    children: list[Child] = []
     try:
-        await run_python([module, "schema"], timeout_s=120, env=env)
-        await run_python(
-            [module, load, ctx.inbox.base_url, str(count), str(AGENTS)], timeout_s=300, env=env
-        )
+        await peer.install(conn)
         await ctx.inbox.reset()
-    except BaseException:
-        await drop_database(ctx.server, dsn)
-        raise
-    return dsn, env
-
-
-async def procrastinate_run(ctx: Context, *, count: int, concurrency: int) -> dict[str, Any]:
-    """A fresh database, ``count`` deferred jobs, one worker run; its rate from its events."""
-    dsn, env = await peer_database(ctx, "peer", "bench.peer", "defer", count=count)
-    try:
-        pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
-        result, cpu_s, peak_rss = await run_python(
-            ["bench.peer", "worker", str(concurrency)], timeout_s=600, env=env
+        worker = Child([peer.module, "worker", str(concurrency)], env=env, name=peer.title)
+        loader = Child(
+            [peer.module, "load", ctx.inbox.base_url, str(count), str(AGENTS), str(warm)],
+            env=env,
+            name=f"{peer.title}'s loader",
         )
-        pg_cpu_s = pg_cpu.stop()
-        conn = await asyncpg.connect(dsn)
-        try:
-            row = await conn.fetchrow(
-                "SELECT min(at) FILTER (WHERE type = 'started') AS first, "
-                "max(at) FILTER (WHERE type = 'succeeded') AS last, "
-                "count(*) FILTER (WHERE type = 'succeeded') AS succeeded "
-                "FROM procrastinate_events"
-            )
-        finally:
-            await conn.close()
+        children = [worker, loader]
+
+        async def finished(posts: int) -> None:
+            async def done() -> bool:
+                worker.check_alive()
+                if (await ctx.inbox.stats())["posts"] < posts:
+                    return False
+                return bool(await conn.fetchval(peer.pending_sql) == 0)
+
+            await wait_until(done, timeout_s=ROUND_DEADLINE_S, what=f"{peer.title}'s {posts} jobs")
+
+        await loader.expect("warm", timeout_s=120)
+        await finished(warm)
+        inserted = await loader.expect("inserted", timeout_s=300)
+        await ctx.inbox.reset()
+        window = Window(ctx, worker.cpu_s)
+        loader.tell("commit")
+        committed_ns = (await loader.finish())["committed_ns"]
+        await finished(count)
+        stats = await ctx.inbox.stats()
+        cpu = window.stop(count)
+        peak_rss_mb = worker.peak_rss_mb
+        worker_result = await worker.stop()
     finally:
+        kill(children)
+        await conn.close()
         await drop_database(ctx.server, dsn)
-    elapsed = (row["last"] - row["first"]).total_seconds()
-    succeeded = row["succeeded"]
+    elapsed = (stats["last_ns"] - committed_ns) / 1e9
     return {
         "jobs": count,
         "concurrency": concurrency,
-        "succeeded": succeeded,
         "elapsed_s": round(elapsed, 3),
-        "per_s": succeeded / elapsed if elapsed > 0 else float("nan"),
-        "worker_cpu_us_per_job": cpu_s / max(succeeded, 1) * 1e6,
-        "postgres_cpu_us_per_job": pg_cpu_s / max(succeeded, 1) * 1e6,
-        "worker_peak_rss_mb": round(peak_rss / 2**20, 1),
-        "worker_wall_s": round(result["elapsed_s"], 3),
-        "inbox_posts": (await ctx.inbox.stats())["posts"],
+        "per_s": count / elapsed,
+        **cpu,
+        "worker_peak_rss_mb": peak_rss_mb,
+        "inbox_posts": stats["posts"],
+        "inbox_connections": stats["connections"],
+        "insert_s": inserted["insert_s"],
+        "worker": worker_result,
     }
 
 
-async def birddog_run(ctx: Context, *, count: int) -> dict[str, Any]:
-    """The same number of replies through a ``birddog run`` daemon."""
+async def birddog_round(ctx: Context, *, count: int, index: int) -> dict[str, Any]:
+    """One round of ``birddog run``: fresh database, idle daemon, warm, measure."""
     dsn = await fresh_database(ctx.server, "peer_birddog")
     conn = await asyncpg.connect(dsn)
     daemon = DaemonProcess(dsn, ctx.tmp / "peer-daemon.log")
@@ -131,183 +218,146 @@ async def birddog_run(ctx: Context, *, count: int) -> dict[str, Any]:
         await add_routes(conn, agent_names(AGENTS), ctx.inbox)
         daemon.start()
         await daemon.wait_listening(conn)
-        await drain.product_round(ctx, conn, daemon, count=200, prefix="warm")
-        return await drain.product_round(ctx, conn, daemon, count=count, prefix="peer")
+        warm = WARM["quick" if ctx.quick else "full"]
+        await drain.product_round(ctx, conn, daemon, count=warm, prefix="warm")
+        result = await drain.product_round(ctx, conn, daemon, count=count, prefix=f"peer{index}")
     finally:
         daemon.stop()
         await conn.close()
         await drop_database(ctx.server, dsn)
-
-
-async def pgqueuer_run(ctx: Context, *, count: int, concurrency: int) -> dict[str, Any]:
-    """A fresh database, PgQueuer's schema, ``count`` jobs, one worker from spawn to exit."""
-    dsn, env = await peer_database(
-        ctx, "peer_pgqueuer", "bench.peer_pgqueuer", "enqueue", count=count
-    )
-    try:
-        inbox_cpu = ctx.inbox.cpu_s()
-        pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
-        began = time.monotonic()
-        result, cpu_s, peak_rss = await run_python(
-            ["bench.peer_pgqueuer", "worker", str(concurrency)], timeout_s=600, env=env
-        )
-        elapsed = time.monotonic() - began
-        pg_cpu_s = pg_cpu.stop()
-        stats = await ctx.inbox.stats()
-    finally:
-        await drop_database(ctx.server, dsn)
-    if result["left_in_queue"] or stats["posts"] < count:
-        raise RuntimeError(
-            f"PgQueuer left {result['left_in_queue']} jobs; the inbox got {stats['posts']} "
-            f"of {count} posts"
-        )
+    # Timed as the peers are: from the wake's commit to the inbox's last arrival.
+    to_last_receipt_s = result.pop("elapsed_s")
+    elapsed = result.pop("to_last_post_s")
     return {
-        "jobs": count,
-        "concurrency": concurrency,
-        "batch_size": result["batch_size"],
-        "elapsed_s": round(elapsed, 3),
+        **result,
+        "elapsed_s": elapsed,
         "per_s": count / elapsed,
-        "worker_cpu_us_per_job": cpu_s / count * 1e6,
-        "postgres_cpu_us_per_job": pg_cpu_s / count * 1e6,
-        "inbox_cpu_us_per_job": (ctx.inbox.cpu_s() - inbox_cpu) / count * 1e6,
-        "worker_peak_rss_mb": round(peak_rss / 2**20, 1),
-        "inbox_posts": stats["posts"],
-        "version": result["version"],
+        "to_last_receipt_s": to_last_receipt_s,
     }
 
 
-async def birddog_once_run(ctx: Context, *, count: int, prefix: str) -> dict[str, Any]:
-    """``count`` due replies, then ``birddog run --once`` from its spawn to its exit."""
-    dsn = await fresh_database(ctx.server, "peer_once")
-    conn = await asyncpg.connect(dsn)
-    daemon = DaemonProcess(dsn, ctx.tmp / "peer-once.log", args=["run", "--once"])
-    try:
-        await add_routes(conn, agent_names(AGENTS), ctx.inbox)
-        await seed_outbox(conn, count=count, agents=AGENTS, prefix=prefix)
-        await conn.execute("ANALYZE birddog.outbox")
-        await ctx.inbox.reset()
-        inbox_cpu = ctx.inbox.cpu_s()
-        children_cpu = process_cpu_s(resource.RUSAGE_CHILDREN)
-        pg_cpu = TreeCpu(ctx.server.postmaster_pid).start()
-        began = time.monotonic()
-        daemon.start()
-        assert daemon.proc is not None
-        try:
-            code = await asyncio.wait_for(asyncio.to_thread(daemon.proc.wait), 600)
-        except TimeoutError:
-            daemon.stop()
-            raise
-        elapsed = time.monotonic() - began
-        pg_cpu_s = pg_cpu.stop()
-        cpu_s = process_cpu_s(resource.RUSAGE_CHILDREN) - children_cpu
-        daemon.stop()
-        if code != 0:
-            raise RuntimeError(f"birddog run --once exited with {code}\n" + daemon.log_tail())
-        delivered = await conn.fetchval("SELECT count(*) FROM birddog.receipts")
-        stats = await ctx.inbox.stats()
-    finally:
-        await conn.close()
-        await drop_database(ctx.server, dsn)
-    if delivered < count:
-        raise RuntimeError(f"birddog run --once delivered {delivered} of {count}")
-    return {
-        "delivered": delivered,
-        "elapsed_s": round(elapsed, 3),
-        "per_s": count / elapsed,
-        "daemon_cpu_us_per_reply": cpu_s / count * 1e6,
-        "postgres_cpu_us_per_reply": pg_cpu_s / count * 1e6,
-        "inbox_cpu_us_per_reply": (ctx.inbox.cpu_s() - inbox_cpu) / count * 1e6,
-        "inbox_posts": stats["posts"],
-    }
+def median(rounds: list[dict[str, Any]], key: str) -> float:
+    """The median of ``key`` over rounds."""
+    return statistics.median(r[key] for r in rounds)
 
 
-async def pgqueuer_versus(ctx: Context, *, count: int) -> tuple[Figure, dict[str, Any]]:
-    """PgQueuer's best concurrency (full mode) against ``birddog run --once``, medians."""
-    rounds = 1 if ctx.quick else ROUNDS
-    sweep: dict[int, dict[str, Any]] = {}
-    if ctx.quick:
-        concurrency = PGQUEUER_QUICK_CONCURRENCY
-        peer_rounds = [await pgqueuer_run(ctx, count=count, concurrency=concurrency)]
-    else:
-        for candidate in PGQUEUER_SWEEP:
-            sweep[candidate] = await pgqueuer_run(ctx, count=count, concurrency=candidate)
-        concurrency = max(sweep, key=lambda c: sweep[c]["per_s"])
-        peer_rounds = [sweep[concurrency]]
-    ours_rounds: list[dict[str, Any]] = []
-    # Alternate, so that a burst of other work on the machine falls on both.
-    for index in range(rounds):
-        ours_rounds.append(await birddog_once_run(ctx, count=count, prefix=f"once{index}"))
-        if len(peer_rounds) < rounds:
-            peer_rounds.append(await pgqueuer_run(ctx, count=count, concurrency=concurrency))
-    ours = statistics.median(r["per_s"] for r in ours_rounds)
-    theirs = statistics.median(r["per_s"] for r in peer_rounds)
-    figure = Figure(
-        name=f"deliveries/s, {count:,} replies: birddog run --once vs PgQueuer",
-        value=ours,
-        unit="replies/s",
-        baseline=f"PgQueuer drain worker, {concurrency} in flight, one job per reply",
-        baseline_value=theirs,
-        ratio=ratio(ours, theirs),
-        ratio_note="birddog / pgqueuer (both from spawn to exit)",
-        target=f">= {PGQUEUER_TARGET:g}x",
-        met=ratio(ours, theirs) >= PGQUEUER_TARGET,
-    )
-    details = {
-        "concurrency": concurrency,
-        "rounds": peer_rounds,
-        "sweep_per_s": {str(c): r["per_s"] for c, r in sweep.items()},
-        "birddog_once_rounds": ours_rounds,
-    }
-    return figure, details
+def cpu_per_delivery(result: dict[str, Any]) -> float:
+    """The process's and PostgreSQL's CPU per delivery, µs (BirdDog's or a peer's round)."""
+    if "daemon_cpu_us_per_reply" in result:
+        return float(result["daemon_cpu_us_per_reply"] + result["postgres_cpu_us_per_reply"])
+    return float(result["worker_cpu_us_per_job"] + result["postgres_cpu_us_per_job"])
+
+
+class Sweep:
+    """A peer's rounds by configuration; the best is the highest median rate."""
+
+    def __init__(self, peer: Peer) -> None:
+        self.peer = peer
+        self.rounds: dict[int, list[dict[str, Any]]] = {c: [] for c in CONFIGURATIONS}
+
+    def best(self) -> int:
+        """The configuration with the highest median rate so far."""
+        tried = [c for c in CONFIGURATIONS if self.rounds[c]]
+        return max(tried, key=lambda c: median(self.rounds[c], "per_s"))
+
+    def plan(self, index: int, quick: bool) -> list[int]:
+        """The configurations round ``index`` runs (rotated, so that none always goes first)."""
+        if quick or index == 0 or self.peer.every_round:
+            shift = index % len(CONFIGURATIONS)
+            return [*CONFIGURATIONS[shift:], *CONFIGURATIONS[:shift]]
+        return [self.best()]
+
+    def details(self) -> dict[str, Any]:
+        """Every round of every configuration, their medians and the winner."""
+        best = self.best()
+        return {
+            "version": self.peer.version,
+            "knob": self.peer.knob,
+            "best": best,
+            "configuration": self.peer.configuration(best),
+            "median_per_s": {
+                str(c): median(rounds, "per_s") for c, rounds in self.rounds.items() if rounds
+            },
+            "rounds": {str(c): rounds for c, rounds in self.rounds.items() if rounds},
+        }
+
+    def figure(self, ours: float, *, count: int, target: float) -> Figure:
+        """BirdDog's median rate against this peer's best configuration's."""
+        best = self.best()
+        theirs = median(self.rounds[best], "per_s")
+        tried = "/".join(str(c) for c in CONFIGURATIONS)
+        return Figure(
+            name=f"deliveries/s, {count:,} replies: birddog run vs {self.peer.title} at best",
+            value=ours,
+            unit="replies/s",
+            baseline=(
+                f"{self.peer.title} {self.peer.version}, one worker, {best} in flight "
+                f"({self.peer.knob}; best of {tried}), one job per reply"
+            ),
+            baseline_value=theirs,
+            ratio=ratio(ours, theirs),
+            ratio_note=f"birddog / {self.peer.key} (neither counts start-up)",
+            target=f">= {target:g}x",
+            met=ratio(ours, theirs) >= target,
+            configuration=f"{self.peer.title} {self.peer.configuration(best)}",
+        )
 
 
 async def run(ctx: Context) -> tuple[list[Figure], dict[str, Any]]:
-    """Pick Procrastinate's concurrency (full mode), then both at the same size."""
-    # BENCH_PEER_COUNT sizes a full run for a busy machine (the results say what was run).
-    count = int(os.environ.get("BENCH_PEER_COUNT", "0")) or (2_000 if ctx.quick else 20_000)
+    """Alternate BirdDog's rounds with both peers' configurations; the best of each."""
+    mode = "quick" if ctx.quick else "full"
+    count = int(os.environ.get("BENCH_PEER_COUNT", "0")) or COUNT[mode]
     await ctx.inbox.configure()
-    sweep: dict[int, float] = {}
-    concurrency = DEFAULT_CONCURRENCY
-    if not ctx.quick:
-        for candidate in SWEEP:
-            trial = await procrastinate_run(ctx, count=SWEEP_JOBS, concurrency=candidate)
-            sweep[candidate] = trial["per_s"]
-        concurrency = max(sweep, key=lambda c: sweep[c])
-    peer = await procrastinate_run(ctx, count=count, concurrency=concurrency)
-    ours = await birddog_run(ctx, count=count)
-    figure = Figure(
-        name=f"deliveries/s, {count:,} replies: birddog run vs Procrastinate",
-        value=ours["per_s"],
-        unit="replies/s",
-        baseline=f"Procrastinate worker, concurrency {concurrency}, one job per reply",
-        baseline_value=peer["per_s"],
-        ratio=ratio(ours["per_s"], peer["per_s"]),
-        ratio_note="birddog / procrastinate",
-        target=f">= {TARGET:g}x",
-        met=ratio(ours["per_s"], peer["per_s"]) >= TARGET,
-    )
-    quick_count = min(count, PGQUEUER_QUICK_COUNT)
-    pgqueuer_figure, pgqueuer = await pgqueuer_versus(
-        ctx, count=quick_count if ctx.quick else count
+    sweeps = [Sweep(PGQUEUER), Sweep(PROCRASTINATE)]
+    ours: list[dict[str, Any]] = []
+    began = time.monotonic()
+    for index in range(1 if ctx.quick else ROUNDS):
+        ours.append(await birddog_round(ctx, count=count, index=index))
+        for sweep in sweeps:
+            for concurrency in sweep.plan(index, ctx.quick):
+                print(
+                    f"   {sweep.peer.title} {sweep.peer.configuration(concurrency)} "
+                    f"(round {index + 1}, {time.monotonic() - began:.0f} s in)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                sweep.rounds[concurrency].append(
+                    await peer_round(ctx, sweep.peer, concurrency=concurrency, count=count)
+                )
+    pgqueuer, procrastinate = sweeps
+    rate = median(ours, "per_s")
+    ours_cpu = statistics.median(cpu_per_delivery(r) for r in ours)
+    theirs_cpu = statistics.median(cpu_per_delivery(r) for r in pgqueuer.rounds[pgqueuer.best()])
+    cpu = Figure(
+        name="CPU per delivery, process + PostgreSQL: birddog run vs PgQueuer at best",
+        value=ours_cpu,
+        unit="µs/delivery",
+        baseline=f"PgQueuer, {PGQUEUER.configuration(pgqueuer.best())}, worker + PostgreSQL",
+        baseline_value=theirs_cpu,
+        ratio=ratio(ours_cpu, theirs_cpu),
+        ratio_note="birddog / pgqueuer, CPU over the same window",
+        target=f"<= {CPU_TARGET:g}",
+        met=ratio(ours_cpu, theirs_cpu) <= CPU_TARGET,
+        configuration=f"PgQueuer {PGQUEUER.configuration(pgqueuer.best())}",
     )
     details = {
         "replies": count,
+        "agents": AGENTS,
+        "warm": WARM[mode],
+        "timing": "commit of the jobs (BirdDog: its wake) to the inbox's last arrival; "
+        "each process started idle and warmed; start-up counted for none",
         "versions": {
             "birddog": importlib.metadata.version("birddog"),
-            "procrastinate": importlib.metadata.version("procrastinate"),
-            "pgqueuer": importlib.metadata.version("pgqueuer"),
+            "pgqueuer": PGQUEUER.version,
+            "procrastinate": PROCRASTINATE.version,
         },
-        "procrastinate": peer,
-        "procrastinate_concurrency_sweep_per_s": sweep,
-        "birddog": ours,
-        "pgqueuer": pgqueuer,
+        "birddog": {"median_per_s": rate, "rounds": ours},
+        "pgqueuer": pgqueuer.details(),
+        "procrastinate": procrastinate.details(),
     }
-    return [figure, pgqueuer_figure], details
-
-
-if __name__ == "__main__":
-    # The worker, deferral and schema commands run in their own processes, and
-    # Procrastinate's app must not live in __main__ (it would be registered twice).
-    from bench.peer_app import main
-
-    main(sys.argv[1:])
+    figures = [
+        procrastinate.figure(rate, count=count, target=PROCRASTINATE_TARGET),
+        pgqueuer.figure(rate, count=count, target=PGQUEUER_TARGET),
+        cpu,
+    ]
+    return figures, details

@@ -5,32 +5,56 @@ per worker process) and fails unless the inbox answers ``{"accepted": true}``, w
 what BirdDog's transport requires too. It neither signs nor looks up routes: the job
 carries the URL. The app lives in its own database (``BENCH_PEER_DSN``).
 
-Run (the peer benchmark does this; ``bench.peer`` imports this module, so the app is not
-defined in ``__main__``)::
+The worker runs as a deployed one does (``wait=True``: it waits for notifications once
+the queue is empty) until SIGTERM, Procrastinate's own graceful stop. Its connection
+pool holds one connection per job in flight, up to ``POOL_MAX`` (the server allows 100
+connections), so that its concurrency is not capped by the pool.
 
-    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer schema
-    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer defer <inbox base URL> <count> <agents>
-    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer worker <concurrency>
+The loader defers a few warm-up jobs first, then defers the measured jobs on one
+connection of its own inside one transaction (Procrastinate's ``connection=`` option)
+and commits it only when the bench says so (``bench/child.py``): the clock starts at
+that commit, whose trigger NOTIFYs wake the idle worker.
+
+Run (the peer benchmark does this, after :func:`install` on a fresh database; the
+process starts through ``bench.peer_procrastinate``, so the app is not defined in
+``__main__``)::
+
+    export BENCH_PEER_DSN=...
+    .venv/bin/python -m bench.peer_procrastinate load <inbox URL> <count> <agents> <warm>
+    .venv/bin/python -m bench.peer_procrastinate worker <concurrency>   # until SIGTERM
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import time
+from typing import Any
 
 import aiohttp
+import asyncpg
 import procrastinate
+import psycopg
+from procrastinate.schema import SchemaManager
 
-from bench.harness import agent_names, dispatch, process_cpu_s, reply_body
+from bench.child import heard, say
+from bench.harness import agent_names, dispatch, now_ns, process_cpu_s, reply_body
 
-POOL_SIZE = 16
+POOL_MAX = 64
+"""The worker's pool: one connection per job in flight, at most this many."""
 DEFER_CHUNK = 1000
+DEFER_POOL = 4
+PENDING_SQL = "SELECT count(*) FROM procrastinate_jobs WHERE status IN ('todo', 'doing')"
+"""Jobs not finished yet."""
 
-app = procrastinate.App(
-    connector=procrastinate.PsycopgConnector(
-        conninfo=os.environ.get("BENCH_PEER_DSN", ""), min_size=1, max_size=POOL_SIZE
+
+def _connector(pool_size: int) -> procrastinate.PsycopgConnector:
+    return procrastinate.PsycopgConnector(
+        conninfo=os.environ.get("BENCH_PEER_DSN", ""), min_size=1, max_size=pool_size
     )
-)
+
+
+app = procrastinate.App(connector=_connector(DEFER_POOL))
 _session: aiohttp.ClientSession | None = None
 
 
@@ -51,48 +75,71 @@ async def deliver(url: str, key: str, body: str) -> None:
         raise RuntimeError("the inbox did not accept the reply")
 
 
-async def defer(base_url: str, count: int, agents: int) -> dict[str, float]:
-    """Defer ``count`` deliveries, ``DEFER_CHUNK`` per statement."""
+def pool_size(concurrency: int) -> int:
+    """The worker's pool for ``concurrency`` jobs in flight (its fetch and events need one)."""
+    return min(POOL_MAX, concurrency + 1)
+
+
+async def _defer(
+    base_url: str, indexes: range, agents: int, connection: psycopg.AsyncConnection | None
+) -> None:
+    """Defer the deliveries ``indexes`` round-robin over ``agents``, a chunk per statement."""
     names = agent_names(agents)
-    started = time.time()
-    async with app.open_async():
-        for first in range(0, count, DEFER_CHUNK):
-            batch = []
-            for index in range(first, min(count, first + DEFER_CHUNK)):
-                agent = names[index % agents]
-                key, body = reply_body(index, agent)
-                batch.append({"url": f"{base_url}/inbox/{agent}", "key": key, "body": body})
-            await deliver.batch_defer_async(*batch)
-    return {"deferred": count, "elapsed_s": time.time() - started}
+    deferrer = deliver.configure(connection=connection)
+    for first in range(indexes.start, indexes.stop, DEFER_CHUNK):
+        batch = []
+        for index in range(first, min(indexes.stop, first + DEFER_CHUNK)):
+            agent = names[index % agents]
+            key, body = reply_body(index, agent)
+            batch.append({"url": f"{base_url}/inbox/{agent}", "key": key, "body": body})
+        await deferrer.batch_defer_async(*batch)
 
 
-async def work(concurrency: int) -> dict[str, float]:
-    """Run a worker until the queue is empty."""
-    cpu_before = process_cpu_s()
-    started = time.time()
+async def load(base_url: str, count: int, agents: int, warm: int) -> dict[str, Any]:
+    """Defer ``warm`` jobs; defer ``count`` more in one transaction, committed when told."""
     async with app.open_async():
-        await app.run_worker_async(
-            concurrency=concurrency, wait=False, install_signal_handlers=True
-        )
+        await _defer(base_url, range(count, count + warm), agents, None)
+        say(warm=warm)
+        began = time.monotonic()
+        conn = await psycopg.AsyncConnection.connect(os.environ["BENCH_PEER_DSN"])
+        try:
+            await _defer(base_url, range(count), agents, conn)
+            # Statistics as autovacuum would leave them (the bench analyzes BirdDog's too).
+            await conn.execute("ANALYZE procrastinate_jobs")
+            say(inserted=count, insert_s=round(time.monotonic() - began, 3))
+            await heard()
+            await conn.commit()
+            committed_ns = now_ns()
+        finally:
+            await conn.close()
+    return {"committed_ns": committed_ns}
+
+
+async def work(concurrency: int) -> dict[str, Any]:
+    """Run a worker of ``concurrency`` jobs in flight until SIGTERM."""
+    with app.replace_connector(_connector(pool_size(concurrency))) as worker_app:
+        async with worker_app.open_async():
+            await worker_app.run_worker_async(concurrency=concurrency, install_signal_handlers=True)
     if _session is not None:
         await _session.close()
-    return {"elapsed_s": time.time() - started, "cpu_s": process_cpu_s() - cpu_before}
+    return {
+        "cpu_s": process_cpu_s(),
+        "pool_size": pool_size(concurrency),
+        "version": importlib.metadata.version("procrastinate"),
+    }
 
 
-async def schema() -> dict[str, float]:
-    """Create Procrastinate's schema."""
-    async with app.open_async():
-        await app.schema_manager.apply_schema_async()
-    return {"ok": 1.0}
+async def install(conn: asyncpg.Connection) -> None:
+    """Create Procrastinate's schema, its own SQL (the bench calls this itself)."""
+    await conn.execute(SchemaManager.get_schema())
 
 
 def main(argv: list[str]) -> None:
-    """Dispatch ``schema`` / ``defer`` / ``worker``."""
+    """Dispatch ``load`` / ``worker``; the result as one JSON line."""
     dispatch(
         argv,
         {
-            "schema": schema,
-            "defer": lambda url, count, agents: defer(url, int(count), int(agents)),
+            "load": lambda url, count, agents, warm: load(url, int(count), int(agents), int(warm)),
             "worker": lambda concurrency: work(int(concurrency)),
         },
     )

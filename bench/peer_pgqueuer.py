@@ -15,21 +15,29 @@ with a trigger's NOTIFY. Here it does what ``birddog run`` does for one reply:
 
 Its documented throughput settings, as in its own ``tools/benchmark.py``: the asyncpg
 driver, uvloop, ``batch_size`` 10 (lower only where ``max_concurrent_tasks`` must be at
-least twice it), ``mode=drain`` (exit once the queue is empty). Durability is its
-default (logged tables), as BirdDog's.
+least twice it). Durability is its default (logged tables), as BirdDog's. The worker
+runs in PgQueuer's continuous mode (as a deployed worker does) until SIGTERM, which sets
+its shutdown event: it finishes what it holds and exits.
 
-Run (``bench/peer.py`` does this)::
+The loader commits a few warm-up jobs first, then writes the measured jobs in one
+transaction and commits it only when the bench says so (``bench/child.py``): the clock
+starts at that commit, whose trigger NOTIFY wakes the idle worker, as BirdDog's wake
+does its idle daemon.
 
-    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer_pgqueuer schema
-    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer_pgqueuer enqueue <inbox URL> <count> <agents>
-    BENCH_PEER_DSN=... .venv/bin/python -m bench.peer_pgqueuer worker <concurrency>
+Run (``bench/peer.py`` does this, after :func:`install` on a fresh database)::
+
+    export BENCH_PEER_DSN=...
+    .venv/bin/python -m bench.peer_pgqueuer load <inbox URL> <count> <agents> <warm>
+    .venv/bin/python -m bench.peer_pgqueuer worker <concurrency>   # until SIGTERM
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
 import json
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -40,7 +48,8 @@ import uvloop
 from pgqueuer import AsyncpgDriver, DatabaseRetryEntrypointExecutor, Job, Queries, QueueManager
 from pgqueuer.types import QueueExecutionMode
 
-from bench.harness import agent_names, dispatch, process_cpu_s, reply_body
+from bench.child import heard, say
+from bench.harness import agent_names, dispatch, now_ns, process_cpu_s, reply_body
 from birddog.http.signing import Signer, generate_secret
 
 ENTRYPOINT = "deliver"
@@ -48,6 +57,8 @@ BATCH_SIZE = 10
 """PgQueuer's default dequeue batch (its own benchmark's too)."""
 ENQUEUE_CHUNK = 1000
 POST_TIMEOUT_S = 30.0
+PENDING_SQL = "SELECT count(*) FROM pgqueuer"
+"""Jobs not finished yet (queued or picked): PgQueuer deletes a job when it logs its end."""
 
 
 def batch_size(concurrency: int) -> int:
@@ -64,49 +75,52 @@ async def _connect() -> asyncpg.Connection:
     return await asyncpg.connect(os.environ["BENCH_PEER_DSN"])
 
 
-async def schema() -> dict[str, Any]:
-    """Install PgQueuer's tables, trigger and functions."""
-    conn = await _connect()
-    try:
-        await Queries(AsyncpgDriver(conn)).install()
-    finally:
-        await conn.close()
-    return {"version": version()}
+async def install(conn: asyncpg.Connection) -> None:
+    """Install PgQueuer's tables, trigger and functions (the bench calls this itself)."""
+    await Queries(AsyncpgDriver(conn)).install()
 
 
-async def enqueue(base_url: str, count: int, agents: int) -> dict[str, Any]:
-    """Enqueue ``count`` deliveries round-robin over ``agents``, ``ENQUEUE_CHUNK`` per statement."""
+async def _enqueue(queries: Queries, base_url: str, indexes: range, agents: int) -> None:
+    """Enqueue the deliveries ``indexes`` round-robin over ``agents``, a chunk per statement."""
     names = agent_names(agents)
     secrets = {agent: generate_secret() for agent in names}
-    started = time.time()
+    for first in range(indexes.start, indexes.stop, ENQUEUE_CHUNK):
+        payloads: list[bytes | None] = []
+        for index in range(first, min(indexes.stop, first + ENQUEUE_CHUNK)):
+            agent = names[index % agents]
+            key, body = reply_body(index, agent)
+            job = {"url": f"{base_url}/inbox/{agent}", "key": key, "body": body}
+            payloads.append(json.dumps({**job, "secret": secrets[agent]}).encode())
+        await queries.enqueue([ENTRYPOINT] * len(payloads), payloads, [0] * len(payloads))
+
+
+async def load(base_url: str, count: int, agents: int, warm: int) -> dict[str, Any]:
+    """Commit ``warm`` jobs; write ``count`` more in one transaction, committed when told."""
     conn = await _connect()
     try:
         queries = Queries(AsyncpgDriver(conn))
-        for first in range(0, count, ENQUEUE_CHUNK):
-            payloads: list[bytes | None] = []
-            for index in range(first, min(count, first + ENQUEUE_CHUNK)):
-                agent = names[index % agents]
-                key, body = reply_body(index, agent)
-                job = {
-                    "url": f"{base_url}/inbox/{agent}",
-                    "key": key,
-                    "body": body,
-                    "secret": secrets[agent],
-                }
-                payloads.append(json.dumps(job).encode())
-            await queries.enqueue([ENTRYPOINT] * len(payloads), payloads, [0] * len(payloads))
+        await _enqueue(queries, base_url, range(count, count + warm), agents)
+        say(warm=warm)
+        began = time.monotonic()
+        async with conn.transaction():
+            await _enqueue(queries, base_url, range(count), agents)
+            # Statistics as autovacuum would leave them (the bench analyzes BirdDog's too).
+            await conn.execute("ANALYZE pgqueuer")
+            say(inserted=count, insert_s=round(time.monotonic() - began, 3))
+            await heard()
+        committed_ns = now_ns()
     finally:
         await conn.close()
-    return {"enqueued": count, "elapsed_s": time.time() - started}
+    return {"committed_ns": committed_ns}
 
 
 async def work(concurrency: int) -> dict[str, Any]:
-    """Drain the queue with one QueueManager capped at ``concurrency`` jobs in flight."""
-    started = time.time()
+    """One QueueManager capped at ``concurrency`` jobs in flight, until SIGTERM."""
     conn = await _connect()
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=POST_TIMEOUT_S))
     signers: dict[str, Signer] = {}
     manager = QueueManager(Queries(AsyncpgDriver(conn)))
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, manager.shutdown.set)
 
     @manager.entrypoint(ENTRYPOINT, executor_factory=DatabaseRetryEntrypointExecutor)
     async def deliver(job: Job) -> None:
@@ -126,15 +140,14 @@ async def work(concurrency: int) -> dict[str, Any]:
     try:
         await manager.run(
             batch_size=batch_size(concurrency),
-            mode=QueueExecutionMode.drain,
+            mode=QueueExecutionMode.continuous,
             max_concurrent_tasks=concurrency,
         )
-        left = await conn.fetchval("SELECT count(*) FROM pgqueuer")
+        left = await conn.fetchval(PENDING_SQL)
     finally:
         await session.close()
         await conn.close()
     return {
-        "elapsed_s": time.time() - started,
         "cpu_s": process_cpu_s(),
         "left_in_queue": left,
         "batch_size": batch_size(concurrency),
@@ -143,12 +156,11 @@ async def work(concurrency: int) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
-    """Dispatch ``schema`` / ``enqueue`` / ``worker``; the result as one JSON line."""
+    """Dispatch ``load`` / ``worker``; the result as one JSON line."""
     dispatch(
         argv,
         {
-            "schema": schema,
-            "enqueue": lambda url, count, agents: enqueue(url, int(count), int(agents)),
+            "load": lambda url, count, agents, warm: load(url, int(count), int(agents), int(warm)),
             "worker": lambda concurrency: work(int(concurrency)),
         },
         run=uvloop.run,
