@@ -8,7 +8,9 @@ pages carry.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Collection, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal, Protocol, runtime_checkable
@@ -29,7 +31,8 @@ from birddog.core.lifecycle import ClaimEvent, Finished
 from birddog.core.mail import AgentAddress, Mail, Outcome, Reply
 from birddog.core.mailbox import MailboxEntry
 from birddog.core.policy import NO_POLICY, RoutePolicy
-from birddog.core.spool import Outgoing
+from birddog.core.spool import Outgoing, SpoolRow, SpoolStatus
+from birddog.core.tasks import SentJob
 from birddog.core.turns import Turn
 
 RouteKind = Literal["http", "mailbox", "a2a"]
@@ -403,6 +406,191 @@ class Answers(Protocol):
         ...
 
 
+class Mailbox(Answers, Protocol):
+    """The agents' mailboxes: replies delivered into them, read, listed and acknowledged."""
+
+    async def read(
+        self,
+        agent_id: str,
+        session_id: str | None = None,
+        *,
+        limit: int = 100,
+        since: datetime | None = None,
+        exclude: Sequence[str] = (),
+    ) -> list[MailboxEntry]:
+        """Unread replies of ``agent_id`` (of ``session_id``, if given), oldest first."""
+        ...
+
+    async def latest(
+        self, owner: AgentAddress, *, limit: int = 100, timeout_s: float | None = None
+    ) -> list[MailboxEntry]:
+        """The latest replies in ``owner``'s mailbox, read or not, newest first."""
+        ...
+
+    async def unread_count(self, owner: AgentAddress, *, timeout_s: float | None = None) -> int:
+        """How many unread replies ``owner``'s mailbox holds."""
+        ...
+
+    async def owned(
+        self, keys: Sequence[str], owner: AgentAddress, *, timeout_s: float | None = None
+    ) -> dict[str, MailboxEntry]:
+        """The replies among ``keys`` that are in ``owner``'s mailbox, read or not."""
+        ...
+
+    async def replies(
+        self, mail_keys: Sequence[str], *, timeout_s: float | None = None
+    ) -> list[MailboxEntry]:
+        """Every reply to any of ``mail_keys`` in any mailbox, read or not."""
+        ...
+
+
+class Notices(Protocol):
+    """The process's one listening connection: who hears what (``PostgresNotices``)."""
+
+    def subscribe(
+        self, channel: str, payload: str | None = None, *, wake: asyncio.Event | None = None
+    ) -> AbstractContextManager[Listener]:
+        """Hear ``channel`` (only ``payload``, if given) for as long as the block lasts.
+
+        Each notification also sets ``wake``, if given (one waiter of several channels).
+        """
+        ...
+
+    def reconnects(self, event: asyncio.Event) -> AbstractContextManager[asyncio.Event]:
+        """Set ``event`` each time the connection is open again after it was lost."""
+        ...
+
+
+class SentJobs(Protocol):
+    """Sent mail as its sender reads it back: its job, by id or by context (A2A tasks)."""
+
+    async def get(self, job_id: str, *, timeout_s: float) -> SentJob | None:
+        """The job with this id (None: no such job)."""
+        ...
+
+    async def of_context(
+        self,
+        *,
+        queue: str,
+        agent_id: str,
+        from_agent_id: str,
+        after_job_id: str | None,
+        limit: int,
+        timeout_s: float,
+    ) -> list[SentJob]:
+        """The jobs ``from_agent_id`` sent to ``agent_id``'s session ``queue``, by job id."""
+        ...
+
+    async def add_reply_to(
+        self, job_id: str, address: AgentAddress, *, caller: AgentAddress, timeout_s: float
+    ) -> Literal["added", "present", "settled", "missing"]:
+        """Add ``address`` to the replyTo of ``caller``'s mail of job ``job_id`` while unsettled."""
+        ...
+
+    async def remove_reply_to(
+        self, job_id: str, address: AgentAddress, *, caller: AgentAddress, timeout_s: float
+    ) -> bool:
+        """Remove ``address`` from that replyTo while unsettled; True when it was removed."""
+        ...
+
+
+class OutboxRows(Protocol):
+    """Writes outbox rows inside a transaction of the caller's own (``CallerOutbox``)."""
+
+    async def add_rows(
+        self, rows: Sequence[OutboxRow], *, wake_at: datetime | None = None
+    ) -> list[str]:
+        """Store rows whose key has neither a row nor a receipt; the keys added.
+
+        With ``wake_at``, the drain's wake is armed for then when rows were added. The
+        rows commit with the caller's transaction, or not at all.
+        """
+        ...
+
+
+class Spool(Protocol):
+    """Mail accepted while the database is away, kept durably until forwarded (``SqliteSpool``).
+
+    Rows keep spool order, and with it the order of each lane (sender, recipient
+    session). A row is durable when :meth:`put` returns; only :meth:`delete` (after the
+    forwarder wrote it) or :meth:`quarantine` removes it from the waiting mail.
+    """
+
+    def exists(self) -> bool:
+        """Whether anything was ever spooled here (a spool never written to holds nothing)."""
+        ...
+
+    async def put(self, outgoing: Outgoing) -> int:
+        """Keep one mail, durably; its place in spool order.
+
+        Raises:
+            SpoolFull: the spool holds its bound already; nothing was written or dropped.
+            SpoolFailed: the spool cannot be written.
+        """
+        ...
+
+    async def has_waiting(self, lane: tuple[str, str] | None = None) -> bool:
+        """Whether any mail (of ``lane``) waits."""
+        ...
+
+    async def is_waiting(self, key: str) -> bool:
+        """Whether mail under ``key`` waits."""
+        ...
+
+    async def mail(self, key: str) -> Mail | None:
+        """The mail waiting under ``key`` (the latest), or None."""
+        ...
+
+    async def waiting(
+        self, *, after_id: int = 0, limit: int = 64, lane: tuple[str, str] | None = None
+    ) -> list[SpoolRow]:
+        """The waiting rows after ``after_id`` (of ``lane``), in spool order."""
+        ...
+
+    async def delete(self, ids: Sequence[int]) -> None:
+        """Remove forwarded rows, at once."""
+        ...
+
+    async def quarantine(self, row_id: int, reason: str) -> None:
+        """Move one row aside with ``reason`` (a no-op if it is gone)."""
+        ...
+
+    async def quarantine_aged(self) -> list[str]:
+        """Move every row spooled longer ago than the spool's age limit aside; their keys."""
+        ...
+
+    async def note_forward(self, error: str | None) -> None:
+        """Record how a forward ended: cleanly (None) or with ``error``."""
+        ...
+
+    def forwarding(self, *, wait_s: float = 0.0) -> AbstractAsyncContextManager[bool]:
+        """Hold the spool's one forwarder lock for a block, if it can be had within ``wait_s``.
+
+        The block is given True once the lock is held, False when another forwarder kept it.
+        """
+        ...
+
+
+class SpoolAdmin(Protocol):
+    """The operator's side of the spool: what it holds, and its quarantine (``spool status``)."""
+
+    async def status(self) -> SpoolStatus:
+        """What the spool holds: counts, bytes, the oldest mail, the last forward's error."""
+        ...
+
+    async def quarantined(self, *, limit: int) -> list[dict[str, object]]:
+        """The latest quarantined mails: ``key``, ``reason``, ``spooled_at``, ``quarantined_at``."""
+        ...
+
+    async def quarantine_reason(self, key: str) -> str | None:
+        """Why mail under ``key`` was quarantined (the latest), or None if it was not."""
+        ...
+
+    async def requeue(self) -> int:
+        """Put every quarantined mail that can be decoded back at the end; how many went."""
+        ...
+
+
 class Clock(Protocol):
     """The current time."""
 
@@ -656,6 +844,16 @@ class DeadLetterReplay(Protocol):
         ...
 
 
+class DeadLetters(DeadLetterReplay, Protocol):
+    """Replays dead letters and names their recipients (``PostgresOutbox``)."""
+
+    async def dead_recipients(
+        self, *, key: str | None = None, agent_id: str | None = None
+    ) -> list[str]:
+        """The recipients of the dead letters ``replay`` would put back, by agent id."""
+        ...
+
+
 class RouteHolds(Protocol):
     """Holds and releases recipients (``PostgresRoutes``)."""
 
@@ -696,6 +894,14 @@ class RouteEdits(RouteHolds, RouteBook, Protocol):
         cleared: frozenset[str] = frozenset(),
     ) -> Route:
         """Change an agent's inbox URL, secret, batch size or policy (None keeps each)."""
+        ...
+
+
+class RouteList(Protocol):
+    """Lists every route (``PostgresRoutes.list``; the MCP tool ``agents``)."""
+
+    async def list(self) -> list[Route]:
+        """Every route, by agent id."""
         ...
 
 

@@ -9,14 +9,9 @@ its directory are private to the user (mode 0600 and 0700). :class:`SqliteSpool`
 same spool for asynchronous code: each of its calls runs the file's method in a worker
 thread.
 
-:class:`SpoolForwarder` moves the rows into PostgreSQL through the sender's own write
-(the same checks and replay rules): write and commit, then delete the row, so a crash in
-between is a replay the job id (or mail key) turns into a no-op. Rows go in spool order,
-which keeps the order of each (sender, recipient session). A row the database refuses for
-what it is (a job id replayed with other fields, an unknown target) or that cannot be
-decoded moves to the ``quarantine`` table with the reason and never blocks the rest;
-the database away keeps every row for the next attempt. Only one forwarder works a spool
-at a time (an ``fcntl`` lock on ``PATH.lock``, released by the kernel if it dies).
+The forwarder (:class:`birddog.service.forwarding.SpoolForwarder`) moves the rows into
+PostgreSQL; only one forwarder works a spool at a time (:meth:`SqliteSpool.forwarding`:
+an ``fcntl`` lock on ``PATH.lock``, released by the kernel if it dies).
 
 Bounded: a spool holding ``max_bytes`` refuses new mail (:class:`~birddog.SpoolFull`)
 and never drops old mail; mail older than ``max_age_s`` is quarantined, not sent late.
@@ -31,8 +26,7 @@ import fcntl
 import functools
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar, Concatenate, Final, ParamSpec, TypeVar
@@ -40,28 +34,25 @@ from typing import Any, ClassVar, Concatenate, Final, ParamSpec, TypeVar
 import structlog
 
 from birddog.clock import epoch_ms
-from birddog.core.duration import format_age
-from birddog.core.errors import BirdDogError, InvalidInput, SpoolFailed, SpoolFull
+from birddog.core.errors import InvalidInput, SpoolFailed, SpoolFull
 from birddog.core.mail import Mail
 from birddog.core.spool import (
     DEFAULT_SPOOL_MAX_AGE_S,
     DEFAULT_SPOOL_MAX_BYTES,
-    Fate,
     Outgoing,
+    SpoolRow,
     SpoolStatus,
-    decide_forward,
+    aged_reason,
+    full_message,
     outgoing_from_json,
 )
-from birddog.display import format_value
 from birddog.ports import Clock
 
 log = structlog.get_logger("birddog.spool")
 
 __all__ = [
     "FORWARD_PAGE",
-    "ForwardReport",
     "SpoolFile",
-    "SpoolForwarder",
     "SpoolRow",
     "SqliteSpool",
     "full_message",
@@ -129,56 +120,6 @@ _SCHEMA: Final = (
 )
 """The spool's tables: waiting mail, quarantined mail (with the reason), the last forward,
 and the bytes of mail they hold."""
-
-
-@dataclass(frozen=True, slots=True)
-class SpoolRow:
-    """One waiting row, as stored (decoding it is the forwarder's, so a bad row is caught).
-
-    Attributes:
-        id: its place in spool order.
-        spooled_at: when it was spooled.
-        key: the mail key it was stored under.
-        body: the stored JSON of the :class:`~birddog.core.spool.Outgoing`.
-    """
-
-    id: int
-    spooled_at: datetime
-    key: str
-    body: str | bytes
-
-
-def full_message(status: SpoolStatus, *, max_bytes: int, now: datetime) -> str:
-    """The refusal of a full spool: how many mails it holds and since when.
-
-    Args:
-        status: the spool's status when the mail was refused.
-        max_bytes: the bound (``BIRDDOG_SPOOL_MAX_BYTES``).
-        now: the current time.
-
-    Returns:
-        E.g. ``spool full: 1204 mails, oldest spooled 2026-01-01 10:00:00Z (3h 02m ago);
-        256.0 MiB of 256.0 MiB (BIRDDOG_SPOOL_MAX_BYTES); nothing was written``.
-    """
-    age = status.oldest_age_s(now)
-    if status.oldest_at is None or age is None:
-        oldest = "none waiting"
-    else:
-        oldest = f"oldest spooled {format_value(status.oldest_at)} ({format_age(age)} ago)"
-    held = f"{status.mails} {'mail' if status.mails == 1 else 'mails'}, {oldest}"
-    if status.quarantined:
-        held += f", {status.quarantined} quarantined"
-    return (
-        f"spool full: {held}; {_size(status.bytes)} of {_size(max_bytes)} "
-        "(BIRDDOG_SPOOL_MAX_BYTES); nothing was written"
-    )
-
-
-def _size(count: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count} bytes"
 
 
 class _SpoolDatabase:
@@ -355,10 +296,7 @@ class _SpoolQuarantine(_SpoolDatabase):
             return []
         now = self.clock.now()
         cutoff_ms = epoch_ms(now - timedelta(seconds=self.max_age_s))
-        reason = (
-            f"spooled longer than BIRDDOG_SPOOL_MAX_AGE_S ({format_age(self.max_age_s)}) "
-            "without reaching the database; never forwarded"
-        )
+        reason = aged_reason(self.max_age_s)
         with self._writing() as db:
             keys = [
                 str(row[0])
@@ -843,139 +781,3 @@ def _failed(path: Path, what: str, exc: sqlite3.Error) -> SpoolFailed | SpoolFul
 
 def _at(ms: object) -> datetime:
     return datetime.fromtimestamp(int(str(ms)) / 1000, tz=UTC)
-
-
-# ---- the forwarder ---------------------------------------------------------------------
-
-Write = Callable[[Outgoing], Awaitable[object]]
-"""Writes one spooled mail as its sender would have (checks, replay rules), committing it."""
-
-
-@dataclass
-class ForwardReport:
-    """What one forward did.
-
-    Attributes:
-        forwarded: keys written to the database (replays included), in order.
-        quarantined: key -> the reason, for each row set aside.
-        refused: key -> the error, for each row the database refused (those quarantined
-            while writing, not for age or damage).
-        kept: True when the database was away: every row from the first that failed on
-            stays in the spool.
-        error: why the forward stopped early (the database away), None otherwise.
-        busy: another forwarder held the spool, so this one did nothing.
-    """
-
-    forwarded: list[str] = field(default_factory=list)
-    quarantined: dict[str, str] = field(default_factory=dict)
-    refused: dict[str, BirdDogError] = field(default_factory=dict)
-    kept: bool = False
-    error: str | None = None
-    busy: bool = False
-
-    @property
-    def complete(self) -> bool:
-        """Whether the forward ran to the end of the spool (nothing kept, not busy)."""
-        return not self.kept and not self.busy
-
-
-class SpoolForwarder:
-    """Moves spooled mail into the database, exactly once and in order (see the module).
-
-    Args:
-        spool: the spool.
-        write: writes one mail as its sender would have, committed when it returns.
-        describe: the reason recorded for a write's failure (the server's own words for a
-            refused statement); default: the error's message.
-        page: rows read at once.
-    """
-
-    def __init__(
-        self,
-        spool: SqliteSpool,
-        write: Write,
-        *,
-        describe: Callable[[BaseException], str] = str,
-        page: int = FORWARD_PAGE,
-    ) -> None:
-        self.spool = spool
-        self.write = write
-        self.describe = describe
-        self.page = page
-
-    async def forward(
-        self, *, lane: tuple[str, str] | None = None, wait_s: float = 0.0
-    ) -> ForwardReport:
-        """Forward every waiting row (of ``lane``), in spool order, then record the result.
-
-        Args:
-            lane: only this ``(sender, recipient session)``; None: everything.
-            wait_s: how long to wait for another forwarder to finish first.
-
-        Returns:
-            What was forwarded, quarantined or kept.
-
-        Raises:
-            SpoolFailed: the spool cannot be read or written.
-        """
-        report = ForwardReport()
-        if not self.spool.exists():
-            return report
-        async with self.spool.forwarding(wait_s=wait_s) as held:
-            if not held:
-                report.busy = True
-                return report
-            for key in await self.spool.quarantine_aged():
-                report.quarantined[key] = "spooled longer than BIRDDOG_SPOOL_MAX_AGE_S"
-                log.error("spool_mail_expired", key=key)
-            await self._forward_rows(report, lane)
-            await self.spool.note_forward(report.error)
-        if report.forwarded:
-            log.info("spool_forwarded", mails=len(report.forwarded), kept=report.kept)
-        return report
-
-    async def _forward_rows(self, report: ForwardReport, lane: tuple[str, str] | None) -> None:
-        after = 0
-        while rows := await self.spool.waiting(after_id=after, limit=self.page, lane=lane):
-            done: list[int] = []
-            try:
-                for row in rows:
-                    after = row.id
-                    if not await self._forward_row(row, report, done):
-                        return
-            finally:
-                # Written first, deleted after: a crash before this line is a replay.
-                await self.spool.delete(done)
-
-    async def _forward_row(self, row: SpoolRow, report: ForwardReport, done: list[int]) -> bool:
-        """Forward one row; False when the database is away (stop, keep the rest)."""
-        try:
-            outgoing = outgoing_from_json(row.body)
-        except InvalidInput as exc:
-            reason = f"undecodable spool row: {exc}"
-            await self.spool.quarantine(row.id, reason)
-            report.quarantined[row.key] = reason
-            log.error("spool_mail_quarantined", key=row.key, reason="undecodable")  # noqa: TRY400 - a bad row, not a bug: no traceback
-            return True
-        error: BaseException | None = None
-        try:
-            await self.write(outgoing)
-        except Exception as exc:  # its fate decides; a bug is raised on below
-            error = exc
-        fate = decide_forward(error)
-        if fate is Fate.FORWARDED:
-            done.append(row.id)
-            report.forwarded.append(row.key)
-            return True
-        if fate is Fate.QUARANTINED and isinstance(error, BirdDogError):
-            reason = self.describe(error)
-            await self.spool.quarantine(row.id, reason)
-            report.quarantined[row.key] = reason
-            report.refused[row.key] = error
-            log.error("spool_mail_quarantined", key=row.key, error=type(error).__name__)
-            return True
-        report.kept = True
-        report.error = str(error) if error is not None else "stopped"
-        if not isinstance(error, BirdDogError):
-            raise error if error is not None else RuntimeError("forward stopped")
-        return False
