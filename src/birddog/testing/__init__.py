@@ -13,6 +13,8 @@ every port (a unit test fails when a port has none).
 - :class:`InMemoryAsks` and :class:`InMemoryMailbox` (``entries``): the ask store and
   the mailboxes; :class:`InMemoryRoutes` (``routes``): the route book and its edits;
   :class:`InMemorySpool` (``rows``): the local spool; :class:`InMemoryTokenBook`.
+- :class:`InMemoryAdmin`: the operator's pages over those fakes; :class:`InMemorySentJobs`:
+  sent jobs read back (A2A tasks); :class:`InMemoryDaemonRow`: a process's row.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from birddog.testing.clock import FrozenClock, ManualWake
 from birddog.testing.jobs import InMemoryJobs, StoredJob
 from birddog.testing.listening import ManualListener, ManualNotices
 from birddog.testing.mail import InMemoryAsks, InMemoryMailbox
+from birddog.testing.operator import InMemoryAdmin, InMemoryDaemonRow, InMemorySentJobs
 from birddog.testing.outbox import InMemoryOutbox
 from birddog.testing.routes import InMemoryRoutes
 from birddog.testing.spool import InMemorySpool
@@ -40,11 +43,14 @@ __all__ = [
     "Answer",
     "AnswerFn",
     "FrozenClock",
+    "InMemoryAdmin",
     "InMemoryAsks",
+    "InMemoryDaemonRow",
     "InMemoryJobs",
     "InMemoryMailbox",
     "InMemoryOutbox",
     "InMemoryRoutes",
+    "InMemorySentJobs",
     "InMemorySpool",
     "InMemoryTokenBook",
     "ManualListener",
@@ -82,5 +88,9 @@ FAKES: Final[dict[str, type]] = {
     "RouteEdits": InMemoryRoutes,
     "RouteList": InMemoryRoutes,
     "Spool": InMemorySpool,
+    "SpoolAdmin": InMemorySpool,
+    "Admin": InMemoryAdmin,
+    "SentJobs": InMemorySentJobs,
+    "DaemonRow": InMemoryDaemonRow,
 }
 """The fake of every port, by the port's name in :mod:`birddog.ports`."""

@@ -39,7 +39,7 @@ from birddog.testing.jobs import InMemoryJobs, StoredJob
 from birddog.testing.outbox import InMemoryOutbox
 from birddog.testing.routes import InMemoryRoutes
 
-__all__ = ["InMemoryAsks", "InMemoryMailbox"]
+__all__ = ["InMemoryAsks", "InMemoryMailbox", "mail_of"]
 
 
 class InMemoryMailbox:
@@ -292,7 +292,7 @@ class InMemoryAsks:
         job = outgoing.job
         stored = self.jobs.jobs.get(job.job_id)
         if outgoing.keep_stored_time and stored is not None:
-            stored_mail = _mail_of(stored.job)
+            stored_mail = mail_of(stored.job)
             if stored_mail is not None:
                 job = with_created_at(job, stored_mail.created_at)
         inserted = await self.jobs.enqueue(job)
@@ -316,7 +316,7 @@ class InMemoryAsks:
         _reach(self.away)
         now = self.jobs.clock.now()
         stored = next(
-            (s for s in self._by_order() if (m := _mail_of(s.job)) is not None and m.key == key),
+            (s for s in self._by_order() if (m := mail_of(s.job)) is not None and m.key == key),
             None,
         )
         if stored is None:
@@ -355,7 +355,7 @@ class InMemoryAsks:
 
     def _stored_mail(self, key: str) -> Mail | None:
         for stored in self._by_order():
-            mail = _mail_of(stored.job)
+            mail = mail_of(stored.job)
             if mail is not None and mail.key == key:
                 return mail
         return None
@@ -374,7 +374,7 @@ def _reach(away: str | None) -> None:
         raise StoreUnreachable(f"database unreachable: {away}")
 
 
-def _mail_of(job: Job) -> Mail | None:
+def mail_of(job: Job) -> Mail | None:
     """The mail a job carries (None: none, or not an agent job)."""
     try:
         return decode_agent_job(job).mail

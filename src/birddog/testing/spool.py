@@ -33,7 +33,6 @@ from birddog.testing.clock import FrozenClock
 __all__ = ["InMemorySpool"]
 
 
-
 @dataclass(frozen=True, slots=True)
 class _Set:
     """A quarantined row: the row, when and why."""
