@@ -21,7 +21,7 @@ import pytest
 from birddog import open_sender
 from birddog.clock import SystemClock
 from birddog.postgres.pool import create_pool
-from birddog.spool import SpoolFile, SqliteSpool
+from birddog.sqlite import SpoolFile, SqliteSpool
 from tests.support import free_port
 from tests.support.cli import cli
 from tests.support.lazyfs import lazyfs, lazyfs_binary

@@ -23,7 +23,7 @@ from birddog import (
 )
 from birddog.core.spool import Outgoing
 from birddog.service.forwarding import SpoolForwarder
-from birddog.spool import SqliteSpool
+from birddog.sqlite import SqliteSpool
 from birddog.testing import FrozenClock
 from tests.support import T0
 

@@ -14,7 +14,7 @@ import pytest
 from birddog import AgentAddress, AgentWork, Mail, SpoolFull, agent_job
 from birddog.core.spool import Outgoing
 from birddog.ports import Spool, SpoolAdmin
-from birddog.spool import SqliteSpool
+from birddog.sqlite import SqliteSpool
 from birddog.testing import FrozenClock, InMemorySpool
 from tests.support import T0
 

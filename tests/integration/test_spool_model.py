@@ -36,7 +36,7 @@ from hypothesis.stateful import (
 from birddog import AgentAddress, AgentWork, JobConflict, Mail, Sender, agent_job, open_sender
 from birddog.core.spool import Outgoing
 from birddog.postgres.pool import Pool, create_pool
-from birddog.spool import SqliteSpool
+from birddog.sqlite import SqliteSpool
 from tests.support.proxy import DatabaseProxy
 
 T = TypeVar("T")

@@ -23,12 +23,12 @@ CONTRACTS = Path(__file__).parents[1] / "integration"
 
 
 def port_names() -> list[str]:
-    """The name of every ``Protocol`` class defined in birddog.ports."""
+    """The name of every ``Protocol`` class birddog.ports defines (in any of its modules)."""
     return sorted(
         name
-        for name, value in vars(ports).items()
-        if inspect.isclass(value)
-        and value.__module__ == ports.__name__
+        for name in ports.__all__
+        if inspect.isclass(value := getattr(ports, name))
+        and value.__module__.startswith(f"{ports.__name__}.")
         and getattr(value, "_is_protocol", False)
     )
 

@@ -28,7 +28,7 @@ from birddog.postgres.pool import (
 from birddog.runtime import every, stop_task
 from birddog.service.mail import MailService
 from birddog.settings import Settings
-from birddog.spool import SqliteSpool
+from birddog.sqlite import SqliteSpool
 
 if TYPE_CHECKING:
     from birddog.ports import Spool

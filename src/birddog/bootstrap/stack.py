@@ -42,7 +42,7 @@ from birddog.postgres.wake import PostgresWake
 from birddog.service.mail import MailService
 from birddog.service.replaying import CheckedReplay
 from birddog.settings import Settings
-from birddog.spool import SqliteSpool
+from birddog.sqlite import SqliteSpool
 
 if TYPE_CHECKING:
     from birddog.http.transport import HttpTransport

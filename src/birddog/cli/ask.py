@@ -16,7 +16,7 @@ from birddog.core.text import inert, shown_key
 if TYPE_CHECKING:
     from birddog.bootstrap import Stack
     from birddog.service.asked import Asked
-    from birddog.service.mail import Question
+    from birddog.service.waiting import Question
 
 EXIT_ANSWERED = 0
 """The work completed; its content is on stdout."""

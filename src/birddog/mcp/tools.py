@@ -57,7 +57,8 @@ if TYPE_CHECKING:
         Notices,
         RouteList,
     )
-    from birddog.service.mail import MailService, Wait
+    from birddog.service.mail import MailService
+    from birddog.service.waiting import Wait
 
 log = structlog.get_logger("birddog.mcp")
 

@@ -5,7 +5,8 @@ root (:mod:`birddog.bootstrap`) builds each over its adapters, and the entry poi
 command line, the MCP and A2A servers, the console) call them.
 
 - :mod:`~birddog.service.mail`: :class:`~birddog.service.mail.MailService` (send, ask,
-  wait, the spool path) and the :class:`~birddog.service.mail.Question` a wait holds;
+  wait, the spool path); :mod:`~birddog.service.waiting` (the wait for a reply, and the
+  :class:`~birddog.service.waiting.Question` a caller's wait holds);
   :mod:`~birddog.service.timeouts` (the deadline and the errors for a reply still owed),
   :mod:`~birddog.service.asked` (what a send came to, a reply as an answer),
   :mod:`~birddog.service.writing` (a mail into the database or the spool).

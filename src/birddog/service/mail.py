@@ -39,49 +39,37 @@ without the database, so :func:`birddog.enqueue_accepted_job` stays what it is.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from birddog.core.ask_facts import AskFacts, AskState
-from birddog.core.errors import AskTimedOut, StoreBusy, StoreUnavailable
+from birddog.core.ask_facts import AskFacts
+from birddog.core.errors import AskTimedOut
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.core.spool import Outgoing
-from birddog.runtime import Backoff
-from birddog.service.asked import Asked, answer_of, compose
+from birddog.service.asked import Asked, compose
 from birddog.service.timeouts import (
     DEFAULT_ASK_TIMEOUT_S,
     DEFAULT_SEND_TIMEOUT_S,
-    FACTS_TIMEOUT_S,
     Deadline,
-    still_owed,
-    still_spooled,
 )
+from birddog.service.waiting import Question, ReplyWaiter, Wait
 from birddog.service.writing import MailWriter
 
 if TYPE_CHECKING:
     from birddog.core.jobs import Job
     from birddog.core.mail import AgentAddress, Mail
-    from birddog.core.mailbox import MailboxEntry
     from birddog.ports import Answers, AskStore, Clock, Spool
     from birddog.service.forwarding import ForwardReport, SpoolForwarder
 
 log = structlog.get_logger("birddog.sending")
 
-__all__ = ["PROGRESS_S", "WAIT_POLL_S", "MailService", "Progress", "Question", "Wait"]
+__all__ = ["WAIT_POLL_S", "MailService"]
 
 WAIT_POLL_S: Final = 2.0
 """While the database is away, a wait looks again at least this often."""
-
-PROGRESS_S: Final = 5.0
-"""A wait that reports progress does so at least this often."""
-
-Progress = Callable[[float, float], Awaitable[None]]
-"""Told ``(seconds waited, seconds the call may take)`` while a question waits."""
 
 
 class MailService:
@@ -117,6 +105,7 @@ class MailService:
         self.max_content_bytes = max_content_bytes
         self.describe = describe
         self.writer = MailWriter(asks, spool, describe=describe)
+        self.waiter = ReplyWaiter(asks=asks, answers=answers, writer=self.writer, poll_s=poll_s)
 
     @property
     def spool(self) -> Spool | None:
@@ -445,116 +434,30 @@ class MailService:
     ) -> str:
         """Wait for the reply to mail ``key`` in ``asker``'s mailbox; take it if it completed.
 
-        The reply is acknowledged (marked read) once taken, whatever its outcome, when
-        there is time left for it. With a spool, the database away only makes the wait
-        longer: while the mail is still spooled, it is forwarded as soon as the database
-        answers, and the wait looks again every ``poll_s`` at most.
-
-        Args:
-            key: the mail key.
-            asker: whose mailbox the reply goes to.
-            timeout_s: the longest wait.
-            explain: on a timeout, look up where the ask stands for the error's message
-                (False: a caller that will wait again).
-
-        Returns:
-            The answer's content.
+        See :meth:`birddog.service.waiting.ReplyWaiter.wait`: with a spool, the database
+        away only makes the wait longer; without one, it raises.
 
         Raises:
             AskFailed: the work ended otherwise than ``completed``.
-            AskTimedOut: no reply within ``timeout_s``; it is still owed (``.facts``; the
-                message says when the mail itself still waits in the spool).
-            BirdDogError: the spooled mail was refused when forwarded here (an unknown
-                target, a conflicting key: the error the send would have raised).
+            AskTimedOut: no reply within ``timeout_s``; it is still owed (``.facts``).
+            BirdDogError: the spooled mail was refused when forwarded here.
             StoreUnavailable: the database is unreachable (without a spool).
         """
-        deadline = Deadline(timeout_s)
-        backoff = Backoff(cap_s=self.poll_s)
-        while True:
-            if await self.writer.is_spooled(key):
-                await self.writer.forward_for(key)
-                if await self.writer.is_spooled(key):
-                    if deadline.passed:
-                        raise still_spooled(key, asker, timeout_s)
-                    await asyncio.sleep(min(backoff.next(), deadline.left()))
-                    continue
-            try:
-                return await self._wait_in_mailbox(key, asker, deadline.left(), explain=explain)
-            except AskTimedOut as exc:
-                raise still_owed(key, asker, timeout_s, exc.facts) from None
-            except StoreBusy:
-                raise
-            except StoreUnavailable:
-                if self.spool is None:
-                    raise
-                if deadline.passed:
-                    raise still_owed(key, asker, timeout_s) from None
-                await asyncio.sleep(min(backoff.next(), deadline.left()))
-
-    async def _wait_in_mailbox(
-        self, key: str, asker: AgentAddress, timeout_s: float, *, explain: bool
-    ) -> str:
-        """One wait on the mailbox's answers; when it ends without a reply, one more look.
-
-        The look (at most :data:`FACTS_TIMEOUT_S`) finds where the ask stands for the
-        error, and a reply that landed just then is returned after all.
-        """
-        deadline = Deadline(timeout_s)
-        entry = await self.answers.wait(key, timeout_s, owner=asker)
-        if entry is None:
-            if not explain:
-                raise still_owed(key, asker, timeout_s)
-            facts = await self.facts(key, asker)
-            if facts is not None and facts.state is AskState.DELIVERED:
-                entry = await self.answers.wait(key, 0, owner=asker)
-            if entry is None:
-                raise still_owed(key, asker, timeout_s, facts)
-        await self._ack(entry, deadline.left())
-        return answer_of(entry, key)
+        return await self.waiter.wait(key, asker, timeout_s=timeout_s, explain=explain)
 
     async def facts(self, key: str, asker: AgentAddress) -> AskFacts | None:
-        """Where the ask with mail ``key`` stands for ``asker``; None when it cannot be read.
-
-        Returns:
-            The facts, or None when the database did not answer within
-            :data:`~birddog.service.timeouts.FACTS_TIMEOUT_S` (the ask is still owed
-            either way).
-        """
-        try:
-            async with asyncio.timeout(FACTS_TIMEOUT_S):
-                return await self.asks.facts(key, asker, timeout_s=FACTS_TIMEOUT_S)
-        except (StoreUnavailable, TimeoutError):
-            return None
-
-    async def _ack(self, entry: MailboxEntry, left_s: float) -> None:
-        """Mark the reply read, if that can be done before the deadline (else it stays unread)."""
-        if entry.read_at is not None or left_s <= 0:
-            return
-        # The answer is in hand either way; a reply not acknowledged stays listed by `inbox`.
-        with contextlib.suppress(StoreUnavailable):
-            await self.answers.ack([entry.key], timeout_s=left_s)
+        """Where the ask with mail ``key`` stands for ``asker``; None when it cannot be read."""
+        return await self.waiter.facts(key, asker)
 
     async def timed_out(
         self, key: str, asker: AgentAddress, timeout_s: float, facts: AskFacts | None = None
     ) -> AskTimedOut:
         """The error for no reply to mail ``key`` within ``timeout_s``, saying where it is.
 
-        Args:
-            key: the question's mail key.
-            asker: whose mailbox the reply lands in.
-            timeout_s: how long was waited, for the message.
-            facts: where the ask stands, as the last look found it (None: unknown).
-
-        Returns:
-            The error: the reply still owed, and whether the mail itself still waits in
-            the spool.
-
         Raises:
             SpoolFailed: the spool cannot be read.
         """
-        if await self.writer.is_spooled(key):
-            return still_spooled(key, asker, timeout_s)
-        return still_owed(key, asker, timeout_s, facts)
+        return await self.waiter.timed_out(key, asker, timeout_s, facts)
 
     # ---- the spool ----------------------------------------------------------------------
 
@@ -581,67 +484,6 @@ class MailService:
             SpoolFailed: the spool cannot be read or written.
         """
         return await self.writer.forward_waiting()
-
-
-@dataclass
-class Wait:
-    """A wait for the reply to a mail: whose reply, and the deadline of the whole call.
-
-    Attributes:
-        service: the mail service it waits through.
-        key: the mail key.
-        asker: whose mailbox the reply lands in.
-        deadline: when the call runs out of time.
-    """
-
-    service: MailService
-    key: str
-    asker: AgentAddress
-    deadline: Deadline
-
-    async def answer(self, *, progress: Progress | None = None, every_s: float = PROGRESS_S) -> str:
-        """Wait for the reply in what is left of the call's time; its content if it completed.
-
-        Args:
-            progress: told how the wait goes at least every ``every_s`` (None: never).
-            every_s: how often ``progress`` is told.
-
-        Returns:
-            The answer's content.
-
-        Raises:
-            AskFailed: the work ended otherwise than ``completed``.
-            AskTimedOut: no reply within the call's time (said for the whole call, and for
-                a mail still in the spool); it is still owed to the mailbox.
-            BirdDogError: the spooled mail was refused when forwarded.
-            StoreUnavailable: the database is unreachable (a service without a spool).
-        """
-        timeout_s = self.deadline.timeout_s
-        while True:
-            left = self.deadline.left()
-            step = left if progress is None else min(left, every_s)
-            try:
-                # Where the ask stands is looked up once, when the whole wait ends.
-                return await self.service.wait(
-                    self.key, self.asker, timeout_s=step, explain=step >= left
-                )
-            except AskTimedOut as exc:
-                if progress is None or self.deadline.passed:
-                    raise await self.service.timed_out(
-                        self.key, self.asker, timeout_s, exc.facts
-                    ) from None
-            await progress(self.deadline.waited(), timeout_s)
-
-
-@dataclass
-class Question(Wait):
-    """A question just sent, and the wait for its answer (see :meth:`MailService.pose`).
-
-    Attributes:
-        asked: what its send came to (a replay, a mailbox added, spooled).
-    """
-
-    asked: Asked
 
 
 def _retrieved(future: asyncio.Future[Any]) -> None:

@@ -1,6 +1,6 @@
 """The in-memory spool: mail accepted while the database is away, kept in lists, not a file.
 
-The same rules as the SQLite spool (:class:`birddog.spool.SqliteSpool`): rows in spool
+The same rules as the SQLite spool (:class:`birddog.sqlite.SqliteSpool`): rows in spool
 order, a bound on the bytes held (waiting and quarantined mail both count), mail older
 than the age limit quarantined, one forwarder at a time. It is "on disk" as soon as
 :meth:`InMemorySpool.put` returns; set ``failing`` to make writes fail as a broken disk
