@@ -366,8 +366,12 @@ class MailService:
                 priority=priority,
             )
         )
-        sending.add_done_callback(_retrieved)
-        asked = await asyncio.shield(sending)
+        try:
+            asked = await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            # The caller went away: the send goes on, and how it ends is logged, not lost.
+            sending.add_done_callback(_retrieved)
+            raise
         return Question(self, asked.key, asked.asker, deadline, asked)
 
     def awaiting(self, key: str, asker: AgentAddress, *, timeout_s: float) -> Wait:
