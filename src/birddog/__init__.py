@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from birddog.lazy import exports
 
 if TYPE_CHECKING:
-    from birddog.asking import Asked, Asking, open_asking
+    from birddog.bootstrap.clients import open_asking, open_sender
     from birddog.core.delivery import (
         Accepted,
         DeadReason,
@@ -63,16 +63,22 @@ if TYPE_CHECKING:
     )
     from birddog.core.mail import AgentAddress, Mail, Outcome, Reply, ReplyFacts, reply_key
     from birddog.core.schedule import RetrySchedule
-    from birddog.mailroom import PAGE_SIZE, DrainReport, MailRoom, has_pending_delivery
     from birddog.ports import Clock, Outbox, Page, Route, RouteBook, Transport, WakeScheduler
-    from birddog.sending import Sender, open_sender
+    from birddog.service.asked import Asked
+    from birddog.service.mail import MailService
+    from birddog.service.mail import MailService as Asking
+    from birddog.service.mail import MailService as Sender
+    from birddog.service.mailroom import PAGE_SIZE, DrainReport, MailRoom, has_pending_delivery
 
 # Each public name is imported when first used, so that ``import birddog`` (every CLI
 # command starts with it) loads only what the command needs.
 _HOMES: dict[str, str] = {
-    "Asked": "birddog.asking",
-    "Asking": "birddog.asking",
-    "open_asking": "birddog.asking",
+    "Asked": "birddog.service.asked",
+    "Asking": "birddog.service.mail",
+    "MailService": "birddog.service.mail",
+    "Sender": "birddog.service.mail",
+    "open_asking": "birddog.bootstrap.clients",
+    "open_sender": "birddog.bootstrap.clients",
     "Accepted": "birddog.core.delivery",
     "DeadReason": "birddog.core.delivery",
     "Deferred": "birddog.core.delivery",
@@ -105,8 +111,6 @@ _HOMES: dict[str, str] = {
     "StoreRefused": "birddog.core.errors",
     "StoreUnavailable": "birddog.core.errors",
     "StoreUnreachable": "birddog.core.errors",
-    "Sender": "birddog.sending",
-    "open_sender": "birddog.sending",
     "UnknownAgent": "birddog.core.errors",
     "UnreadableRow": "birddog.core.errors",
     "empty_reply_text": "birddog.core.fanout",
@@ -126,10 +130,10 @@ _HOMES: dict[str, str] = {
     "ReplyFacts": "birddog.core.mail",
     "reply_key": "birddog.core.mail",
     "RetrySchedule": "birddog.core.schedule",
-    "PAGE_SIZE": "birddog.mailroom",
-    "DrainReport": "birddog.mailroom",
-    "MailRoom": "birddog.mailroom",
-    "has_pending_delivery": "birddog.mailroom",
+    "PAGE_SIZE": "birddog.service.mailroom",
+    "DrainReport": "birddog.service.mailroom",
+    "MailRoom": "birddog.service.mailroom",
+    "has_pending_delivery": "birddog.service.mailroom",
     "Clock": "birddog.ports",
     "Outbox": "birddog.ports",
     "Page": "birddog.ports",
@@ -139,8 +143,10 @@ _HOMES: dict[str, str] = {
     "WakeScheduler": "birddog.ports",
     "decide": "birddog.core.delivery",
 }
-# ``decide`` is the name ``decide_delivery`` had before it was told apart from the job's.
-_RENAMED = {"decide": "decide_delivery"}
+# ``decide`` is the name ``decide_delivery`` had before it was told apart from the job's;
+# ``Asking`` (without a spool) and ``Sender`` (with one) are the one mail service's names
+# from before the two were one class.
+_RENAMED = {"decide": "decide_delivery", "Asking": "MailService", "Sender": "MailService"}
 
 __getattr__, __dir__ = exports(__name__, _HOMES, renamed=_RENAMED)
 
@@ -174,6 +180,7 @@ __all__ = [
     "JobState",
     "Mail",
     "MailRoom",
+    "MailService",
     "NotAMailbox",
     "Outbox",
     "OutboxRow",

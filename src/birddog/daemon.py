@@ -22,10 +22,10 @@ import structlog
 
 from birddog.core.delivery import OutboxRow, UndecodableRow
 from birddog.engine import DeliveryEngine, DrainReport
-from birddog.mailroom import MailRoom
 from birddog.metrics import Metrics
 from birddog.ports import Clock, Listener
 from birddog.runtime import Backoff, cause_name, database_errors, sleep_unless_stopped
+from birddog.service.mailroom import MailRoom
 from birddog.settings import Settings
 
 log = structlog.get_logger("birddog.daemon")

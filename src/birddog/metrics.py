@@ -18,8 +18,8 @@ from prometheus_client import (
 
 from birddog.core.delivery import DeliveryResult, Failed, Parcel, as_result
 from birddog.core.mail import Reply
+from birddog.engine.outcomes import DrainReport
 from birddog.http.server import serve
-from birddog.mailroom import DrainReport
 from birddog.ports import ParcelTransport, Transport
 
 

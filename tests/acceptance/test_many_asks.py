@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 from mcp import ClientSession, stdio_client
 
-from birddog import AskTimedOut, open_asking
-from birddog.asking import Asking
+from birddog import Asking, AskTimedOut, open_asking
 from birddog.clock import SystemClock
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes

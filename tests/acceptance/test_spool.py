@@ -24,7 +24,7 @@ from birddog import open_sender
 from birddog.clock import SystemClock
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
-from birddog.spool import ForwardReport
+from birddog.service.forwarding import ForwardReport
 from tests.support import eventually
 from tests.support.cli import BIRDDOG, ROOT, Daemon, cli, cli_env, spool_path_for
 from tests.support.mcp import call, json_errlog, stdio_mcp
@@ -365,8 +365,9 @@ async def test_a_login_that_may_not_forward_a_mail_leaves_it_for_one_that_may(
         try:
             async with open_sender(pool, None, spool_path=path, forward_every_s=0) as sender:
                 if put:
+                    assert sender.spool is not None
                     await sender.spool.put(
-                        sender.asking.outgoing(to="bob:s-bob", from_="alice:s-alice", content="hi")
+                        sender.outgoing(to="bob:s-bob", from_="alice:s-alice", content="hi")
                     )
                 return await sender.forward()
         finally:

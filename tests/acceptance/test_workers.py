@@ -12,7 +12,7 @@ from pathlib import Path
 from birddog.bootstrap import open_stack
 from birddog.cli.worker import EVERY_QUEUE_NOTICE
 from birddog.postgres.pool import Pool
-from birddog.probe import run_probe
+from birddog.processes.probe import run_probe
 from birddog.settings import Settings
 from tests.support import enqueue, eventually, make_job
 from tests.support.cli import Daemon, cli

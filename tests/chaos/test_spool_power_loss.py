@@ -21,8 +21,7 @@ import pytest
 from birddog import open_sender
 from birddog.clock import SystemClock
 from birddog.postgres.pool import create_pool
-from birddog.sending import Sender
-from birddog.spool import SpoolFile, SqliteSpool
+from birddog.sqlite import SpoolFile, SqliteSpool
 from tests.support import free_port
 from tests.support.cli import cli
 from tests.support.lazyfs import lazyfs, lazyfs_binary
@@ -66,7 +65,7 @@ def through_the_sender(spool_class: type[SqliteSpool]) -> SpoolMails:
         pool = await create_pool(dead_dsn(), min_size=0, max_size=2)
         try:
             async with open_sender(pool, None, spool_path=path, forward_every_s=0) as opened:
-                sender = Sender(asking=opened.asking, spool=spool_class(path, clock=SystemClock()))
+                sender = opened.with_spool(spool_class(path, clock=SystemClock()))
                 for index in range(MAILS):
                     sent = await sender.send(
                         to="bob:s-bob",

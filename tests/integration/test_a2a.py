@@ -39,6 +39,7 @@ from birddog.bootstrap import (
 )
 from birddog.core.jobs import AgentJobPayload
 from birddog.http.server import listening_socket, serve_asgi, socket_url
+from birddog.postgres.caller_outbox import CallerOutbox
 from birddog.settings import Settings
 from tests.support import eventually, http_get_ok, job_row
 from tests.support.inbox import posts_to
@@ -429,7 +430,7 @@ async def test_the_outbox_push_sender_writes_in_the_callers_transaction(served: 
         held: list[Any] = []
         sender = OutboxPushSender(
             store,
-            connection=lambda: held[0],
+            outbox=CallerOutbox(lambda: held[0]),
             routes=stack.routes,
             sender=AgentAddress(agent_id="own-server", session_id="s-own"),
             clock=stack.clock,

@@ -126,7 +126,7 @@ async def room(database_factory: Any) -> AsyncIterator[Room]:
 
 async def settled(room: Room, content: str, session: str) -> dict[str, Any]:
     """Send ``content`` to the remote agent's session and return the settled job's row."""
-    sent = await room.stack.asking.send(
+    sent = await room.stack.sender.send(
         to=AgentAddress(agent_id="remote", session_id=session),
         from_=AgentAddress(agent_id="asker", session_id="s-asker"),
         content=content,

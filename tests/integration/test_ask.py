@@ -15,6 +15,7 @@ import pytest
 from birddog import (
     AgentAddress,
     AskFailed,
+    Asking,
     AskTimedOut,
     InvalidInput,
     JobConflict,
@@ -23,7 +24,6 @@ from birddog import (
     UnknownAgent,
     open_asking,
 )
-from birddog.asking import Asking
 from birddog.clock import SystemClock
 from birddog.core.ask import ask_job_id
 from birddog.postgres.jobs import PostgresJobs

@@ -24,6 +24,9 @@ from tests.support import ALICE, CAROL, T0, make_job
 
 LEASE_S = 30.0
 
+PORTS = ("JobStore", "JobBacklog", "JobReaper", "JobCancels", "TurnRecords", "ClaimedJobLike")
+"""The ports these tests hold their fake and their Postgres adapter to."""
+
 
 @dataclass
 class Backend:
@@ -110,6 +113,21 @@ async def test_agents_and_not_before_choose_what_a_claim_takes(backend: Backend)
     backend.clock.advance(60)
     assert await claimed_ids(backend, agents=["ceo"]) == ["later"]
     assert await claimed_ids(backend, agents=["school"], queues=["s-9"]) == ["school"]
+
+
+async def test_the_backlog_counts_what_waits_for_a_worker_of_the_queues(backend: Backend) -> None:
+    """Queued jobs of the queues or agents served count, the oldest's time with them."""
+    await backend.enqueue(make_job("b1", session="s-bob"))
+    backend.clock.advance(5)
+    await backend.enqueue(make_job("b2", session="s-bob"))
+    await backend.enqueue(make_job("d1", agent="dan", session="s-dan"))
+    count, oldest = await backend.jobs.queued_backlog(queues=["s-bob"])
+    assert count == 2
+    assert oldest is not None
+    assert await claimed_ids(backend, queues=["s-bob"]) == ["b1"]
+    assert (await backend.jobs.queued_backlog(queues=["s-bob"]))[0] == 1
+    assert (await backend.jobs.queued_backlog(agents=["dan"]))[0] == 1
+    assert (await backend.jobs.queued_backlog(queues=["s-none"])) == (0, None)
 
 
 async def test_reserved_queues_are_claimed_only_when_named(backend: Backend) -> None:

@@ -2,13 +2,16 @@
 
 The in-memory outbox is the reference; if the two ever disagree, one of these fails.
 Each backend is wrapped in a small adapter that can also hold and release a recipient
-(``InMemoryOutbox.hold`` for the fake, a disabled route for Postgres).
+(``InMemoryOutbox.hold`` for the fake, a disabled route for Postgres). The ports around
+the outbox run here too: dead-letter replay, and rows written in a caller's transaction
+(``CallerOutbox`` on a connection in a transaction for Postgres).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 import pytest
 
@@ -21,7 +24,9 @@ from birddog import (
     RetrySchedule,
     RowState,
 )
-from birddog.core.errors import RouteNotFound
+from birddog.core.errors import InvalidInput, RouteNotFound
+from birddog.ports import DeadLetters
+from birddog.postgres.caller_outbox import CallerOutbox
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
@@ -29,6 +34,11 @@ from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTr
 from tests.support import T0, at, make_row, receipt_for, release_claim, store_claim
 
 LEASE_S = 30.0
+
+PORTS = ("Outbox", "DeadLetterReplay", "DeadLetters", "OutboxRows")
+"""The ports these tests hold their fake and their Postgres adapter to."""
+
+AddRows = Callable[[Sequence[OutboxRow], datetime | None], Awaitable[list[str]]]
 
 
 @dataclass
@@ -39,6 +49,8 @@ class Backend:
     outbox: Outbox
     hold: Callable[[str], Awaitable[None]]
     release: Callable[[str], Awaitable[None]]
+    dead: DeadLetters
+    add_rows: AddRows
 
 
 @pytest.fixture
@@ -52,7 +64,10 @@ async def memory_backend() -> Backend:
     async def release(agent_id: str) -> None:
         outbox.release(agent_id)
 
-    return Backend("memory", outbox, hold, release)
+    async def add_rows(rows: Sequence[OutboxRow], wake_at: datetime | None) -> list[str]:
+        return await outbox.add_rows(rows, wake_at=wake_at)
+
+    return Backend("memory", outbox, hold, release, outbox, add_rows)
 
 
 @pytest.fixture
@@ -69,7 +84,12 @@ async def postgres_backend(pg_pool: Pool) -> Backend:
     async def release(agent_id: str) -> None:
         await routes.release(agent_id)
 
-    return Backend("postgres", PostgresOutbox(pg_pool), hold, release)
+    async def add_rows(rows: Sequence[OutboxRow], wake_at: datetime | None) -> list[str]:
+        async with pg_pool.acquire() as conn, conn.transaction():
+            return await CallerOutbox(lambda: conn).add_rows(rows, wake_at=wake_at)
+
+    outbox = PostgresOutbox(pg_pool)
+    return Backend("postgres", outbox, hold, release, outbox, add_rows)
 
 
 @pytest.fixture(params=["memory_backend", "postgres_backend"])
@@ -372,3 +392,44 @@ async def test_claim_due_with_recipients_left_out_keeps_due_order(backend: Backe
         limit=2, now=at(30), lease_s=LEASE_S, skip_agents=["bob"], newest=1
     )
     assert [row.key for row in fresh.rows] == ["carol2", "carol3"]
+
+
+async def dead_letters(backend: Backend, *keys_and_agents: tuple[str, str]) -> None:
+    """Store one dead letter per ``(key, agent)`` through a claim, as a drain would."""
+    rows = [make_row(key, agent=agent) for key, agent in keys_and_agents]
+    await backend.outbox.add(rows)
+    page = await backend.outbox.claim_page(after_key=None, limit=50, now=at(0), lease_s=LEASE_S)
+    dead = [
+        replace(row, state=RowState.DEAD, attempts=1, dead_reason=DeadReason.GONE)
+        for row in page.rows
+    ]
+    assert len(await store_claim(backend.outbox, page=page, outcomes=dead)) == len(rows)
+
+
+async def test_replay_puts_named_dead_letters_back_with_fresh_attempts(backend: Backend) -> None:
+    """A replayed dead letter is pending again, attempts 0, no reason; replaying again finds none."""
+    await dead_letters(backend, ("a", "alice"), ("b", "bob"))
+    assert await backend.dead.dead_recipients(agent_id="alice") == ["alice"]
+    assert await backend.dead.dead_recipients() == ["alice", "bob"]
+    assert await backend.dead.replay(key="a") == ["a"]
+    replayed = await backend.outbox.get("a")
+    assert isinstance(replayed, OutboxRow)
+    assert (replayed.state, replayed.attempts, replayed.dead_reason) == (RowState.PENDING, 0, None)
+    assert await backend.dead.replay(key="a") == []
+    assert await backend.dead.replay(agent_id="bob") == ["b"]
+    assert await backend.dead.dead_recipients() == []
+
+
+async def test_replay_without_a_key_or_agent_is_refused(backend: Backend) -> None:
+    """Naming neither a dead letter nor a recipient is bad input, not a replay of everything."""
+    await dead_letters(backend, ("a", "alice"))
+    with pytest.raises(InvalidInput):
+        await backend.dead.replay()
+    assert (await backend.outbox.get("a")).state is RowState.DEAD  # type: ignore[union-attr]
+
+
+async def test_rows_in_a_callers_transaction_are_added_once(backend: Backend) -> None:
+    """Rows written in the caller's transaction: new keys only, as add does."""
+    assert await backend.add_rows([make_row("a"), make_row("b")], at(0)) == ["a", "b"]
+    assert await backend.add_rows([make_row("a"), make_row("c")], None) == ["c"]
+    assert await backend.outbox.has_pending()

@@ -22,7 +22,8 @@ from birddog import (
     agent_job,
 )
 from birddog.core.spool import Outgoing
-from birddog.spool import SpoolForwarder, SqliteSpool
+from birddog.service.forwarding import SpoolForwarder
+from birddog.sqlite import SqliteSpool
 from birddog.testing import FrozenClock
 from tests.support import T0
 

@@ -36,7 +36,7 @@ from hypothesis.stateful import (
 from birddog import AgentAddress, AgentWork, JobConflict, Mail, Sender, agent_job, open_sender
 from birddog.core.spool import Outgoing
 from birddog.postgres.pool import Pool, create_pool
-from birddog.spool import SqliteSpool
+from birddog.sqlite import SqliteSpool
 from tests.support.proxy import DatabaseProxy
 
 T = TypeVar("T")
@@ -100,13 +100,10 @@ def make_machine(
         def restart(self) -> Sender:
             """A new forwarding process on the same spool file (the last one died)."""
             spool = CrashingSpool(self.path, clock=self.base.spool.clock)
-            sender = Sender(
-                asking=self.base.asking,
-                spool=spool,
-                describe=self.base.forwarder.describe,
-                poll_s=0.2,
-            )
-            written = sender.forwarder.write
+            sender = self.base.with_spool(spool, describe=self.base.describe)
+            forwarder = sender.forwarder
+            assert forwarder is not None
+            written = forwarder.write
 
             async def write_then_maybe_die(outgoing: Outgoing) -> None:
                 await written(outgoing)
@@ -114,7 +111,7 @@ def make_machine(
                     self.crash_after_write = False
                     raise Crash
 
-            sender.forwarder.write = write_then_maybe_die
+            forwarder.write = write_then_maybe_die
             return sender
 
         def outgoing_job(self, lane: tuple[str, str], job_no: int, content: str) -> Any:

@@ -25,7 +25,7 @@ from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from birddog.replaying import CheckedReplay
+from birddog.service.replaying import CheckedReplay
 from birddog.testing import FrozenClock, ManualWake, RecordingTransport
 from tests.support import ALICE, CAROL, claim, enqueue, make_job
 from tests.support.stacks import pg_room

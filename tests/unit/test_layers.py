@@ -126,3 +126,136 @@ def test_the_processes_stand_above_the_composition_root() -> None:
         assert not any(name.startswith("birddog.processes") for name in imported), root.name
     for path in sorted((SOURCE / "processes").glob("*.py")):
         assert postgres_imports(path) == [], path.name
+
+
+# ---- every package in its place -------------------------------------------------------
+
+LAYERS: dict[str, int] = {
+    "core": 0,
+    "ports": 1,
+    "clock": 1,
+    "lazy": 1,
+    "logs": 1,
+    "supervisor": 1,
+    "runtime": 2,
+    "sealing": 2,
+    "tracing": 2,
+    "display": 2,
+    "engine": 3,
+    "settings": 4,
+    "service": 4,
+    "testing": 4,
+    "postgres": 5,
+    "http": 5,
+    "spool": 5,
+    "sqlite": 5,
+    "metrics": 6,
+    "console": 6,
+    "listen": 6,
+    "mcp": 6,
+    "a2a": 6,
+    "worker": 7,
+    "daemon": 7,
+    "spawn": 8,
+    "bootstrap": 8,
+    "processes": 9,
+    "cli": 10,
+    "": 10,
+}
+"""The floor of each part of birddog ("" is the package's own __init__): a module imports
+only from floors below its own, or from its own part. The core is the ground; ports and
+the pure helpers stand on it; then the engine, the application layer (service) and its
+fakes, the adapters, the protocol adapters, the processes' loops, the composition root,
+the processes, and the entry points on top."""
+
+POSTGRES_USERS = ("postgres", "bootstrap")
+"""The only parts that may import birddog.postgres: the adapters and the composition root."""
+
+BOOTSTRAP_USERS = ("bootstrap", "processes", "cli", "")
+"""The only parts that may import birddog.bootstrap: the entry points (and the public
+package's lazy names)."""
+
+ALL_MODULES = sorted(SOURCE.rglob("*.py"))
+"""Every module of birddog."""
+
+
+def part_of_path(path: Path) -> str:
+    """The part of birddog a file belongs to: its first folder or module name."""
+    relative = path.relative_to(SOURCE)
+    return "" if relative.parts == ("__init__.py",) else relative.parts[0].removesuffix(".py")
+
+
+def part_of_module(name: str) -> str | None:
+    """The part a ``birddog...`` module name belongs to (None: not birddog's)."""
+    parts = name.split(".")
+    if parts[0] != "birddog":
+        return None
+    return parts[1] if len(parts) > 1 else ""
+
+
+def birddog_imports(path: Path) -> set[str]:
+    """Every birddog module ``path`` imports (``from birddog import x`` names ``birddog.x``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names if alias.name.startswith("birddog"))
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module == "birddog":
+                names.update(f"birddog.{alias.name}" for alias in node.names)
+            elif node.module.startswith("birddog."):
+                names.add(node.module)
+    return names
+
+
+def test_every_part_of_birddog_has_a_floor() -> None:
+    """A new package or top-level module must be placed in LAYERS before it is used."""
+    parts = {part_of_path(path) for path in ALL_MODULES}
+    assert sorted(parts - set(LAYERS)) == []
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda path: str(path.relative_to(SOURCE)))
+def test_imports_point_down(path: Path) -> None:
+    """A module imports only its own part or parts on lower floors: no arrow runs back up."""
+    own = part_of_path(path)
+    upward = sorted(
+        name
+        for name in birddog_imports(path)
+        if (part := part_of_module(name)) is not None
+        and part != own
+        and part in LAYERS
+        and LAYERS[part] >= LAYERS[own]
+    )
+    assert upward == []
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda path: str(path.relative_to(SOURCE)))
+def test_only_the_adapters_and_the_composition_root_import_postgres(path: Path) -> None:
+    """birddog.postgres is imported by postgres/ and bootstrap/ only; the rest use ports."""
+    if part_of_path(path) in POSTGRES_USERS:
+        return
+    assert sorted(n for n in birddog_imports(path) if part_of_module(n) == "postgres") == []
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda path: str(path.relative_to(SOURCE)))
+def test_only_the_entry_points_import_the_composition_root(path: Path) -> None:
+    """birddog.bootstrap is imported by cli/, processes/ and birddog's lazy names only."""
+    if part_of_path(path) in BOOTSTRAP_USERS:
+        return
+    assert sorted(n for n in birddog_imports(path) if part_of_module(n) == "bootstrap") == []
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=lambda path: str(path.relative_to(SOURCE)))
+def test_only_the_database_adapters_import_a_database_driver(path: Path) -> None:
+    """asyncpg, SQLAlchemy and psycopg are birddog.postgres's own; nobody else names them."""
+    if part_of_path(path) == "postgres":
+        return
+    assert drivers_in(path, DATABASE_DRIVERS) == []
+
+
+def test_the_application_layer_is_written_against_ports() -> None:
+    """service/ names no adapter, no composition root, no entry point: ports and the core."""
+    allowed = {"core", "ports", "service", "engine", "runtime", "clock"}
+    for path in sorted((SOURCE / "service").glob("*.py")):
+        parts = {part_of_module(name) for name in birddog_imports(path)}
+        assert parts - allowed == set(), path.name

@@ -64,8 +64,7 @@ class FullMailbox:
 
 def desk(**adapters: Any) -> Desk:
     services: dict[str, Any] = {
-        name: Away()
-        for name in ("asking", "sender", "mailbox", "asks", "jobs", "admin", "routes", "notices")
+        name: Away() for name in ("sender", "mailbox", "asks", "jobs", "admin", "routes", "notices")
     }
     services.update(adapters)
     return Desk(Services(**services))

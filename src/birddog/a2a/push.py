@@ -11,13 +11,14 @@ letters and receipts; the transport posts it as the A2A ``StreamResponse``
 
 :class:`OutboxPushSender` is the SDK's ``PushNotificationSender`` for people who run an
 A2A server of their own (on ``a2a-sdk``, over the same database): it writes each
-notification into the outbox inside the caller's transaction instead of posting once.
+notification into the outbox inside the caller's transaction (an
+:class:`~birddog.ports.OutboxRows`, :class:`birddog.postgres.caller_outbox.CallerOutbox`
+over the caller's connection) instead of posting once.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 import structlog
@@ -39,8 +40,7 @@ from birddog.core.push import push_agent_id, push_secret
 from birddog.ports import Clock
 
 if TYPE_CHECKING:
-    from birddog.postgres.pool import Connection
-    from birddog.postgres.routes import PostgresRoutes
+    from birddog.ports import OutboxRows, RouteEdits
 
 log = structlog.get_logger("birddog.a2a.push")
 
@@ -170,7 +170,7 @@ class OutboxPushSender(PushNotificationSender):
     For people who run an A2A server of their own on ``a2a-sdk`` over BirdDog's database.
     Where the SDK's ``BasePushNotificationSender`` posts once and forgets a failure, this
     writes the notification into BirdDog's outbox **inside the caller's transaction**
-    (``connection()`` is the caller's connection, in its transaction): it commits with the
+    (``outbox`` writes on the caller's connection, in its transaction): it commits with the
     task's final state or not at all, and the drain daemon delivers it with retries,
     deferrals, dead letters and receipts, each config's URL checked against the egress
     policy when its route is made and at connect time.
@@ -180,7 +180,8 @@ class OutboxPushSender(PushNotificationSender):
 
     Args:
         config_store: where the server keeps its push configs (the SDK's store).
-        connection: the caller's connection, in its transaction, at each notification.
+        outbox: writes the rows in the caller's transaction
+            (:class:`birddog.postgres.caller_outbox.CallerOutbox` over its connection).
         routes: BirdDog's route book (each config becomes a route of kind ``a2a``).
         sender: the address the notifications are from (the serving agent).
         clock: the time source.
@@ -191,14 +192,14 @@ class OutboxPushSender(PushNotificationSender):
         self,
         config_store: PushNotificationConfigStore,
         *,
-        connection: Callable[[], Connection],
-        routes: PostgresRoutes,
+        outbox: OutboxRows,
+        routes: RouteEdits,
         sender: AgentAddress,
         clock: Clock,
         interim: PushNotificationSender | None = None,
     ) -> None:
         self.config_store = config_store
-        self.connection = connection
+        self.outbox = outbox
         self.routes = routes
         self.sender = sender
         self.clock = clock
@@ -217,8 +218,6 @@ class OutboxPushSender(PushNotificationSender):
             if self.interim is not None:
                 await self.interim.send_notification(task_id, event)
             return
-        from birddog.postgres.outbox import insert_rows  # noqa: PLC0415 - the database side
-
         body = str(MessageToJson(to_stream_response(event), indent=None))
         digest = hashlib.sha256(body.encode("utf-8")).hexdigest()[:16]
         now = self.clock.now()
@@ -237,5 +236,5 @@ class OutboxPushSender(PushNotificationSender):
                 reply=ReplyFacts(command_id=EVENT_COMMAND, outcome=_OUTCOMES[state]),
             )
             rows.append(new_row(reply, now=now))
-        written = await insert_rows(self.connection(), rows, wake_at=now)
+        written = await self.outbox.add_rows(rows, wake_at=now)
         log.info("a2a_push_enqueued", count=len(written))

@@ -3,8 +3,10 @@
 The SDK carries the protocol: its JSON-RPC and HTTP+JSON (REST) routes parse, validate
 and answer every request, and call a :class:`~a2a.server.request_handlers.RequestHandler`.
 BirdDog is behind that interface (:class:`MailRoomRequestHandler`), making the same calls
-the command line makes: ``Asking.send`` for ``SendMessage``, the job store's cancel for
-``CancelTask``, and reads of the ask jobs for ``GetTask`` and ``ListTasks``.
+the command line makes: the mail service's ``send`` for ``SendMessage`` (a mail the
+database cannot take now waits in the local spool, its task ``submitted``), the job
+store's cancel for ``CancelTask``, and reads of the ask jobs for ``GetTask`` and
+``ListTasks``.
 
 Each agent ``AGENT`` with a route has its base URL ``/a2a/AGENT/`` (both bindings) and its
 Agent Card at ``/a2a/AGENT/.well-known/agent-card.json``. The card is public; every other
@@ -69,19 +71,19 @@ from birddog.core.errors import (
     InvalidInput,
     JobConflict,
     JobNotFound,
+    SpoolFailed,
+    SpoolFull,
     StoreUnavailable,
 )
 from birddog.core.mail import AgentAddress
 from birddog.core.push import is_push_agent, push_agent_id, push_config_id
-from birddog.core.tasks import SentJob
+from birddog.core.tasks import SentJob, spooled_job
 from birddog.core.text import inert
 from birddog.ports import TokenBook
 
 if TYPE_CHECKING:
-    from birddog.asking import Asking
-    from birddog.postgres.jobs import PostgresJobs
-    from birddog.postgres.routes import PostgresRoutes
-    from birddog.postgres.tasks import PostgresSentJobs
+    from birddog.ports import JobCancels, RouteEdits, SentJobs
+    from birddog.service.mail import MailService
 
 log = structlog.get_logger("birddog.a2a")
 
@@ -114,10 +116,11 @@ _AGENT: Final = "birddog_agent"
 
 @dataclass(frozen=True, slots=True)
 class A2AServices:
-    """What the A2A endpoint calls: the same adapters as the command line.
+    """What the A2A endpoint calls: the same services as the command line.
 
     Attributes:
-        asking: sends (the mail of each ``SendMessage``).
+        sender: the mail service: sends the mail of each ``SendMessage`` (spooling it
+            when the database cannot take it now).
         sent: reads the ask jobs back (``GetTask``, ``ListTasks``).
         jobs: the job store (``CancelTask`` goes through its cancel-wins).
         routes: which agents exist (an agent with a route answers); push configs are
@@ -126,10 +129,10 @@ class A2AServices:
         wait_s: how long a blocking ``SendMessage`` waits for a terminal state.
     """
 
-    asking: Asking
-    sent: PostgresSentJobs
-    jobs: PostgresJobs
-    routes: PostgresRoutes
+    sender: MailService
+    sent: SentJobs
+    jobs: JobCancels
+    routes: RouteEdits
     tokens: TokenBook
     wait_s: float = DEFAULT_WAIT_S
 
@@ -167,7 +170,10 @@ class _Tasks:
         try:
             job = await self.services.sent.get(job_id, timeout_s=STEP_TIMEOUT_S)
         except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
+            job = await self.spooled(job_id, task_id)
+            if job is None:
+                raise _unavailable(exc) from None
+        job = job or await self.spooled(job_id, task_id)
         if (
             job is None
             or job.mail is None
@@ -177,6 +183,11 @@ class _Tasks:
         ):
             raise TaskNotFoundError()
         return job
+
+    async def spooled(self, job_id: str, key: str) -> SentJob | None:
+        """The job of a mail still in the local spool, queued as its sender sees it; or None."""
+        mail = await self.services.sender.spooled(key)
+        return None if mail is None else spooled_job(job_id, mail)
 
     async def until_terminal(self, job_id: str, wait_s: float) -> SentJob:
         """The job once its task is terminal, or as it stands after ``wait_s``."""
@@ -234,7 +245,7 @@ class _PushConfigs:
         routes: the route book.
     """
 
-    def __init__(self, routes: PostgresRoutes) -> None:
+    def __init__(self, routes: RouteEdits) -> None:
         self.routes = routes
 
     async def stored(self, config: pb.TaskPushNotificationConfig, task_id: str) -> PushRoute:
@@ -316,8 +327,9 @@ class MailRoomRequestHandler(RequestHandler):
         if params.configuration.HasField("task_push_notification_config"):
             push = await self._push.stored(params.configuration.task_push_notification_config, key)
             reply_to.append(push.address(context_id))
+        spooled: SentJob | None = None
         try:
-            sent = await self.services.asking.send(
+            sent = await self.services.sender.send(
                 to=to,
                 from_=caller,
                 content=content,
@@ -326,6 +338,8 @@ class MailRoomRequestHandler(RequestHandler):
                 timeout_s=STEP_TIMEOUT_S,
             )
             job_id, replay = sent.job_id, sent.replay
+            if sent.spooled:
+                spooled = await self._tasks.spooled(job_id, key)
         except JobConflict:
             # A push config set since makes the stored replyTo longer: still the same mail.
             job_id, replay = await self._tasks.replayed(key, to, caller, content, reply_to), True
@@ -333,6 +347,12 @@ class MailRoomRequestHandler(RequestHandler):
             raise InvalidParamsError(inert(str(exc))[:300]) from None
         except StoreUnavailable as exc:
             raise _unavailable(exc) from None
+        except (SpoolFailed, SpoolFull) as exc:
+            log.error("a2a_spool_failed", error=type(exc).__name__)  # noqa: TRY400 - said, not a bug
+            raise InternalError(
+                "the mail room's database is unavailable and its local spool cannot take "
+                "the message; try again"
+            ) from None
         log.info(
             "a2a_message_sent",
             agent_id=inert(agent_id),
@@ -340,7 +360,11 @@ class MailRoomRequestHandler(RequestHandler):
             key=key,
             replay=replay,
             push=len(reply_to) > 1,
+            spooled=spooled is not None,
         )
+        if spooled is not None:
+            # Nothing runs it before the spool is forwarded: the task stands submitted.
+            return task_of(spooled, key)
         wait_s = 0.0 if params.configuration.return_immediately else self.services.wait_s
         job = await self._tasks.until_terminal(job_id, wait_s)
         return task_of(job, key)

@@ -220,7 +220,6 @@ def mcp_desk(stack: Stack) -> Desk:
 
     return Desk(
         Services(
-            asking=stack.asking,
             sender=stack.sender,
             mailbox=stack.mailbox,
             asks=stack.asks,
@@ -269,7 +268,7 @@ def a2a_services(stack: Stack, *, wait_s: float) -> A2AServices:
     from birddog.postgres.tasks import PostgresSentJobs  # noqa: PLC0415
 
     return A2AServices(
-        asking=stack.asking,
+        sender=stack.sender,
         sent=PostgresSentJobs(stack.pool),
         jobs=stack.jobs,
         routes=stack.routes,

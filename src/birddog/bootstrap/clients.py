@@ -1,8 +1,10 @@
-"""The client side of the composition root: sends, asks and the spool, over a pool.
+"""The client side of the composition root: the mail service and the spool, over a pool.
 
 What a library caller (or a command that only sends, asks or reads) wires without a
-whole stack: :func:`open_asking`, :func:`open_sender` and :func:`open_spool`, and the
-clock every adapter of this process reads.
+whole stack: :func:`open_asking` (the mail service without a spool), :func:`open_sender`
+(with the local spool behind it) and :func:`open_spool`, and the clock every adapter of
+this process reads. :func:`build_mail` and :func:`describe_refusal` are what the stack
+wires its own mail service with.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from birddog.asking import Asking
 from birddog.clock import SystemClock
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.ports import Clock
@@ -25,12 +26,12 @@ from birddog.postgres.pool import (
     refusal_reason,
 )
 from birddog.runtime import every, stop_task
-from birddog.sending import Sender
+from birddog.service.mail import MailService
 from birddog.settings import Settings
-from birddog.spool import SqliteSpool
+from birddog.sqlite import SqliteSpool
 
 if TYPE_CHECKING:
-    pass
+    from birddog.ports import Spool
 
 
 CLOCK: Clock = SystemClock()
@@ -45,8 +46,15 @@ async def open_asking(
     poll_s: float = 2.0,
     clock: Clock | None = None,
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
-) -> AsyncIterator[Asking]:
-    """Sends and asks over ``pool``, their waits sharing one LISTEN on ``listen_dsn``.
+) -> AsyncIterator[MailService]:
+    """The mail service over ``pool``, without a spool, its waits sharing one LISTEN.
+
+    Make one per process (it keeps one listening connection for all its waits) and use
+    it for every send and ask; while the database is away, its calls raise
+    :class:`~birddog.StoreUnavailable` (:func:`open_sender` spools instead)::
+
+        async with birddog.open_asking(pool, dsn) as asking:
+            answer = await asking.ask(to="upper:s-upper", from_="me:s-me", content="hi")
 
     Args:
         pool: an asyncpg pool on the BirdDog database (any size: a waiting ask holds no
@@ -58,14 +66,14 @@ async def open_asking(
         max_content_bytes: the largest question allowed.
 
     Yields:
-        The asking, for the life of the block; its listener closes with it.
+        The mail service, for the life of the block; its listener closes with it.
     """
     notices = PostgresNotices(listen_dsn)
-    mailbox, _asks, asking = _asking(
-        pool, notices, clock=clock or CLOCK, max_content_bytes=max_content_bytes, poll_s=poll_s
-    )
+    mailbox = PostgresMailbox(pool, poll_s=poll_s, clock=clock or CLOCK, notices=notices)
     try:
-        yield asking
+        yield build_mail(
+            pool, mailbox, clock=clock or CLOCK, max_content_bytes=max_content_bytes, poll_s=poll_s
+        )
     finally:
         await mailbox.close()
         await notices.close()
@@ -83,8 +91,19 @@ async def open_sender(
     poll_s: float = 2.0,
     clock: Clock | None = None,
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
-) -> AsyncIterator[Sender]:
-    """A :class:`~birddog.Sender` over ``pool``, spooling to the local spool when need be.
+) -> AsyncIterator[MailService]:
+    """The mail service over ``pool`` with the local spool behind it.
+
+    Make one per process and send and ask through it; while the database cannot be
+    reached, mail goes to the spool and is forwarded (in order, exactly once) by the
+    service itself while it is open, by a daemon on this host, or by ``birddog spool
+    forward``::
+
+        pool = await birddog.postgres.pool.create_pool(dsn, min_size=0)  # opens while away
+        async with birddog.open_sender(pool, dsn) as sender:
+            sent = await sender.send(to="upper:s-upper", from_="me:s-me", content="hi")
+            if sent.spooled:
+                ...  # accepted on this machine's disk; forwarded once the database answers
 
     Args:
         pool: an asyncpg pool on the BirdDog database; make it with ``min_size=0`` so it
@@ -102,7 +121,7 @@ async def open_sender(
         max_content_bytes: the largest content allowed.
 
     Yields:
-        The sender, for the life of the block.
+        The mail service, for the life of the block.
     """
     settings = Settings()
     clock = clock or CLOCK
@@ -116,7 +135,7 @@ async def open_sender(
     async with open_asking(
         pool, listen_dsn, poll_s=poll_s, clock=clock, max_content_bytes=max_content_bytes
     ) as asking:
-        sender = Sender(asking=asking, spool=spool, describe=_refused_or_said, poll_s=poll_s)
+        sender = asking.with_spool(spool, describe=describe_refusal)
         stop = asyncio.Event()
         forwarding = (
             asyncio.create_task(
@@ -150,22 +169,47 @@ def open_spool(settings: Settings) -> SqliteSpool:
     )
 
 
-def _refused_or_said(exc: BaseException) -> str:
-    """Why a spooled mail was refused: the server's own words for a refused statement."""
+def describe_refusal(exc: BaseException) -> str:
+    """Why a spooled mail was refused: the server's own words for a refused statement.
+
+    Args:
+        exc: what writing the mail raised.
+
+    Returns:
+        The reason a quarantined mail keeps.
+    """
     reason = refusal_reason(exc)
     return f"the database refused it: {reason}" if reason is not None else str(exc)
 
 
-def _asking(
+def build_mail(
     pool: Pool,
-    notices: PostgresNotices,
+    mailbox: PostgresMailbox,
     *,
     clock: Clock,
     max_content_bytes: int,
     poll_s: float = 2.0,
-) -> tuple[PostgresMailbox, PostgresAsks, Asking]:
-    """The mailbox (its waits on ``notices``), the ask store, and the asking over both."""
-    mailbox = PostgresMailbox(pool, poll_s=poll_s, clock=clock, notices=notices)
-    asks = PostgresAsks(pool)
-    asking = Asking(asks=asks, answers=mailbox, clock=clock, max_content_bytes=max_content_bytes)
-    return mailbox, asks, asking
+    spool: Spool | None = None,
+) -> MailService:
+    """The mail service over the ask store on ``pool`` and the answers of ``mailbox``.
+
+    Args:
+        pool: the pool on the BirdDog database.
+        mailbox: the mailbox's answers (its waits share the process's notices).
+        clock: the time source.
+        max_content_bytes: the largest content allowed.
+        poll_s: while the database is away, a wait looks again at least this often.
+        spool: the local spool (None: nothing is spooled).
+
+    Returns:
+        The service.
+    """
+    return MailService(
+        asks=PostgresAsks(pool),
+        answers=mailbox,
+        clock=clock,
+        spool=spool,
+        describe=describe_refusal,
+        poll_s=poll_s,
+        max_content_bytes=max_content_bytes,
+    )

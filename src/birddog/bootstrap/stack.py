@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from birddog.asking import Asking
 from birddog.core.errors import StoreUnavailable
 from birddog.core.jobs import Job
 from birddog.ports import Clock
@@ -40,18 +39,18 @@ from birddog.postgres.retention import PostgresRetention
 from birddog.postgres.routes import PostgresRoutes
 from birddog.postgres.scratch import create_demo_database, drop_demo_database
 from birddog.postgres.wake import PostgresWake
-from birddog.replaying import CheckedReplay
-from birddog.sending import Sender
+from birddog.service.mail import MailService
+from birddog.service.replaying import CheckedReplay
 from birddog.settings import Settings
-from birddog.spool import SqliteSpool
+from birddog.sqlite import SqliteSpool
 
 if TYPE_CHECKING:
     from birddog.http.transport import HttpTransport
-    from birddog.mailroom import MailRoom
     from birddog.metrics import Metrics
     from birddog.postgres.embedded import EmbeddedPostgres
+    from birddog.service.mailroom import MailRoom
 
-from birddog.bootstrap.clients import CLOCK, _asking, _refused_or_said, open_spool
+from birddog.bootstrap.clients import CLOCK, build_mail, open_spool
 
 HEARTBEAT_S = 10.0
 """How often daemons and workers record themselves as alive (``birddog status``)."""
@@ -75,10 +74,9 @@ class Stack:
         mailbox: the reading side of mailbox routes (its waits share ``notices``).
         notices: the process's one LISTEN connection (mailbox and job notifications).
         asks: the ask store (checks and writes a send's or an ask's mail).
-        asking: sends and asks, waiting in the mailbox.
         spool: the local spool (mail accepted while the database was unreachable).
-        sender: sends and asks, spooling what the database cannot take now; forwards
-            the spool.
+        sender: the mail service: sends and asks, waiting in the mailbox, spooling what
+            the database cannot take now; forwards the spool.
         jobs: the job store.
         reports: the operator's reports (status, check).
         retention: deletes what the retention settings no longer keep.
@@ -102,9 +100,8 @@ class Stack:
     mailbox: PostgresMailbox
     notices: PostgresNotices
     asks: PostgresAsks
-    asking: Asking
     spool: SqliteSpool
-    sender: Sender
+    sender: MailService
     jobs: PostgresJobs
     reports: PostgresReports
     retention: PostgresRetention
@@ -135,8 +132,8 @@ class Stack:
     def room(self) -> MailRoom:
         """The mail room: the drain and its wakes, over the outbox and the transport."""
         if self._room is None:
-            from birddog.mailroom import MailRoom  # noqa: PLC0415 - delivering processes only
             from birddog.metrics import TimedTransport  # noqa: PLC0415
+            from birddog.service.mailroom import MailRoom  # noqa: PLC0415 - delivering processes only
 
             settings = self.settings
             self._room = MailRoom(
@@ -267,10 +264,11 @@ async def open_stack(
         kill_grace_s=settings.kill_grace_s,
     )
     notices = PostgresNotices(settings.listen_url or dsn)
-    mailbox, asks, asking = _asking(
-        pool, notices, clock=clock, max_content_bytes=settings.max_content_bytes
-    )
+    mailbox = PostgresMailbox(pool, clock=clock, notices=notices)
     spool = open_spool(settings)
+    sender = build_mail(
+        pool, mailbox, clock=clock, max_content_bytes=settings.max_content_bytes, spool=spool
+    )
     stack: Stack | None = None
     try:
         stack = Stack(
@@ -285,10 +283,9 @@ async def open_stack(
             routes=routes,
             mailbox=mailbox,
             notices=notices,
-            asks=asks,
-            asking=asking,
+            asks=PostgresAsks(pool),
             spool=spool,
-            sender=Sender(asking=asking, spool=spool, describe=_refused_or_said),
+            sender=sender,
             jobs=jobs,
             reports=PostgresReports(pool),
             retention=PostgresRetention(pool, clock=clock),

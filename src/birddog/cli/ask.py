@@ -14,8 +14,9 @@ from birddog.cli.mailbox import shown
 from birddog.core.text import inert, shown_key
 
 if TYPE_CHECKING:
-    from birddog.asking import Asked
     from birddog.bootstrap import Stack
+    from birddog.service.asked import Asked
+    from birddog.service.waiting import Question
 
 EXIT_ANSWERED = 0
 """The work completed; its content is on stdout."""
@@ -132,13 +133,11 @@ def ask(
         raise click.UsageError("the question is empty: nothing was asked")
 
     async def go(stack: Stack) -> int:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        asked = await stack.sender.send_ask(
+        question = await stack.sender.pose(
             to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, priority=priority
         )
-        _tell_sent(asked, key_given=key is not None)
-        return await _wait(stack, asked, max(deadline - loop.time(), 0.0), timeout_s)
+        _tell_sent(question.asked, key_given=key is not None)
+        return await _wait(question)
 
     sys.exit(with_stack(ctx, go, lazy=True))
 
@@ -160,17 +159,18 @@ def _tell_sent(asked: Asked, *, key_given: bool) -> None:
         announce(f"asked as key {asked.key} (--key {asked.key} asks the same again)")
 
 
-async def _wait(stack: Stack, asked: Asked, left_s: float, timeout_s: float) -> int:
+async def _wait(question: Question) -> int:
     """Wait for the answer and report it; every way this ends has its exit status."""
     from birddog.core.errors import AskFailed, AskTimedOut, StoreUnavailable  # noqa: PLC0415
     from birddog.runtime import stop_on_signals  # noqa: PLC0415
 
+    asked = question.asked
     owed = (
         f"the reply to {asked.key} is still owed and will land in the mailbox of "
         f"{asked.asker_text} (birddog inbox {asked.asker_text})"
     )
     with stop_on_signals() as stop:
-        waiting = asyncio.ensure_future(stack.sender.wait_for_answer(asked, timeout_s=left_s))
+        waiting = asyncio.ensure_future(question.answer())
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({waiting, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
@@ -187,7 +187,7 @@ async def _wait(stack: Stack, asked: Asked, left_s: float, timeout_s: float) -> 
             announce(shown(exc.content))
         return EXIT_NOT_COMPLETED
     except AskTimedOut as exc:
-        announce(inert(str(await stack.sender.timed_out(asked, timeout_s, exc.facts))))
+        announce(inert(str(exc)))
         return EXIT_NO_REPLY_YET
     except StoreUnavailable as exc:
         announce(f"{exc}; {owed}")

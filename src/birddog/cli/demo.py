@@ -11,6 +11,6 @@ from birddog.cli import main, run, settings_of
 @click.pass_context
 def demo(ctx: click.Context) -> None:
     """Two sample agents, jobs with reply lists, a flaky inbox: watch replies travel."""
-    from birddog.demo import run_demo  # noqa: PLC0415
+    from birddog.processes.demo import run_demo  # noqa: PLC0415
 
     run(run_demo(settings_of(ctx), echo=click.echo))

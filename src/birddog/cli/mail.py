@@ -13,8 +13,8 @@ from birddog.cli import announce, main, settings_of, with_stack
 from birddog.core.text import inert
 
 if TYPE_CHECKING:
-    from birddog.asking import Asked
     from birddog.bootstrap import Stack
+    from birddog.service.asked import Asked
 
 
 priority_option = click.option(

@@ -438,7 +438,7 @@ def check(
 @click.pass_context
 def probe(ctx: click.Context, timeout_s: float, drain: bool) -> None:
     """A canary round trip, job to receipt, with a nonce; exit 0 only if it came back."""
-    from birddog.probe import run_probe  # noqa: PLC0415 - keeps --help fast
+    from birddog.processes.probe import run_probe  # noqa: PLC0415 - keeps --help fast
 
     result = with_stack(ctx, lambda s: run_probe(s, timeout_s=timeout_s, drain=drain))
     click.echo(result.message)

@@ -19,7 +19,7 @@ from birddog.core.text import inert
 if TYPE_CHECKING:
     from birddog.bootstrap import Stack
     from birddog.core.spool import SpoolStatus
-    from birddog.spool import ForwardReport
+    from birddog.service.forwarding import ForwardReport
 
 QUARANTINE_SHOWN = 5
 """How many quarantined mails ``spool status`` names, with their reasons."""

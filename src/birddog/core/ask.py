@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from birddog.core.errors import InvalidInput
+from birddog.core.errors import InvalidInput, JobConflict, NotAMailbox, UnknownAgent
 from birddog.core.jobs import AgentWork, Job, agent_job
 from birddog.core.mail import AgentAddress, Mail
 from birddog.core.model import ID_MAX_LENGTH
@@ -153,3 +153,43 @@ def replay_conflicts(stored: Mail, mail: Mail) -> list[str]:
     old = stored.model_dump(mode="json")
     new = mail.model_dump(mode="json")
     return [name for name in COMPARED if old[name] != new[name]]
+
+
+def unknown_target(target: AgentAddress) -> UnknownAgent:
+    """The refusal of a mail to an agent session BirdDog does not know.
+
+    Args:
+        target: the session addressed (its agent has no route, it was never sent work).
+    """
+    return UnknownAgent(
+        f"unknown agent session {address_text(target)}: the agent has no route and "
+        f"the session was never sent work (add one: birddog route add "
+        f"{target.agent_id} --mailbox)",
+        field="to",
+    )
+
+
+def key_conflict(key: str, differing: Sequence[str]) -> JobConflict:
+    """The refusal of a mail whose key was sent before with another mail.
+
+    Args:
+        key: the mail key.
+        differing: the JSON names of the fields that differ.
+    """
+    return JobConflict(
+        f"key {key!r} was sent before with a different {', '.join(differing)}; a repeat "
+        "with the same key must be the same mail (or use a new key)"
+    )
+
+
+def not_a_mailbox(owner: AgentAddress) -> NotAMailbox:
+    """The refusal of an asker whose route posts to an inbox URL (an ask waits on mailboxes).
+
+    Args:
+        owner: the asker.
+    """
+    return NotAMailbox(
+        f"the asker {owner.agent_id!r} has an inbox URL route; ask waits on mailboxes "
+        "only: ask from an agent without a route, or one added with --mailbox",
+        field="from",
+    )

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from birddog.core.duration import format_age
+from birddog.core.ages import format_age
 from birddog.core.text import inert
 
 __all__ = ["RECENT_BEAT_S", "AskFacts", "AskState", "waiting_message"]

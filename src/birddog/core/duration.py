@@ -6,7 +6,16 @@ import math
 import re
 from datetime import datetime, timedelta
 
+from birddog.core.ages import format_age
 from birddog.core.errors import InvalidInput
+
+__all__ = [
+    "MAX_DURATION_S",
+    "format_age",
+    "parse_duration",
+    "parse_time",
+    "parse_time_or_duration",
+]
 
 _UNITS = {
     "s": 1.0,
@@ -93,26 +102,3 @@ def parse_duration(text: str | float, *, field: str = "duration") -> float:
     if seconds > MAX_DURATION_S:
         raise InvalidInput(f"{field} must be at most 100 years", field=field)
     return seconds
-
-
-def format_age(seconds: float) -> str:
-    """A duration as people say it: ``42s``, ``5m 03s``, ``2h 07m``, ``3d 04h``.
-
-    Args:
-        seconds: the duration (negative durations print as ``-`` plus the duration).
-
-    Returns:
-        The duration in its two largest units.
-    """
-    sign = "-" if seconds < 0 else ""
-    whole = int(abs(seconds))
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{sign}{days}d {hours:02d}h"
-    if hours:
-        return f"{sign}{hours}h {minutes:02d}m"
-    if minutes:
-        return f"{sign}{minutes}m {secs:02d}s"
-    return f"{sign}{secs}s"

@@ -1,7 +1,7 @@
 """What a mailbox holds: a reply delivered into the mailbox table, until its agent reads it.
 
 The reading side (:class:`birddog.postgres.mailbox.PostgresMailbox`) returns these; the
-ask waits for one (:mod:`birddog.asking`); the MCP tools list them.
+ask waits for one (:mod:`birddog.service.mail`); the MCP tools list them.
 """
 
 from __future__ import annotations

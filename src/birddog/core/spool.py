@@ -1,20 +1,21 @@
 """The local spool, the pure part: what a spooled mail is, and what to do with each forward.
 
-A sender outside a transaction of its own (the CLI, the MCP server, a
-:class:`~birddog.Sender`) that cannot reach the database keeps the mail in a local spool
-as an :class:`Outgoing`: the job and how its write is checked, so the forwarder writes it
-later exactly as the sender would have. What a forward attempt came to decides the row's
-fate (:func:`decide_forward`): forwarded (delete the row), refused for what the mail is
-(quarantine it with the reason, never retry it), or the database away (stop and keep
-every row, in order, for the next attempt).
+A sender outside a transaction of its own (the CLI, the MCP and A2A servers, a
+:class:`~birddog.MailService` with a spool) that cannot reach the database keeps the mail
+in a local spool as an :class:`Outgoing`: the job and how its write is checked, so the
+forwarder writes it later exactly as the sender would have. What a forward attempt came
+to decides the row's fate (:func:`decide_forward`): forwarded (delete the row), refused
+for what the mail is (quarantine it with the reason, never retry it), or the database
+away (stop and keep every row, in order, for the next attempt).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 
+from birddog.core.ages import format_age
 from birddog.core.ask import address_text
 from birddog.core.errors import (
     BirdDogError,
@@ -150,6 +151,23 @@ def decide_forward(error: BaseException | None) -> Fate:
 
 
 @dataclass(frozen=True, slots=True)
+class SpoolRow:
+    """One waiting row, as stored (decoding it is the forwarder's, so a bad row is caught).
+
+    Attributes:
+        id: its place in spool order.
+        spooled_at: when it was spooled.
+        key: the mail key it was stored under.
+        body: the stored JSON of the :class:`Outgoing`.
+    """
+
+    id: int
+    spooled_at: datetime
+    key: str
+    body: str | bytes
+
+
+@dataclass(frozen=True, slots=True)
 class SpoolStatus:
     """What a spool holds.
 
@@ -179,13 +197,62 @@ class SpoolStatus:
         return None if self.oldest_at is None else max(0.0, (now - self.oldest_at).total_seconds())
 
 
+def full_message(status: SpoolStatus, *, max_bytes: int, now: datetime) -> str:
+    """The refusal of a full spool: how many mails it holds and since when.
+
+    Args:
+        status: the spool's status when the mail was refused.
+        max_bytes: the bound (``BIRDDOG_SPOOL_MAX_BYTES``).
+        now: the current time.
+
+    Returns:
+        E.g. ``spool full: 1204 mails, oldest spooled 2026-01-01 10:00:00Z (3h 02m ago);
+        256.0 MiB of 256.0 MiB (BIRDDOG_SPOOL_MAX_BYTES); nothing was written``.
+    """
+    age = status.oldest_age_s(now)
+    if status.oldest_at is None or age is None:
+        oldest = "none waiting"
+    else:
+        at = status.oldest_at.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+        oldest = f"oldest spooled {at} ({format_age(age)} ago)"
+    held = f"{status.mails} {'mail' if status.mails == 1 else 'mails'}, {oldest}"
+    if status.quarantined:
+        held += f", {status.quarantined} quarantined"
+    return (
+        f"spool full: {held}; {_size(status.bytes)} of {_size(max_bytes)} "
+        "(BIRDDOG_SPOOL_MAX_BYTES); nothing was written"
+    )
+
+
+def _size(count: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} bytes"
+
+
+def aged_reason(max_age_s: float) -> str:
+    """Why mail spooled longer than ``max_age_s`` is quarantined, not sent late.
+
+    Args:
+        max_age_s: the spool's age limit (``BIRDDOG_SPOOL_MAX_AGE_S``).
+    """
+    return (
+        f"spooled longer than BIRDDOG_SPOOL_MAX_AGE_S ({format_age(max_age_s)}) "
+        "without reaching the database; never forwarded"
+    )
+
+
 __all__ = [
     "DEFAULT_SPOOL_MAX_AGE_S",
     "DEFAULT_SPOOL_MAX_BYTES",
     "Fate",
     "Outgoing",
+    "SpoolRow",
     "SpoolStatus",
+    "aged_reason",
     "decide_forward",
+    "full_message",
     "outgoing_from_json",
     "with_created_at",
 ]

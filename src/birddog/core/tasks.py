@@ -8,13 +8,13 @@ because no worker took it in time (the bus's bounce) from one a person cancelled
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from birddog.core.jobs import JobState
 from birddog.core.lifecycle import BOUNCE_PREFIX
 from birddog.core.mail import Mail, Outcome
 
-__all__ = ["SentJob", "bounced", "is_bounce"]
+__all__ = ["SentJob", "bounced", "is_bounce", "spooled_job"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +42,30 @@ class SentJob:
     mail: Mail | None
     created_at: datetime
     updated_at: datetime
+
+
+def spooled_job(job_id: str, mail: Mail) -> SentJob:
+    """The job of a mail still in the local spool, as its sender sees it: queued.
+
+    Args:
+        job_id: the job the mail will be enqueued as.
+        mail: the spooled mail.
+
+    Returns:
+        A queued job, created when the mail was.
+    """
+    at = datetime.fromtimestamp(mail.created_at / 1000, tz=UTC)
+    return SentJob(
+        job_id=job_id,
+        queue=mail.to.session_id,
+        state=JobState.QUEUED,
+        outcome=None,
+        result=None,
+        diagnostic=None,
+        mail=mail,
+        created_at=at,
+        updated_at=at,
+    )
 
 
 def bounced(job: SentJob) -> bool:

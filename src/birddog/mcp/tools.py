@@ -15,7 +15,7 @@ text, and ``is_error`` for what the caller must not mistake for an answer:
   desk renews while the MCP connection that took it lives; ``answer`` settles it (a
   recorded cancellation wins), its replies fanned out in the same transaction.
 
-The desk calls the same adapters as the command line and never touches SQL. Waiting
+The desk calls the same services as the command line and never touches SQL. Waiting
 steps report progress at least every :data:`PROGRESS_S` seconds through a callback.
 """
 
@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Final
 import structlog
 
 from birddog.core.ask import address_text, parse_address
-from birddog.core.ask_facts import AskFacts, waiting_message
 from birddog.core.errors import (
     AskFailed,
     AskTimedOut,
@@ -49,14 +48,17 @@ from birddog.core.text import inert
 from birddog.runtime import stop_task, wait_event
 
 if TYPE_CHECKING:
-    from birddog.asking import Asking
-    from birddog.postgres.admin import PostgresAdmin
-    from birddog.postgres.asks import PostgresAsks
-    from birddog.postgres.jobs import ClaimedJob, PostgresJobs
-    from birddog.postgres.mailbox import PostgresMailbox
-    from birddog.postgres.notices import PostgresNotices
-    from birddog.postgres.routes import PostgresRoutes
-    from birddog.sending import Sender
+    from birddog.ports import (
+        Admin,
+        AskStore,
+        ClaimedJobLike,
+        JobStore,
+        Mailbox,
+        Notices,
+        RouteList,
+    )
+    from birddog.service.mail import MailService
+    from birddog.service.waiting import Wait
 
 log = structlog.get_logger("birddog.mcp")
 
@@ -392,11 +394,11 @@ def refused(exc: InvalidInput) -> ToolRefused:
 
 @dataclass
 class Services:
-    """The adapters the tools use (from the process's stack).
+    """The services and ports the tools use (built by the composition root).
 
     Attributes:
-        asking: sends and asks (waits share the process's one listener).
-        sender: sends and asks over ``asking``, spooling what the database cannot take.
+        sender: the mail service: sends and asks (waits share the process's one
+            listener), spooling what the database cannot take.
         mailbox: the callers' mailboxes.
         asks: the ask store (mailbox routes, a mail by key).
         jobs: the job store (claim, heartbeat, settle).
@@ -407,14 +409,13 @@ class Services:
         max_content_bytes: the largest content accepted.
     """
 
-    asking: Asking
-    sender: Sender
-    mailbox: PostgresMailbox
-    asks: PostgresAsks
-    jobs: PostgresJobs
-    admin: PostgresAdmin
-    routes: PostgresRoutes
-    notices: PostgresNotices
+    sender: MailService
+    mailbox: Mailbox
+    asks: AskStore
+    jobs: JobStore
+    admin: Admin
+    routes: RouteList
+    notices: Notices
     lease_s: float = 60.0
     max_content_bytes: int = 1_048_576
 
@@ -423,7 +424,7 @@ class Services:
 class _Turn:
     """A task a caller took: the claim, and the task renewing its lease."""
 
-    claimed: ClaimedJob
+    claimed: ClaimedJobLike
     renewing: asyncio.Task[None] | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -481,7 +482,7 @@ class _TakenTasks:
         }
         return ToolResult(structured, f"task {claimed.job.job_id} taken")
 
-    async def _claim(self, caller: AgentAddress, wait_s: float) -> ClaimedJob | None:
+    async def _claim(self, caller: AgentAddress, wait_s: float) -> ClaimedJobLike | None:
         jobs = self.services.jobs
         queue = caller.session_id
         loop = asyncio.get_running_loop()
@@ -681,24 +682,18 @@ class Desk:
         self, args: Arguments, caller: AgentAddress, *, progress: Progress, **_: Any
     ) -> ToolResult:
         wait_s = args.seconds("wait_s", default=DEFAULT_WAIT_S)
-        began = asyncio.get_running_loop().time()
-        to = args.required_text("to")
-        content = args.required_text("content")
-        key = args.text("key")
-        # Once sent, a question stays asked: a cancellation arriving mid-send lets the
-        # send finish (it is bounded) and ends only the wait.
-        # A busy pool may keep the send waiting for a connection as long as the caller
-        # would wait for the answer anyway (at least a step's usual bound).
-        send_s = max(STEP_TIMEOUT_S, wait_s)
-        sending = asyncio.ensure_future(
-            self.services.sender.send_ask(
-                to=to, from_=caller, content=content, key=key, timeout_s=send_s
-            )
+        # wait_s bounds the whole call: the send's time comes off the wait. A busy pool
+        # may keep the send waiting for a connection as long as the caller would wait for
+        # the answer anyway (at least a step's usual bound).
+        question = await self.services.sender.pose(
+            to=args.required_text("to"),
+            from_=caller,
+            content=args.required_text("content"),
+            key=args.text("key"),
+            timeout_s=wait_s,
+            send_timeout_s=max(STEP_TIMEOUT_S, wait_s),
         )
-        sending.add_done_callback(_retrieved)
-        asked = await asyncio.shield(sending)
-        # wait_s bounds the whole call: the send's time comes off the wait.
-        return await self._answer_of(asked.key, caller, wait_s, progress, began=began)
+        return await _answer_of(question, progress)
 
     async def _wait(
         self, args: Arguments, caller: AgentAddress, *, progress: Progress, **_: Any
@@ -710,46 +705,9 @@ class Desk:
             raise ToolRefused(
                 f"key: no mail with key {key!r} owes you a reply (send or ask gives a key)"
             )
-        return await self._answer_of(key, caller, wait_s, progress)
-
-    async def _answer_of(
-        self,
-        key: str,
-        caller: AgentAddress,
-        wait_s: float,
-        progress: Progress,
-        *,
-        began: float | None = None,
-    ) -> ToolResult:
-        loop = asyncio.get_running_loop()
-        began = loop.time() if began is None else began
-        deadline = began + wait_s
-        while True:
-            left = deadline - loop.time()
-            try:
-                content = await self.services.sender.wait(
-                    key,
-                    caller,
-                    timeout_s=max(min(left, PROGRESS_S), 0.0),
-                    # Where the ask stands is looked up once, when the whole wait ends.
-                    explain=left <= PROGRESS_S,
-                )
-            except AskTimedOut as exc:
-                if loop.time() >= deadline:
-                    return _pending(key, caller, wait_s, exc.facts)
-                await progress(loop.time() - began, wait_s, f"waiting for the reply to {key}")
-                continue
-            except AskFailed as exc:
-                structured = {"status": "answered", "key": key, "outcome": exc.outcome}
-                structured["content"] = exc.content
-                if exc.diagnostic is not None:
-                    structured["diagnostic"] = exc.diagnostic
-                said = f"; its reply: {exc.content[:REPLY_IN_ERROR_CHARS]}" if exc.content else ""
-                raise ToolRefused(f"{exc} (key {key}){said}", structured) from None
-            return ToolResult(
-                {"status": "answered", "key": key, "outcome": "completed", "content": content},
-                f"answered: {key}",
-            )
+        return await _answer_of(
+            self.services.sender.awaiting(key, caller, timeout_s=wait_s), progress
+        )
 
     # ---- the mailbox ------------------------------------------------------------------
 
@@ -909,19 +867,36 @@ def _reply(entry: MailboxEntry, *, cut: int | None) -> dict[str, Any]:
     return shown
 
 
-def _retrieved(future: asyncio.Future[Any]) -> None:
-    """Take a background send's outcome, so a failure after a cancelled call is not lost."""
-    if not future.cancelled() and future.exception() is not None:
-        log.info("mcp_send_failed_after_cancel", error=type(future.exception()).__name__)
+async def _answer_of(wait: Wait, progress: Progress) -> ToolResult:
+    """The reply waited for, as a result: answered, or pending with the key (never empty)."""
+    key = wait.key
+
+    async def told(waited_s: float, wait_s: float) -> None:
+        await progress(waited_s, wait_s, f"waiting for the reply to {key}")
+
+    try:
+        content = await wait.answer(progress=told, every_s=PROGRESS_S)
+    except AskTimedOut as exc:
+        return _pending(exc)
+    except AskFailed as exc:
+        structured = {"status": "answered", "key": key, "outcome": exc.outcome}
+        structured["content"] = exc.content
+        if exc.diagnostic is not None:
+            structured["diagnostic"] = exc.diagnostic
+        said = f"; its reply: {exc.content[:REPLY_IN_ERROR_CHARS]}" if exc.content else ""
+        raise ToolRefused(f"{exc} (key {key}){said}", structured) from None
+    return ToolResult(
+        {"status": "answered", "key": key, "outcome": "completed", "content": content},
+        f"answered: {key}",
+    )
 
 
-def _pending(key: str, caller: AgentAddress, wait_s: float, facts: AskFacts | None) -> ToolResult:
-    said = waiting_message(facts, key=key, asker=address_text(caller), timeout_s=wait_s)
-    message = f"{said}; call wait with key {key} to wait again (or look in inbox later)"
-    structured: dict[str, Any] = {"status": "pending", "key": key, "message": message}
-    if facts is not None:
-        structured["state"] = str(facts.state)
-    return ToolResult(structured, f"pending: {key}")
+def _pending(exc: AskTimedOut) -> ToolResult:
+    message = f"{exc}; call wait with key {exc.key} to wait again (or look in inbox later)"
+    structured: dict[str, Any] = {"status": "pending", "key": exc.key, "message": message}
+    if exc.facts is not None:
+        structured["state"] = str(exc.facts.state)
+    return ToolResult(structured, f"pending: {exc.key}")
 
 
 def _no_task(why: str) -> ToolResult:

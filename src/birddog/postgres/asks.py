@@ -18,15 +18,19 @@ from __future__ import annotations
 import json
 
 from birddog import tracing
-from birddog.core.ask import COMPARED, Posted, address_text, replay_conflicts
+from birddog.core.ask import (
+    COMPARED,
+    Posted,
+    key_conflict,
+    not_a_mailbox,
+    replay_conflicts,
+    unknown_target,
+)
 from birddog.core.ask_facts import RECENT_BEAT_S, AskFacts
 from birddog.core.errors import (
     InvalidInput,
     InvalidJobPayload,
-    JobConflict,
-    NotAMailbox,
     StoreUnavailable,
-    UnknownAgent,
 )
 from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
 from birddog.core.mail import AgentAddress, Mail
@@ -236,13 +240,7 @@ def _sent(
     if outcome == "not_a_mailbox" and mailbox_for is not None:
         _check_mailbox(row["route_kind"], mailbox_for, required=True)
     if outcome == "unknown":
-        target = mail.to
-        raise UnknownAgent(
-            f"unknown agent session {address_text(target)}: the agent has no route and "
-            f"the session was never sent work (add one: birddog route add "
-            f"{target.agent_id} --mailbox)",
-            field="to",
-        )
+        raise unknown_target(mail.to)
     if outcome == "stored":
         try:
             stored_mail = AgentJobPayload.model_validate(json.loads(row["stored_payload"])).mail
@@ -250,11 +248,7 @@ def _sent(
             stored_mail = None
         differing = list(COMPARED) if stored_mail is None else replay_conflicts(stored_mail, mail)
         if differing:
-            raise JobConflict(
-                f"key {mail.key!r} was sent before with a different "
-                f"{', '.join(differing)}; a repeat with the same key must be the same "
-                "mail (or use a new key)"
-            )
+            raise key_conflict(mail.key, differing)
         return Posted(replay=True, mailbox_added=False)
     if outcome == "wrong_sender":
         raise InvalidInput("a mailbox route goes only to the mail's sender", field="from")
@@ -270,8 +264,4 @@ def _sent(
 def _check_mailbox(kind: str | None, owner: AgentAddress, *, required: bool) -> None:
     """Refuse an asker whose route posts to an inbox URL (ask waits on mailboxes only)."""
     if required and kind is not None and kind != "mailbox":
-        raise NotAMailbox(
-            f"the asker {owner.agent_id!r} has an inbox URL route; ask waits on mailboxes "
-            "only: ask from an agent without a route, or one added with --mailbox",
-            field="from",
-        )
+        raise not_a_mailbox(owner)

@@ -2,17 +2,21 @@
 
 :func:`run_a2a` opens the stack, builds the SDK's application over the mail room
 (:func:`birddog.a2a.server.a2a_app`) and serves it on ``host`` (127.0.0.1 by default)
-until SIGTERM/SIGINT.
+until SIGTERM/SIGINT. Beside serving it forwards this host's spool
+(:func:`~birddog.processes.sides.forward_spool`), where a message the database could not
+take is kept.
 """
 
 from __future__ import annotations
 
+import asyncio
 from importlib.metadata import version
 
 import structlog
 
 from birddog.bootstrap import A2A_POOL_SIZE, Announce, a2a_services, open_stack
 from birddog.http.server import listening_socket, serve_asgi, socket_url
+from birddog.processes.sides import SideTasks, forward_spool
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 
@@ -45,16 +49,22 @@ async def run_a2a(
 
     sock = listening_socket(host, port)
     url = public_url or socket_url(sock)
-    async with open_stack(settings, announce=announce, pool_size=A2A_POOL_SIZE) as stack:
-        app = a2a_app(
-            a2a_services(stack, wait_s=wait_s), public_url=url, version=version("birddog")
-        )
+    with stop_on_signals() as stop:
+        async with (
+            open_stack(settings, announce=announce, pool_size=A2A_POOL_SIZE) as stack,
+            SideTasks(stop=stop) as sides,
+        ):
+            services = a2a_services(stack, wait_s=wait_s)
+            app = a2a_app(services, public_url=url, version=version("birddog"))
 
-        def ready(bound: str) -> None:
-            log.info("a2a_listening", url=bound)
-            announce(
-                f"BirdDog A2A server: {url}/a2a/AGENT/ (cards at .../.well-known/agent-card.json)"
-            )
+            def ready(bound: str) -> None:
+                log.info("a2a_listening", url=bound)
+                announce(
+                    f"BirdDog A2A server: {url}/a2a/AGENT/ "
+                    "(cards at .../.well-known/agent-card.json)"
+                )
 
-        with stop_on_signals() as stop:
-            await serve_asgi(app, sock, ready=ready, stop=stop)
+            # The process's one listening connection says when the database is back.
+            with stack.notices.reconnects(asyncio.Event()) as back:
+                forward_spool(sides, services.sender, every_s=settings.spool_forward_s, back=back)
+                await serve_asgi(app, sock, ready=ready, stop=stop)

@@ -72,9 +72,10 @@ async def run_mcp(
                     log.info("mcp_mailbox_added", agent_id=identity.agent_id)
             except StoreUnavailable as exc:
                 log.warning("mcp_database_unavailable", error=type(exc).__name__)
+        services = desk.services
         # The process's one listening connection says when the database is back.
-        with stack.notices.reconnects(asyncio.Event()) as back:
-            forward_spool(sides, stack.sender, every_s=settings.spool_forward_s, back=back)
+        with services.notices.reconnects(asyncio.Event()) as back:
+            forward_spool(sides, services.sender, every_s=settings.spool_forward_s, back=back)
             try:
                 if identity is None:
                     # Many agents: each request's per-agent token (birddog agent add) names

@@ -45,7 +45,7 @@ from birddog.core.errors import InvalidSetting
 from birddog.metrics import Registry, start_server
 from birddog.ports import DaemonRow, JobReaper
 from birddog.runtime import error_class, every
-from birddog.sending import Sender
+from birddog.service.mail import MailService
 from birddog.settings import Settings
 
 log = structlog.get_logger("birddog.processes")
@@ -190,7 +190,7 @@ async def reap_expired_jobs(jobs: JobReaper) -> None:
 
 
 def forward_spool(
-    sides: SideTasks, sender: Sender, *, every_s: float, back: asyncio.Event | None = None
+    sides: SideTasks, sender: MailService, *, every_s: float, back: asyncio.Event | None = None
 ) -> None:
     """Forward this host's local spool at start, after every reconnect, and every ``every_s``.
 
@@ -203,7 +203,7 @@ def forward_spool(
 
     Args:
         sides: the process's side tasks.
-        sender: the process's sender (its spool and forwarder).
+        sender: the process's mail service (its spool and forwarder).
         every_s: ``BIRDDOG_SPOOL_FORWARD_S``.
         back: set when the database is back; None: at start and every ``every_s`` only.
     """

@@ -14,24 +14,12 @@ Nothing is replayed when any recipient is refused.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from birddog.core.egress import EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput
 from birddog.core.text import inert
-from birddog.ports import DeadLetterReplay, Route, RouteBook
+from birddog.ports import DeadLetters, Route, RouteBook
 
-__all__ = ["CheckedReplay", "DeadLetters", "replay_refusal"]
-
-
-class DeadLetters(DeadLetterReplay, Protocol):
-    """Replays dead letters and names their recipients (``PostgresOutbox``)."""
-
-    async def dead_recipients(
-        self, *, key: str | None = None, agent_id: str | None = None
-    ) -> list[str]:
-        """The recipients of the dead letters ``replay`` would put back, by agent id."""
-        ...
+__all__ = ["CheckedReplay", "replay_refusal"]
 
 
 def replay_refusal(agent_id: str, route: Route | None, egress: EgressPolicy) -> str | None:

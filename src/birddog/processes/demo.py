@@ -25,7 +25,7 @@ from birddog.core.jobs import AgentJobPayload, AgentWork, agent_job, decode_agen
 from birddog.core.mail import AgentAddress, Mail, Outcome, Reply
 from birddog.http.inbox import Inbox, aiohttp_handler
 from birddog.http.server import serve
-from birddog.mailroom import has_pending_delivery
+from birddog.service.mailroom import has_pending_delivery
 from birddog.settings import Settings
 
 Echo = Callable[[str], None]

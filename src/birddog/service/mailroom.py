@@ -1,4 +1,8 @@
-"""The mail room: fan out replies, drain the outbox, tell when the next drain is owed."""
+"""The mail room: fan out replies, drain the outbox, tell when the next drain is owed.
+
+Written against the ports (outbox, transport, wake, clock); the composition root builds the
+daemon's over the Postgres outbox and the HTTP transport, the tests over the fakes.
+"""
 
 from __future__ import annotations
 

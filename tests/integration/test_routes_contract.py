@@ -1,0 +1,125 @@
+"""The route ports' contract: the route book, its edits, holds and list, fake and Postgres.
+
+InMemoryRoutes stands for PostgresRoutes in the unit tests (the console's actions, the
+mail service's known targets, replay's checks); these tests hold the two to the same
+answers: what a route may be, what an edit changes, what a hold and a release do.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from birddog import InvalidInput, RouteNotFound
+from birddog.core.errors import InvalidSecret
+from birddog.ports import RouteEdits, RouteList
+from birddog.postgres.pool import Pool
+from birddog.postgres.routes import PostgresRoutes
+from birddog.testing import FrozenClock, InMemoryRoutes
+from tests.support import T0
+
+PORTS = ("RouteBook", "RouteHolds", "RouteEdits", "RouteList")
+"""The ports these tests hold their fake and their Postgres adapter to."""
+
+URL = "https://alice.example/inbox"
+
+
+class Routes(RouteEdits, RouteList):
+    """What both backends are: the route book, its edits and holds, and its list."""
+
+
+@pytest.fixture
+def memory_backend() -> InMemoryRoutes:
+    """The in-memory route book."""
+    return InMemoryRoutes(clock=FrozenClock(T0))
+
+
+@pytest.fixture
+def postgres_backend(pg_pool: Pool) -> PostgresRoutes:
+    """The Postgres route book on a fresh database, uncached."""
+    return PostgresRoutes(pg_pool, cache_s=0, clock=FrozenClock(T0))
+
+
+@pytest.fixture(params=["memory_backend", "postgres_backend"])
+def routes(request: pytest.FixtureRequest) -> Routes:
+    """Each backend in turn."""
+    result: Routes = request.getfixturevalue(request.param)
+    return result
+
+
+async def test_an_added_route_is_found_with_a_fresh_secret(routes: Routes) -> None:
+    """An http route without a secret gets a whsec_ one; it reads back as added."""
+    added = await routes.add("alice", URL)
+    assert added.secret is not None
+    assert added.secret.startswith("whsec_")
+    found = await routes.route("alice")
+    assert found is not None
+    assert (found.url, found.kind, found.enabled, found.secret) == (URL, "http", True, added.secret)
+    assert await routes.route("nobody") is None
+
+
+async def test_a_second_route_for_an_agent_is_refused(routes: Routes) -> None:
+    """Adding a route an agent has already is bad input (update it instead)."""
+    await routes.add("alice", kind="mailbox")
+    with pytest.raises(InvalidInput, match="already has a route"):
+        await routes.add("alice", URL)
+
+
+@pytest.mark.parametrize(
+    ("url", "secret", "kind", "field"),
+    [
+        (None, None, "http", "url"),
+        ("ftp://alice.example/", None, "http", "url"),
+        (URL, None, "mailbox", "url"),
+        (URL, None, "carrier-pigeon", "kind"),
+    ],
+)
+async def test_a_bad_route_is_refused_naming_the_field(
+    routes: Routes, url: str | None, secret: str | None, kind: str, field: str
+) -> None:
+    """A route without a URL, with a bad one, a mailbox with one, a bad kind: refused."""
+    with pytest.raises(InvalidInput) as refused:
+        await routes.add("alice", url, secret, kind=kind)  # type: ignore[arg-type]
+    assert refused.value.field == field
+    assert await routes.route("alice") is None
+
+
+async def test_a_bad_secret_is_refused(routes: Routes) -> None:
+    """A signing secret that is not whsec_<base64> is InvalidSecret."""
+    with pytest.raises(InvalidSecret):
+        await routes.add("alice", URL, "hunter2")
+
+
+async def test_an_update_changes_only_what_it_names(routes: Routes) -> None:
+    """A new URL and batch size; the secret and kind stay; an unknown agent is not found."""
+    added = await routes.add("alice", URL)
+    updated = await routes.update("alice", url="https://alice.example/v2", batch_size=10)
+    assert (updated.url, updated.batch_size, updated.secret) == (
+        "https://alice.example/v2",
+        10,
+        added.secret,
+    )
+    with pytest.raises(RouteNotFound):
+        await routes.update("nobody", batch_size=2)
+
+
+async def test_a_hold_keeps_its_first_time_and_a_release_ends_it(routes: Routes) -> None:
+    """Held: not enabled, since the first hold; released: enabled, no hold time."""
+    await routes.add("alice", kind="mailbox")
+    held = await routes.hold("alice")
+    again = await routes.hold("alice")
+    assert (held.enabled, held.held_at, again.held_at) == (False, T0, T0)
+    released = await routes.release("alice")
+    assert (released.enabled, released.held_at) == (True, None)
+    with pytest.raises(RouteNotFound):
+        await routes.hold("nobody")
+    with pytest.raises(RouteNotFound):
+        await routes.release("nobody")
+
+
+async def test_the_list_is_by_agent_id_without_secrets(routes: Routes) -> None:
+    """Every route, sorted by agent id, none carrying its secret."""
+    await routes.add("carol", URL)
+    await routes.add("alice", kind="mailbox")
+    listed = await routes.list()
+    assert [route.agent_id for route in listed] == ["alice", "carol"]
+    assert all(route.secret is None for route in listed)
