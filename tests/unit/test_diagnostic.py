@@ -461,3 +461,13 @@ def test_url_userinfo_is_masked_whatever_the_password_holds(user: str, password:
     out = bounded_diagnostic(f"connect https://{user}:{password}@db.example.com/x refused")
     assert password not in out
     assert f"https://{user}:[redacted]@" in out
+
+
+@pytest.mark.parametrize(
+    "text", ['Authorization: "A "', "Authorization: 'Bearer '", 'authorization="x "']
+)
+def test_a_quoted_authorization_ending_in_a_space_is_one_value(text: str) -> None:
+    """A quoted header value whose word looks like a scheme is masked whole (found by Hypothesis)."""
+    quote = text[-1]
+    assert bounded_diagnostic(text).endswith(f"{quote}[redacted]{quote}")
+    assert bounded_diagnostic(text).count("[redacted]") == 1

@@ -157,10 +157,10 @@ LAYERS: dict[str, int] = {
     "worker": 7,
     "daemon": 7,
     "spawn": 8,
-    "bootstrap": 8,
-    "processes": 9,
-    "cli": 10,
-    "": 10,
+    "bootstrap": 9,
+    "processes": 10,
+    "cli": 11,
+    "": 11,
 }
 """The floor of each part of birddog ("" is the package's own __init__): a module imports
 only from floors below its own, or from its own part. The core is the ground; ports and

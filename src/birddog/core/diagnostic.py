@@ -90,8 +90,10 @@ _QUERY_SECRET = re.compile(
 )
 _AUTH_HEADER = re.compile(
     # Authorization: <any scheme> <credential>; the credential goes, the scheme stays.
-    r"""(?P<head>(?<![\w-])(?:proxy-)?authorization\\*["']?\s*[:=]\s*\\*["']?"""
-    r"""(?![A-Za-z][\w.-]*\s+\[redacted\])(?:[A-Za-z][\w.-]*\s+(?=\S))?)"""
+    # A scheme word inside the header's own quotes needs a credential before the closing
+    # quote ("A " is one quoted value, masked whole, not the scheme A and a lone quote).
+    r"""(?P<head>(?<![\w-])(?:proxy-)?authorization\\*["']?\s*[:=]\s*\\*(?P<hq>["'])?"""
+    r"""(?![A-Za-z][\w.-]*\s+\[redacted\])(?:[A-Za-z][\w.-]*\s+(?=\S)(?!(?P=hq)))?)"""
     rf"""{_NOT_REDACTED}{_VALUE}""",
     re.IGNORECASE,
 )
