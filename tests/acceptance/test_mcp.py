@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -28,7 +29,14 @@ from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
 from tests.support.cli import Daemon, cli, cli_env, token_of
-from tests.support.mcp import call, json_errlog, server_params, stdio_mcp
+from tests.support.mcp import (
+    call,
+    facts_of,
+    json_errlog,
+    server_params,
+    stdio_mcp,
+    summary_of,
+)
 
 SLOW_S = 6.0
 MAX_CONTENT_BYTES = 4096
@@ -127,7 +135,9 @@ async def test_an_ask_is_answered_by_a_command_agent(room: str, errlog: Any) -> 
     assert structured["status"] == "answered"
     assert structured["outcome"] == "completed"
     assert structured["content"] == "WHAT IS DUE?"
-    assert "\n" not in text
+    # The text block alone carries the answer: a first line, then the result's JSON.
+    assert summary_of(text) == f"answered: {structured['key']} (completed)"
+    assert facts_of(text)["content"] == "WHAT IS DUE?"
 
 
 async def test_a_slow_agent_is_pending_then_wait_gives_the_answer(room: str, errlog: Any) -> None:
@@ -187,7 +197,7 @@ async def test_two_sessions_one_asks_and_one_takes_the_task(room: str, errlog: A
         assert answered["content"] == "yes"
         _, text, is_error = await call(bob, "answer", job_id=task["job_id"], content="yes")
         assert is_error
-        assert "not a task you took" in text
+        assert "already answered" in text
 
 
 async def test_inbox_read_and_ack(room: str, errlog: Any) -> None:
@@ -199,6 +209,9 @@ async def test_inbox_read_and_ack(room: str, errlog: Any) -> None:
         sent, text, is_error = await call(session, "send", to="upper:s-upper", content=long)
         assert not is_error, text
         assert sent["status"] == "sent"
+        # A send's fresh key and its job are named as a send's, not an ask's.
+        assert sent["key"].startswith("mail-")
+        assert sent["job_id"] == "send:" + sent["key"]
         again, _, _ = await call(session, "send", to="upper:s-upper", content=long, key=sent["key"])
         assert again["status"] == "already sent"
         listed = await until_unread(session, 1)
@@ -238,6 +251,54 @@ async def test_a_cancelled_ask_still_gets_its_reply(room: str, errlog: Any) -> N
     assert listed["replies"][0]["content"] == "CANCEL ME"
 
 
+async def test_an_ask_given_up_at_once_has_named_its_key(room: str, errlog: Any) -> None:
+    """An ask's first progress notification names its fresh key at 0 s; given up, it lands there."""
+    heard: list[tuple[float, str]] = []
+
+    async def progressed(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, message or ""))
+
+    async with mcp_session(room, "me:s-hasty", errlog) as session:
+        with pytest.raises(MCPError):
+            await session.call_tool(
+                "ask",
+                {"to": "slow:s-slow", "content": "hasty", "wait_s": 60},
+                read_timeout_seconds=2,
+                progress_callback=progressed,
+            )
+        assert heard, "no progress notification came before the call was given up"
+        done, message = heard[0]
+        assert done == 0
+        found = re.search(r"as key (ask-\S+):", message)
+        assert found is not None, message
+        listed = await until_unread(session, 1, within_s=60)
+    assert listed["replies"][0]["in_reply_to"] == found.group(1)
+    assert listed["replies"][0]["content"] == "HASTY"
+
+
+async def test_every_tool_is_listed_titled_annotated_and_described(room: str, errlog: Any) -> None:
+    """tools/list gives each tool a title, the four annotations, described arguments, a closed schema."""
+    async with mcp_session(room, "me:s-list", errlog) as session:
+        listed = await session.list_tools()
+    assert [tool.name for tool in listed.tools] == [
+        "send", "ask", "wait", "inbox", "read", "ack", "next_task", "answer", "status", "agents",
+    ]  # fmt: skip
+    for tool in listed.tools:
+        assert tool.title, tool.name
+        hints = tool.annotations
+        assert hints is not None, tool.name
+        for hint in ("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint"):
+            assert isinstance(getattr(hints, hint), bool), (tool.name, hint)
+        for name, argument in tool.input_schema["properties"].items():
+            assert argument.get("description"), (tool.name, name)
+        assert tool.output_schema is not None
+        assert tool.output_schema["additionalProperties"] is False, tool.name
+    read_only = {tool.name for tool in listed.tools if tool.annotations.read_only_hint}  # type: ignore[union-attr]
+    assert read_only == {"inbox", "read", "status", "agents"}
+    ask = next(tool for tool in listed.tools if tool.name == "ask")
+    assert "state" in (ask.output_schema or {})["properties"]
+
+
 async def test_progress_is_reported_while_waiting(room: str, errlog: Any) -> None:
     """A wait with a progress token gets a progress notification at least every 10 s."""
     seen: list[tuple[float, float | None]] = []
@@ -274,7 +335,6 @@ BAD_CALLS = [
     ("answer", {"job_id": "not-mine", "content": "x"}, "job_id"),
     ("answer", {"job_id": "not-mine", "content": "x", "outcome": "maybe"}, "outcome"),
     ("status", {"key": "never-sent"}, "key"),
-    ("nonesuch", {}, "name"),
 ]
 
 
@@ -288,10 +348,17 @@ async def test_every_bad_input_is_a_tool_error_and_the_server_serves_on(
             _, text, is_error = await call(session, tool, **arguments)
             assert is_error, (tool, arguments, text)
             assert text.startswith(f"{field}:") or f"{field}" in text.split(":")[0], (tool, text)
-            assert "\n" not in text
+            assert "\n" not in summary_of(text)
             agents, text, is_error = await call(session, "agents")
             assert not is_error, text
             assert {"agent_id": "upper", "kind": "mailbox", "held": False} in agents["agents"]
+        # An unknown tool is the specification's protocol error, and the server serves on.
+        with pytest.raises(MCPError) as unknown:
+            await session.call_tool("nonesuch", {})
+        assert unknown.value.code == -32602
+        assert "nonesuch" in unknown.value.message
+        _, text, is_error = await call(session, "agents")
+        assert not is_error, text
     assert await room_pool.fetchval("SELECT count(*) FROM birddog.jobs") == jobs_before
 
 
@@ -370,6 +437,7 @@ async def http_session(url: str, token: str) -> AsyncIterator[ClientSession]:
         ClientSession(read, write) as session,
     ):
         await session.initialize()
+        await session.list_tools()
         yield session
 
 
@@ -452,7 +520,7 @@ async def test_per_agent_tokens_act_only_as_their_agent(room: str) -> None:
             [reply] = listed["replies"]
             assert await call(as_bob, "inbox") == (
                 {"replies": [], "unread": 0},
-                "0 unread replies shown; 0 unread in all",
+                '0 unread replies shown; 0 unread in all\n\n{"replies": [], "unread": 0}',
                 False,
             )
             for tool, arguments in (

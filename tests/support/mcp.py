@@ -1,4 +1,10 @@
-"""``birddog mcp`` as a subprocess, driven by the mcp package's own client over stdio."""
+"""``birddog mcp`` as a subprocess, driven by the mcp package's own client; every result checked.
+
+:func:`call` (and :func:`checked`, for a result in hand) holds every result a test sees
+to the rules of :mod:`birddog.mcp.texts`: a success's structured content validates
+against the tool's output schema and is the JSON its text block carries; a tool error
+carries no structured content.
+"""
 
 from __future__ import annotations
 
@@ -8,8 +14,12 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import jsonschema
+import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
+from birddog.mcp.schemas import output_schema
+from birddog.mcp.texts import ToolResult
 from tests.support.cli import ROOT, cli_env, command_line
 
 
@@ -17,7 +27,10 @@ from tests.support.cli import ROOT, cli_env, command_line
 async def stdio_mcp(
     dsn: str, identity: str, errlog: Any, *args: str, **env: str
 ) -> AsyncIterator[ClientSession]:
-    """``birddog mcp --as IDENTITY`` as a subprocess, initialized, with the SDK's client.
+    """``birddog mcp --as IDENTITY`` as a subprocess, initialized, its tools listed.
+
+    The tools are listed first, as every host does: the client then validates each
+    result's structured content against the tool's output schema.
 
     Args:
         dsn: the database the server uses.
@@ -35,6 +48,7 @@ async def stdio_mcp(
         ClientSession(read, write) as session,
     ):
         await session.initialize()
+        await session.list_tools()
         yield session
 
 
@@ -47,10 +61,55 @@ def server_params(env: dict[str, str], *args: str) -> StdioServerParameters:
 async def call(
     session: ClientSession, tool: str, **arguments: Any
 ) -> tuple[dict[str, Any], str, bool]:
-    """Call a tool; its structured content, its text and whether it is an error."""
-    result = await session.call_tool(tool, arguments)
-    text = result.content[0].text if result.content else ""  # type: ignore[union-attr]
-    return dict(result.structured_content or {}), text, result.is_error
+    """Call a tool; its structured content, its text and whether it is an error.
+
+    For a tool error, the first item is the facts its text block carries (it has no
+    structured content).
+    """
+    return checked(tool, await session.call_tool(tool, arguments))
+
+
+def checked(tool: str, result: types.CallToolResult) -> tuple[dict[str, Any], str, bool]:
+    """A result held to the rules (see the module); as :func:`call` gives it."""
+    assert len(result.content) == 1, result.content
+    block = result.content[0]
+    assert isinstance(block, types.TextContent), block
+    return checked_parts(tool, result.structured_content, block.text, result.is_error)
+
+
+def checked_result(tool: str, result: ToolResult) -> ToolResult:
+    """A result of the desk itself, held to the same rules; returned as it came."""
+    checked_parts(tool, result.structured_content, result.text, result.is_error)
+    return result
+
+
+def checked_parts(
+    tool: str, structured: Any, text: str, is_error: bool
+) -> tuple[dict[str, Any], str, bool]:
+    """The rules, on a result's structured content, text block and error flag."""
+    facts = facts_of(text)
+    if is_error:
+        assert structured is None, f"a tool error carries structured content: {structured}"
+        return facts, text, True
+    assert isinstance(structured, dict), structured
+    jsonschema.validate(structured, output_schema(tool))
+    assert facts == structured, (text, structured)
+    return dict(structured), text, False
+
+
+def facts_of(text: str) -> dict[str, Any]:
+    """The JSON a text block carries after its first line and a blank line ({} if none)."""
+    _summary, blank, rest = text.partition("\n\n")
+    if not blank:
+        return {}
+    facts = json.loads(rest)
+    assert isinstance(facts, dict), rest
+    return facts
+
+
+def summary_of(text: str) -> str:
+    """A text block's first line (what happened, or an error's reason)."""
+    return text.partition("\n\n")[0]
 
 
 @contextlib.contextmanager

@@ -34,12 +34,16 @@ from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
 
 from birddog.core.ask import address_text, parse_address
 from birddog.core.errors import InvalidInput, StoreUnavailable
 from birddog.core.mail import AgentAddress
 from birddog.core.text import inert
-from birddog.mcp.tools import TOOLS, Desk, ToolResult, input_schema
+from birddog.mcp.schemas import TOOLS, input_schema, output_schema
+from birddog.mcp.texts import ToolResult
+from birddog.mcp.tools import Desk
 from birddog.ports import TokenBook
 from birddog.runtime import stop_task, wait_event
 
@@ -94,9 +98,17 @@ def build_server(desk: Desk, identify: Identify, *, channel: bool = False) -> Se
             tools=[
                 types.Tool(
                     name=name,
+                    title=spec["title"],
                     description=spec["description"],
                     input_schema=input_schema(name),
-                    output_schema=spec["output"],
+                    output_schema=output_schema(name),
+                    annotations=types.ToolAnnotations(
+                        title=spec["title"],
+                        read_only_hint=spec["annotations"]["readOnlyHint"],
+                        destructive_hint=spec["annotations"]["destructiveHint"],
+                        idempotent_hint=spec["annotations"]["idempotentHint"],
+                        open_world_hint=spec["annotations"]["openWorldHint"],
+                    ),
                 )
                 for name, spec in TOOLS.items()
             ]
@@ -105,6 +117,12 @@ def build_server(desk: Desk, identify: Identify, *, channel: bool = False) -> Se
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        if params.name not in TOOLS:
+            # The specification's answer to an unknown tool: a protocol error, not a result.
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"Unknown tool: {inert(params.name)[:64]} (tools: {', '.join(TOOLS)})",
+            )
         caller = identify(ctx)
         if caller is None:
             return _as_result(
@@ -152,9 +170,10 @@ def build_server(desk: Desk, identify: Identify, *, channel: bool = False) -> Se
 
 
 def _as_result(result: ToolResult) -> types.CallToolResult:
+    """One text block (summary, then the JSON) and, for a success only, structured content."""
     return types.CallToolResult(
         content=[types.TextContent(text=result.text)],
-        structured_content=result.structured,
+        structured_content=result.structured_content,
         is_error=result.is_error,
     )
 
