@@ -15,11 +15,9 @@ import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import httpx2
 import pytest
 from mcp import ClientSession, stdio_client
 from mcp.client.extension import NotificationBinding
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
@@ -32,8 +30,11 @@ from tests.support.cli import Daemon, cli, cli_env, token_of
 from tests.support.mcp import (
     call,
     facts_of,
+    http_client,
+    http_session,
     json_errlog,
     server_params,
+    server_url,
     stdio_mcp,
     summary_of,
 )
@@ -418,44 +419,6 @@ async def test_next_task_rules_cancel_wins_and_a_lost_session_is_recovered(
 
 
 # ---- the same tools over streamable HTTP ----------------------------------------------
-
-
-def http_client(token: str | None) -> httpx2.AsyncClient:
-    """An HTTP client for 127.0.0.1 that sends ``token`` as its bearer (no proxies)."""
-    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    return httpx2.AsyncClient(
-        headers=headers, trust_env=False, timeout=httpx2.Timeout(30, read=120)
-    )
-
-
-@contextlib.asynccontextmanager
-async def http_session(url: str, token: str) -> AsyncIterator[ClientSession]:
-    """A ClientSession over the SDK's streamable HTTP client, initialized."""
-    async with (
-        http_client(token) as client,
-        streamable_http_client(url, http_client=client) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        await session.list_tools()
-        yield session
-
-
-async def server_url(server: Daemon) -> str:
-    """The URL a ``birddog mcp --http`` server announced."""
-    line = await eventually(
-        lambda: next(
-            (
-                json.loads(line)["text"]
-                for line in server.log().splitlines()
-                if "BirdDog MCP server for" in line
-            ),
-            None,
-        ),
-        "the MCP server's URL",
-        within_s=60,
-    )
-    return str(line.rsplit(" ", 1)[1])
 
 
 async def test_the_tools_over_http_need_the_token(room: str) -> None:

@@ -14,13 +14,16 @@ import tempfile
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx2
 import jsonschema
 import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
 
 from birddog.mcp.schemas import output_schema
 from birddog.mcp.texts import ToolResult
-from tests.support.cli import ROOT, cli_env, command_line
+from tests.support.cli import ROOT, Daemon, cli_env, command_line
+from tests.support.waiting import eventually
 
 
 @contextlib.asynccontextmanager
@@ -120,3 +123,44 @@ def json_errlog() -> Iterator[Any]:
         log.seek(0)
         for line in log.read().splitlines():
             assert isinstance(json.loads(line), dict), line
+
+
+# ---- over streamable HTTP -------------------------------------------------------------
+
+
+def http_client(token: str | None) -> httpx2.AsyncClient:
+    """An HTTP client for 127.0.0.1 that sends ``token`` as its bearer (no proxies)."""
+    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+    return httpx2.AsyncClient(
+        headers=headers, trust_env=False, timeout=httpx2.Timeout(30, read=120)
+    )
+
+
+@contextlib.asynccontextmanager
+async def http_session(url: str, token: str) -> AsyncIterator[ClientSession]:
+    """A ClientSession over the SDK's streamable HTTP client, initialized."""
+    async with (
+        http_client(token) as client,
+        streamable_http_client(url, http_client=client) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        await session.list_tools()
+        yield session
+
+
+async def server_url(server: Daemon) -> str:
+    """The URL a ``birddog mcp --http`` server announced."""
+    line = await eventually(
+        lambda: next(
+            (
+                json.loads(line)["text"]
+                for line in server.log().splitlines()
+                if "BirdDog MCP server" in line and "http://" in line
+            ),
+            None,
+        ),
+        "the MCP server's URL",
+        within_s=60,
+    )
+    return str(line.rsplit(" ", 1)[1])
