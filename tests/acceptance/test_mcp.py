@@ -24,11 +24,11 @@ from pydantic import BaseModel
 from birddog.clock import SystemClock
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, create_pool
-from birddog.postgres.routes import PostgresRoutes
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
 from tests.support.cli import Daemon, cli, cli_env, token_of
 from tests.support.mcp import (
     call,
+    command_agents,
     facts_of,
     http_client,
     http_session,
@@ -48,38 +48,10 @@ LEASE_S = 3.0
 async def room(database_factory: Any) -> AsyncIterator[str]:
     """A database with a drain daemon and the three command agents running on it."""
     dsn = await database_factory.take()
-    pool = await create_pool(dsn, max_size=2)
-    routes = PostgresRoutes(pool, clock=SystemClock())
-    for agent in ("upper", "slow", "fail"):
-        await routes.add(agent, kind="mailbox")
-    await pool.close()
-    started = [
-        # Its reaper runs every half of its own job lease: the sessions' lease, so that a
-        # lost session's task is recovered in seconds.
-        Daemon(dsn, BIRDDOG_JOB_LEASE_S=str(LEASE_S)),
-        Daemon(dsn, "--command", "tr a-z A-Z", "--queue", "s-upper", command="worker"),
-        Daemon(
-            dsn,
-            "--command",
-            f"sh -c 'sleep {SLOW_S:g}; tr a-z A-Z'",
-            "--queue",
-            "s-slow",
-            command="worker",
-        ),
-        Daemon(
-            dsn,
-            "--command",
-            "sh -c 'echo no such thing >&2; exit 3'",
-            "--queue",
-            "s-fail",
-            command="worker",
-        ),
-    ]
     try:
-        yield dsn
+        async with command_agents(dsn, slow_s=SLOW_S, lease_s=LEASE_S):
+            yield dsn
     finally:
-        for daemon in started:
-            daemon.kill()
         database_factory.give_back(dsn)
 
 

@@ -20,8 +20,11 @@ import mcp_types as types
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from birddog.clock import SystemClock
 from birddog.mcp.schemas import output_schema
 from birddog.mcp.texts import ToolResult
+from birddog.postgres.pool import create_pool
+from birddog.postgres.routes import PostgresRoutes
 from tests.support.cli import ROOT, Daemon, cli_env, command_line
 from tests.support.waiting import eventually
 
@@ -113,6 +116,38 @@ def facts_of(text: str) -> dict[str, Any]:
 def summary_of(text: str) -> str:
     """A text block's first line (what happened, or an error's reason)."""
     return text.partition("\n\n")[0]
+
+
+@contextlib.asynccontextmanager
+async def command_agents(dsn: str, *, slow_s: float, lease_s: float) -> AsyncIterator[None]:
+    """A drain daemon and three command agents on ``dsn``, each with a mailbox route.
+
+    ``upper:s-upper`` answers at once (``tr a-z A-Z``), ``slow:s-slow`` the same after
+    ``slow_s`` seconds, ``fail:s-fail`` exits 3 saying ``no such thing`` on stderr. The
+    daemon's reaper runs every half of ``lease_s`` (the MCP sessions' lease, so that a
+    lost session's task is recovered in seconds). All are killed at the end.
+    """
+    pool = await create_pool(dsn, max_size=2)
+    try:
+        routes = PostgresRoutes(pool, clock=SystemClock())
+        for agent in ("upper", "slow", "fail"):
+            await routes.add(agent, kind="mailbox")
+    finally:
+        await pool.close()
+    commands = {
+        "s-upper": "tr a-z A-Z",
+        "s-slow": f"sh -c 'sleep {slow_s:g}; tr a-z A-Z'",
+        "s-fail": "sh -c 'echo no such thing >&2; exit 3'",
+    }
+    started = [Daemon(dsn, BIRDDOG_JOB_LEASE_S=str(lease_s))] + [
+        Daemon(dsn, "--command", command, "--queue", queue, command="worker")
+        for queue, command in commands.items()
+    ]
+    try:
+        yield
+    finally:
+        for daemon in started:
+            daemon.kill()
 
 
 @contextlib.contextmanager
