@@ -27,8 +27,8 @@ from birddog.postgres.pool import Pool, create_pool
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
 from tests.support.cli import Daemon, cli, cli_env, token_of
 from tests.support.mcp import (
+    agents_room,
     call,
-    command_agents,
     facts_of,
     http_client,
     http_session,
@@ -47,12 +47,8 @@ LEASE_S = 3.0
 @pytest.fixture(scope="module")
 async def room(database_factory: Any) -> AsyncIterator[str]:
     """A database with a drain daemon and the three command agents running on it."""
-    dsn = await database_factory.take()
-    try:
-        async with command_agents(dsn, slow_s=SLOW_S, lease_s=LEASE_S):
-            yield dsn
-    finally:
-        database_factory.give_back(dsn)
+    async with agents_room(database_factory, slow_s=SLOW_S, lease_s=LEASE_S) as dsn:
+        yield dsn
 
 
 @pytest.fixture

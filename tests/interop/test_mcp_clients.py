@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.support.cli import ROOT, Daemon, cli, cli_env, command_line, token_of
-from tests.support.mcp import command_agents, facts_of, server_url, summary_of
+from tests.support.mcp import agents_room, facts_of, server_url, summary_of
 
 HERE = Path(__file__).parent
 NODE = shutil.which("node")
@@ -46,12 +46,8 @@ ENV = {"BIRDDOG_MAX_CONTENT_BYTES": str(MAX_CONTENT_BYTES), "BIRDDOG_JOB_LEASE_S
 @pytest.fixture(scope="module")
 async def room(database_factory: Any) -> AsyncIterator[str]:
     """A database with a drain daemon and the three command agents (upper, slow, fail)."""
-    dsn = await database_factory.take()
-    try:
-        async with command_agents(dsn, slow_s=SLOW_S, lease_s=LEASE_S):
-            yield dsn
-    finally:
-        database_factory.give_back(dsn)
+    async with agents_room(database_factory, slow_s=SLOW_S, lease_s=LEASE_S) as dsn:
+        yield dsn
 
 
 async def tour(config: dict[str, Any]) -> dict[str, Any]:

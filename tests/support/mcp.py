@@ -119,6 +119,17 @@ def summary_of(text: str) -> str:
 
 
 @contextlib.asynccontextmanager
+async def agents_room(factory: Any, *, slow_s: float, lease_s: float) -> AsyncIterator[str]:
+    """A database of ``factory`` with :func:`command_agents` running on it; its DSN."""
+    dsn = await factory.take()
+    try:
+        async with command_agents(dsn, slow_s=slow_s, lease_s=lease_s):
+            yield dsn
+    finally:
+        factory.give_back(dsn)
+
+
+@contextlib.asynccontextmanager
 async def command_agents(dsn: str, *, slow_s: float, lease_s: float) -> AsyncIterator[None]:
     """A drain daemon and three command agents on ``dsn``, each with a mailbox route.
 

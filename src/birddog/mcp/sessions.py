@@ -118,9 +118,7 @@ class CallerSessions(StreamableHTTPSessionManager):
     """
 
     def __init__(self, app: Any, *, per_caller: int, idle_s: float, **options: Any) -> None:
-        super().__init__(
-            app, session_idle_timeout=idle_s, retry_interval=RETRY_MS, **options
-        )
+        super().__init__(app, session_idle_timeout=idle_s, retry_interval=RETRY_MS, **options)
         self.per_caller = per_caller
         self._by_caller: dict[str, dict[str, StreamableHTTPServerTransport]] = {}
 
@@ -192,9 +190,7 @@ class SessionQuota:
         caller_of: the caller a request's scope names (None: unknown, passed on).
     """
 
-    def __init__(
-        self, app: ASGIApp, sessions: CallerSessions, caller_of: Any
-    ) -> None:
+    def __init__(self, app: ASGIApp, sessions: CallerSessions, caller_of: Any) -> None:
         self.app = app
         self.sessions = sessions
         self.caller_of = caller_of
