@@ -170,6 +170,10 @@ async def test_one_token_cannot_lock_another_out(database_url: str, tokens: dict
             refused = await initialize(alice, url)
             assert refused.status_code == 429
             assert "BIRDDOG_MCP_SESSIONS_PER_TOKEN" in refused.json()["error"]["message"]
+            # Another origin is refused as such first: it never learns of the quota.
+            elsewhere = {**ACCEPT, "Origin": "http://evil.example.com"}
+            foreign = await alice.post(url, json=INITIALIZE, headers=elsewhere)
+            assert foreign.status_code == 403
             for _ in range(3):
                 theirs = await initialize(bob, url)
                 assert theirs.status_code == 200, theirs.text
