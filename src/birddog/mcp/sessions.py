@@ -34,6 +34,8 @@ from uuid import uuid4
 import structlog
 from mcp.server.streamable_http import EventCallback, EventMessage, EventStore
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecurityMiddleware
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from birddog.mcp.texts import plural
@@ -184,9 +186,12 @@ def _end(transport: StreamableHTTPServerTransport) -> None:
 class SessionQuota:
     """ASGI middleware: a new session past a caller's quota, all of them busy, is a 429.
 
+    The SDK's own Host and Origin check (DNS rebinding protection) answers first, as it
+    would for any request: a request from another origin never learns of the quota.
+
     Args:
         app: the MCP endpoint.
-        sessions: the session manager (who holds what).
+        sessions: the session manager (who holds what, its security settings).
         caller_of: the caller a request's scope names (None: unknown, passed on).
     """
 
@@ -194,10 +199,15 @@ class SessionQuota:
         self.app = app
         self.sessions = sessions
         self.caller_of = caller_of
+        self.security = TransportSecurityMiddleware(sessions.security_settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Refuse a new session the quota has no room for; pass everything else on."""
         if scope["type"] == "http" and scope["method"] == "POST" and not _has_session(scope):
+            refused = await self.security.validate_request(Request(scope, receive), is_post=True)
+            if refused is not None:
+                await refused(scope, receive, send)
+                return
             caller = self.caller_of(scope)
             if caller is not None and self.sessions.full(caller):
                 most = self.sessions.per_caller
