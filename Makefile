@@ -16,7 +16,15 @@ WORKERS ?= 3
 INSTALL := $(BIN)/uv pip install --quiet --python $(BIN)/python --constraint $(LOCK) \
 	--build-constraint $(LOCK)
 
-.PHONY: run test lint typecheck fmt bench bench-full chaos clean venv lock migration
+.PHONY: run test lint typecheck fmt bench bench-full chaos clean venv lock migration interop-deps
+
+# The Node clients of tests/interop (the TypeScript MCP SDK, the JavaScript A2A SDK),
+# installed from their lock; `make test` installs them where `node` is on PATH (the
+# interop tests skip, saying why, where it is not). npm ci is tried three times: a
+# registry hiccup should not fail a run.
+NODE := $(shell command -v node 2>/dev/null)
+INTEROP := tests/interop
+INTEROP_STAMP := $(INTEROP)/node_modules/.installed
 
 # The venv's pip puts in only uv, at the release the lock pins.
 define make-venv
@@ -37,6 +45,15 @@ $(STAMP): pyproject.toml $(LOCK)
 
 venv: $(STAMP)
 
+$(INTEROP_STAMP): $(INTEROP)/package.json $(INTEROP)/package-lock.json
+	cd $(INTEROP) && for attempt in 1 2 3; do \
+	  npm ci --no-audit --no-fund --no-update-notifier && break; \
+	  test $$attempt = 3 && exit 1; echo "npm ci failed; trying again" >&2; sleep 10; \
+	done
+	touch $(INTEROP_STAMP)
+
+interop-deps: $(INTEROP_STAMP)
+
 run: $(RUN_STAMP)
 	$(BIN)/birddog run
 
@@ -53,7 +70,7 @@ typecheck: $(STAMP)
 # each worker and each CLI subprocess would otherwise compile every module afresh and
 # rewrite every test's asserts, about half of what collecting the suite costs.
 test: export PYTHONDONTWRITEBYTECODE :=
-test: lint typecheck
+test: lint typecheck $(if $(NODE),interop-deps)
 	$(BIN)/python -m pytest -n $(WORKERS) -m "not chaos" --durations=25
 	$(BIN)/python -m pytest -m chaos --durations=10
 

@@ -254,6 +254,16 @@ class Settings(BaseSettings):
     check_spool_s: float = Field(
         600.0, gt=0, description="`check` fails when spooled mail is older."
     )
+    mcp_sessions_per_token: int = Field(
+        16,
+        ge=1,
+        le=10_000,
+        description="Open MCP HTTP sessions one token may hold; past it the token's session "
+        "idle the longest ends, and with all busy a new one is refused.",
+    )
+    mcp_session_idle_s: float = Field(
+        300.0, gt=0, description="An MCP HTTP session with no request this long is ended."
+    )
 
     @field_validator(
         "retain_receipts_s",

@@ -11,24 +11,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-import httpx2
 import pytest
 from mcp import ClientSession, stdio_client
 from mcp.client.extension import NotificationBinding
-from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 from birddog.clock import SystemClock
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, create_pool
-from birddog.postgres.routes import PostgresRoutes
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
 from tests.support.cli import Daemon, cli, cli_env, token_of
-from tests.support.mcp import call, json_errlog, server_params, stdio_mcp
+from tests.support.mcp import (
+    agents_room,
+    call,
+    facts_of,
+    http_client,
+    http_session,
+    json_errlog,
+    server_params,
+    server_url,
+    stdio_mcp,
+    summary_of,
+)
 
 SLOW_S = 6.0
 MAX_CONTENT_BYTES = 4096
@@ -38,40 +47,8 @@ LEASE_S = 3.0
 @pytest.fixture(scope="module")
 async def room(database_factory: Any) -> AsyncIterator[str]:
     """A database with a drain daemon and the three command agents running on it."""
-    dsn = await database_factory.take()
-    pool = await create_pool(dsn, max_size=2)
-    routes = PostgresRoutes(pool, clock=SystemClock())
-    for agent in ("upper", "slow", "fail"):
-        await routes.add(agent, kind="mailbox")
-    await pool.close()
-    started = [
-        # Its reaper runs every half of its own job lease: the sessions' lease, so that a
-        # lost session's task is recovered in seconds.
-        Daemon(dsn, BIRDDOG_JOB_LEASE_S=str(LEASE_S)),
-        Daemon(dsn, "--command", "tr a-z A-Z", "--queue", "s-upper", command="worker"),
-        Daemon(
-            dsn,
-            "--command",
-            f"sh -c 'sleep {SLOW_S:g}; tr a-z A-Z'",
-            "--queue",
-            "s-slow",
-            command="worker",
-        ),
-        Daemon(
-            dsn,
-            "--command",
-            "sh -c 'echo no such thing >&2; exit 3'",
-            "--queue",
-            "s-fail",
-            command="worker",
-        ),
-    ]
-    try:
+    async with agents_room(database_factory, slow_s=SLOW_S, lease_s=LEASE_S) as dsn:
         yield dsn
-    finally:
-        for daemon in started:
-            daemon.kill()
-        database_factory.give_back(dsn)
 
 
 @pytest.fixture
@@ -127,7 +104,9 @@ async def test_an_ask_is_answered_by_a_command_agent(room: str, errlog: Any) -> 
     assert structured["status"] == "answered"
     assert structured["outcome"] == "completed"
     assert structured["content"] == "WHAT IS DUE?"
-    assert "\n" not in text
+    # The text block alone carries the answer: a first line, then the result's JSON.
+    assert summary_of(text) == f"answered: {structured['key']} (completed)"
+    assert facts_of(text)["content"] == "WHAT IS DUE?"
 
 
 async def test_a_slow_agent_is_pending_then_wait_gives_the_answer(room: str, errlog: Any) -> None:
@@ -187,7 +166,7 @@ async def test_two_sessions_one_asks_and_one_takes_the_task(room: str, errlog: A
         assert answered["content"] == "yes"
         _, text, is_error = await call(bob, "answer", job_id=task["job_id"], content="yes")
         assert is_error
-        assert "not a task you took" in text
+        assert "already answered" in text
 
 
 async def test_inbox_read_and_ack(room: str, errlog: Any) -> None:
@@ -199,6 +178,9 @@ async def test_inbox_read_and_ack(room: str, errlog: Any) -> None:
         sent, text, is_error = await call(session, "send", to="upper:s-upper", content=long)
         assert not is_error, text
         assert sent["status"] == "sent"
+        # A send's fresh key and its job are named as a send's, not an ask's.
+        assert sent["key"].startswith("mail-")
+        assert sent["job_id"] == "send:" + sent["key"]
         again, _, _ = await call(session, "send", to="upper:s-upper", content=long, key=sent["key"])
         assert again["status"] == "already sent"
         listed = await until_unread(session, 1)
@@ -238,6 +220,54 @@ async def test_a_cancelled_ask_still_gets_its_reply(room: str, errlog: Any) -> N
     assert listed["replies"][0]["content"] == "CANCEL ME"
 
 
+async def test_an_ask_given_up_at_once_has_named_its_key(room: str, errlog: Any) -> None:
+    """An ask's first progress notification names its fresh key at 0 s; given up, it lands there."""
+    heard: list[tuple[float, str]] = []
+
+    async def progressed(progress: float, total: float | None, message: str | None) -> None:
+        heard.append((progress, message or ""))
+
+    async with mcp_session(room, "me:s-hasty", errlog) as session:
+        with pytest.raises(MCPError):
+            await session.call_tool(
+                "ask",
+                {"to": "slow:s-slow", "content": "hasty", "wait_s": 60},
+                read_timeout_seconds=2,
+                progress_callback=progressed,
+            )
+        assert heard, "no progress notification came before the call was given up"
+        done, message = heard[0]
+        assert done == 0
+        found = re.search(r"as key (ask-\S+):", message)
+        assert found is not None, message
+        listed = await until_unread(session, 1, within_s=60)
+    assert listed["replies"][0]["in_reply_to"] == found.group(1)
+    assert listed["replies"][0]["content"] == "HASTY"
+
+
+async def test_every_tool_is_listed_titled_annotated_and_described(room: str, errlog: Any) -> None:
+    """tools/list gives each tool a title, the four annotations, described arguments, a closed schema."""
+    async with mcp_session(room, "me:s-list", errlog) as session:
+        listed = await session.list_tools()
+    assert [tool.name for tool in listed.tools] == [
+        "send", "ask", "wait", "inbox", "read", "ack", "next_task", "answer", "status", "agents",
+    ]  # fmt: skip
+    for tool in listed.tools:
+        assert tool.title, tool.name
+        hints = tool.annotations
+        assert hints is not None, tool.name
+        for hint in ("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint"):
+            assert isinstance(getattr(hints, hint), bool), (tool.name, hint)
+        for name, argument in tool.input_schema["properties"].items():
+            assert argument.get("description"), (tool.name, name)
+        assert tool.output_schema is not None
+        assert tool.output_schema["additionalProperties"] is False, tool.name
+    read_only = {tool.name for tool in listed.tools if tool.annotations.read_only_hint}  # type: ignore[union-attr]
+    assert read_only == {"inbox", "read", "status", "agents"}
+    ask = next(tool for tool in listed.tools if tool.name == "ask")
+    assert "state" in (ask.output_schema or {})["properties"]
+
+
 async def test_progress_is_reported_while_waiting(room: str, errlog: Any) -> None:
     """A wait with a progress token gets a progress notification at least every 10 s."""
     seen: list[tuple[float, float | None]] = []
@@ -274,7 +304,6 @@ BAD_CALLS = [
     ("answer", {"job_id": "not-mine", "content": "x"}, "job_id"),
     ("answer", {"job_id": "not-mine", "content": "x", "outcome": "maybe"}, "outcome"),
     ("status", {"key": "never-sent"}, "key"),
-    ("nonesuch", {}, "name"),
 ]
 
 
@@ -288,10 +317,17 @@ async def test_every_bad_input_is_a_tool_error_and_the_server_serves_on(
             _, text, is_error = await call(session, tool, **arguments)
             assert is_error, (tool, arguments, text)
             assert text.startswith(f"{field}:") or f"{field}" in text.split(":")[0], (tool, text)
-            assert "\n" not in text
+            assert "\n" not in summary_of(text)
             agents, text, is_error = await call(session, "agents")
             assert not is_error, text
             assert {"agent_id": "upper", "kind": "mailbox", "held": False} in agents["agents"]
+        # An unknown tool is the specification's protocol error, and the server serves on.
+        with pytest.raises(MCPError) as unknown:
+            await session.call_tool("nonesuch", {})
+        assert unknown.value.code == -32602
+        assert "nonesuch" in unknown.value.message
+        _, text, is_error = await call(session, "agents")
+        assert not is_error, text
     assert await room_pool.fetchval("SELECT count(*) FROM birddog.jobs") == jobs_before
 
 
@@ -351,43 +387,6 @@ async def test_next_task_rules_cancel_wins_and_a_lost_session_is_recovered(
 
 
 # ---- the same tools over streamable HTTP ----------------------------------------------
-
-
-def http_client(token: str | None) -> httpx2.AsyncClient:
-    """An HTTP client for 127.0.0.1 that sends ``token`` as its bearer (no proxies)."""
-    headers = {} if token is None else {"Authorization": f"Bearer {token}"}
-    return httpx2.AsyncClient(
-        headers=headers, trust_env=False, timeout=httpx2.Timeout(30, read=120)
-    )
-
-
-@contextlib.asynccontextmanager
-async def http_session(url: str, token: str) -> AsyncIterator[ClientSession]:
-    """A ClientSession over the SDK's streamable HTTP client, initialized."""
-    async with (
-        http_client(token) as client,
-        streamable_http_client(url, http_client=client) as (read, write),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
-async def server_url(server: Daemon) -> str:
-    """The URL a ``birddog mcp --http`` server announced."""
-    line = await eventually(
-        lambda: next(
-            (
-                json.loads(line)["text"]
-                for line in server.log().splitlines()
-                if "BirdDog MCP server for" in line
-            ),
-            None,
-        ),
-        "the MCP server's URL",
-        within_s=60,
-    )
-    return str(line.rsplit(" ", 1)[1])
 
 
 async def test_the_tools_over_http_need_the_token(room: str) -> None:
@@ -452,7 +451,7 @@ async def test_per_agent_tokens_act_only_as_their_agent(room: str) -> None:
             [reply] = listed["replies"]
             assert await call(as_bob, "inbox") == (
                 {"replies": [], "unread": 0},
-                "0 unread replies shown; 0 unread in all",
+                '0 unread replies shown; 0 unread in all\n\n{"replies": [], "unread": 0}',
                 False,
             )
             for tool, arguments in (

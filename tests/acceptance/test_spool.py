@@ -342,6 +342,8 @@ async def test_the_mcp_server_starts_away_spools_and_forwards_when_back(
         )
         assert not error, text
         assert (asked["status"], asked["key"]) == ("pending", "m-2")
+        assert asked["state"] == "spooled"
+        assert asked["message"].startswith("spooled (database unreachable): the question m-2")
         await proxy.up()
         await eventually(
             lambda: pg_pool.fetchval("SELECT count(*) FROM birddog.jobs"),

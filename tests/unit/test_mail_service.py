@@ -10,9 +10,9 @@ cannot be reached.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 import pytest
+from structlog.testing import capture_logs
 
 from birddog import (
     AgentAddress,
@@ -20,7 +20,6 @@ from birddog import (
     AskTimedOut,
     InvalidInput,
     JobConflict,
-    MailService,
     NotAMailbox,
     Outcome,
     SpoolFailed,
@@ -31,62 +30,11 @@ from birddog.core.ask import Posted
 from birddog.core.ask_facts import AskState
 from birddog.core.spool import Outgoing
 from birddog.service.writing import BEHIND_SPOOLED, DATABASE_UNREACHABLE
-from birddog.testing import (
-    FrozenClock,
-    InMemoryAsks,
-    InMemoryJobs,
-    InMemoryMailbox,
-    InMemoryOutbox,
-    InMemoryRoutes,
-    InMemorySpool,
-)
 from tests.support.waiting import eventually
+from tests.support.world import World, queued
 
 UPPER = AgentAddress(agent_id="upper", session_id="s-upper")
 ASKER = AgentAddress(agent_id="asker", session_id="s-ask")
-
-
-@dataclass
-class World:
-    """The fakes, wired together, and the mail service over them."""
-
-    clock: FrozenClock = field(default_factory=FrozenClock)
-    spooling: bool = True
-
-    def __post_init__(self) -> None:
-        self.outbox = InMemoryOutbox(clock=self.clock)
-        self.jobs = InMemoryJobs(clock=self.clock, outbox=self.outbox)
-        self.routes = InMemoryRoutes(clock=self.clock, outbox=self.outbox)
-        self.mailbox = InMemoryMailbox(clock=self.clock)
-        self.asks = InMemoryAsks(jobs=self.jobs, routes=self.routes, mailbox=self.mailbox)
-        self.spool = InMemorySpool(clock=self.clock)
-        self.mail = MailService(
-            asks=self.asks,
-            answers=self.mailbox,
-            clock=self.clock,
-            spool=self.spool if self.spooling else None,
-            poll_s=0.01,
-        )
-
-    def away(self, reason: str | None = "connection refused") -> None:
-        """Take the database away (None: bring it back)."""
-        self.asks.away = self.mailbox.away = reason
-
-    async def answer(
-        self, content: str, outcome: Outcome = Outcome.COMPLETED, diagnostic: str | None = None
-    ) -> None:
-        """Play the worker and the drain: settle the queued job, deliver its replies."""
-        claimed = await self.jobs.claim(lease_s=60)
-        assert claimed is not None, "no job was queued"
-        await self.jobs.settle(
-            job_id=claimed.job.job_id,
-            claim_token=claimed.claim_token,
-            outcome=outcome,
-            content=content,
-            diagnostic=diagnostic,
-        )
-        for row in list(self.outbox.rows.values()):
-            self.mailbox.deliver(row.reply)
 
 
 @pytest.fixture
@@ -95,13 +43,6 @@ async def world() -> World:
     world = World()
     await world.routes.add("upper", kind="mailbox")
     return world
-
-
-async def queued(world: World, count: int = 1) -> None:
-    """Wait until ``count`` jobs are queued (a send running in another task got there)."""
-    await eventually(
-        lambda: len(world.jobs.jobs), f"{count} jobs queued", until=lambda n: n >= count
-    )
 
 
 async def test_an_answered_ask_returns_the_content_and_acks_the_reply(world: World) -> None:
@@ -318,3 +259,56 @@ async def test_a_spool_that_cannot_take_the_mail_says_both_failures(world: World
     assert "unreachable" in str(failed.value)
     assert "read-only file system" in str(failed.value)
     assert world.spool.rows == []
+
+
+async def test_a_send_without_a_key_is_named_as_a_send_and_an_ask_as_an_ask(
+    world: World,
+) -> None:
+    """A plain send's fresh key is mail-<time>-<token> (its job send:), an ask's ask-..."""
+    sent = await world.mail.send(to=UPPER, from_=ASKER, content="fyi")
+    assert sent.key.startswith("mail-20260101T000000Z-")
+    assert sent.job_id == "send:" + sent.key
+    asked = await world.mail.send_ask(to=UPPER, from_=ASKER, content="well?")
+    assert asked.key.startswith("ask-20260101T000000Z-")
+    assert asked.job_id == "ask:" + asked.key
+
+
+async def test_a_question_names_its_key_before_it_is_sent(world: World) -> None:
+    """A posed question tells on_key its fresh key while nothing is written yet."""
+    told: list[tuple[str, int]] = []
+
+    async def on_key(key: str) -> None:
+        told.append((key, len(world.jobs.jobs)))
+
+    question = await world.mail.pose(
+        to=UPPER, from_=ASKER, content="hi", timeout_s=1, on_key=on_key
+    )
+    assert told == [(question.key, 0)]
+    assert question.key.startswith("ask-")
+    assert list(world.jobs.jobs) == ["ask:" + question.key]
+
+
+async def test_a_send_whose_caller_left_logs_its_failure_but_not_bad_input(
+    world: World,
+) -> None:
+    """A send that fails after its caller was cancelled is logged, unless it was bad input."""
+
+    async def leave(_key: str) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()  # the caller goes away just as the send starts
+
+    await world.mail.send(to=UPPER, from_=ASKER, content="first", key="k-taken")
+    with capture_logs() as logs:
+        for to, content in (("no-colon", "x"), (UPPER, "another")):
+            with pytest.raises(asyncio.CancelledError):
+                await world.mail.pose(
+                    to=to, from_=ASKER, content=content, key="k-taken", on_key=leave
+                )
+        # The conflicting send ends after the bad address's (which ends at its first step).
+        await eventually(
+            lambda: [entry for entry in logs if entry["event"] == "send_failed_after_cancel"],
+            "the conflicting send's failure logged",
+        )
+    failed = [entry for entry in logs if "after_cancel" in entry["event"]]
+    assert [entry["error"] for entry in failed] == ["JobConflict"]

@@ -1,16 +1,28 @@
-"""The MCP tools' own rules, on fakes: arguments refused by name, a database away, the bound."""
+"""The MCP tools' own rules, on fakes: arguments refused by name, a database away, the bound.
+
+Every result here is held to the rules of results (``tests.support.mcp.checked_result``):
+structured content that validates against the tool's output schema and is the JSON of
+its text block, and none at all on a tool error.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from birddog import AgentAddress, Outcome, Reply, ReplyFacts, StoreUnavailable
+from birddog.core.ask import ask_job_id, new_send_key
 from birddog.core.mailbox import MailboxEntry
-from birddog.mcp.tools import INBOX_MAX_BYTES, TOOLS, Desk, Services, input_schema
+from birddog.mcp.schemas import INBOX_MAX_BYTES, TOOLS, input_schema
+from birddog.mcp.texts import ToolResult
+from birddog.mcp.tools import Desk, Services
+from tests.support.mcp import checked_result, facts_of
+from tests.support.world import World, queued
 
 ME = AgentAddress(agent_id="me", session_id="s-me")
 
@@ -62,12 +74,20 @@ class FullMailbox:
         return self.entries[:limit]
 
 
+class CheckedDesk(Desk):
+    """The desk, each result it gives held to the rules of results."""
+
+    async def call(self, name: str, arguments: Any, **kwargs: Any) -> ToolResult:
+        """The tool's result, checked."""
+        return checked_result(name, await super().call(name, arguments, **kwargs))
+
+
 def desk(**adapters: Any) -> Desk:
     services: dict[str, Any] = {
         name: Away() for name in ("sender", "mailbox", "asks", "jobs", "admin", "routes", "notices")
     }
     services.update(adapters)
-    return Desk(Services(**services))
+    return CheckedDesk(Services(**services))
 
 
 def test_every_tool_has_a_closed_object_schema_and_an_output_schema() -> None:
@@ -80,6 +100,33 @@ def test_every_tool_has_a_closed_object_schema_and_an_output_schema() -> None:
         assert schema["additionalProperties"] is False
         assert set(schema["required"]) <= set(schema["properties"])
         assert spec["output"]["type"] == "object"
+        assert spec["output"]["additionalProperties"] is False, name
+
+
+def test_every_tool_has_a_title_the_four_hints_and_every_argument_a_description() -> None:
+    """A client lists a title, readOnly/destructive/idempotent/openWorld hints, described arguments."""
+    for name, spec in TOOLS.items():
+        assert spec["title"], name
+        assert set(spec["annotations"]) == {
+            "readOnlyHint",
+            "destructiveHint",
+            "idempotentHint",
+            "openWorldHint",
+        }
+        for argument, schema in input_schema(name)["properties"].items():
+            assert schema.get("description"), (name, argument)
+    read_only = {name for name, spec in TOOLS.items() if spec["annotations"]["readOnlyHint"]}
+    assert read_only == {"inbox", "read", "status", "agents"}
+    assert "state" in TOOLS["ask"]["output"]["properties"]
+
+
+def test_a_sends_fresh_key_and_job_are_named_apart_from_an_asks() -> None:
+    """A send's fresh key is mail-<time>-<token> and its job send:<key>; an ask's keeps ask:."""
+    key = new_send_key(datetime(2026, 11, 30, 14, 5, 1, tzinfo=UTC), "9f3a61c2")
+    assert key == "mail-20261130T140501Z-9f3a61c2"
+    assert ask_job_id(key) == "send:" + key
+    assert ask_job_id("ask-20261130T140501Z-9f3a61c2").startswith("ask:")
+    assert ask_job_id("mail-" + "x" * 300).startswith("send:sha256:")
 
 
 @pytest.mark.parametrize(
@@ -107,6 +154,7 @@ async def test_bad_arguments_are_refused_naming_the_field(
     """A bad argument is a tool error whose one line starts with the field, before any I/O."""
     result = await desk().call(tool, arguments, caller=ME)
     assert result.is_error
+    assert result.structured_content is None
     assert result.text.startswith(starts), result.text
     assert "\n" not in result.text
 
@@ -128,3 +176,79 @@ async def test_an_inbox_of_a_thousand_long_replies_stays_far_under_the_bound() -
     replies = result.structured["replies"]
     assert replies
     assert all(reply["truncated"] and len(reply["content"]) == 2000 for reply in replies)
+
+
+async def test_bad_input_to_ask_logs_no_send_failed_after_cancel() -> None:
+    """An ask refused for its address is the caller's error, not a send lost after a cancel."""
+    world = World()
+    with capture_logs() as logs:
+        result = await desk(sender=world.mail).call(
+            "ask", {"to": "no-colon", "content": "x"}, caller=ME
+        )
+    assert result.is_error
+    assert result.text.startswith("to:")
+    assert [entry for entry in logs if "after_cancel" in entry["event"]] == []
+    assert world.jobs.jobs == {}
+
+
+async def test_a_failed_ask_is_an_error_whose_text_carries_the_whole_reply() -> None:
+    """A failed ask has no structured content; its text names the outcome and carries the reply."""
+    world = World()
+    await world.routes.add("bob", kind="mailbox")
+    heard: list[tuple[float, str]] = []
+
+    async def progressed(done: float, total: float, message: str) -> None:
+        heard.append((done, message))
+
+    asking = asyncio.create_task(
+        desk(sender=world.mail).call(
+            "ask", {"to": "bob:s-bob", "content": "x"}, caller=ME, progress=progressed
+        )
+    )
+    await queued(world)
+    await world.answer("the whole reply " + "x" * 500, Outcome.FAILED, "no such thing")
+    result = await asking
+    assert result.is_error
+    assert result.structured_content is None
+    facts = facts_of(result.text)
+    assert (facts["outcome"], facts["diagnostic"]) == ("failed", "no such thing")
+    assert facts["content"] == "the whole reply " + "x" * 500
+    assert heard[0][0] == 0
+    assert facts["key"] in heard[0][1]
+
+
+async def test_a_send_without_a_key_gets_a_sends_key_from_the_service() -> None:
+    """The desk's send leaves the key to the mail service: mail-<time>-<token>, job send:."""
+    world = World()
+    await world.routes.add("bob", kind="mailbox")
+    result = await desk(sender=world.mail).call(
+        "send", {"to": "bob:s-bob", "content": "fyi"}, caller=ME
+    )
+    assert not result.is_error, result.text
+    key = result.structured["key"]
+    assert key.startswith("mail-")
+    assert result.structured["job_id"] == "send:" + key
+    assert list(world.jobs.jobs) == ["send:" + key]
+
+
+async def test_an_ask_kept_in_the_spool_is_pending_and_says_spooled() -> None:
+    """With the database away, ask and then wait are pending in state spooled, saying why."""
+    world = World()
+    await world.routes.add("bob", kind="mailbox")
+    world.away()
+    asked = await desk(sender=world.mail).call(
+        "ask", {"to": "bob:s-bob", "content": "and?", "key": "m-2", "wait_s": 0.05}, caller=ME
+    )
+    assert not asked.is_error, asked.text
+    assert (asked.structured["status"], asked.structured["state"]) == ("pending", "spooled")
+    assert asked.structured["message"].startswith(
+        "spooled (database unreachable): the question m-2"
+    )
+    waited = await desk(sender=world.mail).call("wait", {"key": "m-2", "wait_s": 0.05}, caller=ME)
+    assert not waited.is_error, waited.text
+    assert (waited.structured["status"], waited.structured["state"]) == ("pending", "spooled")
+    assert waited.structured["message"].startswith("spooled: the question m-2")
+    world.away(None)
+    again = await desk(sender=world.mail).call("wait", {"key": "m-2", "wait_s": 0.05}, caller=ME)
+    assert (again.structured["status"], again.structured["state"]) == ("pending", "queued")
+    assert "spooled" not in again.structured["message"]

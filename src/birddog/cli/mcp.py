@@ -23,7 +23,8 @@ DEFAULT_PORT = 9467
 @click.option(
     "--http",
     is_flag=True,
-    help="Serve streamable HTTP at http://127.0.0.1:PORT/mcp (bearer tokens) instead of stdio.",
+    help="Serve streamable HTTP at http://127.0.0.1:PORT/mcp (bearer tokens) instead of stdio; "
+    "a request without a token is answered 401 naming /.well-known/oauth-protected-resource.",
 )
 @click.option(
     "--port",
@@ -40,6 +41,15 @@ DEFAULT_PORT = 9467
     "printed at start).",
 )
 @click.option(
+    "--insecure-test-mode",
+    "insecure_as",
+    metavar="AGENT:SESSION",
+    default=None,
+    help="With --http, on 127.0.0.1 only: every request acts as AGENT:SESSION and no token "
+    "is checked (for tools that cannot send a header, such as the MCP conformance suite). "
+    "Announced loudly at start; never for real agents.",
+)
+@click.option(
     "--channel",
     is_flag=True,
     help="Declare Claude Code's claude/channel capability and push a notification when a "
@@ -52,6 +62,7 @@ def mcp(
     http: bool,
     port: int,
     token: str | None,
+    insecure_as: str | None,
     channel: bool,
 ) -> None:
     """Serve the mail room as MCP tools, over stdio or streamable HTTP.
@@ -85,5 +96,6 @@ def mcp(
             channel=channel,
             token=token,
             announce=announcer(ctx),
+            insecure_as=insecure_as,
         )
     )

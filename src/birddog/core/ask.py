@@ -21,6 +21,12 @@ from birddog.core.model import ID_MAX_LENGTH
 ASK_JOB_PREFIX = "ask:"
 """An ask's job id is this and its mail key (hashed when the key is too long for an id)."""
 
+SEND_KEY_PREFIX = "mail-"
+"""A fresh key of a plain send (:func:`new_send_key`) starts with this."""
+
+SEND_JOB_PREFIX = "send:"
+"""The job id of a mail whose key starts with :data:`SEND_KEY_PREFIX` starts with this."""
+
 COMPARED = ("to", "from", "replyTo", "content")
 """The fields of a stored mail an ask must match to be its replay."""
 
@@ -82,19 +88,53 @@ def new_ask_key(now: datetime, token: str) -> str:
     return f"ask-{now.astimezone(UTC):%Y%m%dT%H%M%SZ}-{token}"
 
 
+def new_send_key(now: datetime, token: str) -> str:
+    """A fresh mail key for a plain send (no one waits on it), named apart from an ask's.
+
+    Args:
+        now: the current time.
+        token: a few random characters (the caller's random source).
+
+    Returns:
+        ``mail-<UTC time>-<token>``, e.g. ``mail-20261130T140501Z-9f3a61c2``; its job id
+        (:func:`ask_job_id`) is ``send:mail-...``.
+    """
+    return f"{SEND_KEY_PREFIX}{now.astimezone(UTC):%Y%m%dT%H%M%SZ}-{token}"
+
+
+def new_mail_key(now: datetime, token: str, *, asking: bool) -> str:
+    """The fresh key of a mail sent without one: an ask's, or a plain send's.
+
+    Args:
+        now: the current time.
+        token: a few random characters (the caller's random source).
+        asking: the mail is a question whose reply its sender waits for (an ask).
+
+    Returns:
+        :func:`new_ask_key` for an ask, :func:`new_send_key` for any other send.
+    """
+    return new_ask_key(now, token) if asking else new_send_key(now, token)
+
+
 def ask_job_id(key: str) -> str:
-    """The job id of the ask with mail key ``key`` (stable, so a repeat finds it).
+    """The job id of the mail with key ``key`` (stable, so a repeat finds it).
+
+    The id is a function of the key alone, so one key is one job whichever way it is
+    sent again: a send's fresh key (:func:`new_send_key`) gives ``send:<key>``, any other
+    key ``ask:<key>``.
 
     Args:
         key: the mail key.
 
     Returns:
-        ``ask:<key>``, or ``ask:sha256:<hex>`` when that would be longer than an id may be.
+        ``ask:<key>`` (``send:<key>`` for a send's key), or ``ask:sha256:<hex>``
+        (``send:sha256:<hex>``) when that would be longer than an id may be.
     """
-    job_id = ASK_JOB_PREFIX + key
+    prefix = SEND_JOB_PREFIX if key.startswith(SEND_KEY_PREFIX) else ASK_JOB_PREFIX
+    job_id = prefix + key
     if len(job_id) <= ID_MAX_LENGTH:
         return job_id
-    return f"{ASK_JOB_PREFIX}sha256:{hashlib.sha256(key.encode('utf-8')).hexdigest()}"
+    return f"{prefix}sha256:{hashlib.sha256(key.encode('utf-8')).hexdigest()}"
 
 
 def ask_job(

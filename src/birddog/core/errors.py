@@ -192,14 +192,23 @@ class AskTimedOut(BirdDogError):
         asker: ``AGENT:SESSION`` of the mailbox the reply will land in.
         facts: what the database said about the ask when the wait ended
             (:class:`birddog.core.ask_facts.AskFacts`; None: it could not be read).
+        spooled: True when the mail itself still waits in the local spool (the database
+            has not taken it yet).
     """
 
     def __init__(
-        self, message: str, *, key: str, asker: str, facts: AskFacts | None = None
+        self,
+        message: str,
+        *,
+        key: str,
+        asker: str,
+        facts: AskFacts | None = None,
+        spooled: bool = False,
     ) -> None:
         self.key = key
         self.asker = asker
         self.facts = facts
+        self.spooled = spooled
         super().__init__(message)
 
 

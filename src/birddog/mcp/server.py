@@ -21,26 +21,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, cast
 
 import mcp_types as types
 import structlog
 from mcp.server import Server, ServerRequestContext
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.auth.provider import AccessToken
-from mcp.server.auth.settings import AuthSettings
 from mcp.server.connection import Connection
 from mcp.server.context import CallNext, HandlerResult
 from mcp.server.session import ServerSession
 from mcp.server.stdio import stdio_server
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
 
 from birddog.core.ask import address_text, parse_address
 from birddog.core.errors import InvalidInput, StoreUnavailable
 from birddog.core.mail import AgentAddress
 from birddog.core.text import inert
-from birddog.mcp.tools import TOOLS, Desk, ToolResult, input_schema
-from birddog.ports import TokenBook
+from birddog.mcp.schemas import TOOLS, input_schema, output_schema
+from birddog.mcp.texts import ToolResult
+from birddog.mcp.tools import Desk
 from birddog.runtime import stop_task, wait_event
 
 log = structlog.get_logger("birddog.mcp")
@@ -94,9 +95,17 @@ def build_server(desk: Desk, identify: Identify, *, channel: bool = False) -> Se
             tools=[
                 types.Tool(
                     name=name,
+                    title=spec["title"],
                     description=spec["description"],
                     input_schema=input_schema(name),
-                    output_schema=spec["output"],
+                    output_schema=output_schema(name),
+                    annotations=types.ToolAnnotations(
+                        title=spec["title"],
+                        read_only_hint=spec["annotations"]["readOnlyHint"],
+                        destructive_hint=spec["annotations"]["destructiveHint"],
+                        idempotent_hint=spec["annotations"]["idempotentHint"],
+                        open_world_hint=spec["annotations"]["openWorldHint"],
+                    ),
                 )
                 for name, spec in TOOLS.items()
             ]
@@ -105,6 +114,12 @@ def build_server(desk: Desk, identify: Identify, *, channel: bool = False) -> Se
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
+        if params.name not in TOOLS:
+            # The specification's answer to an unknown tool: a protocol error, not a result.
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"Unknown tool: {inert(params.name)[:64]} (tools: {', '.join(TOOLS)})",
+            )
         caller = identify(ctx)
         if caller is None:
             return _as_result(
@@ -152,9 +167,10 @@ def build_server(desk: Desk, identify: Identify, *, channel: bool = False) -> Se
 
 
 def _as_result(result: ToolResult) -> types.CallToolResult:
+    """One text block (summary, then the JSON) and, for a success only, structured content."""
     return types.CallToolResult(
         content=[types.TextContent(text=result.text)],
-        structured_content=result.structured,
+        structured_content=result.structured_content,
         is_error=result.is_error,
     )
 
@@ -320,47 +336,6 @@ def token_identity(ctx: ServerRequestContext[Any, Any]) -> AgentAddress | None:
         return None
 
 
-class BearerTokens:
-    """The SDK's token verifier over BirdDog's token book: a token names an agent session.
-
-    Args:
-        tokens: who each token is (``birddog agent add``'s tokens, or one fixed token).
-    """
-
-    def __init__(self, tokens: TokenBook) -> None:
-        self.tokens = tokens
-
-    async def verify_token(self, token: str) -> AccessToken | None:
-        """The access the token gives: acting as its agent session, nothing else."""
-        try:
-            caller = await self.tokens.authenticate(token)
-        except StoreUnavailable as exc:
-            log.warning("mcp_token_check_failed", error=type(exc).__name__)
-            return None
-        if caller is None:
-            return None
-        return AccessToken(token=token, client_id=address_text(caller), scopes=[])
-
-
-class OneToken:
-    """A token book of one token for one identity (``birddog mcp --as X --http``).
-
-    Args:
-        token: the token.
-        caller: who it names.
-    """
-
-    def __init__(self, token: str, caller: AgentAddress) -> None:
-        self.token = token
-        self.caller = caller
-
-    async def authenticate(self, token: str) -> AgentAddress | None:
-        """``caller`` for the one token, None for anything else (compared in constant time)."""
-        import hmac  # noqa: PLC0415 - only for HTTP
-
-        return self.caller if hmac.compare_digest(token.encode(), self.token.encode()) else None
-
-
 # ---- running ------------------------------------------------------------------------------
 
 
@@ -375,64 +350,3 @@ async def serve_stdio(desk: Desk, caller: AgentAddress, *, channel: bool = False
     server = build_server(desk, fixed_identity(caller), channel=channel)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
-
-
-@contextlib.asynccontextmanager
-async def http_app(
-    desk: Desk, tokens: TokenBook, *, port: int, channel: bool = False
-) -> AsyncIterator[Any]:
-    """The streamable HTTP application at ``/mcp``, every request with a bearer token.
-
-    Args:
-        desk: what the tools do.
-        tokens: who each bearer token is.
-        port: the port on 127.0.0.1 (for the allowed Host and Origin).
-        channel: declare ``claude/channel`` and push replies and tasks.
-
-    Yields:
-        The Starlette application (its lifespan runs the SDK's session manager).
-    """
-    server = build_server(desk, token_identity, channel=channel)
-    url = f"http://127.0.0.1:{port}"
-    app = server.streamable_http_app(
-        streamable_http_path="/mcp",
-        host="127.0.0.1",
-        # The SDK installs its bearer check only with auth settings; BirdDog's tokens are
-        # its own (no OAuth server), so the issuer is this server itself.
-        auth=AuthSettings(issuer_url=url, resource_server_url=None),
-        token_verifier=BearerTokens(tokens),
-    )
-    yield app
-
-
-async def serve_http(
-    desk: Desk,
-    tokens: TokenBook,
-    *,
-    port: int,
-    channel: bool = False,
-    ready: Callable[[str], None] | None = None,
-    stop: asyncio.Event | None = None,
-) -> None:
-    """Serve the tools over streamable HTTP on 127.0.0.1 until ``stop`` is set.
-
-    Args:
-        desk: what the tools do.
-        tokens: who each bearer token is.
-        port: the port (0 picks a free one).
-        channel: declare ``claude/channel`` and push replies and tasks.
-        ready: told the URL once the server listens.
-        stop: set to stop serving.
-    """
-    from birddog.http.server import listening_socket, serve_asgi  # noqa: PLC0415 - HTTP only
-
-    # Bound first: the app allows its own Host and Origin, so it needs the port.
-    sock = listening_socket("127.0.0.1", port)
-    bound = sock.getsockname()[1]
-    async with http_app(desk, tokens, port=bound, channel=channel) as app:
-        await serve_asgi(
-            app,
-            sock,
-            ready=None if ready is None else (lambda url: ready(f"{url}/mcp")),
-            stop=stop,
-        )

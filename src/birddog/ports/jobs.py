@@ -99,8 +99,13 @@ class ClaimedJob:
 class JobStore(JobBacklog, Protocol):
     """The job store operations a worker needs (``PostgresJobs``).
 
-    :meth:`queued_backlog` tells a worker run with ``once`` whether it has drained.
+    :meth:`queued_backlog` tells a worker run with ``once`` whether it has drained;
+    :meth:`get` tells a live session why a job is not its to settle.
     """
+
+    async def get(self, job_id: str) -> Job:
+        """The job with this id, as stored now (raises ``JobNotFound`` when there is none)."""
+        ...
 
     async def claim(
         self,

@@ -17,8 +17,9 @@ import secrets
 import structlog
 
 from birddog.bootstrap import MCP_POOL_SIZE, Announce, mcp_desk, open_stack, token_book
-from birddog.core.ask import parse_address
+from birddog.core.ask import address_text, parse_address
 from birddog.core.errors import InvalidSetting, StoreUnavailable
+from birddog.core.mail import AgentAddress
 from birddog.ports import TokenBook
 from birddog.processes.sides import SideTasks, forward_spool
 from birddog.runtime import stop_on_signals
@@ -38,6 +39,7 @@ async def run_mcp(
     channel: bool,
     token: str | None,
     announce: Announce,
+    insecure_as: str | None = None,
 ) -> None:
     """Serve the mail room as MCP tools until stdin ends (stdio) or SIGTERM/SIGINT (HTTP).
 
@@ -50,14 +52,25 @@ async def run_mcp(
         channel: declare Claude Code's ``claude/channel`` and push replies and tasks.
         token: the bearer token of ``caller`` over HTTP (None: a fresh one, announced).
         announce: told the URL and the token (over HTTP) and the embedded server's DSN.
+        insecure_as: ``AGENT:SESSION`` of the test mode (HTTP on loopback only): every
+            request is that agent session, and no token is checked.
 
     Raises:
         InvalidInput: ``caller`` is not ``AGENT:SESSION``.
-        InvalidSetting: no ``--as`` over stdio.
+        InvalidSetting: no ``--as`` over stdio; the test mode without ``--http`` or
+            with ``--as``.
     """
-    from birddog.mcp.server import OneToken, serve_http, serve_stdio  # noqa: PLC0415 - an extra
+    from birddog.mcp.http import OneToken, serve_http  # noqa: PLC0415 - an extra
+    from birddog.mcp.server import serve_stdio  # noqa: PLC0415 - an extra
 
-    identity = parse_address(caller, "--as") if caller is not None else None
+    tested = parse_address(insecure_as, "--insecure-test-mode") if insecure_as else None
+    if tested is not None and (not http or caller is not None):
+        raise InvalidSetting(
+            "--insecure-test-mode AGENT:SESSION names the one identity of an --http server: "
+            "give it with --http, without --as",
+            field="--insecure-test-mode",
+        )
+    identity = parse_address(caller, "--as") if caller is not None else tested
     if identity is None and not http:
         raise InvalidSetting("over stdio, give the identity: --as AGENT:SESSION", field="--as")
     done = asyncio.Event()
@@ -77,10 +90,13 @@ async def run_mcp(
         with services.notices.reconnects(asyncio.Event()) as back:
             forward_spool(sides, services.sender, every_s=settings.spool_forward_s, back=back)
             try:
-                if identity is None:
+                tokens: TokenBook | None = None
+                if tested is not None:
+                    _warn_test_mode(tested, announce)
+                elif identity is None:
                     # Many agents: each request's per-agent token (birddog agent add) names
                     # its caller, whose mailbox route agent add made.
-                    tokens: TokenBook = token_book(stack)
+                    tokens = token_book(stack)
                 elif not http:
                     await serve_stdio(desk, identity, channel=channel)
                     return
@@ -88,6 +104,11 @@ async def run_mcp(
                     tokens = OneToken(token or secrets.token_urlsafe(32), identity)
 
                 def ready(url: str) -> None:
+                    if tested is not None:
+                        announce(
+                            f"BirdDog MCP server in the insecure test mode as {insecure_as}: {url}"
+                        )
+                        return
                     if identity is None:
                         announce(f"BirdDog MCP server for the agents' tokens: {url}")
                         return
@@ -101,9 +122,23 @@ async def run_mcp(
                         tokens,
                         port=port,
                         channel=channel,
+                        insecure_as=tested,
+                        sessions_per_caller=settings.mcp_sessions_per_token,
+                        session_idle_s=settings.mcp_session_idle_s,
                         ready=ready,
                         stop=stop,
                     )
             finally:
                 done.set()
                 await desk.close()
+
+
+def _warn_test_mode(caller: AgentAddress, announce: Announce) -> None:
+    """Say loudly, on stderr and in the log, that this server checks no token."""
+    text = address_text(caller)
+    log.warning("mcp_insecure_test_mode", caller=text)
+    announce(
+        f"WARNING: --insecure-test-mode: every request to this server acts as {text}, with "
+        "no token checked (loopback only; for tools that cannot send a header, such as the "
+        "MCP conformance suite). Never use it for real agents."
+    )

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from birddog.clock import epoch_ms
-from birddog.core.ask import address_text, ask_job, new_ask_key, parse_address
+from birddog.core.ask import address_text, ask_job, new_mail_key, parse_address
 from birddog.core.errors import AskFailed
 from birddog.core.mail import AgentAddress, Outcome
 from birddog.core.spool import Outgoing
@@ -96,7 +96,9 @@ def compose(
         to: the agent session addressed, ``AGENT:SESSION`` or an address.
         from_: the sending agent session.
         content: the mail's content.
-        key: the mail key; None makes a fresh one from ``now`` and ``token``.
+        key: the mail key; None makes a fresh one from ``now`` and ``token``
+            (:func:`~birddog.core.ask.new_mail_key`: ``ask-...`` for an ask, else
+            ``mail-...``).
         reply_to: who gets the replies (None: the sender; empty: nobody).
         mailbox_required: refuse a sender whose route posts to an inbox URL (an ask).
         priority: -32768 to 32767, higher first among the session's queued jobs.
@@ -123,7 +125,9 @@ def compose(
         to=target,
         asker=sender,
         content=content,
-        key=key if key is not None else new_ask_key(now, token),
+        # A fresh key says what the mail is: an ask's (its reply awaited in the asker's
+        # mailbox) is ask-..., any other send's mail-... (its job send:...).
+        key=key if key is not None else new_mail_key(now, token, asking=mailbox_required),
         created_at_ms=epoch_ms(now),
         max_content_bytes=max_content_bytes,
         reply_to=replies,

@@ -21,7 +21,8 @@ never an empty answer, never a silent success.
   written.
 - The mail key names the question: asking again with the same key is a replay of the same
   mail (no second job) and waits for the same reply; the same key with another question,
-  target or asker is refused. Without a key a fresh one is made.
+  target or asker is refused. Without a key a fresh one is made: ``ask-<time>-<token>``
+  for a question, ``mail-<time>-<token>`` for a plain send (its job ``send:<key>``).
 - The reply is the first one delivered into the asker's mailbox for that key.
   ``completed`` gives its content; any other outcome raises :class:`~birddog.AskFailed`
   with the diagnostic; no reply in time raises :class:`~birddog.AskTimedOut`: the reply is
@@ -40,13 +41,14 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
+from birddog.core.ask import new_mail_key
 from birddog.core.ask_facts import AskFacts
-from birddog.core.errors import AskTimedOut
+from birddog.core.errors import AskTimedOut, InvalidInput
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.core.spool import Outgoing
 from birddog.service.asked import Asked, compose
@@ -138,6 +140,15 @@ class MailService:
 
     # ---- sending ----------------------------------------------------------------------
 
+    def new_key(self, *, asking: bool) -> str:
+        """A fresh mail key, as a send without a key gets one.
+
+        Args:
+            asking: for a question (``ask-<time>-<token>``); False: a plain send
+                (``mail-<time>-<token>``, its job ``send:<key>``).
+        """
+        return new_mail_key(self.clock.now(), secrets.token_hex(4), asking=asking)
+
     def outgoing(
         self,
         *,
@@ -190,7 +201,8 @@ class MailService:
             to: the agent session addressed, ``AGENT:SESSION`` or an address.
             from_: the sending agent session.
             content: the mail's content (empty only if you mean it).
-            key: the mail key; None makes a fresh one. The same key again is a replay.
+            key: the mail key; None makes a fresh one (``mail-...``, see :meth:`new_key`).
+                The same key again is a replay.
             reply_to: who gets the replies (None: the sender; empty: nobody).
             timeout_s: the longest wait for a free database connection.
             mailbox_required: refuse a sender whose route posts to an inbox URL (an ask).
@@ -324,6 +336,7 @@ class MailService:
         timeout_s: float = DEFAULT_ASK_TIMEOUT_S,
         priority: int = 0,
         send_timeout_s: float | None = None,
+        on_key: Callable[[str], Awaitable[None]] | None = None,
     ) -> Question:
         """Send a question; the :class:`Question` waits for its answer in what is left.
 
@@ -341,6 +354,9 @@ class MailService:
             priority: the question's priority among the session's queued jobs.
             send_timeout_s: the longest the send waits for a database connection
                 (default ``timeout_s``).
+            on_key: told the question's key (a fresh one when ``key`` is None) before it
+                is sent, on the call's clock: a caller that gives up while the send waits
+                has been told where the answer will be.
 
         Returns:
             The question, its clock started when this was called.
@@ -356,6 +372,10 @@ class MailService:
             SpoolFailed: the database is unreachable and the spool cannot be written.
         """
         deadline = Deadline(timeout_s)
+        if key is None:
+            key = self.new_key(asking=True)
+        if on_key is not None:
+            await on_key(key)
         sending = asyncio.ensure_future(
             self.send_ask(
                 to=to,
@@ -492,5 +512,9 @@ class MailService:
 
 def _retrieved(future: asyncio.Future[Any]) -> None:
     """Take a background send's outcome, so a failure after a cancelled call is not lost."""
-    if not future.cancelled() and future.exception() is not None:
-        log.info("send_failed_after_cancel", error=type(future.exception()).__name__)
+    if future.cancelled():
+        return
+    error = future.exception()
+    # Bad input is the caller's to hear, and it has gone: nothing for the operator.
+    if error is not None and not isinstance(error, InvalidInput):
+        log.info("send_failed_after_cancel", error=type(error).__name__)

@@ -107,7 +107,8 @@ def still_spooled(key: str, asker: AgentAddress, timeout_s: float) -> AskTimedOu
         timeout_s: how long the call waited.
 
     Returns:
-        The error: the mail waits in the local spool, and where its reply will land.
+        The error (``spooled``): the mail waits in the local spool, and where its reply
+        will land.
     """
     text = address_text(asker)
     shown = inert(text)
@@ -117,4 +118,5 @@ def still_spooled(key: str, asker: AgentAddress, timeout_s: float) -> AskTimedOu
         f"land in the mailbox of {shown} (birddog inbox {shown})",
         key=key,
         asker=text,
+        spooled=True,
     )
