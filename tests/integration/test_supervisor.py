@@ -324,12 +324,17 @@ async def test_a_sigkilled_worker_leaves_no_turn_directory_behind(
                 lambda: list(temporary.glob("birddog-turn-*/pid")), "the agent's pid", within_s=30
             )
             turn = said[0].parent
+            # Read before the kill: the supervisor removes the directory as soon as it can.
+            written = await eventually(
+                lambda: said[0].read_text().strip(), "the agent's pid written", within_s=10
+            )
+            agent_pid = int(written)
             assert (turn / "left" / "file").exists()
             if as_user:
                 assert turn.stat().st_uid == pwd.getpwnam(user).pw_uid  # the agent's own
             worker.kill()
             assert await asyncio.wait_for(worker.wait(), 10) == -signal.SIGKILL
-            await all_dead([int(said[0].read_text())], within_s=10)
+            await all_dead([agent_pid], within_s=10)
             await eventually(lambda: not turn.exists(), "the turn directory removed", within_s=10)
             assert list(temporary.iterdir()) == []
         finally:
