@@ -56,7 +56,7 @@ from birddog.postgres.mailbox import PostgresMailbox
 from birddog.postgres.notices import PostgresNotices
 from birddog.postgres.pool import Pool
 from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTransport
-from tests.support.waiting import eventually
+from tests.support.waiting import eventually as eventually  # re-exported (see above)
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 """The tests' epoch: frozen clocks start here."""
@@ -236,6 +236,22 @@ def _reply(stored: str) -> dict[str, Any]:
     return reply
 
 
+def json_at(value: object, *path: str | int) -> Any:
+    """The part of decoded JSON at ``path`` (object keys and list indexes), checked on the way.
+
+    A job's payload or a stored reply is typed as any JSON value; this walks into it and
+    fails naming the step where the shape is not the one the test expects.
+    """
+    for step in path:
+        if isinstance(step, str):
+            assert isinstance(value, dict), f"not an object at {step!r}: {value!r}"
+            value = value[step]
+        else:
+            assert isinstance(value, list), f"not a list at {step!r}: {value!r}"
+            value = value[step]
+    return value
+
+
 async def wake_at(pool: Pool) -> datetime | None:
     """The armed wake time, if any."""
     value: datetime | None = await pool.fetchval("SELECT wake_at FROM birddog.wake")
@@ -313,6 +329,7 @@ async def answer_next_job(
         until=lambda job: job is not None,
         within_s=30,
     )
+    assert isinstance(claimed, ClaimedJob)
     [key] = await jobs.settle(
         job_id=claimed.job.job_id,
         claim_token=claimed.claim_token,

@@ -234,10 +234,10 @@ class Daemon:
         """SIGTERM, wait, and return the exit code and the log."""
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(timeout=timeout_s)
+        code = self.proc.wait(timeout=timeout_s)
         text = self.log()
         self._log.close()
-        return self.proc.returncode, text
+        return code, text
 
     def kill(self) -> None:
         """SIGKILL, as a crash would."""

@@ -85,6 +85,7 @@ class Harness:
     async def add_agent(self, agent: str) -> None:
         """Route ``agent`` to the test inbox with a fresh secret."""
         route = await self.routes.add(agent, self.inbox.url_for(agent))
+        assert route.secret is not None, "an HTTP route has a secret"
         self.inbox.secrets[agent] = Inbox(route.secret)
 
     async def receipts(self) -> int:

@@ -6,7 +6,7 @@ import asyncio
 import inspect
 import reprlib
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar, cast, overload
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -33,6 +33,18 @@ async def eventually(
 @overload
 async def eventually(
     probe: Callable[[], T],
+    what: str = ...,
+    *,
+    until: Callable[[T], object] = ...,
+    within_s: float = ...,
+    every_s: float = ...,
+    ignoring: tuple[type[BaseException], ...] = ...,
+) -> T: ...
+
+
+@overload
+async def eventually(
+    probe: Callable[[], Awaitable[T] | T],
     what: str = ...,
     *,
     until: Callable[[T], object] = ...,
@@ -82,7 +94,7 @@ async def eventually(
         try:
             value = probe()
             if inspect.isawaitable(value):
-                value = await cast("Awaitable[Any]", value)
+                value = await value
         except ignoring as exc:
             last = exc
         else:

@@ -7,6 +7,7 @@ import pwd
 from pathlib import Path
 
 import pytest
+from pydantic import AliasChoices
 
 from birddog.settings import Settings, variable_of
 from birddog.spawn import (
@@ -111,7 +112,7 @@ def test_every_setting_is_read_from_its_upper_case_variable_only() -> None:
     """Each field's variable is BIRDDOG_<FIELD> (DATABASE_URL for the database), upper case."""
     for name, field in Settings.model_fields.items():
         alias = field.validation_alias
-        names = alias.choices if hasattr(alias, "choices") else [alias]
+        names = alias.choices if isinstance(alias, AliasChoices) else [alias]
         assert variable_of(name) in names, name
         assert all(str(choice).isupper() for choice in names), name
 

@@ -6,10 +6,10 @@ import json
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
 
+from birddog.core.duration import format_age
 from birddog.display import (
     CELL_WIDTH,
     dump_json,
-    format_age,
     format_value,
     render_record,
     render_table,
@@ -38,7 +38,10 @@ def test_ages_use_their_two_largest_units() -> None:
 
 def test_tables_align_columns_and_cut_long_cells() -> None:
     """A table aligns its columns under a header and cuts cells past the width with an ellipsis."""
-    rows = [{"key": "a", "error": "x" * 100}, {"key": "longer-key", "error": None}]
+    rows: list[dict[str, object]] = [
+        {"key": "a", "error": "x" * 100},
+        {"key": "longer-key", "error": None},
+    ]
     lines = render_table(rows, ["key", "error"], headers=["KEY", "ERROR"]).splitlines()
     assert lines[0] == "KEY         ERROR"
     assert lines[1] == "a           " + "x" * (CELL_WIDTH - 1) + "…"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import timedelta
@@ -11,7 +12,7 @@ from typing import Any
 from birddog import Accepted, AgentAddress, DeadReason, Failed, OutboxRow, Receipt, Reply
 from birddog.engine import DeliveryEngine, DrainReport
 from birddog.ports import Settled
-from birddog.testing import ManualListener
+from birddog.testing import Answer, ManualListener
 from tests.support import ALICE, CAROL, Room, eventually, make_row, settled_job
 
 DEADLINE_S = 5.0
@@ -275,7 +276,10 @@ async def test_a_reply_that_cannot_travel_as_a_header_dies_unsendable(room: Room
 
 async def test_every_attempt_is_logged_with_status_and_duration(room: Room) -> None:
     """A failure and then an acceptance leave two attempt log entries for the receipt."""
-    answers = [Failed("HTTP 500 Internal Server Error", status=500), Accepted(status=200)]
+    answers: list[Answer] = [
+        Failed("HTTP 500 Internal Server Error", status=500),
+        Accepted(status=200),
+    ]
     room.transport.answer = lambda reply: answers.pop(0)
     [key] = await room.room.fan_out(job=settled_job(reply_to=[ALICE]), content="x")
     await room.room.drain_outbox()
@@ -461,12 +465,14 @@ async def test_a_storm_of_notifications_holds_at_most_fresh_rows_beyond_the_wind
     # Fresh rows to recipients that hang as well: each fresh claim stays held.
     storm = [AgentAddress(agent_id=f"s{i}", session_id="s") for i in range(4)]
     answer = room.transport.answer
+    assert callable(answer), "backlog_that_hangs answers with a coroutine function"
 
-    async def hang_storm(reply: Reply) -> bool:
+    async def hang_storm(reply: Reply) -> Answer:
         if reply.to in storm:
             await never.wait()
             return True
-        return await answer(reply)
+        answered = answer(reply)
+        return await answered if inspect.isawaitable(answered) else answered
 
     room.transport.answer = hang_storm
     await fan_out(room, 10, storm, "f")
@@ -475,7 +481,7 @@ async def test_a_storm_of_notifications_holds_at_most_fresh_rows_beyond_the_wind
         waits = bell.waits
         bell.notify()
         # The watcher waits again only once it has claimed for this notification.
-        await eventually(lambda w=waits: bell.waits > w, "the notification handled")
+        await eventually(lambda: bell.waits, "the notification handled", until=waits.__lt__)
         held.append(engine.held)
     await eventually(lambda: engine.held == 8 + 3, "the fresh rows held")
     assert max(held) <= 8 + 3

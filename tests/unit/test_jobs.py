@@ -102,7 +102,7 @@ def test_round_trip_through_json() -> None:
 )
 def test_malformed_payload_raises_a_clear_error(payload: dict[str, object], field: str) -> None:
     """A payload that is not ours raises InvalidJobPayload naming the field."""
-    job = Job(job_id="j", queue="s-bob", payload=payload)  # type: ignore[arg-type]
+    job = Job(job_id="j", queue="s-bob", payload=payload)
     with pytest.raises(InvalidJobPayload) as caught:
         decode_agent_job(job)
     assert caught.value.field == field
@@ -145,4 +145,4 @@ def test_agent_job_takes_priority_not_before_and_expiry_beside_the_seed_default(
     assert timed.payload == plain.payload
     for bad in ({"expires_in_s": 0}, {"not_before": datetime(2026, 12, 2)}, {"priority": 40000}):
         with pytest.raises(InvalidInput):
-            agent_job(make_work(), make_mail(), **bad)  # type: ignore[arg-type]
+            agent_job(make_work(), make_mail(), **bad)

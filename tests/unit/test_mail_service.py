@@ -30,6 +30,7 @@ from birddog.core.ask import Posted
 from birddog.core.ask_facts import AskState
 from birddog.core.spool import Outgoing
 from birddog.service.writing import BEHIND_SPOOLED, DATABASE_UNREACHABLE
+from tests.support import json_at
 from tests.support.waiting import eventually
 from tests.support.world import World, queued
 
@@ -145,7 +146,7 @@ async def test_mail_of_a_lane_keeps_its_order_behind_spooled_mail(world: World) 
     world.away(None)
     later = await world.mail.send(to=UPPER, from_=ASKER, content="2", key="k-7b")
     assert later.spooled is None
-    keys = [s.job.payload["mail"]["key"] for s in world.jobs.jobs.values()]
+    keys = [json_at(s.job.payload, "mail", "key") for s in world.jobs.jobs.values()]
     assert keys == ["k-7a", "k-7b"]
 
 

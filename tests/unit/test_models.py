@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from birddog import AgentAddress, AgentWork, InvalidInput, Mail, Reply
 from birddog.core.text import is_control
 
-ALICE = {"kind": "agent", "agentId": "alice", "sessionId": "s-alice"}
-BOB = {"kind": "agent", "agentId": "bob", "sessionId": "s-bob"}
+ALICE: dict[str, str] = {"kind": "agent", "agentId": "alice", "sessionId": "s-alice"}
+BOB: dict[str, str] = {"kind": "agent", "agentId": "bob", "sessionId": "s-bob"}
 
 
 def mail_json(**changes: Any) -> dict[str, Any]:
@@ -151,11 +151,12 @@ HOSTILE = [
 @pytest.mark.parametrize("bad", HOSTILE)
 def test_keys_and_ids_with_control_characters_are_refused(bad: str) -> None:
     """Mail keys and address ids holding C0, C1, DEL, bidi or zero-width characters are refused."""
-    for changes, field in [
+    cases: list[tuple[dict[str, object], str]] = [
         ({"key": f"k-{bad}"}, "key"),
         ({"to": {**BOB, "agentId": bad}}, "to.agentId"),
         ({"replyTo": [{**ALICE, "sessionId": bad}]}, "replyTo.0.sessionId"),
-    ]:
+    ]
+    for changes, field in cases:
         with pytest.raises(InvalidInput, match="control or format characters") as caught:
             Mail.model_validate(mail_json(**changes))
         assert caught.value.field == field

@@ -81,7 +81,7 @@ async def test_a_kick_runs_a_side_task_again_at_once() -> None:
     task = asyncio.ensure_future(every(3600, forward, stop=stop, name="spool_forward", kick=kick))
     with structlog.testing.capture_logs():
         for count in (1, 2):
-            await eventually(lambda: len(runs), "the next run", until=lambda n, c=count: n == c)
+            await eventually(lambda: len(runs), "the next run", until=count.__eq__)
             kick.set()
         await asyncio.wait_for(task, timeout=10)
     assert runs == [False, False, False]  # cleared before every run
