@@ -92,6 +92,7 @@ async def test_a_mailbox_delivery_is_receipted_and_visible_in_sql(
         "SELECT recipient_agent_id, recipient_session_id, outcome, attempts "
         "FROM birddog.receipts WHERE key = 'outbox:sql-1:reply:0'"
     )
+    assert receipt is not None
     assert dict(receipt) == {
         "recipient_agent_id": "asker",
         "recipient_session_id": "s-ask",
@@ -102,6 +103,7 @@ async def test_a_mailbox_delivery_is_receipted_and_visible_in_sql(
         "SELECT agent_id, session_id, in_reply_to, outcome, reply->>'content' AS content, "
         "read_at IS NOT NULL AS read FROM birddog.mailbox WHERE key = 'outbox:sql-1:reply:0'"
     )
+    assert row is not None
     assert dict(row) == {
         "agent_id": "asker",
         "session_id": "s-ask",

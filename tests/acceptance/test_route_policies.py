@@ -57,6 +57,7 @@ async def test_a_route_post_timeout_of_2s_times_out_where_the_default_would_not(
         "SELECT dead_reason, attempts, last_error FROM birddog.dead_letters WHERE key = $1",
         hasty_key,
     )
+    assert dead is not None
     assert (dead["dead_reason"], dead["attempts"]) == ("attempts_exhausted", 1)
     assert dead["last_error"] == "no answer within 2 s; request cancelled"
 

@@ -324,6 +324,7 @@ async def test_the_worker_settles_only_with_its_claim_and_only_the_stored_mail(
             "SELECT * FROM birddog.settle('job-1', gen_random_uuid(), 'result', 'completed', "
             "'forged', NULL, NULL, NULL, now(), 1000, NULL, true)"
         )
+        assert refused is not None
     finally:
         await pools["worker"].release(conn)
     assert (refused["decision"], refused["keys"]) == ("refuse", None)

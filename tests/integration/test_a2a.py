@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -284,7 +284,7 @@ def push_config(url: str, *, config_id: str = "") -> pb.TaskPushNotificationConf
 class Receiver:
     """A push receiver: what it was sent, and how it answers the n-th post."""
 
-    answer: Any
+    answer: Callable[[int], web.StreamResponse]
     posts: list[tuple[dict[str, str], dict[str, Any]]]
 
     async def handle(self, request: web.Request) -> web.StreamResponse:

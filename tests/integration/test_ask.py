@@ -60,9 +60,9 @@ async def test_an_answered_ask_returns_the_content(
     asking: Asking, pg_pool: Pool, jobs: PostgresJobs
 ) -> None:
     """The content of a completed reply is the answer; the asker got a mailbox; it is read."""
-    asking = asyncio.create_task(asking.ask(to=TARGET, from_=ASKER, content="hello", key="k-1"))
+    asked = asyncio.create_task(asking.ask(to=TARGET, from_=ASKER, content="hello", key="k-1"))
     job_id = await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HELLO")
-    assert await asyncio.wait_for(asking, 60) == "HELLO"
+    assert await asyncio.wait_for(asked, 60) == "HELLO"
     assert job_id == ask_job_id("k-1")
     route = await PostgresRoutes(pg_pool, clock=SystemClock()).route("asker")
     assert route is not None
@@ -75,10 +75,10 @@ async def test_another_outcome_raises_with_the_diagnostic(
     asking: Asking, pg_pool: Pool, jobs: PostgresJobs
 ) -> None:
     """A failed reply raises AskFailed carrying the outcome and diagnostic; never an answer."""
-    asking = asyncio.create_task(asking.ask(to=TARGET, from_=ASKER, content="hello", key="k-2"))
+    asked = asyncio.create_task(asking.ask(to=TARGET, from_=ASKER, content="hello", key="k-2"))
     await answer_next_job(pg_pool, jobs, Outcome.FAILED, "", "exit status 3: no such file")
     with pytest.raises(AskFailed) as caught:
-        await asyncio.wait_for(asking, 60)
+        await asyncio.wait_for(asked, 60)
     assert (caught.value.key, caught.value.outcome, caught.value.diagnostic) == (
         "k-2",
         "failed",

@@ -28,6 +28,7 @@ import pytest
 from aiohttp import web
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from birddog import (
     DEFAULT_MAX_CONTENT_BYTES,
@@ -133,7 +134,7 @@ BAD_OBJECT = st.one_of(st.text(max_size=5), st.integers(), st.lists(st.integers(
 
 ADDRESS = {"kind": "agent", "agentId": "alice", "sessionId": "s-alice"}
 TARGET = {"kind": "agent", "agentId": "bob", "sessionId": "s-bob"}
-MAIL = {
+MAIL: dict[str, Any] = {
     "key": "mail-1",
     "to": TARGET,
     "from": ADDRESS,
@@ -142,7 +143,7 @@ MAIL = {
     "createdAt": 1_767_225_600_000,
 }
 FACTS = {"commandId": "cmd-1", "outcome": "failed", "diagnostic": "it broke"}
-REPLY = {
+REPLY: dict[str, Any] = {
     "key": "outbox:mail-1:reply:0",
     "inReplyTo": "mail-1",
     "to": ADDRESS,
@@ -158,7 +159,7 @@ WORK = {
     "commandFactId": "cmd-1",
     "recovery": {"maxRecoveries": 1},
 }
-JOB = {
+JOB: dict[str, Any] = {
     "jobId": "job-1",
     "queue": "s-bob",
     "lane": "default",
@@ -282,7 +283,7 @@ async def attempt_async(action: Callable[[], Awaitable[T]]) -> T | InvalidInput:
 
 def replaced(document: dict[str, Any], path: str, value: object) -> dict[str, Any]:
     """A deep copy of ``document`` with the value at the dotted ``path`` replaced."""
-    copy = json.loads(json.dumps(document))
+    copy: dict[str, Any] = json.loads(json.dumps(document))
     *parents, last = path.split(".")
     target: Any = copy
     for part in parents:
@@ -357,11 +358,12 @@ def test_valid_text_of_any_shape_round_trips(key: str, content: str) -> None:
 
 def test_extra_fields_such_as_an_inbox_url_are_refused() -> None:
     """Mail, addresses and replies refuse unknown fields, so nothing can smuggle a URL in."""
-    for model, document, where in [
+    cases: list[tuple[type[BaseModel], dict[str, Any], str]] = [
         (Mail, MAIL | {"inboxUrl": "http://evil.example/"}, "inboxUrl"),
         (Mail, replaced(MAIL, "to", TARGET | {"url": "http://evil.example/"}), "to.url"),
         (Reply, REPLY | {"callback": "http://evil.example/"}, "callback"),
-    ]:
+    ]
+    for model, document, where in cases:
         with pytest.raises(InvalidInput) as caught:
             model.model_validate(document)
         assert_names(caught.value, where)
@@ -675,6 +677,7 @@ async def test_settle_stores_any_content_exactly_or_settles_failed(
     row = await pg_pool.fetchrow(
         "SELECT state, outcome, diagnostic FROM birddog.jobs WHERE job_id = $1", job_id
     )
+    assert row is not None
     stored = await pg_pool.fetch(
         "SELECT reply->>'content' AS content FROM birddog.outbox WHERE in_reply_to = $1", job_id
     )
@@ -703,6 +706,7 @@ async def test_a_foreign_payload_is_settled_failed_with_a_clear_diagnostic(pg_po
     row = await pg_pool.fetchrow(
         "SELECT state, outcome, diagnostic FROM birddog.jobs WHERE job_id = 'foreign'"
     )
+    assert row is not None
     assert (row["state"], row["outcome"]) == ("settled", "failed")
     assert "not a BirdDog agent job" in row["diagnostic"]
     assert "payload" in row["diagnostic"].lower()

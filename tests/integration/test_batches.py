@@ -152,7 +152,10 @@ async def test_a_python_inbox_takes_batches_with_one_flag(pg_pool: Pool) -> None
             serving = asyncio.create_task(
                 engine.serve(stop=stop, listener=None, backstop_s=60, on_report=reports.append)
             )
-            delivered = lambda: {k for r in reports for k in r.delivered}  # noqa: E731
+
+            def delivered() -> set[str]:
+                return {k for r in reports for k in r.delivered}
+
             await eventually(lambda: delivered() == set(keys), "every receipt")
             stop.set()
             await asyncio.wait_for(serving, 10)

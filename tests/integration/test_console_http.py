@@ -237,6 +237,7 @@ async def test_a_route_saved_from_the_console_shows_its_secret_once_and_updates_
     row = await pg_pool.fetchrow(
         "SELECT url, batch_size, secret FROM birddog.routes WHERE agent_id = 'erin'"
     )
+    assert row is not None
     assert (row["url"], row["batch_size"], row["secret"]) == (
         "http://127.0.0.1:10/inbox",
         25,

@@ -6,6 +6,7 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -89,14 +90,14 @@ async def inbox() -> AsyncIterator[Inbox]:
 
 
 def transport_to(
-    url: str, *, egress: EgressPolicy | None = None, dns: FakeDns | None = None, **options: object
+    url: str, *, egress: EgressPolicy | None = None, dns: FakeDns | None = None, **options: Any
 ) -> HttpTransport:
     # The route is stored without a check, as a route written before the policy changed.
     routes = StaticRoutes()
     routes.routes[AGENT] = Route(agent_id=AGENT, url=url, secret=SECRET)
     return HttpTransport(
         routes, egress=egress, resolver=dns, timeout_s=5, clock=SystemClock(), **options
-    )  # type: ignore[arg-type]
+    )
 
 
 async def test_a_name_that_resolves_to_metadata_is_a_dead_letter(inbox: Inbox) -> None:

@@ -72,8 +72,8 @@ async def announcements(dsn: str, channel: str) -> AsyncIterator[list[str]]:
     heard: list[str] = []
     conn = await asyncpg.connect(dsn)
 
-    def on_notify(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
-        heard.append(payload)
+    def on_notify(_conn: Any, _pid: int, _channel: str, payload: object) -> None:
+        heard.append(str(payload))
 
     try:
         await conn.add_listener(channel, on_notify)
@@ -135,6 +135,7 @@ async def test_a_poison_row_is_buried_and_the_rest_of_its_claim_delivered(
         "SELECT state, dead_reason, last_error, attempt_log FROM birddog.outbox WHERE key = $1",
         rows[2].key,
     )
+    assert record is not None
     assert (record["state"], record["dead_reason"]) == ("dead", "undecodable")
     assert "stored reply cannot be read" in record["last_error"]
     assert [entry["result"] for entry in record["attempt_log"]] == ["rejected"]
@@ -165,6 +166,7 @@ async def test_a_row_whose_outcome_cannot_be_stored_is_buried_alone(
     record = await pg_pool.fetchrow(
         "SELECT state, dead_reason, last_error FROM birddog.outbox WHERE key = $1", rows[1].key
     )
+    assert record is not None
     assert (record["state"], record["dead_reason"]) == ("dead", "undecodable")
     assert "could not be stored" in record["last_error"]
 
@@ -184,6 +186,7 @@ async def test_a_mailbox_route_gets_its_replies_in_the_mailbox_table(
         await eventually(lambda: heard == ["mbox"], "the mailbox NOTIFY")
     assert daemon.transport.sent == []
     stored = await pg_pool.fetchrow("SELECT * FROM birddog.mailbox WHERE key = $1", row.key)
+    assert stored is not None
     assert (stored["agent_id"], stored["session_id"], stored["in_reply_to"]) == (
         "mbox",
         "mbox-session",
@@ -198,6 +201,7 @@ async def test_a_mailbox_route_gets_its_replies_in_the_mailbox_table(
     receipt = await pg_pool.fetchrow(
         "SELECT attempts, attempt_log FROM birddog.receipts WHERE key = $1", row.key
     )
+    assert receipt is not None
     assert receipt["attempts"] == 1
     assert [(e["result"], e["status"]) for e in receipt["attempt_log"]] == [("accepted", None)]
 

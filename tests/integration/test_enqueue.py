@@ -46,8 +46,8 @@ async def listener(
     """Payloads of NOTIFY birddog_jobs, as a dedicated connection receives them."""
     received: asyncio.Queue[str] = asyncio.Queue()
 
-    def on_notify(_conn: object, _pid: int, _channel: str, payload: str) -> None:
-        received.put_nowait(payload)
+    def on_notify(_conn: object, _pid: int, _channel: str, payload: object) -> None:
+        received.put_nowait(str(payload))
 
     await pg_conn.add_listener("birddog_jobs", on_notify)
     try:
@@ -211,14 +211,14 @@ async def test_an_identical_replay_is_accepted_without_a_duplicate(pg_pool: Pool
 
 def _changed(field: str) -> Job:
     job = make_job(max_recoveries=1)
-    changes: dict[str, Any] = {
+    every_change: dict[str, dict[str, Any]] = {
         "queue": {"queue": "s-other"},
         "lane": {"lane": "urgent"},
         "priority": {"priority": 1},
         "payload": {"payload": {**job.payload, "commandFactId": "cmd-other"}},
         "recovery": {"recovery": Recovery(max_recoveries=2)},
-    }[field]
-    return job.model_copy(update=changes)
+    }
+    return job.model_copy(update=every_change[field])
 
 
 @pytest.mark.parametrize("field", ["queue", "lane", "priority", "payload", "recovery"])

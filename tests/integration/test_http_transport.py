@@ -111,8 +111,10 @@ async def test_explicit_acknowledgement_is_accepted_and_signed(
     reply = make_reply()
     assert await transport.post(reply) == Accepted()
     [seen] = inbox.requests
-    secret = (await routes.route(AGENT)).secret  # type: ignore[union-attr]
-    payload = Webhook(secret).verify(seen.body, seen.headers)
+    route = await routes.route(AGENT)
+    assert route is not None
+    assert route.secret is not None
+    payload = Webhook(route.secret).verify(seen.body, seen.headers)
     assert payload == json.loads(reply.model_dump_json())
     assert payload["inReplyTo"] == "mail-1"
     assert payload["to"]["agentId"] == AGENT
@@ -131,7 +133,10 @@ async def test_webhook_id_is_the_reply_key_across_retries(
     assert isinstance(await transport.post(reply), Failed)
     inbox.answer = accept
     assert await transport.post(reply) == Accepted()
-    secret = (await routes.route(AGENT)).secret  # type: ignore[union-attr]
+    route = await routes.route(AGENT)
+    assert route is not None
+    assert route.secret is not None
+    secret = route.secret
     ids = [seen.headers["webhook-id"] for seen in inbox.requests]
     assert ids == [reply.key, reply.key]
     for seen in inbox.requests:
@@ -555,6 +560,7 @@ def test_static_routes_generate_secrets_and_validate_urls() -> None:
     """``add`` generates a whsec_ secret when none is given and refuses non-http URLs."""
     routes = StaticRoutes()
     route = routes.add("a", "https://example.test/inbox")
+    assert route.secret is not None
     assert route.secret.startswith("whsec_")
     assert routes.add("b", "http://example.test/", secret=route.secret).secret == route.secret
     with pytest.raises(InvalidInput):

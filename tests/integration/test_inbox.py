@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import aiohttp
 import pytest
@@ -48,7 +49,7 @@ MAIL = Mail(
 
 
 def make_reply(index: int = 0, **changes: object) -> Reply:
-    fields: dict[str, object] = {
+    fields: dict[str, Any] = {
         "key": reply_key(MAIL.key, index),
         "in_reply_to": MAIL.key,
         "to": MAIL.reply_to[index],
@@ -447,7 +448,7 @@ async def test_concurrent_copies_are_handled_once(transport: HttpTransport, host
     assert not second.done()
     gate.set()
     results = await asyncio.wait_for(asyncio.gather(first, second), timeout=5.0)
-    assert results == [Accepted(), Accepted()]
+    assert list(results) == [Accepted(), Accepted()]
     assert host.handled == [make_reply()]
 
 

@@ -226,9 +226,9 @@ class CountedStatements:
         self._fetch = jobs.claims._fetch_claim
         jobs.claims._fetch_claim = self._counted  # type: ignore[method-assign]
 
-    async def _counted(self, *args: Any) -> Any:
+    async def _counted(self, *args: Any, **kwargs: Any) -> Any:
         self.count += 1
-        return await self._fetch(*args)
+        return await self._fetch(*args, **kwargs)
 
 
 async def test_a_claim_past_a_held_head_fills_its_limit_from_other_queues_in_one_statement(

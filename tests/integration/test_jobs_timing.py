@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
+
 from birddog.clock import SystemClock
 from birddog.core.jobs import Job
 from birddog.core.lifecycle import SettleRequested
@@ -133,7 +135,7 @@ async def test_an_expired_job_is_cancelled_and_its_reply_reaches_the_mailbox(
     drain = engine.engine()
     try:
 
-        async def delivered() -> object:
+        async def delivered() -> asyncpg.Record | None:
             await drain.drain_page(after_key=None)
             return await pg_pool.fetchrow(
                 "SELECT agent_id, outcome, reply FROM birddog.mailbox WHERE in_reply_to = $1",
@@ -143,6 +145,7 @@ async def test_an_expired_job_is_cancelled_and_its_reply_reaches_the_mailbox(
         entry = await eventually(delivered, "the cancellation's reply in alice's mailbox")
     finally:
         await drain.close(grace_s=1)
+    assert entry is not None
     assert (entry["agent_id"], entry["outcome"]) == ("alice", "cancelled")
     assert entry["reply"]["content"] == text
 

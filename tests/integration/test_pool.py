@@ -61,6 +61,7 @@ async def test_a_released_connection_keeps_nothing_of_its_transactions(database_
                 " (SELECT count(*) FROM pg_locks WHERE locktype = 'advisory') AS locks,"
                 " to_regclass('left_open') IS NULL AS rolled_back"
             )
+            assert settings is not None
             assert dict(settings) == {
                 "timeout": "0",
                 "sync": "on",

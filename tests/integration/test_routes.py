@@ -35,6 +35,7 @@ async def test_a_generated_secret_is_32_random_bytes(pg_pool: Pool) -> None:
     first = await routes.add("alice", "http://127.0.0.1:8080/inbox")
     second = await routes.add("bob", "http://127.0.0.1:8080/inbox")
     for route in (first, second):
+        assert route.secret is not None
         assert route.secret.startswith("whsec_")
         assert len(base64.b64decode(route.secret.removeprefix("whsec_"))) == 32
     assert first.secret != second.secret
@@ -199,4 +200,7 @@ async def test_concurrent_lookups_of_one_agent_share_one_query(pg_pool: Pool) ->
     assert found[0].url == "http://127.0.0.1:9/inbox"
     again = await routes.route("herd")
     assert again is not found[0]
-    assert await asyncio.gather(routes.route("nobody"), routes.route("nobody")) == [None, None]
+    assert list(await asyncio.gather(routes.route("nobody"), routes.route("nobody"))) == [
+        None,
+        None,
+    ]

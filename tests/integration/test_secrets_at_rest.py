@@ -70,7 +70,9 @@ async def test_without_the_key_a_sealed_route_is_unreadable_and_its_post_fails(
     async with HttpTransport(keyless, clock=SystemClock()) as transport:
         result = await transport.post(make_reply("outbox:m:reply:0", agent="alice"))
     assert isinstance(result, Failed)
-    assert SecretBox.from_settings(NEW_KEY).key_id in result.reason
+    new_key_id = SecretBox.from_settings(NEW_KEY).key_id
+    assert new_key_id is not None
+    assert new_key_id in result.reason
     assert "whsec_" not in result.reason
 
 

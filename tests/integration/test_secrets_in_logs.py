@@ -247,6 +247,7 @@ async def test_a_full_delivery_logs_no_secret_token_or_content(
     routes = PostgresRoutes(pg_pool, clock=SystemClock())
     for agent in ADDRESSES:
         route = await routes.add(agent, f"{recipients.url}/inbox/{agent}")
+        assert route.secret is not None
         recipients.inboxes[agent] = Inbox(route.secret)
         known.route_secrets.append(route.secret)
     async with pg_pool.acquire() as conn, conn.transaction():
@@ -427,6 +428,7 @@ async def _run_in_process(pool: Pool, known: Secrets) -> None:
     """Run a worker, drains, an intruder's post and a failing alert, all in this process."""
     routes = PostgresRoutes(pool, clock=SystemClock())
     route = await routes.add("alice", "http://127.0.0.1:1/not-yet")
+    assert route.secret is not None
     known.route_secrets.append(route.secret)
     solo = Mail(
         key="mail-solo", to=BOB, from_=ADDRESSES["alice"], reply_to=[ADDRESSES["alice"]],
@@ -520,6 +522,7 @@ async def test_urls_inside_mail_cannot_redirect_delivery(
         trap = f"{evil.url}/inbox/alice"
         routes = PostgresRoutes(pg_pool, clock=SystemClock())
         route = await routes.add("alice", f"{recipients.url}/inbox/alice")
+        assert route.secret is not None
         recipients.inboxes["alice"] = Inbox(route.secret)
         evil.inboxes["alice"] = Inbox(route.secret)
         lure = AgentAddress(agent_id=trap, session_id=trap)

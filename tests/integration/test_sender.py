@@ -32,7 +32,7 @@ from birddog.core.ask import ask_job_id
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, acquire_within, create_pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.support import answer_next_job
+from tests.support import answer_next_job, spool_file
 from tests.support.proxy import DatabaseProxy, proxied
 
 TARGET = "upper:s-upper"
@@ -101,14 +101,14 @@ async def test_a_send_while_unreachable_is_spooled_and_forwarded_once(
     await proxy.down()
     sent = await sender.send(to=TARGET, from_=ASKER, content="while away", key="k-away")
     assert sent.spooled == "database unreachable"
-    assert (await sender.spool.status()).mails == 1
+    assert (await spool_file(sender).status()).mails == 1
     assert await stored(pg_pool) == []
     await proxy.up()
     report = await sender.forward()
     assert report.forwarded == ["k-away"]
     assert [mail["content"] for mail in await stored(pg_pool)] == ["while away"]
     assert (await sender.forward()).forwarded == []
-    assert (await sender.spool.status()).mails == 0
+    assert (await spool_file(sender).status()).mails == 0
 
 
 async def test_a_connection_reset_under_a_pooled_connection_is_written_once(
@@ -135,7 +135,7 @@ async def test_mail_of_one_lane_keeps_its_order_across_the_spool(
     last = await sender.send(to=TARGET, from_=ASKER, content="3", key="k-3")
     assert not last.spooled
     assert [mail["key"] for mail in await stored(pg_pool)] == ["k-0", "k-1", "k-2", "k-3"]
-    assert (await sender.spool.status()).mails == 0
+    assert (await spool_file(sender).status()).mails == 0
 
 
 async def test_a_job_id_replayed_with_other_fields_is_quarantined_with_the_reason(
@@ -151,7 +151,7 @@ async def test_a_job_id_replayed_with_other_fields_is_quarantined_with_the_reaso
     report = await sender.forward()
     assert "already exists with a different payload" in report.quarantined["mail-job-x"]
     assert [mail["content"] for mail in await stored(pg_pool)] == ["one"]
-    status = await sender.spool.status()
+    status = await spool_file(sender).status()
     assert (status.mails, status.quarantined) == (0, 1)
 
 
@@ -185,7 +185,7 @@ async def test_a_spooled_ask_is_forwarded_by_its_wait_and_answered(
     job_id = await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HELLO")
     assert job_id == ask_job_id("k-ask")
     assert await asyncio.wait_for(waiting, 60) == "HELLO"
-    assert (await sender.spool.status()).mails == 0
+    assert (await spool_file(sender).status()).mails == 0
 
 
 async def test_a_spooled_ask_whose_database_stays_away_times_out_naming_the_key(
@@ -210,4 +210,4 @@ async def test_a_spooled_ask_to_an_unknown_agent_fails_its_wait_with_the_refusal
     await proxy.up()
     with pytest.raises(UnknownAgent):
         await sender.wait_for_answer(asked, timeout_s=30)
-    assert (await sender.spool.status()).quarantined == 1
+    assert (await spool_file(sender).status()).quarantined == 1

@@ -323,7 +323,7 @@ async def test_an_unknown_outcome_is_refused_before_anything_is_written(
         await jobs.settle(
             job_id="job-1",
             claim_token=token,
-            outcome="done",  # type: ignore[arg-type]
+            outcome="done",
             content="",
         )
     assert caught.value.field == "outcome"

@@ -46,12 +46,13 @@ def read_pids(path: Path) -> list[int] | None:
 
 
 async def pids_from(path: Path) -> list[int]:
-    pids: list[int] = await eventually(
+    pids = await eventually(
         lambda: asyncio.to_thread(read_pids, path),
         f"the pids in {path}",
         until=lambda pids: pids is not None,
         within_s=30,
     )
+    assert isinstance(pids, list), pids
     return pids
 
 

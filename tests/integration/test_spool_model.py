@@ -37,6 +37,7 @@ from birddog import AgentAddress, AgentWork, JobConflict, Mail, Sender, agent_jo
 from birddog.core.spool import Outgoing
 from birddog.postgres.pool import Pool, create_pool
 from birddog.sqlite import SqliteSpool
+from tests.support import spool_file
 from tests.support.proxy import DatabaseProxy
 
 T = TypeVar("T")
@@ -99,7 +100,7 @@ def make_machine(
 
         def restart(self) -> Sender:
             """A new forwarding process on the same spool file (the last one died)."""
-            spool = CrashingSpool(self.path, clock=self.base.spool.clock)
+            spool = CrashingSpool(self.path, clock=spool_file(self.base).clock)
             sender = self.base.with_spool(spool, describe=self.base.describe)
             forwarder = sender.forwarder
             assert forwarder is not None
@@ -229,7 +230,7 @@ def make_machine(
             return lanes
 
         def quarantined(self) -> dict[str, str]:
-            rows = run(self.sender.spool.quarantined(limit=10_000))
+            rows = run(spool_file(self.sender).quarantined(limit=10_000))
             return {str(row["key"]): str(row["reason"]) for row in rows}
 
         @invariant()
@@ -237,7 +238,7 @@ def make_machine(
             """PostgreSQL holds a prefix of each lane's accepted mail, each once, in order."""
             stored = self.stored()
             quarantined = self.quarantined()
-            waiting = {row.key for row in run(self.sender.spool.waiting(limit=10_000))}
+            waiting = {row.key for row in run(spool_file(self.sender).waiting(limit=10_000))}
             for lane, keys in self.accepted.items():
                 going = [key for key in keys if key not in self.doomed]
                 assert stored[lane] == going[: len(stored[lane])], (lane, stored[lane], going)
@@ -252,7 +253,7 @@ def make_machine(
                 self.down = False
                 report = run(self.sender.forward(wait_s=10))
                 assert report.complete, report
-                assert run(self.sender.spool.waiting(limit=10_000)) == []
+                assert run(spool_file(self.sender).waiting(limit=10_000)) == []
                 stored = self.stored()
                 for lane, keys in self.accepted.items():
                     assert stored[lane] == [key for key in keys if key not in self.doomed]

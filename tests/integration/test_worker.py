@@ -281,6 +281,7 @@ async def test_an_unstorable_result_settles_failed_after_exactly_one_run(
     job_row = await pg_pool.fetchrow(
         "SELECT state, outcome, diagnostic, recovery_count FROM birddog.jobs WHERE job_id = 'j8'"
     )
+    assert job_row is not None
     assert (job_row["state"], job_row["outcome"], job_row["recovery_count"]) == (
         "settled",
         "failed",
@@ -335,6 +336,7 @@ async def test_a_worker_that_cannot_renew_its_lease_stops_the_handler_and_leaves
     assert cancelled.is_set()
     assert "lease_lost" in [e["event"] for e in events]
     row = await pg_pool.fetchrow("SELECT state, outcome FROM birddog.jobs WHERE job_id = 'j9'")
+    assert row is not None
     assert (row["state"], row["outcome"]) == ("running", None)
     assert worker.summary() == {}
 
@@ -425,6 +427,7 @@ async def test_a_worker_claims_its_free_slots_in_one_call_and_waits_after_a_shor
     started: list[str] = []
 
     async def handle(payload: AgentJobPayload) -> str:
+        assert payload.mail is not None
         started.append(payload.mail.key)
         await release.wait()
         return "done"

@@ -37,6 +37,7 @@ from birddog import (
     JobState,
     Mail,
     MailRoom,
+    MailService,
     Outbox,
     OutboxRow,
     Outcome,
@@ -55,6 +56,7 @@ from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
 from birddog.postgres.mailbox import PostgresMailbox
 from birddog.postgres.notices import PostgresNotices
 from birddog.postgres.pool import Pool
+from birddog.sqlite import SqliteSpool
 from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake, RecordingTransport
 from tests.support.waiting import eventually as eventually  # re-exported (see above)
 
@@ -250,6 +252,12 @@ def json_at(value: object, *path: str | int) -> Any:
             assert isinstance(value, list), f"not a list at {step!r}: {value!r}"
             value = value[step]
     return value
+
+
+def spool_file(service: MailService) -> SqliteSpool:
+    """The SQLite spool behind ``service``: one opened with a spool path has one."""
+    assert isinstance(service.spool, SqliteSpool), service.spool
+    return service.spool
 
 
 async def wake_at(pool: Pool) -> datetime | None:
