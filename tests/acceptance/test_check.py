@@ -86,7 +86,7 @@ async def test_check_names_every_kind_of_problem_one_line_each(
     assert report["problems"][0]["job_id"] == "unserved"
     assert report["problems"][3]["due"] == 3
 
-    relaxed = await cli(database_url, "check", **RELAXED)
+    relaxed = await cli(database_url, "check", variables=RELAXED)
     assert (relaxed.returncode, relaxed.stdout.strip()) == (0, "ok"), relaxed.stdout
     flags = await cli(
         database_url, "check", "--job-queued-s", "999999", "--lease-overdue-s", "999999",

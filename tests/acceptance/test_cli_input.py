@@ -86,7 +86,7 @@ async def test_a_bad_setting_is_named_and_its_value_never_echoed(
     database_url: str, variable: str, value: str
 ) -> None:
     """An invalid setting exits 2 naming the variable, without repeating what it held."""
-    done = await cli(database_url, "status", **{variable: value})
+    done = await cli(database_url, "status", variables={variable: value})
     assert done.returncode == 2
     line = _one_line(done.stderr)
     assert line.startswith(f"Error: invalid setting {variable}: ")

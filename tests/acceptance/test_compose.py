@@ -137,6 +137,7 @@ async def test_worker_health_follows_the_workers_heartbeat(
         return done.stdout if done.returncode == 0 else None
 
     healthy = await eventually(beat, "health --worker to pass", within_s=60)
+    assert healthy is not None
     assert healthy.startswith("worker healthy: 1 on ")
     assert worker.terminate()[0] == 0
     # A clean stop marks the worker's row stopped: no worker beats here any more.

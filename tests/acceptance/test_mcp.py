@@ -287,7 +287,7 @@ async def test_progress_is_reported_while_waiting(room: str, errlog: Any) -> Non
     assert seen[0][0] <= 10
 
 
-BAD_CALLS = [
+BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     ("ask", {"to": "no-colon", "content": "x"}, "to"),
     ("ask", {"to": "nobody:s-x", "content": "x"}, "to"),
     ("send", {"to": "upper:s-upper", "content": "x" * (MAX_CONTENT_BYTES + 1)}, "content"),

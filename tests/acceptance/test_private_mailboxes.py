@@ -223,8 +223,8 @@ async def test_a_shared_senders_login_reads_only_what_it_sent(
         await enqueue_accepted_job(conn, question("by-sender", sender=CAROL, to=BOB))
     finally:
         await conn.close()
-    async with pg_pool.acquire() as conn:
-        await enqueue_accepted_job(conn, question("by-alice", sender=ALICE, to=BOB))
+    async with pg_pool.acquire() as pooled:
+        await enqueue_accepted_job(pooled, question("by-alice", sender=ALICE, to=BOB))
     await deliver_to_mailbox(pg_pool, reply_to_alice("m-by-alice"), at=datetime.now(UTC))
     carols = reply_to_alice("m-by-sender").model_copy(
         update={"key": "outbox:m-by-sender:reply:0", "to": CAROL}
@@ -251,8 +251,8 @@ async def test_operators_still_see_every_row(
     database_url: str, pg_pool: Pool, logins: dict[str, str]
 ) -> None:
     """The daemon sees every mailbox row and job, the worker and the reader every job."""
-    async with pg_pool.acquire() as conn:
-        await enqueue_accepted_job(conn, question("j1", sender=ALICE, to=BOB))
+    async with pg_pool.acquire() as pooled:
+        await enqueue_accepted_job(pooled, question("j1", sender=ALICE, to=BOB))
     await deliver_to_mailbox(pg_pool, reply_to_alice("m-j1"), at=datetime.now(UTC))
     for kind, statement, rows in (
         ("daemon", "SELECT count(*) FROM birddog.mailbox", 1),

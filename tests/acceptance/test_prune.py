@@ -51,7 +51,8 @@ async def test_the_daemon_prunes_when_a_retention_is_set(
     daemon = daemons(BIRDDOG_RETAIN_RECEIPTS_S="30d", BIRDDOG_PRUNE_EVERY_S="0.2")
 
     async def pruned() -> bool:
-        return await pg_pool.fetchval("SELECT count(*) FROM birddog.receipts") == 1
+        count: int = await pg_pool.fetchval("SELECT count(*) FROM birddog.receipts")
+        return count == 1
 
     await eventually(pruned, "old receipts pruned by the daemon", within_s=30)
     code, log = daemon.terminate()

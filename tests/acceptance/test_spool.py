@@ -71,7 +71,7 @@ def link_of(fd: Path) -> str:
 
 async def spool_status(dsn: str, **env: str) -> dict[str, Any]:
     """``birddog spool status --json``."""
-    done = await cli(dsn, "spool", "status", "--json", **env)
+    done = await cli(dsn, "spool", "status", "--json", variables=env)
     assert done.returncode == 0, done.stderr
     status: dict[str, Any] = json.loads(done.stdout)
     return status
@@ -155,9 +155,9 @@ async def test_a_full_spool_refuses_with_exit_1_and_stays_intact(proxy: Database
     await proxy.down()
     small = {"BIRDDOG_SPOOL_MAX_BYTES": "8192"}
     for index in range(2):
-        done = await cli(proxy.dsn, *mail(index), "--content", "x" * 3000, **small)
+        done = await cli(proxy.dsn, *mail(index), "--content", "x" * 3000, variables=small)
         assert done.returncode == 0, done.stderr
-    full = await cli(proxy.dsn, *mail(2), "--content", "x" * 3000, **small)
+    full = await cli(proxy.dsn, *mail(2), "--content", "x" * 3000, variables=small)
     assert full.returncode == 1
     assert full.stdout == ""
     [line] = full.stderr.strip().splitlines()
@@ -198,7 +198,7 @@ async def test_a_full_disk_is_a_clear_refusal_and_the_spool_stays_intact(
     env = {"BIRDDOG_SPOOL_PATH": str(spool)}
     accepted = 0
     for index in range(40):
-        done = await cli(proxy.dsn, *mail(index), "--content", "y" * 16000, **env)
+        done = await cli(proxy.dsn, *mail(index), "--content", "y" * 16000, variables=env)
         if done.returncode != 0:
             break
         assert done.stdout.startswith("spooled"), done.stderr

@@ -44,7 +44,7 @@ async def send(database_url: str, job_id: str, *extra: str, **env: str) -> None:
     sent = await cli(
         database_url, "send", "--job-id", job_id, "--to", "agent:s-agent",
         "--from", "asker:s-ask", "--reply-to", "asker:s-ask", "--key", f"mail-{job_id}",
-        "--command-id", f"cmd-{job_id}", "--content", "hello", *extra, **env,
+        "--command-id", f"cmd-{job_id}", "--content", "hello", *extra, variables=env,
     )  # fmt: skip
     assert sent.returncode == 0, sent.stderr
 
@@ -113,7 +113,9 @@ async def test_a_sigkilled_worker_leaves_no_process_of_its_turn_and_no_overlappi
     )
 
     async def settled() -> bool:
-        state = await harness.pool.fetchval("SELECT state FROM birddog.jobs WHERE job_id = 'k-1'")
+        state: str | None = await harness.pool.fetchval(
+            "SELECT state FROM birddog.jobs WHERE job_id = 'k-1'"
+        )
         return state == "settled"
 
     await eventually(settled, "the second turn to settle the job", within_s=60)
@@ -190,7 +192,7 @@ async def test_an_agent_reaches_nothing_of_the_mail_room_as_another_user_and_wha
     embedded = {"BIRDDOG_DATA_DIR": str(embedded_dir), "WORKER_MARKER": "worker-only-value"}
     daemon = daemons(DATABASE_URL="", **embedded)
     await eventually(logged(daemon, "birddog is ready"), "the daemon", within_s=90)
-    added = await cli("", "route", "add", "keeper", "http://127.0.0.1:9/hook", **embedded)
+    added = await cli("", "route", "add", "keeper", "http://127.0.0.1:9/hook", variables=embedded)
     assert added.returncode == 0, added.stderr
     route_secret = added.stdout.split("signing secret: ")[1].split()[0]
     password = (embedded_dir / "pgpass").read_text().strip().rpartition(":")[2]
@@ -206,7 +208,7 @@ async def test_an_agent_reaches_nothing_of_the_mail_room_as_another_user_and_wha
         # what the worker was started with.
         done = await cli(
             "", "worker", "--command", command, *user, "--once", "--queue", "s-agent",
-            timeout_s=120, fresh=True, **embedded,
+            timeout_s=120, fresh=True, variables=embedded,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
         conn = await asyncpg.connect(EmbeddedPostgres(embedded_dir).dsn())

@@ -416,6 +416,7 @@ async def test_no_reply_vanishes_under_crashes_restarts_and_bad_recipients() -> 
         for agent, kind in plan.kinds.items():
             if kind is not Kind.UNKNOWN:
                 route = await routes.add(agent, recipients.url_for(agent))
+                assert route.secret is not None
                 recipients.inboxes[agent] = Inbox(route.secret)
         held = plan.agent(Kind.HELD)
         await routes.hold(held)

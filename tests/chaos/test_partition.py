@@ -291,7 +291,7 @@ async def test_a_daemon_cut_off_mid_drain_loses_its_lease_and_another_finishes(
         unix_dsn = await asyncio.to_thread(server.prepare)
         await asyncio.wait_for(migrate(unix_dsn), 60)
         await asyncio.to_thread(server.start_in_namespace)
-        pool = await create_pool(unix_dsn, min_size=1, max_size=2)
+        pool = opened = await create_pool(unix_dsn, min_size=1, max_size=2)  # `opened`: never None
         inbox_log = root / "inbox.log"
         inbox = [sys.executable, "-m", "tests.support.netns_inbox"]
         db_host = hosts.addresses["db"]
@@ -319,7 +319,7 @@ async def test_a_daemon_cut_off_mid_drain_loses_its_lease_and_another_finishes(
         second = hosts.start("daemon2", [BIRDDOG, "run"], env, root / "daemon2.log")
         processes.append(second)
         await eventually(
-            lambda: pool.fetchval("SELECT count(*) FROM birddog.receipts") if pool else 0,
+            lambda: opened.fetchval("SELECT count(*) FROM birddog.receipts"),
             "every reply's receipt",
             until=lambda n: n == REPLIES,
             within_s=180,

@@ -144,11 +144,11 @@ async def test_mail_sent_while_postgres_is_stopped_arrives_once_in_order() -> No
         assert away["ok"] is False
 
         await asyncio.wait_for(asyncio.to_thread(server.start), 60)
-        pool = await create_pool(dsn, min_size=1, max_size=2)
+        pool = opened = await create_pool(dsn, min_size=1, max_size=2)  # `opened`: never None
         forwarder = Process("forward", ["spool", "forward"], env, root)
         processes.append(forwarder)
         await eventually(
-            lambda: pool.fetchval("SELECT count(*) FROM birddog.jobs") if pool else 0,
+            lambda: opened.fetchval("SELECT count(*) FROM birddog.jobs"),
             "the forwarder's first jobs",
             until=lambda n: n > 0 or not forwarder.alive(),
             within_s=120,

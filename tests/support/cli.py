@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -185,16 +185,25 @@ async def run_to_end(
 
 
 async def cli(
-    database_url: str, *args: str, timeout_s: float = 60, fresh: bool = False, **env: str
+    database_url: str,
+    *args: str,
+    timeout_s: float = 60,
+    fresh: bool = False,
+    variables: Mapping[str, str] | None = None,
+    **env: str,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``birddog ARGS`` on ``database_url`` to completion (:func:`run_to_end`, no input).
 
-    ``env``: variables added to :func:`cli_env`'s; ``fresh``: a new process, not a fork of
-    the zygote. One still running after ``timeout_s`` fails the test as
-    :func:`run_to_end` says.
+    ``env``: variables added to :func:`cli_env`'s; ``variables``: more of them, for a
+    mapping built at run time (its names cannot be mistaken for this function's
+    parameters); ``fresh``: a new process, not a fork of the zygote. One still running
+    after ``timeout_s`` fails the test as :func:`run_to_end` says.
     """
     done = await run_to_end(
-        list(args), env=cli_env(database_url, **env), timeout_s=timeout_s, fresh=fresh
+        list(args),
+        env=cli_env(database_url, **(variables or {}), **env),
+        timeout_s=timeout_s,
+        fresh=fresh,
     )
     return subprocess.CompletedProcess([BIRDDOG, *args], done.returncode, done.stdout, done.stderr)
 
