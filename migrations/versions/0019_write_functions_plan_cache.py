@@ -1,7 +1,6 @@
 """Settlements without planning: the write functions' own plan cache mode, one queue's head.
 
-A settlement cost about 1,600 us of PostgreSQL CPU at 8 callers (a bare ``INSERT``: 120),
-most of it planning:
+Most of a settlement's PostgreSQL CPU was planning:
 
 - BirdDog's pools set ``plan_cache_mode = force_custom_plan`` for the whole session (the
   daemon's claim at ``now`` must see that the backlog lies in the future, which a generic
@@ -16,11 +15,11 @@ most of it planning:
   on its parameters stays custom. ``birddog.claim`` keeps generic plans always
   (``force_generic_plan``): its statements read the candidates over ``unnest`` of an
   array, whose generic plan ``auto`` estimates for ten queues and never chooses, so it
-  planned them at every call (0.8 of a 1.05 ms claim); their plans walk the queue heads'
+  planned them at every call (most of a claim); their plans walk the queue heads'
   claim index and each candidate's head by the same indexes whatever the time, the
-  limit or the number of queues, and filter the times they are given (measured at 100,
-  1,000 and 10,000 waiting sessions). The daemon's claim over the outbox, a statement
-  of its own, stays custom.
+  limit or the number of queues, and filter the times they are given, however many
+  sessions wait. The daemon's claim over the outbox, a statement of its own, stays
+  custom.
 - ``birddog._queue_heads_refresh`` recomputed its queues with one statement over
   ``unnest`` of an array, whose generic plan is estimated for ten queues and so never
   chosen: planned at every call. Every settlement, enqueue and single-queue claim
@@ -31,10 +30,8 @@ most of it planning:
   transaction to change a queue still leaves its row right; several queues take the
   statement as it was.
 
-Measured (embedded PostgreSQL 18, 1,000 settlements of one reply each, 8 callers): 849 ->
-1,650-1,795 settlements/s, PostgreSQL CPU per settlement 1,590 -> 740-810 us; a worker's
-claim among 100 sessions 1.05 -> 0.47 ms, among 10,000 sessions 1.11 -> 0.51 ms (bench
-claim, full).
+The figures before and after: docs/performance.md, "Migration 0019: settlements without
+planning".
 
 Revision ID: 0019
 Revises: 0018

@@ -224,8 +224,8 @@ def event_loop_factory(choice: str = "auto") -> EventLoopFactory | None:
     """The event loop the drain daemon runs on.
 
     uvloop's loop runs aiohttp's and asyncpg's socket work in C; the drain daemon spends
-    most of its time there (``bench/``: the CPU per delivered reply and the figures behind
-    choosing it are in the README's performance notes).
+    most of its time there (the CPU per delivered reply with each loop: docs/performance.md,
+    "CPU per reply: each lever, measured on its own").
 
     Args:
         choice: ``auto`` (uvloop when it is installed), ``uvloop`` or ``asyncio``.

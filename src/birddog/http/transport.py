@@ -1,10 +1,8 @@
 """The HTTP transport: signed POSTs to each recipient's inbox over a pooled aiohttp session.
 
-aiohttp was measured against httpx on loopback (``bench/http_clients.py``: 2000 POSTs,
-64 in flight, server in another process, 2 CPUs): aiohttp sustained 8,000-9,700 posts/s
-at ~110 us of client CPU per post, httpx 230-260 posts/s at ~4,000 us (its pool degrades
-under concurrency, encode/httpx#3215), so the transport uses aiohttp, already a
-dependency. This transport itself, signing and validating included, ran ~7,100 posts/s.
+aiohttp, already a dependency, because it keeps its pool under concurrency where httpx's
+degrades (encode/httpx#3215): the measurement against httpx (``bench/http_clients.py``)
+is in docs/performance.md, "The HTTP client".
 """
 
 from __future__ import annotations

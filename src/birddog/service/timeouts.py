@@ -42,10 +42,10 @@ DEFAULT_SEND_TIMEOUT_S: Final = 30.0
 FACTS_TIMEOUT_S: Final = 0.5
 """The longest look, after a wait ends without a reply, at where the ask stands.
 
-An ask times out within its timeout plus a second (measured: a thousand ending at once on
-a pool of ten, on an otherwise quiet 2-core machine), however many end at once: a look
-that does not fit leaves the message without the facts, not the caller late. A starved
-machine adds its own lag on top.
+An ask times out within its timeout plus a second, however many end at once: a look that
+does not fit leaves the message without the facts, not the caller late. A starved machine
+adds its own lag on top (the measurement: docs/performance.md, "An ask ends within a
+second of its timeout").
 """
 
 
