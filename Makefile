@@ -68,7 +68,7 @@ typecheck: $(STAMP)
 	$(BIN)/mypy src tests
 
 # The fault run goes last and alone: it kills and restarts processes on a clock of its
-# own, and the other worker's tests would take its CPU (leases run out, posts repeat).
+# own, and the other workers' tests would take its CPU (leases run out, posts repeat).
 # Bytecode is written even where the environment says not to (an empty value is unset):
 # each worker and each CLI subprocess would otherwise compile every module afresh and
 # rewrite every test's asserts, about half of what collecting the suite costs.

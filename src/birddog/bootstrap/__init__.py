@@ -11,11 +11,11 @@ without a adapters).
   job store, reports, HTTP transport, mail room); every command, process, the probe and
   the demo take theirs from it. :func:`open_demo_adapters` does so over a database of the
   demo's own.
-- ``build_*`` wire what one process runs over an open adapters: :func:`build_daemon`,
+- ``build_*`` wire what one process runs over open adapters: :func:`build_daemon`,
   :func:`build_worker`, :func:`build_console`, and the listeners, alerts and daemon row
   around them.
 - :func:`open_spool` is the local spool of the settings (no database needed);
-  :func:`open_sender` wires the library's :class:`~birddog.Sender` over a pool.
+  :func:`open_sender` wires the library's :class:`~birddog.MailService` over a pool.
 - :func:`migrate_schema` upgrades the schema of the configured database.
 - Where the database is (:func:`database`, :func:`running_database`,
   :func:`psql_session`) is the Postgres adapter's to say (:mod:`birddog.postgres.locate`),

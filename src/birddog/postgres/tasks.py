@@ -1,6 +1,6 @@
 """Sent mail as its sender reads it: one job by id, or a context's jobs (the A2A tasks).
 
-:class:`PostgresSentJobs` reads the jobs an ask wrote (``Asking.send``) back as
+:class:`PostgresSentJobs` reads the jobs an ask wrote (``MailService.send``) back as
 :class:`~birddog.core.tasks.SentJob`: state, outcome, the full result and diagnostic, and
 the mail. Its one write adds (or removes) a reply address on a mail whose job has not
 settled: an A2A push config set after the message; the settlement then derives that

@@ -150,14 +150,14 @@ class SpoolForwarder:
         error: BaseException | None = None
         try:
             await self.write(outgoing)
-        except Exception as exc:  # its fate decides; a bug is raised on below
+        except Exception as exc:  # its outcome decides; a bug is raised on below
             error = exc
-        fate = decide_forward(error)
-        if fate is ForwardOutcome.FORWARDED:
+        outcome = decide_forward(error)
+        if outcome is ForwardOutcome.FORWARDED:
             done.append(row.id)
             report.forwarded.append(row.key)
             return True
-        if fate is ForwardOutcome.QUARANTINED and isinstance(error, BirdDogError):
+        if outcome is ForwardOutcome.QUARANTINED and isinstance(error, BirdDogError):
             reason = self.describe(error)
             await self.spool.quarantine(row.id, reason)
             report.quarantined[row.key] = reason
