@@ -88,6 +88,7 @@ async def test_a_not_before_job_is_not_claimed_early_and_is_claimed_on_time(
         until=lambda c: c is not None,
         within_s=15,
     )
+    assert claimed is not None
     assert claimed.job.job_id == "later"
     assert claimed.job.not_before == start
     started = await pg_pool.fetchval("SELECT started_at FROM birddog.jobs WHERE job_id = 'later'")

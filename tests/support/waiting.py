@@ -32,18 +32,6 @@ async def eventually(
 
 @overload
 async def eventually(
-    probe: Callable[[], T],
-    what: str = ...,
-    *,
-    until: Callable[[T], object] = ...,
-    within_s: float = ...,
-    every_s: float = ...,
-    ignoring: tuple[type[BaseException], ...] = ...,
-) -> T: ...
-
-
-@overload
-async def eventually(
     probe: Callable[[], Awaitable[T] | T],
     what: str = ...,
     *,
