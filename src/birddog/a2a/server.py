@@ -80,6 +80,7 @@ from birddog.core.push import is_push_agent, push_agent_id, push_config_id
 from birddog.core.tasks import SentJob, spooled_job
 from birddog.core.text import printable
 from birddog.ports import TokenBook
+from birddog.service.timeouts import Deadline
 
 if TYPE_CHECKING:
     from birddog.ports import JobCancels, RouteEdits, SentJobs
@@ -191,8 +192,7 @@ class _Tasks:
 
     async def until_terminal(self, job_id: str, wait_s: float) -> SentJob:
         """The job once its task is terminal, or as it stands after ``wait_s``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
+        deadline = Deadline(wait_s)
         pause = POLL_FIRST_S
         while True:
             try:
@@ -201,10 +201,9 @@ class _Tasks:
                 raise _unavailable(exc) from None
             if job is None:
                 raise TaskNotFoundError()
-            left = deadline - loop.time()
-            if task_state(job) in TERMINAL or left <= 0:
+            if task_state(job) in TERMINAL or deadline.passed:
                 return job
-            await asyncio.sleep(min(pause, left))
+            await asyncio.sleep(min(pause, deadline.left()))
             pause = min(pause * 2, POLL_MOST_S)
 
     async def replayed(

@@ -23,6 +23,7 @@ from birddog.core.mail import AgentAddress, Outcome
 from birddog.mcp.arguments import Arguments, ToolRefused
 from birddog.mcp.texts import ToolResult, plural
 from birddog.runtime import stop_task, wait_event
+from birddog.service.timeouts import Deadline
 
 if TYPE_CHECKING:
     from birddog.ports import ClaimedJobLike, JobStore, Notices
@@ -112,17 +113,15 @@ class TakenTasks:
     async def _claim(self, caller: AgentAddress, wait_s: float) -> ClaimedJobLike | None:
         jobs = self.jobs
         queue = caller.session_id
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + wait_s
+        deadline = Deadline(wait_s)
         with self.notices.subscribe("birddog_jobs", queue) as queued:
             while True:
                 claimed = await jobs.claim(
                     queues=[queue], lease_s=self.lease_s, worker_id=f"mcp:{queue}"
                 )
-                left = deadline - loop.time()
-                if claimed is not None or left <= 0:
+                if claimed is not None or deadline.passed:
                     return claimed
-                await queued.wait(min(left, 1.0))
+                await queued.wait(min(deadline.left(), 1.0))
 
     async def _heartbeat(self, turn: _Turn) -> None:
         """Renew a taken task's lease now (StaleClaim: the claim has ended)."""
