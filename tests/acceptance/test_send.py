@@ -8,6 +8,7 @@ import os
 import subprocess
 from datetime import timedelta
 
+from tests.support import json_at
 from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
 from tests.support.stacks import Harness
 
@@ -42,7 +43,7 @@ async def test_a_different_mail_under_the_same_job_id_is_refused_naming_the_fiel
     assert "job-r" in other.stderr
     assert "Traceback" not in other.stderr
     [payload] = await _stored(harness)
-    assert payload["mail"]["content"] == "one"  # type: ignore[index]
+    assert json_at(payload, "mail", "content") == "one"
 
 
 async def test_created_at_pins_the_time(database_url: str, harness: Harness) -> None:
@@ -50,7 +51,7 @@ async def test_created_at_pins_the_time(database_url: str, harness: Harness) -> 
     pinned = [*MAIL, "--content", "x", "--created-at", "1767225600000"]
     assert (await cli(database_url, "send", *pinned)).returncode == 0
     [payload] = await _stored(harness)
-    assert payload["mail"]["createdAt"] == 1767225600000  # type: ignore[index]
+    assert json_at(payload, "mail", "createdAt") == 1767225600000
     assert (await cli(database_url, "send", *pinned)).stdout.startswith("already sent")
     moved = await cli(database_url, "send", *MAIL, "--content", "x", "--created-at", "1")
     assert moved.returncode == 1
@@ -72,7 +73,7 @@ async def test_empty_content_must_be_explicit(database_url: str, harness: Harnes
     explicit = await cli(database_url, "send", *MAIL, "--content", "")
     assert explicit.returncode == 0, explicit.stderr
     [payload] = await _stored(harness)
-    assert payload["mail"]["content"] == ""  # type: ignore[index]
+    assert json_at(payload, "mail", "content") == ""
 
 
 async def test_a_terminal_on_stdin_without_content_is_an_error(database_url: str) -> None:

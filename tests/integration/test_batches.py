@@ -18,7 +18,7 @@ from birddog.core.batch import NOT_IN_BATCH_ACK, batch_id
 from birddog.core.delivery import new_row
 from birddog.engine import DrainReport
 from birddog.http import HttpTransport
-from birddog.http.inbox import Inbox, MalformedReply, aiohttp_handler
+from birddog.http.inbox import Inbox, MalformedReply, Received, aiohttp_handler
 from birddog.http.server import serve
 from birddog.postgres.outbox import PostgresOutbox
 from birddog.postgres.pool import Pool
@@ -218,7 +218,8 @@ def test_receive_batch_reads_each_reply_and_names_a_malformed_one() -> None:
     inbox = Inbox(secret)
     entries = inbox.receive_batch(*signed_batch(secret, [good, bad]))
     assert [type(entry).__name__ for entry in entries] == ["Received", "MalformedReply"]
-    assert entries[0].reply.key == "outbox:g:reply:0"  # type: ignore[union-attr]
+    assert isinstance(entries[0], Received)
+    assert entries[0].reply.key == "outbox:g:reply:0"
 
 
 def test_receive_batch_refuses_an_id_that_is_not_the_keys() -> None:

@@ -575,7 +575,9 @@ async def test_static_routes_hold_release_remove() -> None:
     """Hold and release flip ``enabled``; remove forgets the agent; unknown agents raise."""
     routes = StaticRoutes([Route(agent_id="a", url="http://example.test/", secret="whsec_dGVzdA")])
     assert routes.hold("a").enabled is False
-    assert (await routes.route("a")).enabled is False  # type: ignore[union-attr]
+    held = await routes.route("a")
+    assert held is not None
+    assert held.enabled is False
     assert routes.release("a").enabled is True
     assert routes.remove("a") is True
     assert await routes.route("a") is None

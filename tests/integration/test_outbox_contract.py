@@ -425,7 +425,9 @@ async def test_replay_without_a_key_or_agent_is_refused(backend: Backend) -> Non
     await dead_letters(backend, ("a", "alice"))
     with pytest.raises(InvalidInput):
         await backend.dead.replay()
-    assert (await backend.outbox.get("a")).state is RowState.DEAD  # type: ignore[union-attr]
+    row = await backend.outbox.get("a")
+    assert isinstance(row, OutboxRow), row
+    assert row.state is RowState.DEAD
 
 
 async def test_rows_in_a_callers_transaction_are_added_once(backend: Backend) -> None:

@@ -86,13 +86,17 @@ async def test_rekey_seals_plain_secrets_then_moves_them_to_a_new_key(pg_pool: P
     report = await routes_with(pg_pool, OLD_KEY).reseal()
     assert (report.routes, report.resealed) == (2, 2)
     old_id = SecretBox.from_settings(OLD_KEY).key_id
-    assert (await stored(pg_pool, "alice"))[0].startswith(f"{SEALED_PREFIX}{old_id}:")  # type: ignore[union-attr]
+    sealed, _ = await stored(pg_pool, "alice")
+    assert sealed is not None
+    assert sealed.startswith(f"{SEALED_PREFIX}{old_id}:")
     assert (await routes_with(pg_pool, OLD_KEY).reseal()).resealed == 0  # idempotent
 
     moving = routes_with(pg_pool, NEW_KEY, previous=OLD_KEY)
     assert (await moving.reseal()).resealed == 2
     new_id = SecretBox.from_settings(NEW_KEY).key_id
-    assert (await stored(pg_pool, "bob"))[0].startswith(f"{SEALED_PREFIX}{new_id}:")  # type: ignore[union-attr]
+    sealed, _ = await stored(pg_pool, "bob")
+    assert sealed is not None
+    assert sealed.startswith(f"{SEALED_PREFIX}{new_id}:")
     found = await routes_with(pg_pool, NEW_KEY).route("alice")
     assert found is not None
     assert found.secret == first.secret
@@ -149,7 +153,9 @@ async def test_rotation_signs_with_both_keys_until_the_overlap_ends(
     assert old is not None
     assert new is not None
     assert new != old
-    assert (await stored(pg_pool, "alice"))[1].startswith(SEALED_PREFIX)  # type: ignore[union-attr]
+    _, previous = await stored(pg_pool, "alice")
+    assert previous is not None
+    assert previous.startswith(SEALED_PREFIX)
 
     async with HttpTransport(routes, clock=clock) as transport:
         for secret in (old, new):

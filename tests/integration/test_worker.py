@@ -16,6 +16,7 @@ from birddog import (
     AgentWork,
     Job,
     JobState,
+    Mail,
     Outcome,
     Recovery,
     StoreUnavailable,
@@ -45,7 +46,7 @@ async def enqueue(pool: Pool, job_id: str, *, recovery: int | None = None) -> Jo
     return job
 
 
-def agent_job_payload_mail(job: Job):  # type: ignore[no-untyped-def]
+def agent_job_payload_mail(job: Job) -> Mail | None:
     from birddog import decode_agent_job  # noqa: PLC0415
 
     return decode_agent_job(job).mail
