@@ -1,6 +1,6 @@
 r"""Values as people read them (the CLI and the console), and JSON for machines.
 
-Every value passes through :func:`birddog.core.text.inert` before it reaches the
+Every value passes through :func:`birddog.core.text.printable` before it reaches the
 terminal, since keys, ids, errors and URLs may come from outside: an escape sequence
 in a recipient's error message shows as ``\x1b``, it never runs. Times print in UTC,
 ages as hours, minutes and seconds, and long cells are cut to :data:`CELL_WIDTH` in
@@ -16,20 +16,20 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from birddog.core.duration import format_age
-from birddog.core.text import inert
+from birddog.core.text import printable
 
 CELL_WIDTH = 60
 """The widest a table cell is printed; longer values end with an ellipsis."""
 
 
 def format_value(value: object) -> str:
-    """One value as people read it: UTC times, short ages, ``-`` for nothing, all inert.
+    """One value as people read it: UTC times, short ages, ``-`` for nothing, all printable.
 
     Args:
         value: a value from a row (text, number, time, interval, flag, JSON).
 
     Returns:
-        One line of inert text.
+        One line of printable text.
     """
     if value is None:
         return "-"
@@ -40,8 +40,8 @@ def format_value(value: object) -> str:
     if isinstance(value, timedelta):
         return format_age(value.total_seconds())
     if isinstance(value, dict | list):
-        return inert(json.dumps(value, default=json_default, ensure_ascii=False))
-    return inert(str(value))
+        return printable(json.dumps(value, default=json_default, ensure_ascii=False))
+    return printable(str(value))
 
 
 def _cut(text: str, width: int) -> str:
@@ -77,7 +77,7 @@ def render_table(
 
 
 def render_record(pairs: Iterable[tuple[str, object]]) -> str:
-    """One record as ``name: value`` lines, names aligned, values whole and inert.
+    """One record as ``name: value`` lines, names aligned, values whole and printable.
 
     Args:
         pairs: ``(name, value)`` in the order to show.
@@ -112,7 +112,7 @@ def dump_json(value: object) -> str:
     r"""``value`` as indented JSON, with :func:`json_default` for times and ids.
 
     Non-ASCII characters, controls and DEL are written as ``\u`` escapes, so the
-    output is inert in a terminal whatever the values hold.
+    output is printable in a terminal whatever the values hold.
 
     Args:
         value: rows, a record or a report.

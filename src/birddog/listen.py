@@ -17,7 +17,7 @@ from aiohttp import web
 
 from birddog.core.ask import address_text
 from birddog.core.mail import Reply
-from birddog.core.text import inert
+from birddog.core.text import printable
 from birddog.http.inbox import Inbox, aiohttp_handler
 from birddog.http.server import serve
 
@@ -38,7 +38,7 @@ class Listening:
 
 
 def reply_line(reply: Reply) -> str:
-    """One line for a received reply: key, outcome, sender, then the content, all inert.
+    """One line for a received reply: key, outcome, sender, then the content, all printable.
 
     Args:
         reply: the verified reply.
@@ -48,7 +48,7 @@ def reply_line(reply: Reply) -> str:
     """
     sender = address_text(reply.from_)
     diagnostic = f" ({reply.reply.diagnostic})" if reply.reply.diagnostic else ""
-    return inert(
+    return printable(
         f"{reply.key} {reply.reply.outcome.value}{diagnostic} from {sender}: {reply.content}"
     )
 

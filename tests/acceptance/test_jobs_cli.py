@@ -99,7 +99,7 @@ async def test_jobs_show_and_cancel(database_url: str, pg_pool: Pool) -> None:
 
 
 async def test_show_tells_one_mails_story_inertly(database_url: str, pg_pool: Pool) -> None:
-    """Show KEY prints the job, the replies and their attempts; hostile text stays inert."""
+    """Show KEY prints the job, the replies and their attempts; hostile text stays printable."""
     seeded = await seed(pg_pool, now=datetime.now(UTC))
     story = await cli(database_url, "show", seeded.delivered_key)
     assert story.returncode == 0, story.stderr

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 
-from birddog.bootstrap import open_stack
+from birddog.bootstrap import open_adapters
 from birddog.cli.worker import EVERY_QUEUE_NOTICE
 from birddog.postgres.pool import Pool
 from birddog.processes.probe import run_probe
@@ -246,8 +246,8 @@ async def test_a_worker_taking_every_queue_never_steals_the_probe(
 
     # A probe that ran before the worker started would prove nothing.
     await eventually(both_running, "the worker and the daemon", within_s=60)
-    async with open_stack(Settings(database_url=database_url), pool_size=4) as stack:
-        results = [await run_probe(stack, timeout_s=30) for _ in range(10)]
+    async with open_adapters(Settings(database_url=database_url), pool_size=4) as adapters:
+        results = [await run_probe(adapters, timeout_s=30) for _ in range(10)]
     assert [r.ok for r in results] == [True] * 10, [r.message for r in results]
     for process in (worker, daemon):
         code, text = process.terminate()

@@ -35,7 +35,7 @@ from birddog.bootstrap import (
     build_jobs_listener,
     build_wake_listener,
     build_worker,
-    open_stack,
+    open_adapters,
 )
 from birddog.core.jobs import AgentJobPayload
 from birddog.http.server import listening_socket, serve_asgi, socket_url
@@ -80,17 +80,17 @@ async def served(database_factory: Any) -> AsyncIterator[Served]:
     dsn = await database_factory.take()
     settings = Settings(database_url=dsn, job_lease_s=1.5, max_attempts=3, base_delay_s=0.05)
     stop = asyncio.Event()
-    async with open_stack(settings, pool_size=6) as stack:
-        await stack.routes.add(AGENT, kind="mailbox")
-        added = await stack.agents.add(AgentAddress(agent_id="asker", session_id="s-asker"))
-        listener = build_jobs_listener(stack)
-        wakes = build_wake_listener(stack)
+    async with open_adapters(settings, pool_size=6) as adapters:
+        await adapters.routes.add(AGENT, kind="mailbox")
+        added = await adapters.agents.add(AgentAddress(agent_id="asker", session_id="s-asker"))
+        listener = build_jobs_listener(adapters)
+        wakes = build_wake_listener(adapters)
         async with listener, wakes:
-            worker = build_worker(stack, _agent, listener=listener, queues=None, stop=stop)
-            daemon = build_daemon(stack, listener=wakes, alerts=None, stop=stop)
+            worker = build_worker(adapters, _agent, listener=listener, queues=None, stop=stop)
+            daemon = build_daemon(adapters, listener=wakes, alerts=None, stop=stop)
             sock = listening_socket()
             url = socket_url(sock)
-            app = a2a_app(a2a_services(stack, wait_s=WAIT_S), public_url=url, version="0")
+            app = a2a_app(a2a_services(adapters, wait_s=WAIT_S), public_url=url, version="0")
             tasks = [
                 asyncio.create_task(worker.run()),
                 asyncio.create_task(daemon.run()),
@@ -102,7 +102,7 @@ async def served(database_factory: Any) -> AsyncIterator[Served]:
                     "the A2A server answers",
                     within_s=30,
                 )
-                yield Served(url=url, token=added.issued.token, dsn=dsn, pool=stack.pool)
+                yield Served(url=url, token=added.issued.token, dsn=dsn, pool=adapters.pool)
             finally:
                 stop.set()
                 await asyncio.wait_for(asyncio.gather(*tasks), 30)
@@ -422,7 +422,7 @@ async def test_the_outbox_push_sender_writes_in_the_callers_transaction(served: 
     store = InMemoryPushNotificationConfigStore()
     async with (
         posts_to(receiver.handle, "/own") as url,
-        open_stack(Settings(database_url=served.dsn), pool_size=2) as stack,
+        open_adapters(Settings(database_url=served.dsn), pool_size=2) as adapters,
     ):
         config = push_config(url)
         config.task_id = "own-task"
@@ -431,9 +431,9 @@ async def test_the_outbox_push_sender_writes_in_the_callers_transaction(served: 
         sender = OutboxPushSender(
             store,
             outbox=CallerOutbox(lambda: held[0]),
-            routes=stack.routes,
+            routes=adapters.routes,
             sender=AgentAddress(agent_id="own-server", session_id="s-own"),
-            clock=stack.clock,
+            clock=adapters.clock,
         )
 
         def update(state: pb.TaskState, text: str) -> pb.TaskStatusUpdateEvent:
@@ -441,7 +441,7 @@ async def test_the_outbox_push_sender_writes_in_the_callers_transaction(served: 
             status.message.CopyFrom(message(text))
             return pb.TaskStatusUpdateEvent(task_id="own-task", context_id="c", status=status)
 
-        async with stack.pool.acquire() as conn:
+        async with adapters.pool.acquire() as conn:
             held.append(conn)
             with contextlib.suppress(RuntimeError):
                 async with conn.transaction():

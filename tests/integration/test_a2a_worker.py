@@ -25,7 +25,7 @@ from starlette.applications import Starlette
 
 from birddog import AgentAddress
 from birddog.a2a.remote import remote_agent
-from birddog.bootstrap import build_jobs_listener, build_worker, open_stack
+from birddog.bootstrap import build_jobs_listener, build_worker, open_adapters
 from birddog.http.server import listening_socket, serve_asgi, socket_url
 from birddog.settings import Settings
 from tests.support import eventually, http_get_ok, job_row
@@ -82,9 +82,9 @@ def _card(url: str) -> pb.AgentCard:
 
 @dataclass(frozen=True)
 class Room:
-    """The module's stack, remote agent and worker."""
+    """The module's adapters, remote agent and worker."""
 
-    stack: Any
+    adapters: Any
     remote: Remote
 
 
@@ -101,12 +101,12 @@ async def room(database_factory: Any) -> AsyncIterator[Room]:
         routes=[*create_agent_card_routes(_card(url)), *create_jsonrpc_routes(handler, "/")]
     )
     stop = asyncio.Event()
-    async with open_stack(settings, pool_size=4) as stack:
-        await stack.routes.add("remote", kind="mailbox")
-        listener = build_jobs_listener(stack)
+    async with open_adapters(settings, pool_size=4) as adapters:
+        await adapters.routes.add("remote", kind="mailbox")
+        listener = build_jobs_listener(adapters)
         async with listener:
             worker = build_worker(
-                stack, remote_agent(url), listener=listener, queues=None, stop=stop
+                adapters, remote_agent(url), listener=listener, queues=None, stop=stop
             )
             tasks = [
                 asyncio.create_task(serve_asgi(app, sock, stop=stop)),
@@ -118,7 +118,7 @@ async def room(database_factory: Any) -> AsyncIterator[Room]:
                     "the remote agent answers",
                     within_s=30,
                 )
-                yield Room(stack=stack, remote=remote)
+                yield Room(adapters=adapters, remote=remote)
             finally:
                 stop.set()
                 await asyncio.wait_for(asyncio.gather(*tasks), 30)
@@ -126,7 +126,7 @@ async def room(database_factory: Any) -> AsyncIterator[Room]:
 
 async def settled(room: Room, content: str, session: str) -> dict[str, Any]:
     """Send ``content`` to the remote agent's session and return the settled job's row."""
-    sent = await room.stack.sender.send(
+    sent = await room.adapters.sender.send(
         to=AgentAddress(agent_id="remote", session_id=session),
         from_=AgentAddress(agent_id="asker", session_id="s-asker"),
         content=content,
@@ -134,7 +134,7 @@ async def settled(room: Room, content: str, session: str) -> dict[str, Any]:
     )
 
     async def row() -> dict[str, Any]:
-        return await job_row(room.stack.pool, sent.job_id)
+        return await job_row(room.adapters.pool, sent.job_id)
 
     return await eventually(
         row, "the job settles", until=lambda r: r["state"] == "settled", within_s=30

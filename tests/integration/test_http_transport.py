@@ -15,7 +15,7 @@ import pytest
 from aiohttp import web
 from standardwebhooks import Webhook
 
-from birddog.bootstrap import open_stack
+from birddog.bootstrap import open_adapters
 from birddog.clock import SystemClock
 from birddog.core.delivery import Accepted, DeadReason, Deferred, Failed, Rejected
 from birddog.core.errors import InvalidInput, InvalidSecret, RouteNotFound
@@ -594,5 +594,5 @@ async def test_the_daemons_transport_has_a_connection_for_every_post_of_its_wind
 ) -> None:
     """No post of the window waits inside aiohttp for a connection (its timeout running)."""
     settings = Settings(database_url=database_url, window_size=300, fresh_rows=20)
-    async with open_stack(settings, pool_size=1) as stack:
-        assert stack.transport.connector_limit == 320
+    async with open_adapters(settings, pool_size=1) as adapters:
+        assert adapters.transport.connector_limit == 320

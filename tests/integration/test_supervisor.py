@@ -311,8 +311,8 @@ async def test_a_sigkilled_worker_leaves_no_turn_directory_behind(
     """Kill -9 of a worker mid-turn: the supervisor ends the turn and removes its directory."""
     temporary = tmp_path / "tmp"
     temporary.mkdir()
-    with contextlib.ExitStack() as stack:
-        user = stack.enter_context(os_user()) if as_user else ""
+    with contextlib.ExitStack() as adapters:
+        user = adapters.enter_context(os_user()) if as_user else ""
         worker = await asyncio.create_subprocess_exec(
             *(sys.executable, "-c", TURN_WORKER, user),
             env={**os.environ, "TMPDIR": str(temporary)},

@@ -16,7 +16,7 @@ This module has what most suites use; the rest has a module of its own:
 - ``chaos``: the fault run's plan, processes and misbehaving recipients.
 - ``users``: OS users made for one test (root only), for agents run ``--user``.
 - ``world``: the mail service over birddog.testing's fakes, wired together
-  (:class:`~tests.support.world.World`), for the service's and the MCP desk's unit tests.
+  (:class:`~tests.support.world.World`), for the service's and the MCP agent tools's unit tests.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ def checked(tool: str, result: types.CallToolResult) -> tuple[dict[str, Any], st
 
 
 def checked_result(tool: str, result: ToolResult) -> ToolResult:
-    """A result of the desk itself, held to the same rules; returned as it came."""
+    """A result of the agent tools themselves, held to the same rules; returned as it came."""
     checked_parts(tool, result.structured_content, result.text, result.is_error)
     return result
 

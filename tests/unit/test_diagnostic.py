@@ -210,7 +210,7 @@ def test_never_fails_and_stays_bounded(text: str) -> None:
 
 @given(st.binary(max_size=300).map(lambda raw: raw.decode("utf-8", errors="surrogateescape")))
 def test_any_bytes_from_a_peer_give_a_bounded_line(text: str) -> None:
-    """Text decoded from arbitrary bytes (surrogate escapes included) is bounded and inert."""
+    """Text decoded from arbitrary bytes (surrogate escapes included) is bounded and printable."""
     out = bounded_diagnostic(text)
     assert len(out) <= DIAGNOSTIC_MAX_LENGTH
     assert not any(is_control(char) for char in out)

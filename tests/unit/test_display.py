@@ -1,4 +1,4 @@
-"""Values as people read them: tables, records, times, ages, JSON, all of it inert."""
+"""Values as people read them: tables, records, times, ages, JSON, all of it printable."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from birddog.display import (
 
 
 def test_values_print_as_people_read_them() -> None:
-    """None, flags, times in UTC, ages, JSON and hostile text each print as one inert line."""
+    """None, flags, times in UTC, ages, JSON and hostile text each print as one printable line."""
     assert format_value(None) == "-"
     assert (format_value(True), format_value(False)) == ("yes", "no")
     plus_two = timezone(timedelta(hours=2))

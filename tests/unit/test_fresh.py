@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from birddog.engine import EngineConfig
-from birddog.engine.claims import Fate, Held, Post
+from birddog.engine.claims import Decided, Held, Post
 from birddog.engine.fresh import FreshRows
 from birddog.engine.window import Window
 from birddog.testing import ManualListener
@@ -19,7 +19,7 @@ class Watched:
     def __init__(self, room: Room, **config: Any) -> None:
         self.room = room
         self.posts: list[Post] = []
-        self.decided: list[Fate] = []
+        self.decided: list[Decided] = []
         self.config = EngineConfig(**config)
         self.window = Window(config=self.config, start=self._start)
         self.fresh = FreshRows(

@@ -20,7 +20,7 @@ from birddog.core.ask import ask_job_id, new_send_key
 from birddog.core.mailbox import MailboxEntry
 from birddog.mcp.schemas import INBOX_MAX_BYTES, TOOLS, input_schema
 from birddog.mcp.texts import ToolResult
-from birddog.mcp.tools import Desk, Services
+from birddog.mcp.tools import AgentTools, Services
 from tests.support.mcp import checked_result, facts_of
 from tests.support.world import World, queued
 
@@ -74,15 +74,15 @@ class FullMailbox:
         return self.entries[:limit]
 
 
-class CheckedDesk(Desk):
-    """The desk, each result it gives held to the rules of results."""
+class CheckedDesk(AgentTools):
+    """The agent_tools, each result it gives held to the rules of results."""
 
     async def call(self, name: str, arguments: Any, **kwargs: Any) -> ToolResult:
         """The tool's result, checked."""
         return checked_result(name, await super().call(name, arguments, **kwargs))
 
 
-def desk(**adapters: Any) -> Desk:
+def agent_tools(**adapters: Any) -> AgentTools:
     services: dict[str, Any] = {
         name: Away() for name in ("sender", "mailbox", "asks", "jobs", "admin", "routes", "notices")
     }
@@ -152,7 +152,7 @@ async def test_bad_arguments_are_refused_naming_the_field(
     tool: str, arguments: dict[str, Any], starts: str
 ) -> None:
     """A bad argument is a tool error whose one line starts with the field, before any I/O."""
-    result = await desk().call(tool, arguments, caller=ME)
+    result = await agent_tools().call(tool, arguments, caller=ME)
     assert result.is_error
     assert result.structured_content is None
     assert result.text.startswith(starts), result.text
@@ -161,14 +161,14 @@ async def test_bad_arguments_are_refused_naming_the_field(
 
 async def test_the_database_away_is_a_tool_error_that_says_so() -> None:
     """With the database unreachable, a tool answers is_error saying so, naming no secret."""
-    result = await desk().call("inbox", {}, caller=ME)
+    result = await agent_tools().call("inbox", {}, caller=ME)
     assert result.is_error
     assert result.text.startswith("the database is unreachable, nothing was done")
 
 
 async def test_an_inbox_of_a_thousand_long_replies_stays_far_under_the_bound() -> None:
     """However long and many the replies, one inbox result holds at most 40,000 bytes."""
-    result = await desk(mailbox=FullMailbox()).call("inbox", {"limit": 100}, caller=ME)
+    result = await agent_tools(mailbox=FullMailbox()).call("inbox", {"limit": 100}, caller=ME)
     assert not result.is_error
     size = len(json.dumps(result.structured, ensure_ascii=False).encode())
     assert size <= INBOX_MAX_BYTES
@@ -182,7 +182,7 @@ async def test_bad_input_to_ask_logs_no_send_failed_after_cancel() -> None:
     """An ask refused for its address is the caller's error, not a send lost after a cancel."""
     world = World()
     with capture_logs() as logs:
-        result = await desk(sender=world.mail).call(
+        result = await agent_tools(sender=world.mail).call(
             "ask", {"to": "no-colon", "content": "x"}, caller=ME
         )
     assert result.is_error
@@ -201,7 +201,7 @@ async def test_a_failed_ask_is_an_error_whose_text_carries_the_whole_reply() -> 
         heard.append((done, message))
 
     asking = asyncio.create_task(
-        desk(sender=world.mail).call(
+        agent_tools(sender=world.mail).call(
             "ask", {"to": "bob:s-bob", "content": "x"}, caller=ME, progress=progressed
         )
     )
@@ -218,10 +218,10 @@ async def test_a_failed_ask_is_an_error_whose_text_carries_the_whole_reply() -> 
 
 
 async def test_a_send_without_a_key_gets_a_sends_key_from_the_service() -> None:
-    """The desk's send leaves the key to the mail service: mail-<time>-<token>, job send:."""
+    """The agent tools' send leaves the key to the mail service: mail-<time>-<token>, job send:."""
     world = World()
     await world.routes.add("bob", kind="mailbox")
-    result = await desk(sender=world.mail).call(
+    result = await agent_tools(sender=world.mail).call(
         "send", {"to": "bob:s-bob", "content": "fyi"}, caller=ME
     )
     assert not result.is_error, result.text
@@ -236,7 +236,7 @@ async def test_an_ask_kept_in_the_spool_is_pending_and_says_spooled() -> None:
     world = World()
     await world.routes.add("bob", kind="mailbox")
     world.away()
-    asked = await desk(sender=world.mail).call(
+    asked = await agent_tools(sender=world.mail).call(
         "ask", {"to": "bob:s-bob", "content": "and?", "key": "m-2", "wait_s": 0.05}, caller=ME
     )
     assert not asked.is_error, asked.text
@@ -244,11 +244,15 @@ async def test_an_ask_kept_in_the_spool_is_pending_and_says_spooled() -> None:
     assert asked.structured["message"].startswith(
         "spooled (database unreachable): the question m-2"
     )
-    waited = await desk(sender=world.mail).call("wait", {"key": "m-2", "wait_s": 0.05}, caller=ME)
+    waited = await agent_tools(sender=world.mail).call(
+        "wait", {"key": "m-2", "wait_s": 0.05}, caller=ME
+    )
     assert not waited.is_error, waited.text
     assert (waited.structured["status"], waited.structured["state"]) == ("pending", "spooled")
     assert waited.structured["message"].startswith("spooled: the question m-2")
     world.away(None)
-    again = await desk(sender=world.mail).call("wait", {"key": "m-2", "wait_s": 0.05}, caller=ME)
+    again = await agent_tools(sender=world.mail).call(
+        "wait", {"key": "m-2", "wait_s": 0.05}, caller=ME
+    )
     assert (again.structured["status"], again.structured["state"]) == ("pending", "queued")
     assert "spooled" not in again.structured["message"]

@@ -14,7 +14,7 @@ from birddog.core.delivery import UndecodableRow, attempt_of
 from birddog.core.errors import StoreRefused, StoreUnavailable
 from birddog.core.policy import RoutePolicy
 from birddog.core.schedule import RetrySchedule
-from birddog.engine.claims import Claim, Fate, Post
+from birddog.engine.claims import Claim, Decided, Post
 from birddog.engine.outcomes import OutcomeStore
 from birddog.ports import RouteHint, Settled
 from birddog.testing import FrozenClock, InMemoryOutbox, ManualWake
@@ -78,7 +78,7 @@ class Parts:
         """Keep the fate of each row of ``claim`` (in key order) as answered by ``results``."""
         now = self.clock.now()
         self.store.add(
-            Fate(claim, row, result, attempt_of(result, at=now, seconds=0.0))
+            Decided(claim, row, result, attempt_of(result, at=now, seconds=0.0))
             for row, result in zip(claim.page.rows, results, strict=True)
         )
 

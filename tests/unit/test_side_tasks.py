@@ -1,4 +1,4 @@
-"""Side tasks: every() logs, counts and retries with backoff; SideTasks runs them per process."""
+"""Side tasks: every() logs, counts and retries with backoff; ProcessTasks runs them per process."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import structlog
 
 from birddog.core.errors import InvalidSetting, StoreUnavailable
 from birddog.metrics import Metrics
-from birddog.processes.sides import SideTasks
+from birddog.processes.sides import ProcessTasks
 from birddog.runtime import every
 from tests.support import eventually
 
@@ -116,7 +116,7 @@ async def test_a_side_task_that_dies_stops_its_process_loudly() -> None:
             raise
 
     async def process() -> None:
-        async with SideTasks(stop=stop) as sides:
+        async with ProcessTasks(stop=stop) as sides:
             sides.run("listener", listener)
             await asyncio.wait_for(main_loop(), timeout=10)
 
@@ -147,7 +147,7 @@ async def test_a_failing_periodic_side_task_is_counted_and_never_ends_its_proces
         raise RuntimeError("a bug in the reaper")
 
     with structlog.testing.capture_logs():
-        async with SideTasks(stop=stop, on_error=counted) as sides:
+        async with ProcessTasks(stop=stop, on_error=counted) as sides:
             sides.every("reaper", 0.01, reap)
             await asyncio.wait_for(failed_three_times.wait(), timeout=10)
     assert failures[:3] == ["reaper"] * 3
@@ -172,7 +172,7 @@ async def test_side_tasks_end_with_their_process_and_what_was_held_closes_after(
         finally:
             order.append(f"closed, heartbeat {'done' if beat.done() else 'running'}")
 
-    async with SideTasks(stop=stop) as sides:
+    async with ProcessTasks(stop=stop) as sides:
         held = await sides.enter(listener())
         sides.every("heartbeat", 3600, heartbeat)
         [beat] = [task for task in asyncio.all_tasks() if task.get_name() == "heartbeat"]
@@ -190,7 +190,7 @@ async def test_an_error_of_the_main_loop_goes_up_as_it_is() -> None:
         pass
 
     async def process() -> None:
-        async with SideTasks(stop=stop) as sides:
+        async with ProcessTasks(stop=stop) as sides:
             sides.every("heartbeat", 3600, heartbeat)
             raise InvalidSetting("port taken")
 
@@ -216,7 +216,7 @@ async def test_the_last_word_comes_after_every_side_task_has_ended(body_raises: 
         said.append("stopped")
 
     with contextlib.suppress(RuntimeError):
-        async with SideTasks(stop=stop) as sides:
+        async with ProcessTasks(stop=stop) as sides:
             sides.every("heartbeat", 0.001, beat)
             sides.at_end(last_word)
             await asyncio.wait_for(beating.wait(), timeout=5)

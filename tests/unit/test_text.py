@@ -1,4 +1,4 @@
-"""inert: outside text shown as it is, every control or hiding character escaped visibly."""
+"""printable: outside text shown as it is, every control or hiding character escaped visibly."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from birddog.core.text import escape_char, first_control, inert, is_control
+from birddog.core.text import escape_char, first_control, is_control, printable
 
 
 @pytest.mark.parametrize(
@@ -31,7 +31,7 @@ from birddog.core.text import escape_char, first_control, inert, is_control
 )
 def test_inert_escapes_what_acts_and_keeps_what_shows(raw: str, shown: str) -> None:
     """Controls, bidi, separators, zero-width, tags and fillers are escaped; other text is kept."""
-    assert inert(raw) == shown
+    assert printable(raw) == shown
 
 
 def test_every_control_format_and_separator_character_is_escaped() -> None:
@@ -39,15 +39,15 @@ def test_every_control_format_and_separator_character_is_escaped() -> None:
     for point in range(sys.maxunicode + 1):
         char = chr(point)
         if unicodedata.category(char) in {"Cc", "Cf", "Cs", "Zl", "Zp"}:
-            assert inert(char) == escape_char(char), hex(point)
+            assert printable(char) == escape_char(char), hex(point)
 
 
 @given(st.text())
 def test_inert_output_has_no_control_character(text: str) -> None:
     """Whatever the input, the output holds no control, format or separator character."""
-    out = inert(text)
+    out = printable(text)
     assert first_control(out) is None
-    assert inert(out) == out
+    assert printable(out) == out
 
 
 _VISIBLE = st.characters(
@@ -59,7 +59,7 @@ _VISIBLE = st.characters(
 @given(st.text(alphabet=_VISIBLE))
 def test_inert_keeps_printable_text(text: str) -> None:
     """Text without control or invisible characters is returned unchanged."""
-    assert inert(text) == text
+    assert printable(text) == text
 
 
 @given(st.text())

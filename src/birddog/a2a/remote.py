@@ -34,7 +34,7 @@ from a2a.utils.errors import A2AError
 
 from birddog.core.errors import InvalidInput, WorkCancelled
 from birddog.core.jobs import AgentJobPayload
-from birddog.core.text import inert
+from birddog.core.text import printable
 
 log = structlog.get_logger("birddog.a2a.remote")
 
@@ -158,10 +158,10 @@ async def _cancel_remote(client: Client, task_id: str) -> None:
     try:
         async with asyncio.timeout(CANCEL_TIMEOUT_S):
             await asyncio.shield(client.cancel_task(pb.CancelTaskRequest(id=task_id)))
-        log.info("a2a_remote_task_cancelled", task_id=inert(task_id)[:128])
+        log.info("a2a_remote_task_cancelled", task_id=printable(task_id)[:128])
     except (TimeoutError, A2AError, A2AClientError, httpx.HTTPError) as exc:
         log.warning(
-            "a2a_remote_cancel_failed", task_id=inert(task_id)[:128], error=type(exc).__name__
+            "a2a_remote_cancel_failed", task_id=printable(task_id)[:128], error=type(exc).__name__
         )
 
 

@@ -78,7 +78,7 @@ from birddog.core.errors import (
 from birddog.core.mail import AgentAddress
 from birddog.core.push import is_push_agent, push_agent_id, push_config_id
 from birddog.core.tasks import SentJob, spooled_job
-from birddog.core.text import inert
+from birddog.core.text import printable
 from birddog.ports import TokenBook
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ class _Tasks:
         except StoreUnavailable as exc:
             raise _unavailable(exc) from None
         if route is None:
-            raise TaskNotFoundError(f"no agent {inert(agent_id)[:64]!r} answers here")
+            raise TaskNotFoundError(f"no agent {printable(agent_id)[:64]!r} answers here")
         return caller, agent_id
 
     async def own_job(self, task_id: str, caller: AgentAddress, agent_id: str) -> SentJob:
@@ -259,12 +259,14 @@ class _PushConfigs:
                 await self.routes.add(push.agent_id, push.url, push.secret, kind="a2a")
             elif known.url != push.url or known.secret != push.secret:
                 raise InvalidParamsError(
-                    f"push config {inert(push.config_id)[:64]!r} was set before otherwise; "
+                    f"push config {printable(push.config_id)[:64]!r} was set before otherwise; "
                     "use another id"
                 )
         except InvalidInput as exc:
             # An egress refusal (a metadata or private address) is one of these.
-            raise InvalidParamsError(f"pushNotificationConfig: {inert(str(exc))[:300]}") from None
+            raise InvalidParamsError(
+                f"pushNotificationConfig: {printable(str(exc))[:300]}"
+            ) from None
         except StoreUnavailable as exc:
             raise _unavailable(exc) from None
         log.info("a2a_push_config_set", agent_id=push.agent_id)
@@ -322,7 +324,7 @@ class MailRoomRequestHandler(RequestHandler):
         try:
             to = AgentAddress(agent_id=agent_id, session_id=context_id)
         except InvalidInput as exc:
-            raise InvalidParamsError(f"contextId: {inert(str(exc))[:200]}") from None
+            raise InvalidParamsError(f"contextId: {printable(str(exc))[:200]}") from None
         reply_to = [caller]
         if params.configuration.HasField("task_push_notification_config"):
             push = await self._push.stored(params.configuration.task_push_notification_config, key)
@@ -344,7 +346,7 @@ class MailRoomRequestHandler(RequestHandler):
             # A push config set since makes the stored replyTo longer: still the same mail.
             job_id, replay = await self._tasks.replayed(key, to, caller, content, reply_to), True
         except InvalidInput as exc:
-            raise InvalidParamsError(inert(str(exc))[:300]) from None
+            raise InvalidParamsError(printable(str(exc))[:300]) from None
         except StoreUnavailable as exc:
             raise _unavailable(exc) from None
         except (SpoolFailed, SpoolFull) as exc:
@@ -355,7 +357,7 @@ class MailRoomRequestHandler(RequestHandler):
             ) from None
         log.info(
             "a2a_message_sent",
-            agent_id=inert(agent_id),
+            agent_id=printable(agent_id),
             caller=address_text(caller),
             key=key,
             replay=replay,
@@ -452,7 +454,7 @@ class MailRoomRequestHandler(RequestHandler):
             raise TaskNotFoundError() from None
         except StoreUnavailable as exc:
             raise _unavailable(exc) from None
-        log.info("a2a_task_cancelled", agent_id=inert(agent_id), caller=address_text(caller))
+        log.info("a2a_task_cancelled", agent_id=printable(agent_id), caller=address_text(caller))
         # A running job stops at its worker's next heartbeat; the cancellation wins then.
         return task_of(await self._tasks.until_terminal(job.job_id, CANCEL_WAIT_S), params.id)
 
@@ -493,7 +495,7 @@ class MailRoomRequestHandler(RequestHandler):
             if config.id == (params.id or DEFAULT_CONFIG_ID):
                 return config
         raise TaskNotFoundError(
-            f"task {params.task_id} has no push config {inert(params.id)[:64]!r}"
+            f"task {params.task_id} has no push config {printable(params.id)[:64]!r}"
         )
 
     async def on_list_task_push_notification_configs(
@@ -565,7 +567,7 @@ def agent_card(agent_id: str, base_url: str, *, version: str) -> pb.AgentCard:
         The card: JSON-RPC and HTTP+JSON at ``base_url``, bearer tokens, text in and out,
         no streaming.
     """
-    name = inert(agent_id)
+    name = printable(agent_id)
     return pb.AgentCard(
         name=name,
         description=(

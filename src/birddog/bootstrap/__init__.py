@@ -2,16 +2,16 @@
 
 It wires and never runs: no loop, no signal, no output. Running a process lives in
 :mod:`birddog.processes` (one module per process). Three modules, all re-exported here:
-:mod:`~birddog.bootstrap.stack` (the adapters over one database),
-:mod:`~birddog.bootstrap.builds` (what each process runs, over a stack) and
+:mod:`~birddog.bootstrap.adapters` (the adapters over one database),
+:mod:`~birddog.bootstrap.builds` (what each process runs, over a adapters) and
 :mod:`~birddog.bootstrap.clients` (sends, asks and the spool over a pool, for callers
-without a stack).
+without a adapters).
 
-- :func:`open_stack` opens the adapters over one database (pool, outbox, wake, routes,
+- :func:`open_adapters` opens the adapters over one database (pool, outbox, wake, routes,
   job store, reports, HTTP transport, mail room); every command, process, the probe and
-  the demo take theirs from it. :func:`open_demo_stack` does so over a database of the
+  the demo take theirs from it. :func:`open_demo_adapters` does so over a database of the
   demo's own.
-- ``build_*`` wire what one process runs over an open stack: :func:`build_daemon`,
+- ``build_*`` wire what one process runs over an open adapters: :func:`build_daemon`,
   :func:`build_worker`, :func:`build_console`, and the listeners, alerts and daemon row
   around them.
 - :func:`open_spool` is the local spool of the settings (no database needed);
@@ -25,10 +25,18 @@ without a stack).
 
 from __future__ import annotations
 
+from birddog.bootstrap.adapters import (
+    HEARTBEAT_S,
+    Adapters,
+    migrate_schema,
+    open_adapters,
+    open_demo_adapters,
+)
 from birddog.bootstrap.builds import (
     A2A_POOL_SIZE,
     MCP_POOL_SIZE,
     a2a_services,
+    build_agent_tools,
     build_alerts,
     build_console,
     build_daemon,
@@ -36,17 +44,9 @@ from birddog.bootstrap.builds import (
     build_jobs_listener,
     build_wake_listener,
     build_worker,
-    mcp_desk,
     token_book,
 )
 from birddog.bootstrap.clients import CLOCK, open_asking, open_sender, open_spool
-from birddog.bootstrap.stack import (
-    HEARTBEAT_S,
-    Stack,
-    migrate_schema,
-    open_demo_stack,
-    open_stack,
-)
 from birddog.postgres.locate import (
     Announce,
     StoppedBeforeStart,
@@ -61,10 +61,11 @@ __all__ = [
     "CLOCK",
     "HEARTBEAT_S",
     "MCP_POOL_SIZE",
+    "Adapters",
     "Announce",
-    "Stack",
     "StoppedBeforeStart",
     "a2a_services",
+    "build_agent_tools",
     "build_alerts",
     "build_console",
     "build_daemon",
@@ -73,13 +74,12 @@ __all__ = [
     "build_wake_listener",
     "build_worker",
     "database",
-    "mcp_desk",
     "migrate_schema",
+    "open_adapters",
     "open_asking",
-    "open_demo_stack",
+    "open_demo_adapters",
     "open_sender",
     "open_spool",
-    "open_stack",
     "psql_session",
     "refusal_reason",
     "running_database",

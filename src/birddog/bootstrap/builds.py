@@ -1,6 +1,6 @@
-"""What each process runs, wired over an open :class:`~birddog.bootstrap.stack.Stack`.
+"""What each process runs, wired over an open :class:`~birddog.bootstrap.adapters.Adapters`.
 
-The drain daemon, the job worker, the console, the MCP desk and the A2A services, and
+The drain daemon, the job worker, the console, the MCP agent tools and the A2A services, and
 the listeners, alerts and daemon row around them. Running them is
 :mod:`birddog.processes`'s.
 """
@@ -23,76 +23,76 @@ if TYPE_CHECKING:
     from birddog.console import Sessions
     from birddog.daemon import DrainDaemon
     from birddog.http.alerts import AlertCoalescer
-    from birddog.mcp.tools import Desk
+    from birddog.mcp.tools import AgentTools
     from birddog.metrics import WorkerMetrics
     from birddog.worker import Handler, Worker
 
-from birddog.bootstrap.stack import Stack
+from birddog.bootstrap.adapters import Adapters
 
 # ---- the drain daemon ----------------------------------------------------------------
 
 
 def build_wake_listener(
-    stack: Stack, *, on_reconnect: Callable[[], None] | None = None
+    adapters: Adapters, *, on_reconnect: Callable[[], None] | None = None
 ) -> WakeListener:
     """``LISTEN birddog_wake`` on a connection of its own (enter it to connect).
 
     Args:
-        stack: the open adapters (``listen_dsn``).
+        adapters: the open adapters (``listen_dsn``).
         on_reconnect: told each time the connection is open again (the database is back).
 
     Returns:
         The listener, not yet connected.
     """
-    return WakeListener(stack.listen_dsn, on_reconnect=on_reconnect)
+    return WakeListener(adapters.listen_dsn, on_reconnect=on_reconnect)
 
 
-def build_alerts(stack: Stack) -> AlertCoalescer | None:
+def build_alerts(adapters: Adapters) -> AlertCoalescer | None:
     """Dead-letter alerts, gathered per recipient into signed posts, when an alert URL is set.
 
     Args:
-        stack: the open adapters and their settings.
+        adapters: the open adapters and their settings.
 
     Returns:
         The coalescer (``close()`` it when done), or None without ``BIRDDOG_ALERT_URL``.
     """
-    settings = stack.settings
+    settings = adapters.settings
     if not settings.alert_url:
         return None
     from birddog.http.alerts import AlertCoalescer, AlertPoster  # noqa: PLC0415 - the daemon's
 
     return AlertCoalescer(
-        AlertPoster(settings.alert_url, settings.alert_signing_secret(), clock=stack.clock),
+        AlertPoster(settings.alert_url, settings.alert_signing_secret(), clock=adapters.clock),
         window_s=settings.alert_coalesce_s,
-        clock=stack.clock,
-        on_failure=stack.metrics.side_task_failed,
+        clock=adapters.clock,
+        on_failure=adapters.metrics.side_task_failed,
     )
 
 
-def build_daemon_row(stack: Stack, *, kind: str) -> PostgresDaemons:
+def build_daemon_row(adapters: Adapters, *, kind: str) -> PostgresDaemons:
     """This process's row in ``birddog.daemons`` (``birddog status`` lists it).
 
     Args:
-        stack: the open adapters.
+        adapters: the open adapters.
         kind: ``drain`` or ``worker``.
 
     Returns:
         The row's keeper: ``seen()`` renews it, ``gone()`` removes it.
     """
-    return PostgresDaemons(stack.pool, kind=kind)
+    return PostgresDaemons(adapters.pool, kind=kind)
 
 
 def build_daemon(
-    stack: Stack,
+    adapters: Adapters,
     *,
     listener: Listener,
     alerts: AlertCoalescer | None,
     stop: asyncio.Event,
 ) -> DrainDaemon:
-    """Wire the drain daemon over ``stack``: the mail room, wakes, alerts for dead letters.
+    """Wire the drain daemon over ``adapters``: the mail room, wakes, alerts for dead letters.
 
     Args:
-        stack: the open adapters.
+        adapters: the open adapters.
         listener: ``LISTEN birddog_wake`` on its own connection.
         alerts: gathers dead letters per recipient into signed alerts, when an alert URL
             is set.
@@ -104,11 +104,11 @@ def build_daemon(
     from birddog.daemon import DrainDaemon  # noqa: PLC0415 - the daemon's own
 
     return DrainDaemon(
-        room=stack.room,
+        room=adapters.room,
         listener=listener,
-        clock=stack.clock,
-        settings=stack.settings,
-        metrics=stack.metrics,
+        clock=adapters.clock,
+        settings=adapters.settings,
+        metrics=adapters.metrics,
         on_dead=alerts.dead_letter if alerts is not None else None,
         stop=stop,
     )
@@ -118,22 +118,22 @@ def build_daemon(
 
 
 def build_jobs_listener(
-    stack: Stack, *, on_reconnect: Callable[[], None] | None = None
+    adapters: Adapters, *, on_reconnect: Callable[[], None] | None = None
 ) -> WakeListener:
     """``LISTEN birddog_jobs`` on a connection of its own (enter it to connect).
 
     Args:
-        stack: the open adapters (``listen_dsn``).
+        adapters: the open adapters (``listen_dsn``).
         on_reconnect: told each time the connection is open again (the database is back).
 
     Returns:
         The listener, not yet connected.
     """
-    return WakeListener(stack.listen_dsn, channel=JOBS_CHANNEL, on_reconnect=on_reconnect)
+    return WakeListener(adapters.listen_dsn, channel=JOBS_CHANNEL, on_reconnect=on_reconnect)
 
 
 def build_worker(
-    stack: Stack,
+    adapters: Adapters,
     handler: Handler,
     *,
     listener: Listener,
@@ -142,10 +142,10 @@ def build_worker(
     metrics: WorkerMetrics | None = None,
     agents: Sequence[str] | None = None,
 ) -> Worker:
-    """Wire a job worker over ``stack``'s job store.
+    """Wire a job worker over the adapters' job store.
 
     Args:
-        stack: the open adapters.
+        adapters: the open adapters.
         handler: the user's async handler.
         listener: ``LISTEN birddog_jobs`` on its own connection.
         queues: these queues (session ids); with ``agents``, None or empty for all.
@@ -158,9 +158,9 @@ def build_worker(
     """
     from birddog.worker import Worker  # noqa: PLC0415 - the worker's own
 
-    settings = stack.settings
+    settings = adapters.settings
     return Worker(
-        jobs=stack.jobs,
+        jobs=adapters.jobs,
         handler=handler,
         listener=listener,
         queues=queues,
@@ -177,11 +177,11 @@ def build_worker(
 # ---- the operator's console ----------------------------------------------------------
 
 
-def build_console(stack: Stack, *, sessions: Sessions, read_only: bool) -> web.Application:
-    """Wire the operator's console over ``stack``'s adapters.
+def build_console(adapters: Adapters, *, sessions: Sessions, read_only: bool) -> web.Application:
+    """Wire the operator's console over the adapters.
 
     Args:
-        stack: the open adapters.
+        adapters: the open adapters.
         sessions: the start-up token and the sessions it opens.
         read_only: serve the pages only, no action.
 
@@ -191,11 +191,11 @@ def build_console(stack: Stack, *, sessions: Sessions, read_only: bool) -> web.A
     from birddog.console import make_app  # noqa: PLC0415 - the console's own
 
     return make_app(
-        admin=stack.admin,
-        outbox=stack.replay,
-        routes=stack.routes,
-        jobs=stack.jobs,
-        clock=stack.clock,
+        admin=adapters.admin,
+        outbox=adapters.replay,
+        routes=adapters.routes,
+        jobs=adapters.jobs,
+        clock=adapters.clock,
         sessions=sessions,
         read_only=read_only,
     )
@@ -207,28 +207,28 @@ MCP_POOL_SIZE = 10
 """The MCP server's pool: a waiting tool call holds none of its connections."""
 
 
-def mcp_desk(stack: Stack) -> Desk:
-    """The MCP tools over ``stack``'s adapters (one desk per server process).
+def build_agent_tools(adapters: Adapters) -> AgentTools:
+    """The MCP tools over the adapters (one set per server process).
 
     Args:
-        stack: the open adapters.
+        adapters: the open adapters.
 
     Returns:
-        The desk; ``close()`` it when the server stops.
+        The agent tools; ``close()`` it when the server stops.
     """
-    from birddog.mcp.tools import Desk, Services  # noqa: PLC0415 - the MCP server only
+    from birddog.mcp.tools import AgentTools, Services  # noqa: PLC0415 - the MCP server only
 
-    return Desk(
+    return AgentTools(
         Services(
-            sender=stack.sender,
-            mailbox=stack.mailbox,
-            asks=stack.asks,
-            jobs=stack.jobs,
-            admin=stack.admin,
-            routes=stack.routes,
-            notices=stack.notices,
-            lease_s=stack.settings.job_lease_s,
-            max_content_bytes=stack.settings.max_content_bytes,
+            sender=adapters.sender,
+            mailbox=adapters.mailbox,
+            asks=adapters.asks,
+            jobs=adapters.jobs,
+            admin=adapters.admin,
+            routes=adapters.routes,
+            notices=adapters.notices,
+            lease_s=adapters.settings.job_lease_s,
+            max_content_bytes=adapters.settings.max_content_bytes,
         )
     )
 
@@ -236,16 +236,16 @@ def mcp_desk(stack: Stack) -> Desk:
 # ---- the HTTP endpoints' callers ---------------------------------------------------------
 
 
-def token_book(stack: Stack) -> TokenBook:
+def token_book(adapters: Adapters) -> TokenBook:
     """Who each bearer token of the HTTP endpoints is (MCP over HTTP, A2A).
 
     Args:
-        stack: the open adapters.
+        adapters: the open adapters.
 
     Returns:
         The per-agent tokens of ``birddog agent add`` / ``birddog agent token``.
     """
-    return stack.agents
+    return adapters.agents
 
 
 # ---- the A2A endpoint -------------------------------------------------------------------
@@ -254,11 +254,11 @@ A2A_POOL_SIZE = 10
 """The A2A server's pool: a waiting ``SendMessage`` holds none of its connections."""
 
 
-def a2a_services(stack: Stack, *, wait_s: float) -> A2AServices:
-    """What ``birddog a2a`` calls, over ``stack``'s adapters.
+def a2a_services(adapters: Adapters, *, wait_s: float) -> A2AServices:
+    """What ``birddog a2a`` calls, over the adapters.
 
     Args:
-        stack: the open adapters.
+        adapters: the open adapters.
         wait_s: how long a blocking ``SendMessage`` waits for a terminal state.
 
     Returns:
@@ -268,10 +268,10 @@ def a2a_services(stack: Stack, *, wait_s: float) -> A2AServices:
     from birddog.postgres.tasks import PostgresSentJobs  # noqa: PLC0415
 
     return A2AServices(
-        sender=stack.sender,
-        sent=PostgresSentJobs(stack.pool),
-        jobs=stack.jobs,
-        routes=stack.routes,
-        tokens=token_book(stack),
+        sender=adapters.sender,
+        sent=PostgresSentJobs(adapters.pool),
+        jobs=adapters.jobs,
+        routes=adapters.routes,
+        tokens=token_book(adapters),
         wait_s=wait_s,
     )

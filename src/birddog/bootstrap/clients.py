@@ -1,9 +1,9 @@
 """The client side of the composition root: the mail service and the spool, over a pool.
 
 What a library caller (or a command that only sends, asks or reads) wires without a
-whole stack: :func:`open_asking` (the mail service without a spool), :func:`open_sender`
+whole adapters: :func:`open_asking` (the mail service without a spool), :func:`open_sender`
 (with the local spool behind it) and :func:`open_spool`, and the clock every adapter of
-this process reads. :func:`build_mail` and :func:`describe_refusal` are what the stack
+this process reads. :func:`build_mail` and :func:`describe_refusal` are what the adapters
 wires its own mail service with.
 """
 

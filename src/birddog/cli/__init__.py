@@ -29,7 +29,7 @@ from birddog.runtime import event_loop_factory
 from birddog.settings import Settings, variable_of
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Stack
+    from birddog.bootstrap import Adapters
 
 T = TypeVar("T")
 
@@ -222,22 +222,22 @@ def _refused(exc: BaseException) -> str | None:
     return None if reason is None else f"the database refused: {reason}"
 
 
-def with_stack(
-    ctx: click.Context, action: Callable[[Stack], Awaitable[T]], *, lazy: bool = False
+def with_adapters(
+    ctx: click.Context, action: Callable[[Adapters], Awaitable[T]], *, lazy: bool = False
 ) -> T:
-    """Open the adapters (:func:`birddog.bootstrap.open_stack`), run ``action``, close them.
+    """Open the adapters (:func:`birddog.bootstrap.open_adapters`), run ``action``, close them.
 
     Args:
         ctx: the command's context (its settings).
-        action: what to run over the stack.
+        action: what to run over the adapters.
         lazy: connect only when ``action`` first needs the database (a sender, which
             spools what an unreachable database cannot take).
     """
-    from birddog.bootstrap import open_stack  # noqa: PLC0415 - keeps --help fast
+    from birddog.bootstrap import open_adapters  # noqa: PLC0415 - keeps --help fast
 
     async def go() -> T:
-        async with open_stack(settings_of(ctx), pool_size=2, lazy=lazy) as stack:
-            return await action(stack)
+        async with open_adapters(settings_of(ctx), pool_size=2, lazy=lazy) as adapters:
+            return await action(adapters)
 
     return run(go())
 
@@ -273,7 +273,7 @@ def agent_id_argument(_ctx: click.Context, param: click.Parameter, value: str) -
 
 
 def print_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> None:
-    """Print rows as JSON, or as an aligned table of ``columns`` with inert values."""
+    """Print rows as JSON, or as an aligned table of ``columns`` with printable values."""
     click.echo(dump_json(rows) if as_json else render_table(rows, columns))
 
 
@@ -377,5 +377,5 @@ __all__ = [
     "settings_error",
     "settings_of",
     "wait_duration",
-    "with_stack",
+    "with_adapters",
 ]

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import main, print_rows, with_stack
+from birddog.cli import main, print_rows, with_adapters
 from birddog.core.errors import InvalidInput
 from birddog.core.mail import AgentAddress
-from birddog.core.text import inert
+from birddog.core.text import printable
 from birddog.core.tokens import DEFAULT_SESSION, agent_address
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Stack
+    from birddog.bootstrap import Adapters
     from birddog.core.tokens import AgentAdded, AgentInfo, IssuedToken
 
 ADDRESS_HELP = f"AGENT or AGENT:SESSION; without a session the token names {DEFAULT_SESSION!r}."
@@ -37,7 +37,8 @@ def _address(_ctx: click.Context, _param: click.Parameter, value: str) -> AgentA
 def _echo_token(issued: IssuedToken) -> None:
     address = issued.address
     click.echo(
-        f"token {issued.token_id} for {inert(address.agent_id)}:{inert(address.session_id)} "
+        f"token {issued.token_id} for "
+        f"{printable(address.agent_id)}:{printable(address.session_id)} "
         "(shown once: store it now; BirdDog keeps only its digest)"
     )
     click.echo(f"token: {issued.token}")
@@ -60,17 +61,17 @@ def agent() -> None:
 def agent_add(ctx: click.Context, address: AgentAddress, login: bool) -> None:
     """Add AGENT: a mailbox route when it has no route, a token, a login (each printed once)."""
 
-    async def add(stack: Stack) -> tuple[AgentAdded, str]:
-        return await stack.agents.add(address, login=login), stack.dsn
+    async def add(adapters: Adapters) -> tuple[AgentAdded, str]:
+        return await adapters.agents.add(address, login=login), adapters.dsn
 
-    added, dsn = with_stack(ctx, add)
+    added, dsn = with_adapters(ctx, add)
     route = "its replies go to its mailbox" if added.mailbox_added else "it keeps its route"
-    click.echo(f"agent {inert(address.agent_id)} added; {route}")
+    click.echo(f"agent {printable(address.agent_id)} added; {route}")
     _echo_token(added.issued)
     if added.login is not None:
         click.echo(
             f"database login {added.login.login} (shown once: store it now; it reads "
-            f"{inert(address.agent_id)}'s own mailbox and jobs only)"
+            f"{printable(address.agent_id)}'s own mailbox and jobs only)"
         )
         click.echo(f"DATABASE_URL={added.login.dsn(dsn)}")
 
@@ -80,7 +81,7 @@ def agent_add(ctx: click.Context, address: AgentAddress, login: bool) -> None:
 @click.pass_context
 def agent_token(ctx: click.Context, address: AgentAddress) -> None:
     """Issue another token for AGENT (printed once); its other tokens stay valid."""
-    _echo_token(with_stack(ctx, lambda s: s.agents.issue(address)))
+    _echo_token(with_adapters(ctx, lambda s: s.agents.issue(address)))
 
 
 @agent.command("revoke")
@@ -90,21 +91,23 @@ def agent_token(ctx: click.Context, address: AgentAddress) -> None:
 def agent_revoke(ctx: click.Context, agent_id: str, token_id: str | None) -> None:
     """End AGENT's tokens and its database login, or only the token --token-id names."""
 
-    async def revoke(stack: Stack) -> tuple[list[str], str | None]:
-        revoked = await stack.agents.revoke(agent_id, token_id=token_id)
-        dropped = None if token_id is not None else await stack.agents.revoke_login(agent_id)
+    async def revoke(adapters: Adapters) -> tuple[list[str], str | None]:
+        revoked = await adapters.agents.revoke(agent_id, token_id=token_id)
+        dropped = None if token_id is not None else await adapters.agents.revoke_login(agent_id)
         return revoked, dropped
 
-    revoked, dropped = with_stack(ctx, revoke)
+    revoked, dropped = with_adapters(ctx, revoke)
     if token_id is not None and not revoked:
-        raise click.ClickException(f"agent {inert(agent_id)} has no token {inert(token_id)}")
+        raise click.ClickException(
+            f"agent {printable(agent_id)} has no token {printable(token_id)}"
+        )
     if dropped is not None:
-        click.echo(f"dropped the database login {dropped} of {inert(agent_id)}")
+        click.echo(f"dropped the database login {dropped} of {printable(agent_id)}")
     if not revoked:
-        click.echo(f"agent {inert(agent_id)} had no token to revoke")
+        click.echo(f"agent {printable(agent_id)} had no token to revoke")
         return
     plural = "token" if len(revoked) == 1 else "tokens"
-    click.echo(f"revoked {len(revoked)} {plural} of {inert(agent_id)}: {', '.join(revoked)}")
+    click.echo(f"revoked {len(revoked)} {plural} of {printable(agent_id)}: {', '.join(revoked)}")
 
 
 def _rows(agents: list[AgentInfo]) -> list[dict[str, Any]]:
@@ -131,7 +134,7 @@ def _rows(agents: list[AgentInfo]) -> list[dict[str, Any]]:
 @click.pass_context
 def agent_list(ctx: click.Context, as_json: bool) -> None:
     """List agents, their logins and tokens: id, session, creation, last use (never a token)."""
-    rows = _rows(with_stack(ctx, lambda s: s.agents.list()))
+    rows = _rows(with_adapters(ctx, lambda s: s.agents.list()))
     print_rows(
         rows, as_json, ["agentId", "login", "tokenId", "sessionId", "createdAt", "lastUsedAt"]
     )

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import announce, main, wait_duration, with_stack
+from birddog.cli import announce, main, wait_duration, with_adapters
 from birddog.cli.mail import priority_option, read_content
-from birddog.cli.mailbox import shown
-from birddog.core.text import inert, shown_key
+from birddog.cli.mailbox import printable_lines
+from birddog.core.text import printable, shown_key
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Stack
+    from birddog.bootstrap import Adapters
     from birddog.service.asked import Asked
     from birddog.service.waiting import Question
 
@@ -132,20 +132,20 @@ def ask(
     if not content.strip():
         raise click.UsageError("the question is empty: nothing was asked")
 
-    async def go(stack: Stack) -> int:
-        question = await stack.sender.pose(
+    async def go(adapters: Adapters) -> int:
+        question = await adapters.sender.pose(
             to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, priority=priority
         )
         _tell_sent(question.asked, key_given=key is not None)
         return await _wait(question)
 
-    sys.exit(with_stack(ctx, go, lazy=True))
+    sys.exit(with_adapters(ctx, go, lazy=True))
 
 
 def _tell_sent(asked: Asked, *, key_given: bool) -> None:
     if asked.spooled:
         announce(
-            f"spooled ({asked.spooled}): {inert(asked.key)}; it is forwarded once the database "
+            f"spooled ({asked.spooled}): {printable(asked.key)}; it is forwarded once the database "
             "answers, and the wait goes on"
         )
     if asked.mailbox_added:
@@ -182,16 +182,16 @@ async def _wait(question: Question) -> int:
     try:
         answer = waiting.result()
     except AskFailed as exc:
-        announce(inert(str(exc)))
+        announce(printable(str(exc)))
         if exc.diagnostic is None and exc.content:
-            announce(shown(exc.content))
+            announce(printable_lines(exc.content))
         return EXIT_NOT_COMPLETED
     except AskTimedOut as exc:
-        announce(inert(str(exc)))
+        announce(printable(str(exc)))
         return EXIT_NO_REPLY_YET
     except StoreUnavailable as exc:
         announce(f"{exc}; {owed}")
         return EXIT_NO_REPLY_YET
-    text = shown(answer) if sys.stdout.isatty() else answer
+    text = printable_lines(answer) if sys.stdout.isatty() else answer
     click.echo(text, nl=not text.endswith("\n"))
     return EXIT_ANSWERED

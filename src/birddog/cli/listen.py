@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from birddog.cli import ConfigurationError, agent_id_argument, announce, main, run, with_stack
+from birddog.cli import ConfigurationError, agent_id_argument, announce, main, run, with_adapters
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from birddog.bootstrap import Stack
+    from birddog.bootstrap import Adapters
     from birddog.ports import Route
 
 
@@ -75,13 +75,13 @@ def listen(
 
 def _route_secrets(ctx: click.Context, agent_id: str) -> list[str]:
     """The signing secrets of AGENT_ID's route, or a one-line error saying what is missing."""
-    from birddog.core.text import inert  # noqa: PLC0415 - keeps --help fast
+    from birddog.core.text import printable  # noqa: PLC0415 - keeps --help fast
 
-    async def lookup(stack: Stack) -> tuple[Route | None, datetime]:
-        return await stack.routes.route(agent_id), stack.clock.now()
+    async def lookup(adapters: Adapters) -> tuple[Route | None, datetime]:
+        return await adapters.routes.route(agent_id), adapters.clock.now()
 
-    route, now = with_stack(ctx, lookup)
-    shown = inert(agent_id)
+    route, now = with_adapters(ctx, lookup)
+    shown = printable(agent_id)
     if route is None:
         raise click.ClickException(
             f"no route for agent {shown!r}: add one first "

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import announce, main, settings_of, with_stack
-from birddog.core.text import inert
+from birddog.cli import announce, main, settings_of, with_adapters
+from birddog.core.text import printable
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Stack
+    from birddog.bootstrap import Adapters
     from birddog.service.asked import Asked
 
 
@@ -167,16 +167,16 @@ def send(
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from exc
 
-    async def enqueue(stack: Stack) -> tuple[Asked, list[str]]:
+    async def enqueue(adapters: Adapters) -> tuple[Asked, list[str]]:
         chosen, unrouted = job, []
         try:
-            unrouted = await stack.routes.missing([reply.agent_id for reply in replies])
+            unrouted = await adapters.routes.missing([reply.agent_id for reply in replies])
             if created_at is None:
                 # A retried send stamps a new time; the stored mail's time makes the retry
                 # the same mail, so an identical send is a replay and any other difference
                 # a conflict. So does a not-before given as a duration: the stored job's
                 # moment is kept.
-                stored = await _stored_times(stack, job_id)
+                stored = await _stored_times(adapters, job_id)
                 if stored is not None:
                     stamp, stored_start = stored
                     relative = not_before is not None and parse_time(not_before) is None
@@ -191,10 +191,10 @@ def send(
                 raise
         if unrouted and strict:
             raise UnknownAgent(_unrouted(unrouted) + "; nothing was sent", field="replyTo")
-        sent = await stack.sender.enqueue(chosen, keep_stored_time=created_at is None)
+        sent = await adapters.sender.enqueue(chosen, keep_stored_time=created_at is None)
         return sent, unrouted
 
-    sent, unrouted = with_stack(ctx, enqueue, lazy=True)
+    sent, unrouted = with_adapters(ctx, enqueue, lazy=True)
     _report_sent(sent, job_id, unrouted, as_json=as_json)
 
 
@@ -224,8 +224,8 @@ def _report_sent(sent: Asked, job_id: str, unrouted: list[str], *, as_json: bool
 
 def _unrouted(agent_ids: list[str]) -> str:
     """What a reply to agents without a route would do, and the fix."""
-    named = ", ".join(inert(agent) for agent in agent_ids)
-    first = inert(agent_ids[0])
+    named = ", ".join(printable(agent) for agent in agent_ids)
+    first = printable(agent_ids[0])
     return (
         f"no route for reply-to {named}: its reply would die unknown_recipient; add one "
         f"first (birddog route add {first} URL, or --mailbox)"
@@ -262,13 +262,13 @@ def read_content(
     return text
 
 
-async def _stored_times(stack: Stack, job_id: str) -> tuple[int, datetime | None] | None:
+async def _stored_times(adapters: Adapters, job_id: str) -> tuple[int, datetime | None] | None:
     """The mail's ``createdAt`` and the not-before of the agent job stored under ``job_id``."""
     from birddog.core.errors import InvalidJobPayload, JobNotFound  # noqa: PLC0415
     from birddog.core.jobs import decode_agent_job  # noqa: PLC0415
 
     try:
-        stored = await stack.jobs.get(job_id)
+        stored = await adapters.jobs.get(job_id)
         payload = decode_agent_job(stored)
     except (JobNotFound, InvalidJobPayload):
         return None

@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import checked_id, main, with_stack
+from birddog.cli import checked_id, main, with_adapters
 from birddog.core.ask import address_text
-from birddog.core.text import inert
+from birddog.core.text import printable
 from birddog.display import format_value
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Stack
+    from birddog.bootstrap import Adapters
     from birddog.core.mailbox import MailboxEntry
 
 
@@ -36,9 +36,9 @@ def entry_json(entry: MailboxEntry) -> dict[str, Any]:
     }
 
 
-def shown(text: str) -> str:
-    """Outside text for a terminal: each line made inert, line breaks kept."""
-    return "\n".join(inert(line) for line in text.split("\n"))
+def printable_lines(text: str) -> str:
+    """Outside text for a terminal: each line made printable, line breaks kept."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def print_entry(entry: MailboxEntry, *, as_json: bool) -> None:
@@ -49,13 +49,13 @@ def print_entry(entry: MailboxEntry, *, as_json: bool) -> None:
     sender = entry.sender
     origin = "unknown sender" if sender is None else f"from {address_text(sender)}"
     click.echo(
-        f"{inert(entry.key)}  {inert(str(entry.outcome))}  {inert(origin)}  "
+        f"{printable(entry.key)}  {printable(str(entry.outcome))}  {printable(origin)}  "
         f"{format_value(entry.delivered_at)}"
     )
-    for line in shown(entry.content).split("\n"):
+    for line in printable_lines(entry.content).split("\n"):
         click.echo(f"    {line}")
     if entry.diagnostic is not None:
-        click.echo(f"    diagnostic: {inert(entry.diagnostic)}")
+        click.echo(f"    diagnostic: {printable(entry.diagnostic)}")
     click.echo("")
 
 
@@ -83,26 +83,30 @@ def inbox(
         checked_id(session, "SESSION")
     session_id = session or None
 
-    async def show(stack: Stack) -> None:
+    async def show(adapters: Adapters) -> None:
         if not follow:
-            entries = await stack.mailbox.read(agent_id, session_id, limit=limit)
+            entries = await adapters.mailbox.read(agent_id, session_id, limit=limit)
             if not entries and not as_json:
                 click.echo("no unread replies", err=True)
-            await _emit(stack, entries, ack=ack, as_json=as_json)
+            await _emit(adapters, entries, ack=ack, as_json=as_json)
             return
         from birddog.runtime import stop_on_signals  # noqa: PLC0415 - keeps --help fast
 
         with stop_on_signals() as stop:
-            async for batch in stack.mailbox.follow(agent_id, session_id, stop=stop, limit=limit):
-                await _emit(stack, batch, ack=ack, as_json=as_json)
+            async for batch in adapters.mailbox.follow(
+                agent_id, session_id, stop=stop, limit=limit
+            ):
+                await _emit(adapters, batch, ack=ack, as_json=as_json)
 
-    with_stack(ctx, show)
+    with_adapters(ctx, show)
 
 
-async def _emit(stack: Stack, entries: list[MailboxEntry], *, ack: bool, as_json: bool) -> None:
+async def _emit(
+    adapters: Adapters, entries: list[MailboxEntry], *, ack: bool, as_json: bool
+) -> None:
     for entry in entries:
         print_entry(entry, as_json=as_json)
     # Acknowledged only once printed: a reply is never marked read unseen.
     sys.stdout.flush()
     if ack:
-        await stack.mailbox.ack([entry.key for entry in entries])
+        await adapters.mailbox.ack([entry.key for entry in entries])

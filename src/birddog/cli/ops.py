@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import EXIT_ALARM, EXIT_OK, duration, main, print_rows, settings_of, with_stack
-from birddog.core.text import inert, shown_key
+from birddog.cli import EXIT_ALARM, EXIT_OK, duration, main, print_rows, settings_of, with_adapters
+from birddog.core.text import printable, shown_key
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Stack
+    from birddog.bootstrap import Adapters
 
 LIST_LIMIT_MAX = 10_000
 """The most rows ``pending`` and ``dead`` print at once."""
@@ -25,7 +25,7 @@ PROBLEMS_SHOWN = 5
 """How many stale or dead replies of each kind ``check`` names."""
 
 
-async def status_report(stack: Stack) -> dict[str, Any]:
+async def status_report(adapters: Adapters) -> dict[str, Any]:
     """What the outbox holds, when it next wakes, the jobs by state, and who is running.
 
     Returns:
@@ -37,19 +37,19 @@ async def status_report(stack: Stack) -> dict[str, Any]:
     """
     from birddog.bootstrap import HEARTBEAT_S  # noqa: PLC0415 - keeps --help fast
 
-    counts = await stack.outbox.counts()
-    now = stack.clock.now()
+    counts = await adapters.outbox.counts()
+    now = adapters.clock.now()
     oldest = counts.get("oldest_pending_at")
-    due = await stack.room.next_wake_at()
-    daemons = await stack.reports.daemons_seen(within_s=DAEMONS_SEEN_BEATS * HEARTBEAT_S)
-    later, next_at = await stack.jobs.not_yet_due()
+    due = await adapters.room.next_wake_at()
+    daemons = await adapters.reports.daemons_seen(within_s=DAEMONS_SEEN_BEATS * HEARTBEAT_S)
+    later, next_at = await adapters.jobs.not_yet_due()
     return {
         "replies": {
             **{k: v for k, v in counts.items() if k not in {"oldest_pending_at", "next_due_at"}},
             "oldest_pending_age_s": round((now - oldest).total_seconds(), 1) if oldest else None,
             "next_wake_in_s": round(max(0.0, (due - now).total_seconds()), 1) if due else None,
         },
-        "jobs": await stack.jobs.counts(),
+        "jobs": await adapters.jobs.counts(),
         "jobs_not_yet_due": {"jobs": later, "next_at": next_at},
         "daemons": [
             {key: daemon[key] for key in ("kind", "host", "pid", "seen_at")} for daemon in daemons
@@ -127,7 +127,7 @@ class CheckLimits:
 
 
 async def spool_problems(
-    stack: Stack, limits: CheckLimits, *, database_answers: bool
+    adapters: Adapters, limits: CheckLimits, *, database_answers: bool
 ) -> list[dict[str, Any]]:
     """What is wrong with this host's local spool, one problem per line.
 
@@ -135,7 +135,7 @@ async def spool_problems(
     than ``limits.spool_s``, and quarantined mail (never forwarded: each names its reason).
 
     Args:
-        stack: the open adapters (the spool is local; no query is made).
+        adapters: the open adapters (the spool is local; no query is made).
         limits: the thresholds.
         database_answers: whether the database answered the other checks.
 
@@ -146,12 +146,12 @@ async def spool_problems(
     from birddog.cli.spool import status_facts  # noqa: PLC0415 - keeps --help fast
     from birddog.core.duration import format_age  # noqa: PLC0415
 
-    status = await stack.spool.status()
-    now = stack.clock.now()
+    status = await adapters.spool.status()
+    now = adapters.clock.now()
     facts = status_facts(status, now)
     problems: list[dict[str, Any]] = []
-    where = inert(status.path)
-    error = f"; last forward error: {inert(status.last_error)}" if status.last_error else ""
+    where = printable(status.path)
+    error = f"; last forward error: {printable(status.last_error)}" if status.last_error else ""
     age = status.oldest_age_s(now)
     if status.oldest_at is not None and age is not None and age > limits.spool_s:
         problems.append(
@@ -174,32 +174,32 @@ async def spool_problems(
             }
         )
     if status.quarantined:
-        [latest] = await stack.spool.quarantined(limit=1)
+        [latest] = await adapters.spool.quarantined(limit=1)
         problems.append(
             {
                 "check": "spool_quarantined",
                 "message": f"{status.quarantined} mails quarantined in {where}, never "
-                f"forwarded; the latest {inert(str(latest['key']))}: "
-                f"{inert(str(latest['reason']))} (birddog spool status)",
+                f"forwarded; the latest {printable(str(latest['key']))}: "
+                f"{printable(str(latest['reason']))} (birddog spool status)",
                 **facts,
             }
         )
     return problems
 
 
-async def check_report(stack: Stack, limits: CheckLimits) -> list[dict[str, Any]]:
+async def check_report(adapters: Adapters, limits: CheckLimits) -> list[dict[str, Any]]:
     """Problems worth an alert, one per line, each with the facts behind it.
 
     Args:
-        stack: the open adapters.
+        adapters: the open adapters.
         limits: the thresholds.
 
     Returns:
         One dict per problem: ``check`` (``pending``, ``dead``, ``job_queued``,
-        ``job_overdue``, ``hold``, ``no_daemon``), ``message`` (one inert line) and the
+        ``job_overdue``, ``hold``, ``no_daemon``), ``message`` (one printable line) and the
         row's facts.
     """
-    reports = stack.reports
+    reports = adapters.reports
     problems: list[dict[str, Any]] = []
 
     def problem(check: str, message: str, facts: dict[str, Any]) -> None:
@@ -208,37 +208,37 @@ async def check_report(stack: Stack, limits: CheckLimits) -> list[dict[str, Any]
     for row in await reports.stale_pending(older_than_s=limits.pending_s, limit=PROBLEMS_SHOWN):
         problem(
             "pending",
-            f"pending too long: {inert(row['key'])} to {inert(row['recipient_agent_id'])} "
+            f"pending too long: {printable(row['key'])} to {printable(row['recipient_agent_id'])} "
             f"since {_at(row['created_at'])}, {row['attempts']} attempts, "
-            f"last error: {inert(row['last_error'] or '-')}",
+            f"last error: {printable(row['last_error'] or '-')}",
             row,
         )
     for row in await reports.new_dead(within_s=limits.dead_s, limit=PROBLEMS_SHOWN):
         problem(
             "dead",
-            f"new dead letter: {inert(row['key'])} to {inert(row['recipient_agent_id'])} "
+            f"new dead letter: {printable(row['key'])} to {printable(row['recipient_agent_id'])} "
             f"({row['dead_reason']}) at {_at(row['dead_at'])}",
             row,
         )
     for row in await reports.stale_queued(older_than_s=limits.job_queued_s, limit=PROBLEMS_SHOWN):
         problem(
             "job_queued",
-            f"job queued too long: {inert(row['job_id'])} in queue {inert(row['queue'])} "
+            f"job queued too long: {printable(row['job_id'])} in queue {printable(row['queue'])} "
             f"since {_at(row['created_at'])}; is a worker serving this session?",
             row,
         )
     for row in await reports.overdue_running(grace_s=limits.lease_overdue_s, limit=PROBLEMS_SHOWN):
         problem(
             "job_overdue",
-            f"job running past its lease: {inert(row['job_id'])} in queue "
-            f"{inert(row['queue'])} on {inert(row['worker_id'] or '-')}, lease ended "
+            f"job running past its lease: {printable(row['job_id'])} in queue "
+            f"{printable(row['queue'])} on {printable(row['worker_id'] or '-')}, lease ended "
             f"{_at(row['lease_expires_at'])}; is a daemon or worker running its reaper?",
             row,
         )
     for row in await reports.long_holds(older_than_s=limits.hold_s, limit=PROBLEMS_SHOWN):
         problem(
             "hold",
-            f"held too long: {inert(row['agent_id'])} since {_at(row['held_at'])}, "
+            f"held too long: {printable(row['agent_id'])} since {_at(row['held_at'])}, "
             f"{row['waiting']} replies waiting (birddog route release AGENT)",
             row,
         )
@@ -277,7 +277,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     """Replies by state, the oldest pending one, the next wake, jobs, and daemons seen."""
     from birddog.display import dump_json  # noqa: PLC0415 - keeps --help fast
 
-    report = with_stack(ctx, status_report)
+    report = with_adapters(ctx, status_report)
     click.echo(dump_json(report) if as_json else render_status(report))
 
 
@@ -289,7 +289,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def pending(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Replies still owed: to whom, since when, attempts, last error, next try."""
-    rows = with_stack(ctx, lambda s: s.outbox.list_pending(limit=limit))
+    rows = with_adapters(ctx, lambda s: s.outbox.list_pending(limit=limit))
     print_rows(
         rows,
         as_json,
@@ -305,7 +305,7 @@ def pending(ctx: click.Context, limit: int, as_json: bool) -> None:
 @click.pass_context
 def dead(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Dead letters: why each died and its last error."""
-    rows = with_stack(ctx, lambda s: s.outbox.list_dead(limit=limit))
+    rows = with_adapters(ctx, lambda s: s.outbox.list_dead(limit=limit))
     print_rows(
         rows,
         as_json,
@@ -325,7 +325,7 @@ def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
     """
     if (key is None) == (agent_id is None):
         raise click.UsageError("give exactly one of KEY or --agent")
-    keys = with_stack(ctx, lambda s: s.replay.replay(key=key, agent_id=agent_id))
+    keys = with_adapters(ctx, lambda s: s.replay.replay(key=key, agent_id=agent_id))
     if not keys:
         what = (
             f"key {shown_key(key)}" if key is not None else f"recipient {shown_key(agent_id or '')}"
@@ -334,7 +334,7 @@ def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
         sys.exit(EXIT_ALARM)
     click.echo(f"replayed {len(keys)} dead letter(s)")
     for replayed in keys:
-        click.echo(inert(replayed))
+        click.echo(printable(replayed))
 
 
 @main.command()
@@ -406,17 +406,17 @@ def check(
         spool_s=given(spool_s, settings.check_spool_s),
     )
 
-    async def report(stack: Stack) -> list[dict[str, Any]]:
+    async def report(adapters: Adapters) -> list[dict[str, Any]]:
         from birddog.core.errors import StoreUnavailable  # noqa: PLC0415 - keeps --help fast
 
         try:
-            found = await check_report(stack, limits)
+            found = await check_report(adapters, limits)
         except StoreUnavailable as exc:
-            away = {"check": "database", "message": f"database unreachable: {inert(str(exc))}"}
-            return [away, *await spool_problems(stack, limits, database_answers=False)]
-        return found + await spool_problems(stack, limits, database_answers=True)
+            away = {"check": "database", "message": f"database unreachable: {printable(str(exc))}"}
+            return [away, *await spool_problems(adapters, limits, database_answers=False)]
+        return found + await spool_problems(adapters, limits, database_answers=True)
 
-    problems = with_stack(ctx, report, lazy=True)
+    problems = with_adapters(ctx, report, lazy=True)
     if as_json:
         click.echo(dump_json({"ok": not problems, "problems": problems}))
     else:
@@ -440,6 +440,6 @@ def probe(ctx: click.Context, timeout_s: float, drain: bool) -> None:
     """A canary round trip, job to receipt, with a nonce; exit 0 only if it came back."""
     from birddog.processes.probe import run_probe  # noqa: PLC0415 - keeps --help fast
 
-    result = with_stack(ctx, lambda s: run_probe(s, timeout_s=timeout_s, drain=drain))
+    result = with_adapters(ctx, lambda s: run_probe(s, timeout_s=timeout_s, drain=drain))
     click.echo(result.message)
     sys.exit(EXIT_OK if result.ok else EXIT_ALARM)

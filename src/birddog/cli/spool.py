@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import EXIT_ALARM, main, run, settings_of, with_stack
-from birddog.core.text import inert
+from birddog.cli import EXIT_ALARM, main, run, settings_of, with_adapters
+from birddog.core.text import printable
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Stack
+    from birddog.bootstrap import Adapters
     from birddog.core.spool import SpoolStatus
     from birddog.service.forwarding import ForwardReport
 
@@ -80,11 +80,11 @@ def spool_status(ctx: click.Context, as_json: bool) -> None:
         if age is None
         else f", the oldest spooled {_at(status.oldest_at)} ({format_age(age)} ago)"
     )
-    click.echo(f"spool {inert(status.path)}")
+    click.echo(f"spool {printable(status.path)}")
     click.echo(f"{status.mails} {_mails(status.mails)} waiting{oldest}; {status.bytes} bytes")
     if status.last_error is not None:
         click.echo(
-            f"last forward failed at {_at(status.last_error_at)}: {inert(status.last_error)}"
+            f"last forward failed at {_at(status.last_error_at)}: {printable(status.last_error)}"
         )
     elif status.last_forward_at is not None:
         click.echo(f"last forward ran to its end at {_at(status.last_forward_at)}")
@@ -94,7 +94,7 @@ def spool_status(ctx: click.Context, as_json: bool) -> None:
             "(never forwarded; birddog spool requeue tries them again):"
         )
         for row in quarantined:
-            click.echo(f"  {inert(row['key'] or '?')}: {inert(row['reason'])}")
+            click.echo(f"  {printable(row['key'] or '?')}: {printable(row['reason'])}")
 
 
 @spool.command("forward")
@@ -114,18 +114,18 @@ def spool_forward(ctx: click.Context, wait_s: float) -> None:
     reason; while the database is unreachable everything stays.
     """
 
-    async def forward(stack: Stack) -> ForwardReport:
-        return await stack.sender.forward(wait_s=wait_s)
+    async def forward(adapters: Adapters) -> ForwardReport:
+        return await adapters.sender.forward(wait_s=wait_s)
 
-    report = with_stack(ctx, forward, lazy=True)
+    report = with_adapters(ctx, forward, lazy=True)
     if report.busy:
         click.echo(f"another process kept forwarding this spool for {wait_s:g} s", err=True)
         sys.exit(EXIT_ALARM)
     click.echo(f"forwarded {len(report.forwarded)} {_mails(len(report.forwarded))}")
     for key, reason in report.quarantined.items():
-        click.echo(f"quarantined {inert(key)}: {inert(reason)}", err=True)
+        click.echo(f"quarantined {printable(key)}: {printable(reason)}", err=True)
     if report.kept:
-        click.echo(f"mail still waits in the spool: {inert(report.error or '')}", err=True)
+        click.echo(f"mail still waits in the spool: {printable(report.error or '')}", err=True)
     if report.kept or report.quarantined:
         sys.exit(EXIT_ALARM)
 

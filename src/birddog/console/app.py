@@ -8,7 +8,7 @@ registers no action at all.
 Every response carries the security headers (:data:`SECURITY_HEADERS`): a content
 security policy that allows no script, no frame and no outside resource, no referrer,
 no caching. Every value is HTML-escaped by Jinja2's autoescape and made
-:func:`~birddog.core.text.inert` first (control and bidi characters shown as escapes),
+:func:`~birddog.core.text.printable` first (control and bidi characters shown as escapes),
 by the environment's ``finalize``, so no template can forget.
 """
 
@@ -37,7 +37,7 @@ from birddog.core.errors import (
     StoreUnavailable,
 )
 from birddog.core.mail import Outcome
-from birddog.core.text import inert
+from birddog.core.text import printable
 from birddog.display import format_value
 from birddog.ports import (
     JOB_STATES,
@@ -117,14 +117,14 @@ VALUE_MAX_CHARS = PREVIEW_CHARS
 
 
 def _finalize(value: object) -> object:
-    # Runs on every {{ expression }} before autoescape: outside text is made inert and
+    # Runs on every {{ expression }} before autoescape: outside text is made printable and
     # bounded here, once, for every template.
     if isinstance(value, Markup):
         return value
     if isinstance(value, str):
         if len(value) > VALUE_MAX_CHARS:
-            return inert(value[:VALUE_MAX_CHARS]) + f"… ({len(value):,} characters)"
-        return inert(value)
+            return printable(value[:VALUE_MAX_CHARS]) + f"… ({len(value):,} characters)"
+        return printable(value)
     if value is None or isinstance(value, datetime | timedelta | dict | list):
         return format_value(value)
     return value
@@ -148,7 +148,7 @@ def _when(value: object) -> object:
 
 
 def make_templates() -> jinja2.Environment:
-    """The Jinja2 environment of the console's templates (autoescape on, values inert)."""
+    """The Jinja2 environment of the console's templates (autoescape on, values printable)."""
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("birddog.console", "templates"),
         autoescape=True,

@@ -21,7 +21,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from birddog.core.ages import format_age
-from birddog.core.text import inert
+from birddog.core.text import printable
 
 __all__ = ["RECENT_BEAT_S", "AskFacts", "AskState", "waiting_message"]
 
@@ -116,7 +116,7 @@ def _daemons(facts: AskFacts) -> str:
 def _where(facts: AskFacts) -> str:
     """What is known, for an ask whose reply is not in the mailbox yet."""
     state = facts.state
-    session = inert(facts.queue or "?")
+    session = printable(facts.queue or "?")
     if state is AskState.QUEUED:
         workers = (
             f"no birddog worker beat in the last {format_age(RECENT_BEAT_S)}: start one for "
@@ -135,11 +135,11 @@ def _where(facts: AskFacts) -> str:
             f"{facts.ago(facts.started_at)}"
         )
     if state is AskState.DEAD:
-        error = f" ({inert(facts.last_error)})" if facts.last_error else ""
+        error = f" ({printable(facts.last_error)})" if facts.last_error else ""
         return (
             f"its job settled {facts.outcome or '?'}, but the reply died: "
-            f"{inert(facts.dead_reason or '?')}{error}; fix the cause, then replay it "
-            f"(birddog replay {inert(facts.reply_key or 'KEY')})"
+            f"{printable(facts.dead_reason or '?')}{error}; fix the cause, then replay it "
+            f"(birddog replay {printable(facts.reply_key or 'KEY')})"
         )
     if state is AskState.PENDING:
         tries = (
@@ -147,7 +147,7 @@ def _where(facts: AskFacts) -> str:
             if facts.reply_attempts
             else ""
         )
-        error = f", last error: {inert(facts.last_error)}" if facts.last_error else ""
+        error = f", last error: {printable(facts.last_error)}" if facts.last_error else ""
         held = "; the asker's route is held (birddog route release)" if facts.route_held else ""
         return (
             f"its job settled {facts.outcome or '?'}; the reply is not delivered yet "
@@ -168,10 +168,10 @@ def waiting_message(facts: AskFacts | None, *, key: str, asker: str, timeout_s: 
         timeout_s: how long the ask waited.
 
     Returns:
-        One line, inert.
+        One line, printable.
     """
-    asker = inert(asker)
-    head = f"no reply to {inert(key)!r} within {timeout_s:g} s"
+    asker = printable(asker)
+    head = f"no reply to {printable(key)!r} within {timeout_s:g} s"
     where = "" if facts is None else f": {_where(facts)}"
     if facts is not None and facts.state is AskState.DEAD:
         return head + where

@@ -2,7 +2,7 @@ r"""Bounded diagnostics: one safe line that can travel in a reply or sit in a ro
 
 A diagnostic often quotes what someone else said (a recipient's answer, a library's
 error), so it is treated as hostile: it is folded to one line, its control characters
-are escaped (:func:`birddog.core.text.inert`), credential-shaped values are masked, and
+are escaped (:func:`birddog.core.text.printable`), credential-shaped values are masked, and
 it is cut to :data:`DIAGNOSTIC_MAX_LENGTH` characters.
 
 The masks, in order (each leaves ``[redacted]`` where the value was):
@@ -40,7 +40,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-from birddog.core.text import inert
+from birddog.core.text import printable
 
 DIAGNOSTIC_MAX_LENGTH = 200
 """A diagnostic is cut to this many characters after masking."""
@@ -180,7 +180,7 @@ def bounded_diagnostic(text: object) -> str:
 
     The result is one line, holds no credential-shaped value (see the module docstring
     for the masks), holds no control character (each is escaped visibly, as
-    :func:`birddog.core.text.inert` does), and is at most :data:`DIAGNOSTIC_MAX_LENGTH`
+    :func:`birddog.core.text.printable` does), and is at most :data:`DIAGNOSTIC_MAX_LENGTH`
     characters. It never fails.
 
     Args:
@@ -193,7 +193,7 @@ def bounded_diagnostic(text: object) -> str:
     value = _WHITESPACE.sub(" ", value).strip()
     if len(value) > _SCAN_LIMIT:
         value = value[:_SCAN_LIMIT].rpartition(" ")[0]
-    value = _masked(inert(value))
+    value = _masked(printable(value))
     for _ in range(2):  # a value encoded twice (%2522) is seen through on the second round
         decoded = [view for view in (_percent_decoded(value), _json_unescaped(value)) if view]
         found = [again for view in decoded if (again := _masked(view)) != view]
@@ -204,7 +204,7 @@ def bounded_diagnostic(text: object) -> str:
 
 
 def _masked(value: str) -> str:
-    """Every mask of the module docstring, in order, over one line of inert text."""
+    """Every mask of the module docstring, in order, over one line of printable text."""
     value = _PEM.sub(rf"\1 {REDACTED}", value)
     value = _WEBHOOK_URL.sub(rf"\g<head>{REDACTED}", value)
     value = _URL_PASSWORD.sub(rf"\1{REDACTED}@", value)
@@ -223,11 +223,11 @@ def _masked(value: str) -> str:
 
 
 def _one_line(text: str) -> str:
-    return inert(_WHITESPACE.sub(" ", text).strip())
+    return printable(_WHITESPACE.sub(" ", text).strip())
 
 
 def _percent_decoded(value: str) -> str | None:
-    """The text URL-decoded, as one inert line; None when it holds no escape."""
+    """The text URL-decoded, as one printable line; None when it holds no escape."""
     if not _PERCENT.search(value):
         return None
     return _one_line(unquote(value))

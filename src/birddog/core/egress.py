@@ -39,7 +39,7 @@ from typing import Literal
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 from birddog.core.errors import InvalidInput
-from birddog.core.text import first_control, inert
+from birddog.core.text import first_control, printable
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -249,8 +249,8 @@ def check_route_url(url: object, policy: EgressPolicy) -> str:
     if normal != host.lower():
         # What is stored is what is shown and checked: one spelling, the one connected to.
         raise InvalidInput(
-            f"url's host {inert(host)[:200]!r} is read as {inert(normal)[:200]!r} once "
-            f"normalised (IDNA): write {inert(normal)[:200]!r}",
+            f"url's host {printable(host)[:200]!r} is read as {printable(normal)[:200]!r} once "
+            f"normalised (IDNA): write {printable(normal)[:200]!r}",
             field="url",
         )
     return url
@@ -277,7 +277,7 @@ def redact_url(url: str) -> str:
 
 
 def shown_url(url: str | None) -> str | None:
-    """A route URL as a terminal, log or page may show it: redacted and inert.
+    """A route URL as a terminal, log or page may show it: redacted and printable.
 
     Args:
         url: the URL, or None (a mailbox route has none).
@@ -285,7 +285,7 @@ def shown_url(url: str | None) -> str | None:
     Returns:
         :func:`redact_url` of it with control characters escaped, or None.
     """
-    return None if url is None else inert(redact_url(url))
+    return None if url is None else printable(redact_url(url))
 
 
 _URL_IN_TEXT = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+")

@@ -115,7 +115,7 @@ def outgoing_from_json(text: str | bytes) -> Outgoing:
     return outgoing
 
 
-class Fate(StrEnum):
+class ForwardOutcome(StrEnum):
     """What becomes of a spooled row after one attempt to forward it."""
 
     FORWARDED = "forwarded"
@@ -126,7 +126,7 @@ class Fate(StrEnum):
     """The database was away or busy; the row and every later one stay, in order."""
 
 
-def decide_forward(error: BaseException | None) -> Fate:
+def decide_forward(error: BaseException | None) -> ForwardOutcome:
     """The fate of a spooled row, from what writing it raised.
 
     A refusal of the mail itself (a job id replayed with other fields, an unknown target,
@@ -140,14 +140,14 @@ def decide_forward(error: BaseException | None) -> Fate:
         The fate.
     """
     if error is None:
-        return Fate.FORWARDED
+        return ForwardOutcome.FORWARDED
     if isinstance(error, StoreRefused):
-        return Fate.QUARANTINED
+        return ForwardOutcome.QUARANTINED
     if isinstance(error, StoreUnavailable | DatabaseRefused):
-        return Fate.KEPT
+        return ForwardOutcome.KEPT
     if isinstance(error, BirdDogError):
-        return Fate.QUARANTINED
-    return Fate.KEPT
+        return ForwardOutcome.QUARANTINED
+    return ForwardOutcome.KEPT
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,7 +246,7 @@ def aged_reason(max_age_s: float) -> str:
 __all__ = [
     "DEFAULT_SPOOL_MAX_AGE_S",
     "DEFAULT_SPOOL_MAX_BYTES",
-    "Fate",
+    "ForwardOutcome",
     "Outgoing",
     "SpoolRow",
     "SpoolStatus",

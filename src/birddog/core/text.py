@@ -1,4 +1,4 @@
-r"""Outside text made inert: nothing it holds can drive a terminal, a log line or a page.
+r"""Outside text made printable: nothing it holds can drive a terminal, a log line or a page.
 
 Text BirdDog did not write (a recipient's status line and body, a header value, an
 error message, a key or id someone chose) may carry characters that act instead of
@@ -6,7 +6,7 @@ showing: C0 and C1 controls (ESC starts terminal sequences that clear the screen
 the window title, BEL, backspace, CR that rewrites a line), DEL, bidirectional overrides
 and isolates that reorder what is shown, line and paragraph separators, and invisible
 format characters (zero-width spaces and joiners, Unicode tag characters, variation
-selectors, fillers) that hide text. :func:`inert` writes each one as a visible escape
+selectors, fillers) that hide text. :func:`printable` writes each one as a visible escape
 (``\x1b``, ``\u202e``, ``\U000e0041``), so what is shown is what is there.
 
 Pure: the standard library only.
@@ -81,7 +81,7 @@ def escape_char(char: str) -> str:
     return f"\\U{point:08x}"
 
 
-def inert(text: str) -> str:
+def printable(text: str) -> str:
     """Make outside text safe to print to a terminal, write to a log or put on a page.
 
     Every character that controls display or hides text (see :func:`is_control`, plus
@@ -114,7 +114,7 @@ SHOWN_KEY_MAX_LENGTH = 200
 
 
 def shown_key(value: str) -> str:
-    """A key or id as an error message echoes it: quoted, inert, at most 200 characters.
+    """A key or id as an error message echoes it: quoted, printable, at most 200 characters.
 
     A key may be 512 characters and a refused id longer still; the message stays one
     readable line, the cut marked with an ellipsis.
@@ -126,4 +126,4 @@ def shown_key(value: str) -> str:
         ``'alice'``, or ``'aaa…'`` holding the first 200 characters of a longer one.
     """
     cut = value if len(value) <= SHOWN_KEY_MAX_LENGTH else value[:SHOWN_KEY_MAX_LENGTH] + "…"
-    return repr(inert(cut))
+    return repr(printable(cut))

@@ -2,7 +2,7 @@
 
 A claimed row is :data:`Held` (with its :class:`Claim`) from the claim until its outcome is
 stored or it is given back. On the way it is ready in the window, out in a :class:`Post`,
-or has a known :class:`Fate` waiting for the outcome store.
+or has a known :class:`Decided` waiting for the outcome store.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Post:
 
 
 @dataclass(eq=False, slots=True)
-class Fate:
+class Decided:
     """A claimed row whose fate is known and not yet stored.
 
     Attributes:
@@ -78,4 +78,4 @@ def earliest(*times: datetime | None) -> datetime | None:
     return min(present, default=None)
 
 
-__all__ = ["Claim", "Fate", "Held", "Post", "earliest"]
+__all__ = ["Claim", "Decided", "Held", "Post", "earliest"]

@@ -20,7 +20,7 @@ from datetime import timedelta
 
 import structlog
 
-from birddog.engine.claims import Fate
+from birddog.engine.claims import Decided
 from birddog.engine.config import EngineConfig
 from birddog.engine.window import Window
 from birddog.ports import Clock, Listener, Outbox, WakeBoard, WakeScheduler
@@ -59,7 +59,7 @@ class FreshRows:
         clock: Clock,
         config: EngineConfig,
         window: Window,
-        on_decided: Callable[[list[Fate]], None],
+        on_decided: Callable[[list[Decided]], None],
     ) -> None:
         self.outbox = outbox
         self.wake = wake

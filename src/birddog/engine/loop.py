@@ -31,7 +31,7 @@ from typing import Any
 from birddog.core.delivery import DeliveryResult
 from birddog.core.flow import FlowControl
 from birddog.core.schedule import Random
-from birddog.engine.claims import Fate, Held, Post, earliest
+from birddog.engine.claims import Decided, Held, Post, earliest
 from birddog.engine.config import EngineConfig
 from birddog.engine.fresh import FreshRows
 from birddog.engine.outcomes import DrainReport, OutcomeStore
@@ -364,7 +364,7 @@ class DeliveryEngine:
         """Claims made on a notification beside the window's (the fresh-rows watcher's)."""
         return self.fresh.claims
 
-    def _fresh_decided(self, decided: list[Fate]) -> None:
+    def _fresh_decided(self, decided: list[Decided]) -> None:
         """A fresh claim decided fates without a post: they wait to be stored."""
         self.outcomes.add(decided)
         self._a_post_ended.set()

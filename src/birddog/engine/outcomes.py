@@ -1,6 +1,6 @@
 """The outcome store: what finished posts decided, stored a claim's worth at a time.
 
-Fates (:class:`~birddog.engine.claims.Fate`) wait here until the loop stores them: each
+Fates (:class:`~birddog.engine.claims.Decided`) wait here until the loop stores them: each
 is decided by the pure :func:`~birddog.core.delivery.decide_delivery` at the time of the store, and
 all of them go to the outbox in one ``store`` (one transaction). If the database refuses
 the statement as a whole (:class:`~birddog.core.errors.StoreRefused`: one row's stored
@@ -41,8 +41,8 @@ from birddog.core.delivery import (
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import StoreRefused
 from birddog.core.schedule import Random, RetrySchedule
-from birddog.core.text import inert
-from birddog.engine.claims import Fate, Held, Post, earliest
+from birddog.core.text import printable
+from birddog.engine.claims import Decided, Held, Post, earliest
 from birddog.ports import Clock, Outbox, Settled, WakeScheduler
 
 log = structlog.get_logger("birddog.engine")
@@ -139,14 +139,14 @@ class OutcomeStore:
         self.clock = clock
         self.schedule = schedule
         self.rng = rng
-        self._unstored: list[Fate] = []
+        self._unstored: list[Decided] = []
 
     @property
     def unstored(self) -> int:
         """Fates known and not yet stored (a store under way holds its own)."""
         return len(self._unstored)
 
-    def add(self, fates: Iterable[Fate]) -> None:
+    def add(self, fates: Iterable[Decided]) -> None:
         """Keep fates known without a post (buried, delivered to a mailbox, rejected)."""
         self._unstored.extend(fates)
 
@@ -159,7 +159,7 @@ class OutcomeStore:
         for (claim, row), result in zip(post.items, results, strict=True):
             if (attempt := attempts.get(result)) is None:
                 attempt = attempts[result] = attempt_of(result, at=post.at, seconds=seconds)
-            self._unstored.append(Fate(claim, row, result, attempt))
+            self._unstored.append(Decided(claim, row, result, attempt))
 
     async def store(self) -> Stored:
         """Store every known fate: one transaction, or one per row after a refusal.
@@ -216,7 +216,7 @@ class OutcomeStore:
         if at is not None:
             await self.wake.schedule_wake(at=at)
 
-    async def _store_apart(self, fates: list[Fate]) -> tuple[DrainReport, datetime | None]:
+    async def _store_apart(self, fates: list[Decided]) -> tuple[DrainReport, datetime | None]:
         """Store outcomes one by one after the database refused them together.
 
         A row whose own outcome is refused (its stored fields are damaged: a count at
@@ -235,20 +235,22 @@ class OutcomeStore:
             try:
                 stored, when = await self._store([fate], now)
             except StoreRefused as refused:
-                buried = Fate(fate.claim, _unstorable(fate.row, refused), None, None)
+                buried = Decided(fate.claim, _unstorable(fate.row, refused), None, None)
                 try:
                     stored, when = await self._store([buried], now)
                 except StoreRefused:
                     stored, when = DrainReport(claimed=1, skipped=[fate.row.key]), None
                     # No traceback: the server's text may quote the row. Class and SQLSTATE.
                     log.error(  # noqa: TRY400
-                        "row_unstorable", key=inert(fate.row.key), error=str(refused)
+                        "row_unstorable", key=printable(fate.row.key), error=str(refused)
                     )
             report = report.add(stored)
             retry_at = earliest(retry_at, when)
         return report, retry_at
 
-    async def _store(self, fates: list[Fate], now: datetime) -> tuple[DrainReport, datetime | None]:
+    async def _store(
+        self, fates: list[Decided], now: datetime
+    ) -> tuple[DrainReport, datetime | None]:
         """Decide and store known outcomes (one transaction); the earliest retry written."""
         settled: list[Settled] = []
         for fate in fates:

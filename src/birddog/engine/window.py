@@ -37,7 +37,7 @@ from birddog.core.delivery import (
     unsendable,
 )
 from birddog.core.flow import FlowControl, Signal
-from birddog.engine.claims import Claim, Fate, Held, Post
+from birddog.engine.claims import Claim, Decided, Held, Post
 from birddog.engine.config import EngineConfig
 from birddog.ports import Page
 
@@ -136,7 +136,7 @@ class Window:
 
     # ------------------------------------------------------------------ admission
 
-    def admit(self, page: Page, *, whole: bool, now: datetime) -> list[Fate]:
+    def admit(self, page: Page, *, whole: bool, now: datetime) -> list[Decided]:
         """Take a claimed page in: its rows are held from now on until let go.
 
         Rows that need no post are decided at once (returned, for the outcome store):
@@ -155,10 +155,10 @@ class Window:
         """
         self._held += page.size
         claim = Claim(page=page, taken_at=self._ticks())
-        decided: list[Fate] = []
+        decided: list[Decided] = []
         for buried in page.undecodable:
             attempt = Attempt(at=now, result="rejected", status=None, ms=0, error=buried.error)
-            decided.append(Fate(claim, buried, None, attempt))
+            decided.append(Decided(claim, buried, None, attempt))
         whole_posts: dict[str, list[Held]] = {}
         if page.rows:
             self._claim_batch = max((hint.batch_size for hint in page.routes.values()), default=1)
@@ -355,9 +355,9 @@ class PostsOut:
 
 def _decided(
     claim: Claim, row: OutboxRow, result: DeliveryResult, now: datetime, *, mailbox: bool = False
-) -> Fate:
+) -> Decided:
     """A row decided at admission, without a post."""
-    return Fate(claim, row, result, attempt_of(result, at=now, seconds=0.0), mailbox=mailbox)
+    return Decided(claim, row, result, attempt_of(result, at=now, seconds=0.0), mailbox=mailbox)
 
 
 def _signal(results: Sequence[DeliveryResult]) -> Signal:

@@ -5,7 +5,7 @@
 - :mod:`birddog.mcp.arguments`: a tool's arguments, each wrong one refused by name.
 - :mod:`birddog.mcp.texts`: how a result reads (one text block: a line, then its JSON;
   structured content only on a success).
-- :mod:`birddog.mcp.tools`: the desk, what the tools do for one caller; it calls the same
+- :mod:`birddog.mcp.tools`: the agent tools, what the tools do for one caller; it calls the same
   adapters the command line calls and never touches SQL. :mod:`birddog.mcp.tasks`: the
   tasks callers took with ``next_task``.
 - :mod:`birddog.mcp.server`: the tools on the official ``mcp`` SDK's server, over stdio.

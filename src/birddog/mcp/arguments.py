@@ -13,7 +13,7 @@ from typing import Any, Final
 
 from birddog.core.errors import InvalidInput
 from birddog.core.model import check_text
-from birddog.core.text import inert
+from birddog.core.text import printable
 from birddog.mcp.schemas import MAX_WAIT_S, TOOLS
 
 ERROR_CHARS: Final = 400
@@ -24,7 +24,7 @@ class ToolRefused(Exception):
     """A tool call refused or failed; its line says why (and names the field, if one).
 
     Attributes:
-        line: the one line for the caller, inert and bounded.
+        line: the one line for the caller, printable and bounded.
         details: facts the error's text carries after its line (an outcome, a key, the
             reply's content); never structured content (see :mod:`birddog.mcp.texts`).
     """
@@ -36,8 +36,8 @@ class ToolRefused(Exception):
 
 
 def one_line(text: str) -> str:
-    """``text`` as one inert line of at most :data:`ERROR_CHARS` characters."""
-    one = " ".join(inert(text).split())
+    """``text`` as one printable line of at most :data:`ERROR_CHARS` characters."""
+    one = " ".join(printable(text).split())
     return one if len(one) <= ERROR_CHARS else one[: ERROR_CHARS - 1] + "…"
 
 

@@ -58,7 +58,7 @@ from birddog.mcp.sessions import (
     CallerSessions,
     SessionQuota,
 )
-from birddog.mcp.tools import Desk
+from birddog.mcp.tools import AgentTools
 from birddog.ports import TokenBook
 
 log = structlog.get_logger("birddog.mcp")
@@ -191,7 +191,7 @@ def _security(host: str) -> TransportSecuritySettings:
 
 @contextlib.asynccontextmanager
 async def http_app(
-    desk: Desk,
+    agent_tools: AgentTools,
     tokens: TokenBook | None,
     *,
     port: int,
@@ -204,7 +204,7 @@ async def http_app(
     """The streamable HTTP application: ``/mcp``, its metadata and its token help.
 
     Args:
-        desk: what the tools do.
+        agent_tools: what the tools do.
         tokens: who each bearer token is (None only with ``insecure_as``).
         port: the port the server listens on (its URLs, the allowed Host and Origin).
         host: the address it listens on (loopback only in the test mode).
@@ -222,7 +222,7 @@ async def http_app(
     if insecure_as is not None:
         check_test_mode(host)
     url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
-    server = build_server(desk, token_identity, channel=channel)
+    server = build_server(agent_tools, token_identity, channel=channel)
     sessions = CallerSessions(
         server,
         per_caller=sessions_per_caller,
@@ -273,7 +273,7 @@ async def http_app(
 
 
 async def serve_http(
-    desk: Desk,
+    agent_tools: AgentTools,
     tokens: TokenBook | None,
     *,
     port: int,
@@ -287,7 +287,7 @@ async def serve_http(
     """Serve the tools over streamable HTTP on 127.0.0.1 until ``stop`` is set.
 
     Args:
-        desk: what the tools do.
+        agent_tools: what the tools do.
         tokens: who each bearer token is (None only with ``insecure_as``).
         port: the port (0 picks a free one).
         channel: declare ``claude/channel`` and push replies and tasks.
@@ -306,7 +306,7 @@ async def serve_http(
     sock = listening_socket(host, port)
     bound = sock.getsockname()[1]
     async with http_app(
-        desk,
+        agent_tools,
         tokens,
         port=bound,
         host=host,

@@ -1,6 +1,6 @@
 """What the MCP tools do, for one caller: check the arguments, call the services, shape results.
 
-Every tool is a method of :class:`Desk` and ends in a :class:`~birddog.mcp.texts.ToolResult`
+Every tool is a method of :class:`AgentTools` and ends in a :class:`~birddog.mcp.texts.ToolResult`
 (its text block and structured content follow :mod:`birddog.mcp.texts`), with
 ``is_error`` for what the caller must not mistake for an answer:
 
@@ -15,7 +15,7 @@ Every tool is a method of :class:`Desk` and ends in a :class:`~birddog.mcp.texts
   database answers. The server serves on.
 - ``next_task`` and ``answer`` are the caller's turns (:mod:`birddog.mcp.tasks`).
 
-The desk calls the same services as the command line and never touches SQL: the mail
+The agent tools call the same services as the command line and never touches SQL: the mail
 service (:class:`~birddog.service.mail.MailService`) sends, asks and waits, its deadlines
 and fresh keys included; the rest are ports. Waiting steps report progress at least
 every :data:`~birddog.mcp.schemas.PROGRESS_S` seconds through a callback. The tools'
@@ -106,7 +106,7 @@ async def _no_progress(_done: float, _total: float, _message: str) -> None:
     return None
 
 
-class Desk:
+class AgentTools:
     """The tools, for any caller; one per server process (it holds the callers' turns).
 
     Args:

@@ -28,7 +28,7 @@ import structlog
 
 from birddog.core.errors import AgentNotFound, InvalidInput
 from birddog.core.mail import AgentAddress
-from birddog.core.text import inert
+from birddog.core.text import printable
 from birddog.core.tokens import (
     TOKEN_BYTES,
     AgentAdded,
@@ -104,7 +104,7 @@ class PostgresAgents:
                     made = AgentLogin(login=name, password=password)
         log.info(
             "agent_added",
-            agent_id=inert(address.agent_id),
+            agent_id=printable(address.agent_id),
             token_id=issued.token_id,
             mailbox_added=route,
             login=None if made is None else made.login,
@@ -127,7 +127,9 @@ class PostgresAgents:
         with store_errors("agent token"):
             async with self.pool.acquire() as conn:
                 issued = await self._insert_token(conn, address)
-        log.info("agent_token_issued", agent_id=inert(address.agent_id), token_id=issued.token_id)
+        log.info(
+            "agent_token_issued", agent_id=printable(address.agent_id), token_id=issued.token_id
+        )
         return issued
 
     async def _insert_token(self, conn: Connection, address: AgentAddress) -> IssuedToken:
@@ -172,7 +174,7 @@ class PostgresAgents:
                     raise AgentNotFound(f"no agent {agent_id!r} was added")
                 records = await conn.fetch(queries["agents_revoke"], agent_id, token_id)
         revoked = [record["token_id"] for record in records]
-        log.info("agent_tokens_revoked", agent_id=inert(agent_id), token_ids=revoked)
+        log.info("agent_tokens_revoked", agent_id=printable(agent_id), token_ids=revoked)
         return revoked
 
     async def revoke_login(self, agent_id: str) -> str | None:
@@ -187,7 +189,7 @@ class PostgresAgents:
         with store_errors("agent revoke"):
             login: str | None = await self.pool.fetchval(queries["agents_drop_login"], agent_id)
         if login is not None:
-            log.info("agent_login_dropped", agent_id=inert(agent_id), login=login)
+            log.info("agent_login_dropped", agent_id=printable(agent_id), login=login)
         return login
 
     async def list(self) -> list[AgentInfo]:
@@ -237,7 +239,7 @@ class PostgresAgents:
             return AgentAddress(agent_id=record["agent_id"], session_id=record["session_id"])
         except InvalidInput:
             # A row SQL filled with an id BirdDog would never write names nobody.
-            log.warning("agent_token_unreadable", token_id=inert(str(record["token_id"])))
+            log.warning("agent_token_unreadable", token_id=printable(str(record["token_id"])))
             return None
 
 

@@ -39,7 +39,7 @@ from birddog.core.lifecycle import (
     stop_diagnostic,
 )
 from birddog.core.mail import Outcome
-from birddog.core.text import inert, shown_key
+from birddog.core.text import printable, shown_key
 from birddog.core.turns import Turn
 from birddog.ports import ClaimedJob
 from birddog.postgres.job_config import JobStoreSettings
@@ -221,7 +221,7 @@ class PostgresJobClaims:
         )
 
     async def _fail_unreadable(self, row: Row, exc: UnreadableRow) -> None:
-        log.warning("job_unreadable", job_id=inert(str(row["job_id"])), field=exc.field)
+        log.warning("job_unreadable", job_id=printable(str(row["job_id"])), field=exc.field)
         # StaleClaim: cancelled and reaped meanwhile, so it is settled either way.
         with contextlib.suppress(StaleClaim):
             await self.finish(

@@ -18,7 +18,7 @@ from birddog.core.errors import InvalidInput, StoreRefused, UnreadableRow
 from birddog.core.jobs import Job, JobState, Recovery
 from birddog.core.lifecycle import JobFacts
 from birddog.core.mail import Outcome
-from birddog.core.text import inert
+from birddog.core.text import printable
 
 log = structlog.get_logger("birddog.jobs")
 
@@ -153,7 +153,9 @@ def note_unreadable(job_id: str, row: Row) -> None:
     if row["unreadable"] is not None:
         # The store is Watchdog-shaped and never requires a BirdDog payload; a job
         # that is not an agent job has no mail, so it owes no replies.
-        log.warning("job_settled_without_replies", job_id=inert(job_id), field=row["unreadable"])
+        log.warning(
+            "job_settled_without_replies", job_id=printable(job_id), field=row["unreadable"]
+        )
 
 
 def returned_row(row: Row | None) -> Row:

@@ -33,7 +33,7 @@ from birddog.core.errors import (
     StoreUnavailable,
     StoreUnreachable,
 )
-from birddog.core.text import inert
+from birddog.core.text import printable
 from birddog.postgres.sql import queries
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def describe_database(dsn: str) -> str:
     where = f"{host}:{port}" if port else host
     named = f'database "{database}"' if database else "the default database"
     who = f' as "{user}"' if user else ""
-    return inert(f"{named} on {where}{who}")
+    return printable(f"{named} on {where}{who}")
 
 
 def _password(dsn: str) -> str | None:
@@ -144,11 +144,11 @@ def url_problem(dsn: str) -> str | None:
     try:
         parts = urlsplit(dsn)
         if parts.scheme not in {"postgresql", "postgres"}:
-            shown = inert(parts.scheme) if parts.scheme else "none"
+            shown = printable(parts.scheme) if parts.scheme else "none"
             return f"the scheme must be postgresql:// or postgres://, not {shown}"
         _ = parts.port
     except ValueError as exc:
-        return inert(str(exc))
+        return printable(str(exc))
     return None
 
 
@@ -177,7 +177,7 @@ def failure_reason(exc: BaseException, *, dsn: str | None = None) -> str:
     if password:
         # Whole words only: a short password must not mask letters of the message.
         reason = re.sub(rf"(?<!\w){re.escape(password)}(?!\w)", "***", reason)
-    return inert(" ".join(reason.split()))
+    return printable(" ".join(reason.split()))
 
 
 @contextmanager
@@ -434,7 +434,7 @@ def schema_missing(exc: BaseException) -> SchemaMissing:
     Returns:
         The error to raise, its message ending with what to do: run ``birddog migrate``.
     """
-    said = inert(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    said = printable(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
     if isinstance(exc, asyncpg.UndefinedColumnError | asyncpg.UndefinedFunctionError):
         what = "the birddog schema is older than this BirdDog"
     else:
@@ -469,14 +469,14 @@ def refusal_reason(exc: BaseException) -> str | None:
         exc: the error caught: a driver error, or a :class:`StoreUnavailable` from one.
 
     Returns:
-        The server's message and SQLSTATE, made inert (it may quote stored text), or None
+        The server's message and SQLSTATE, made printable (it may quote stored text), or None
         when ``exc`` is not a statement the server refused.
     """
     if not is_refusal(exc):
         return None
     cause = exc.__cause__ if isinstance(exc, StoreUnavailable) else exc
     state = getattr(cause, "sqlstate", None)
-    return inert(f"{cause} (SQLSTATE {state})" if state else str(cause))
+    return printable(f"{cause} (SQLSTATE {state})" if state else str(cause))
 
 
 def is_refusal(exc: BaseException) -> bool:

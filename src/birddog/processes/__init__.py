@@ -8,7 +8,7 @@
   (heartbeat, gauges, reapers, prune, the ``LISTEN`` connection, the metrics server).
 
 A process module takes its adapters from the composition root (:mod:`birddog.bootstrap`:
-``open_stack``, ``build_*``), installs its signal handlers with
+``open_adapters``, ``build_*``), installs its signal handlers with
 :func:`birddog.runtime.stop_on_signals`, and runs its loop with its side tasks beside it.
 A new process (an MCP server, an A2A endpoint, a spool forwarder) is one more module here.
 """

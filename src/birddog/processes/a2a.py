@@ -1,6 +1,6 @@
 """Runs the A2A server (``birddog a2a``): the one file that runs it.
 
-:func:`run_a2a` opens the stack, builds the SDK's application over the mail room
+:func:`run_a2a` opens the adapters, builds the SDK's application over the mail room
 (:func:`birddog.a2a.server.a2a_app`) and serves it on ``host`` (127.0.0.1 by default)
 until SIGTERM/SIGINT. Beside serving it forwards this host's spool
 (:func:`~birddog.processes.sides.forward_spool`), where a message the database could not
@@ -14,9 +14,9 @@ from importlib.metadata import version
 
 import structlog
 
-from birddog.bootstrap import A2A_POOL_SIZE, Announce, a2a_services, open_stack
+from birddog.bootstrap import A2A_POOL_SIZE, Announce, a2a_services, open_adapters
 from birddog.http.server import listening_socket, serve_asgi, socket_url
-from birddog.processes.sides import SideTasks, forward_spool
+from birddog.processes.sides import ProcessTasks, forward_spool
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 
@@ -51,10 +51,10 @@ async def run_a2a(
     url = public_url or socket_url(sock)
     with stop_on_signals() as stop:
         async with (
-            open_stack(settings, announce=announce, pool_size=A2A_POOL_SIZE) as stack,
-            SideTasks(stop=stop) as sides,
+            open_adapters(settings, announce=announce, pool_size=A2A_POOL_SIZE) as adapters,
+            ProcessTasks(stop=stop) as sides,
         ):
-            services = a2a_services(stack, wait_s=wait_s)
+            services = a2a_services(adapters, wait_s=wait_s)
             app = a2a_app(services, public_url=url, version=version("birddog"))
 
             def ready(bound: str) -> None:
@@ -65,6 +65,6 @@ async def run_a2a(
                 )
 
             # The process's one listening connection says when the database is back.
-            with stack.notices.reconnects(asyncio.Event()) as back:
+            with adapters.notices.reconnects(asyncio.Event()) as back:
                 forward_spool(sides, services.sender, every_s=settings.spool_forward_s, back=back)
                 await serve_asgi(app, sock, ready=ready, stop=stop)

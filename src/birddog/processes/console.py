@@ -1,6 +1,6 @@
 """Runs the operator's console (``birddog console``): the one file that runs it.
 
-:func:`run_console` opens the stack, serves the console (wired by
+:func:`run_console` opens the adapters, serves the console (wired by
 :func:`birddog.bootstrap.build_console`) on 127.0.0.1 and announces the URL that signs a
 browser in, until SIGTERM/SIGINT.
 """
@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 import structlog
 from aiohttp import web
 
-from birddog.bootstrap import Announce, build_console, open_stack
+from birddog.bootstrap import Announce, build_console, open_adapters
 from birddog.console import Sessions
 from birddog.core.errors import InvalidSetting
 from birddog.http.server import serve
-from birddog.processes.sides import SideTasks
+from birddog.processes.sides import ProcessTasks
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 
@@ -46,10 +46,10 @@ async def run_console(
     sessions = Sessions()
     with stop_on_signals() as stop:
         async with (
-            open_stack(settings, announce=announce, pool_size=4) as stack,
-            SideTasks(stop=stop) as sides,
+            open_adapters(settings, announce=announce, pool_size=4) as adapters,
+            ProcessTasks(stop=stop) as sides,
         ):
-            app = build_console(stack, sessions=sessions, read_only=read_only)
+            app = build_console(adapters, sessions=sessions, read_only=read_only)
             url, bound = await sides.enter(_serving(app, port=port))
             mode = " (read-only)" if read_only else ""
             announce(f"BirdDog console{mode}: {url}/?token={sessions.token}")

@@ -1,10 +1,10 @@
 """Runs the drain daemon (``birddog run``): the one file that runs it.
 
-:func:`run_daemon` opens the stack (waiting for the database), then holds the ``LISTEN``
+:func:`run_daemon` opens the adapters (waiting for the database), then holds the ``LISTEN``
 connection, the metrics server and this process's row in ``birddog.daemons``, prints the
 ready line, and runs the drain loop (:class:`birddog.daemon.DrainDaemon`, wired by
 :func:`birddog.bootstrap.build_daemon`) with its side tasks beside it
-(:class:`~birddog.processes.sides.SideTasks`): heartbeat, backlog gauges, the lease
+(:class:`~birddog.processes.sides.ProcessTasks`): heartbeat, backlog gauges, the lease
 reaper, the queued-job reaper, the spool's forwarder and, when retention is set, prune.
 If a side task dies, the daemon stops loudly. With ``once`` the spool is forwarded first.
 """
@@ -18,20 +18,20 @@ import structlog
 
 from birddog.bootstrap import (
     HEARTBEAT_S,
+    Adapters,
     Announce,
-    Stack,
     StoppedBeforeStart,
     build_alerts,
     build_daemon,
     build_daemon_row,
     build_wake_listener,
-    open_stack,
+    open_adapters,
 )
 from birddog.core.errors import BirdDogError
 from birddog.ports import DaemonRow
 from birddog.processes.sides import (
     QUEUE_HEADS_CHECK_S,
-    SideTasks,
+    ProcessTasks,
     forward_spool,
     mark_stopped,
     metrics_server,
@@ -83,36 +83,38 @@ async def run_daemon(
     """
     with stop_on_signals() as stop:
         try:
-            async with open_stack(settings, migrate_first=migrate_first, wait_until=stop) as stack:
-                return await _drain_until_stopped(stack, stop, once=once, announce=announce)
+            async with open_adapters(
+                settings, migrate_first=migrate_first, wait_until=stop
+            ) as adapters:
+                return await _drain_until_stopped(adapters, stop, once=once, announce=announce)
         except StoppedBeforeStart:
             log.info("daemon_stopped_before_start")
     return DaemonRun({})
 
 
 async def _drain_until_stopped(
-    stack: Stack, stop: asyncio.Event, *, once: bool, announce: Announce | None
+    adapters: Adapters, stop: asyncio.Event, *, once: bool, announce: Announce | None
 ) -> DaemonRun:
-    settings = stack.settings
-    alerts = build_alerts(stack)
-    row = build_daemon_row(stack, kind="drain")
+    settings = adapters.settings
+    alerts = build_alerts(adapters)
+    row = build_daemon_row(adapters, kind="drain")
     try:
-        async with SideTasks(stop=stop, on_error=stack.metrics.side_task_failed) as sides:
+        async with ProcessTasks(stop=stop, on_error=adapters.metrics.side_task_failed) as sides:
             back = asyncio.Event()
-            listener = await sides.enter(build_wake_listener(stack, on_reconnect=back.set))
-            daemon = build_daemon(stack, listener=listener, alerts=alerts, stop=stop)
+            listener = await sides.enter(build_wake_listener(adapters, on_reconnect=back.set))
+            daemon = build_daemon(adapters, listener=listener, alerts=alerts, stop=stop)
             if once:
-                await _forward_first(stack)
+                await _forward_first(adapters)
                 await daemon.run(once=True)
-                return DaemonRun(dict(daemon.moved), await stack.outbox.counts())
+                return DaemonRun(dict(daemon.moved), await adapters.outbox.counts())
             metrics_url = None
             if settings.metrics_port:
                 metrics_url = await sides.enter(
-                    metrics_server(settings, stack.metrics, lambda: daemon.healthy)
+                    metrics_server(settings, adapters.metrics, lambda: daemon.healthy)
                 )
             if announce is not None:
-                announce(ready_line(stack, metrics_url=metrics_url))
-            _start_side_tasks(sides, stack, row=row, back=back)
+                announce(ready_line(adapters, metrics_url=metrics_url))
+            _start_side_tasks(sides, adapters, row=row, back=back)
             await daemon.run()
             return DaemonRun(dict(daemon.moved))
     finally:
@@ -122,47 +124,47 @@ async def _drain_until_stopped(
             await mark_stopped(row)
 
 
-async def _forward_first(stack: Stack) -> None:
+async def _forward_first(adapters: Adapters) -> None:
     """Forward the spool once before a ``--once`` drain; a failure is logged, not fatal."""
     try:
-        await stack.sender.forward_waiting()
+        await adapters.sender.forward_waiting()
     except BirdDogError as exc:
         log.warning("spool_forward_failed", error=type(exc).__name__)
 
 
 def _start_side_tasks(
-    sides: SideTasks, stack: Stack, *, row: DaemonRow, back: asyncio.Event
+    sides: ProcessTasks, adapters: Adapters, *, row: DaemonRow, back: asyncio.Event
 ) -> None:
     """The daemon's side tasks: heartbeat, gauges, reapers, the spool and (if set) prune.
 
     ``back`` is set when the wake listener reconnects: the spool is forwarded then.
     """
-    settings = stack.settings
+    settings = adapters.settings
 
     async def heartbeat() -> None:
         await row.seen()
-        if forgotten := await stack.routes.forget_previous_secrets():
+        if forgotten := await adapters.routes.forget_previous_secrets():
             log.info("previous_secrets_forgotten", routes=forgotten)
 
     async def gauges() -> None:
-        counts = await stack.outbox.counts()
-        stack.metrics.observe_backlog(
+        counts = await adapters.outbox.counts()
+        adapters.metrics.observe_backlog(
             pending=int(counts.get("pending", 0)),
             oldest=counts.get("oldest_pending_at"),
-            now=stack.clock.now(),
+            now=adapters.clock.now(),
         )
 
     async def reap() -> None:
-        await reap_expired_jobs(stack.jobs)
+        await reap_expired_jobs(adapters.jobs)
 
     async def bounce() -> None:
-        for job_id, _ in await stack.jobs.cancel_queued_too_long():
+        for job_id, _ in await adapters.jobs.cancel_queued_too_long():
             log.warning("job_queued_too_long", job_id=job_id, outcome="cancelled")
 
     policy = settings.retention()
 
     async def prune() -> None:
-        report = await stack.retention.prune(policy)
+        report = await adapters.retention.prune(policy)
         if report.total:
             log.info(
                 "pruned",
@@ -177,21 +179,21 @@ def _start_side_tasks(
     sides.every("gauges", HEARTBEAT_S, gauges)
     sides.every("reaper", reap_every_s, reap)
     sides.every("queued_reaper", reap_every_s, bounce)
-    forward_spool(sides, stack.sender, every_s=settings.spool_forward_s, back=back)
-    sides.every("queue_heads", QUEUE_HEADS_CHECK_S, stack.jobs.repair_queue_heads)
+    forward_spool(sides, adapters.sender, every_s=settings.spool_forward_s, back=back)
+    sides.every("queue_heads", QUEUE_HEADS_CHECK_S, adapters.jobs.repair_queue_heads)
     if not policy.empty:
         sides.every("prune", settings.prune_every_s, prune)
 
 
-def ready_line(stack: Stack, *, metrics_url: str | None) -> str:
+def ready_line(adapters: Adapters, *, metrics_url: str | None) -> str:
     """The one line a daemon prints when it is up: metrics, data, how to look inside.
 
     Args:
-        stack: the open adapters.
+        adapters: the open adapters.
         metrics_url: where ``/metrics`` is served, None when metrics are off.
 
     Returns:
         One line for the terminal.
     """
     metrics = f"metrics at {metrics_url}" if metrics_url else "metrics off"
-    return f"birddog is ready: {metrics}; {stack.data_location()}; look inside: birddog psql"
+    return f"birddog is ready: {metrics}; {adapters.data_location()}; look inside: birddog psql"

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from birddog.bootstrap import Stack, open_demo_stack
+from birddog.bootstrap import Adapters, open_demo_adapters
 from birddog.clock import epoch_ms
 from birddog.core.delivery import Receipt
 from birddog.core.jobs import AgentJobPayload, AgentWork, agent_job, decode_agent_job
@@ -84,11 +84,11 @@ async def run_demo(settings: Settings, *, echo: Echo) -> None:
             "metrics_port": 0,
         }
     )
-    async with open_demo_stack(fast) as stack:
-        await _demo(stack, echo)
+    async with open_demo_adapters(fast) as adapters:
+        await _demo(adapters, echo)
 
 
-async def _demo(stack: Stack, echo: Echo) -> None:
+async def _demo(adapters: Adapters, echo: Echo) -> None:
     started = time.monotonic()
     run = secrets.token_hex(3)
     planner = AgentAddress(agent_id=f"planner-{run}", session_id=f"planner-{run}-s1")
@@ -97,7 +97,7 @@ async def _demo(stack: Stack, echo: Echo) -> None:
     inboxes = [DemoInbox("planner", echo=echo), DemoInbox("researcher", echo=echo, flaky=2)]
     try:
         for box, address in zip(inboxes, (planner, researcher), strict=True):
-            route = await stack.routes.add(address.agent_id, await box.start())
+            route = await adapters.routes.add(address.agent_id, await box.start())
             box.inbox = Inbox(route.secret or "")
         echo(f"routes: {planner.agent_id} and {researcher.agent_id}; {ghost.agent_id} has none")
         asks = [
@@ -118,30 +118,30 @@ async def _demo(stack: Stack, echo: Echo) -> None:
                     from_=planner,
                     reply_to=reply_to,
                     content=text,
-                    created_at=epoch_ms(stack.clock.now()),
+                    created_at=epoch_ms(adapters.clock.now()),
                 ),
             )
             for index, (text, reply_to) in enumerate(asks)
         ]
-        await stack.enqueue(jobs)
+        await adapters.enqueue(jobs)
         echo(f"enqueued {len(asks)} jobs for {researcher.agent_id} in one transaction")
-        await _work(stack, researcher, echo)
-        await _drain(stack, echo, started)
-        await _summary(stack, run, echo)
+        await _work(adapters, researcher, echo)
+        await _drain(adapters, echo, started)
+        await _summary(adapters, run, echo)
         echo(f"demo finished in {time.monotonic() - started:.1f} s")
     finally:
         for box in inboxes:
             await box.stop()
 
 
-async def _work(stack: Stack, researcher: AgentAddress, echo: Echo) -> None:
+async def _work(adapters: Adapters, researcher: AgentAddress, echo: Echo) -> None:
     def handle(payload: AgentJobPayload) -> str:
         assert payload.mail is not None  # noqa: S101 - every demo job carries mail
         return f"Done: {payload.mail.content.lower().rstrip('.')}."
 
-    while (claimed := await stack.jobs.claim(queues=[researcher.session_id])) is not None:
+    while (claimed := await adapters.jobs.claim(queues=[researcher.session_id])) is not None:
         content = handle(decode_agent_job(claimed.job))
-        keys = await stack.jobs.settle(
+        keys = await adapters.jobs.settle(
             job_id=claimed.job.job_id,
             claim_token=claimed.claim_token,
             outcome=Outcome.COMPLETED,
@@ -150,34 +150,34 @@ async def _work(stack: Stack, researcher: AgentAddress, echo: Echo) -> None:
         echo(f"researcher settled {claimed.job.job_id}: {len(keys)} replies owed")
 
 
-async def _drain(stack: Stack, echo: Echo, started: float) -> None:
-    while await has_pending_delivery(stack.outbox):
+async def _drain(adapters: Adapters, echo: Echo, started: float) -> None:
+    while await has_pending_delivery(adapters.outbox):
         if time.monotonic() - started > DEMO_DEADLINE_S:
             echo("the demo ran out of time; see `birddog pending`")
             return
-        report = await stack.room.drain_outbox()
+        report = await adapters.room.drain_outbox()
         for key, reason in report.dead:
             echo(f"  ☠ dead letter {key}: {reason.value} (an alert would fire here)")
         if report.retried:
             echo(f"  … {len(report.retried)} replies will be retried")
         if not report.more:
-            due = await stack.room.next_wake_at()
+            due = await adapters.room.next_wake_at()
             if due is not None:
-                wait = (due - stack.clock.now()).total_seconds()
+                wait = (due - adapters.clock.now()).total_seconds()
                 await asyncio.sleep(min(max(wait, 0.0), 1.0))
 
 
-async def _summary(stack: Stack, run: str, echo: Echo) -> None:
+async def _summary(adapters: Adapters, run: str, echo: Echo) -> None:
     echo("")
     echo("receipts:")
     for index in range(3):
         for slot in range(2):
             key = f"outbox:demo-{run}-{index}:reply:{slot}"
-            row = await stack.outbox.get(key)
+            row = await adapters.outbox.get(key)
             if isinstance(row, Receipt):
                 echo(f"  {key} -> {row.recipient.agent_id}, {row.attempts} attempt(s)")
     echo("dead letters:")
-    for dead in await stack.outbox.list_dead(limit=50):
+    for dead in await adapters.outbox.list_dead(limit=50):
         if f"demo-{run}-" in str(dead["key"]):
             echo(f"  {dead['key']} -> {dead['recipient_agent_id']}: {dead['dead_reason']}")
     echo("")

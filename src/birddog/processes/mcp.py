@@ -1,7 +1,8 @@
 """Runs the MCP server (``birddog mcp``): the one file that runs it.
 
-:func:`run_mcp` opens the stack, builds the tools' desk (:func:`birddog.bootstrap.mcp_desk`)
-and serves it with the ``mcp`` SDK (:mod:`birddog.mcp.server`): over stdio until the
+:func:`run_mcp` opens the adapters, builds the agent tools
+(:func:`birddog.bootstrap.build_agent_tools`) and serves them with the ``mcp`` SDK
+(:mod:`birddog.mcp.server`): over stdio until the
 client closes stdin, or over streamable HTTP on 127.0.0.1 until SIGTERM/SIGINT. The
 identity gets a mailbox route when it has none; a task it took stops being renewed when
 the server stops, so recovery applies. The server starts even while the database is
@@ -16,12 +17,12 @@ import secrets
 
 import structlog
 
-from birddog.bootstrap import MCP_POOL_SIZE, Announce, mcp_desk, open_stack, token_book
+from birddog.bootstrap import MCP_POOL_SIZE, Announce, build_agent_tools, open_adapters, token_book
 from birddog.core.ask import address_text, parse_address
 from birddog.core.errors import InvalidSetting, StoreUnavailable
 from birddog.core.mail import AgentAddress
 from birddog.ports import TokenBook
-from birddog.processes.sides import SideTasks, forward_spool
+from birddog.processes.sides import ProcessTasks, forward_spool
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 
@@ -75,17 +76,17 @@ async def run_mcp(
         raise InvalidSetting("over stdio, give the identity: --as AGENT:SESSION", field="--as")
     done = asyncio.Event()
     async with (
-        open_stack(settings, announce=announce, pool_size=MCP_POOL_SIZE, lazy=True) as stack,
-        SideTasks(stop=done) as sides,
+        open_adapters(settings, announce=announce, pool_size=MCP_POOL_SIZE, lazy=True) as adapters,
+        ProcessTasks(stop=done) as sides,
     ):
-        desk = mcp_desk(stack)
+        agent_tools = build_agent_tools(adapters)
         if identity is not None:
             try:
-                if await desk.prepare(identity):
+                if await agent_tools.prepare(identity):
                     log.info("mcp_mailbox_added", agent_id=identity.agent_id)
             except StoreUnavailable as exc:
                 log.warning("mcp_database_unavailable", error=type(exc).__name__)
-        services = desk.services
+        services = agent_tools.services
         # The process's one listening connection says when the database is back.
         with services.notices.reconnects(asyncio.Event()) as back:
             forward_spool(sides, services.sender, every_s=settings.spool_forward_s, back=back)
@@ -96,9 +97,9 @@ async def run_mcp(
                 elif identity is None:
                     # Many agents: each request's per-agent token (birddog agent add) names
                     # its caller, whose mailbox route agent add made.
-                    tokens = token_book(stack)
+                    tokens = token_book(adapters)
                 elif not http:
-                    await serve_stdio(desk, identity, channel=channel)
+                    await serve_stdio(agent_tools, identity, channel=channel)
                     return
                 else:
                     tokens = OneToken(token or secrets.token_urlsafe(32), identity)
@@ -118,7 +119,7 @@ async def run_mcp(
 
                 with stop_on_signals() as stop:
                     await serve_http(
-                        desk,
+                        agent_tools,
                         tokens,
                         port=port,
                         channel=channel,
@@ -130,7 +131,7 @@ async def run_mcp(
                     )
             finally:
                 done.set()
-                await desk.close()
+                await agent_tools.close()
 
 
 def _warn_test_mode(caller: AgentAddress, announce: Announce) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import structlog
 from aiohttp import web
 
-from birddog.bootstrap import Stack
+from birddog.bootstrap import Adapters
 from birddog.clock import epoch_ms
 from birddog.core.delivery import Receipt
 from birddog.core.errors import BirdDogError
@@ -45,7 +45,7 @@ class ProbeResult:
     elapsed_s: float
 
 
-async def run_probe(stack: Stack, *, timeout_s: float, drain: bool = False) -> ProbeResult:
+async def run_probe(adapters: Adapters, *, timeout_s: float, drain: bool = False) -> ProbeResult:
     """Post a canary through the whole path and wait for its receipt.
 
     A probe inbox listens on 127.0.0.1; a route for a one-off probe agent points at it;
@@ -63,7 +63,7 @@ async def run_probe(stack: Stack, *, timeout_s: float, drain: bool = False) -> P
     key = f"probe:{nonce}"
     reply_key = f"outbox:{key}:reply:0"
     try:
-        route = await stack.routes.add(agent, inbox_url)
+        route = await adapters.routes.add(agent, inbox_url)
         inbox.inbox = Inbox(route.secret or "")
         mail = Mail(
             key=key,
@@ -71,7 +71,7 @@ async def run_probe(stack: Stack, *, timeout_s: float, drain: bool = False) -> P
             from_=address,
             reply_to=[address],
             content=f"probe {nonce}",
-            created_at=epoch_ms(stack.clock.now()),
+            created_at=epoch_ms(adapters.clock.now()),
         )
         job = agent_job(
             AgentWork(
@@ -79,11 +79,11 @@ async def run_probe(stack: Stack, *, timeout_s: float, drain: bool = False) -> P
             ),
             mail,
         )
-        await stack.enqueue([job])
-        claimed = await stack.jobs.claim(queues=[address.session_id], lease_s=timeout_s)
+        await adapters.enqueue([job])
+        claimed = await adapters.jobs.claim(queues=[address.session_id], lease_s=timeout_s)
         if claimed is None:
             return _probe_fail(started, "the probe job could not be claimed")
-        await stack.jobs.settle(
+        await adapters.jobs.settle(
             job_id=job.job_id,
             claim_token=claimed.claim_token,
             outcome=Outcome.COMPLETED,
@@ -92,19 +92,19 @@ async def run_probe(stack: Stack, *, timeout_s: float, drain: bool = False) -> P
         deadline = started + timeout_s
         while time.monotonic() < deadline:
             if drain:
-                await stack.room.drain_outbox()
-            if inbox.got.done() and isinstance(await stack.outbox.get(reply_key), Receipt):
+                await adapters.room.drain_outbox()
+            if inbox.got.done() and isinstance(await adapters.outbox.get(reply_key), Receipt):
                 reply = inbox.got.result()
                 if reply.content != f"echo {nonce}" or reply.in_reply_to != key:
                     return _probe_fail(started, "the probe reply did not echo the nonce")
                 elapsed = time.monotonic() - started
                 return ProbeResult(True, f"probe ok: round trip in {elapsed:.2f} s", elapsed)
             await asyncio.sleep(0.05)  # polling with a deadline, not synchronisation
-        row = await stack.outbox.get(reply_key)
+        row = await adapters.outbox.get(reply_key)
         state = "receipt" if isinstance(row, Receipt) else getattr(row, "state", "missing")
         # The canary is the probe's own: once the probe has failed loudly, a leftover
         # reply would only turn into a second, misleading dead letter later.
-        await stack.outbox.discard_probe_reply(reply_key)
+        await adapters.outbox.discard_probe_reply(reply_key)
         return _probe_fail(
             started,
             f"no round trip within {timeout_s:g} s (reply {state}; is `birddog run` running?)",
@@ -112,7 +112,7 @@ async def run_probe(stack: Stack, *, timeout_s: float, drain: bool = False) -> P
     finally:
         await inbox.stop()
         try:
-            await stack.routes.remove(agent)
+            await adapters.routes.remove(agent)
         except Exception as exc:
             log.debug("probe_route_left", error=type(exc).__name__)
 

@@ -1,25 +1,25 @@
 """The one way a process runs what goes on beside its main loop: its side tasks.
 
 Every process (the drain daemon, the worker, the console, and those to come) holds its
-side tasks in one :class:`SideTasks`, under one :class:`asyncio.TaskGroup`::
+side tasks in one :class:`ProcessTasks`, under one :class:`asyncio.TaskGroup`::
 
-    async with SideTasks(stop=stop, on_error=metrics.side_task_failed) as sides:
-        listener = await sides.enter(build_wake_listener(stack))
+    async with ProcessTasks(stop=stop, on_error=metrics.side_task_failed) as sides:
+        listener = await sides.enter(build_wake_listener(adapters))
         url = await sides.enter(metrics_server(settings, metrics, healthy))
         sides.every("heartbeat", HEARTBEAT_S, heartbeat)
         sides.every("reaper", reap_every_s, reap)
         await main_loop(listener)
 
-- :meth:`SideTasks.every`: a periodic task (heartbeat, gauges, reapers, prune). A failure
+- :meth:`ProcessTasks.every`: a periodic task (heartbeat, gauges, reapers, prune). A failure
   is logged (``side_task_failed``), counted (``on_error``, the metrics'
   ``side_task_failed``) and retried with backoff (:func:`birddog.runtime.every`); it
   never ends the process.
-- :meth:`SideTasks.run`: a task that lasts as long as the process (a server, a
+- :meth:`ProcessTasks.run`: a task that lasts as long as the process (a server, a
   forwarder). If it dies, the process stops loudly: the main loop is cancelled and the
   error (logged ``side_task_died``) is raised out of the ``async with``.
-- :meth:`SideTasks.enter`: something the process holds while it runs (the ``LISTEN``
+- :meth:`ProcessTasks.enter`: something the process holds while it runs (the ``LISTEN``
   connection, the metrics server), closed after the tasks have ended, last one first.
-- :meth:`SideTasks.at_end`: the process's last word (its row marked stopped), said once
+- :meth:`ProcessTasks.at_end`: the process's last word (its row marked stopped), said once
   every side task has ended, so that no heartbeat can come after it.
 
 When the body of the ``async with`` ends, the side tasks are cancelled and awaited, then
@@ -53,7 +53,7 @@ log = structlog.get_logger("birddog.processes")
 T = TypeVar("T")
 
 
-class SideTasks:
+class ProcessTasks:
     """Named side tasks of one process, under one :class:`asyncio.TaskGroup`.
 
     Use as an async context manager around the process's main loop (see the module).
@@ -190,7 +190,7 @@ async def reap_expired_jobs(jobs: JobReaper) -> None:
 
 
 def forward_spool(
-    sides: SideTasks, sender: MailService, *, every_s: float, back: asyncio.Event | None = None
+    sides: ProcessTasks, sender: MailService, *, every_s: float, back: asyncio.Event | None = None
 ) -> None:
     """Forward this host's local spool at start, after every reconnect, and every ``every_s``.
 

@@ -1,9 +1,9 @@
 """Runs the job worker (``birddog worker``): the one file that runs it.
 
-:func:`run_worker` opens the stack (waiting for the database), holds the ``LISTEN
+:func:`run_worker` opens the adapters (waiting for the database), holds the ``LISTEN
 birddog_jobs`` connection and the worker's metrics server, and runs the worker
 (:class:`birddog.worker.Worker`, wired by :func:`birddog.bootstrap.build_worker`) with its
-side tasks beside it (:class:`~birddog.processes.sides.SideTasks`): the heartbeat of its
+side tasks beside it (:class:`~birddog.processes.sides.ProcessTasks`): the heartbeat of its
 row in ``birddog.daemons``, the lease reaper, the queue gauges and the spool's forwarder.
 """
 
@@ -22,14 +22,14 @@ from birddog.bootstrap import (
     build_daemon_row,
     build_jobs_listener,
     build_worker,
-    open_stack,
+    open_adapters,
 )
 from birddog.core.errors import StoreUnavailable
 from birddog.metrics import WorkerMetrics
 from birddog.ports import Clock, JobBacklog
 from birddog.processes.sides import (
     QUEUE_HEADS_CHECK_S,
-    SideTasks,
+    ProcessTasks,
     forward_spool,
     mark_stopped,
     metrics_server,
@@ -91,13 +91,13 @@ async def run_worker(
     with stop_on_signals() as stop:
         try:
             async with (
-                open_stack(settings, announce=announce, wait_until=stop) as stack,
-                SideTasks(stop=stop, on_error=metrics.side_task_failed) as sides,
+                open_adapters(settings, announce=announce, wait_until=stop) as adapters,
+                ProcessTasks(stop=stop, on_error=metrics.side_task_failed) as sides,
             ):
                 back = asyncio.Event()  # the listener reconnected: forward the spool
-                listener = await sides.enter(build_jobs_listener(stack, on_reconnect=back.set))
+                listener = await sides.enter(build_jobs_listener(adapters, on_reconnect=back.set))
                 worker = build_worker(
-                    stack,
+                    adapters,
                     handler,
                     listener=listener,
                     queues=queues,
@@ -106,21 +106,21 @@ async def run_worker(
                     metrics=metrics,
                 )
                 # No job runs again here while a turn of it, whose worker died, still does.
-                await end_leftover_turns(stack.jobs, grace_s=settings.kill_grace_s)
+                await end_leftover_turns(adapters.jobs, grace_s=settings.kill_grace_s)
                 if not once and settings.worker_metrics_port:
                     url = await sides.enter(
                         metrics_server(settings, metrics, lambda: metrics.healthy, worker=True)
                     )
                     log.info("worker_metrics_serving", url=url)
-                row = build_daemon_row(stack, kind="worker")
+                row = build_daemon_row(adapters, kind="worker")
 
                 async def gauges() -> None:
                     await observe_queues(
-                        stack.jobs, metrics, queues=queues, agents=agents, clock=stack.clock
+                        adapters.jobs, metrics, queues=queues, agents=agents, clock=adapters.clock
                     )
 
                 async def reap() -> None:
-                    await reap_expired_jobs(stack.jobs)
+                    await reap_expired_jobs(adapters.jobs)
 
                 # One beat before any work: a --once run may end before the side task's first.
                 await row.seen()
@@ -129,9 +129,9 @@ async def run_worker(
                 # frees their queues; one index probe when none expired.
                 sides.every("reaper", max(1.0, settings.job_lease_s / 2), reap)
                 sides.every("gauges", QUEUE_GAUGES_S, gauges)
-                forward_spool(sides, stack.sender, every_s=settings.spool_forward_s, back=back)
-                sides.every("queue_heads", QUEUE_HEADS_CHECK_S, stack.jobs.repair_queue_heads)
-                # The row is marked stopped by SideTasks once the heartbeat has ended: a beat
+                forward_spool(sides, adapters.sender, every_s=settings.spool_forward_s, back=back)
+                sides.every("queue_heads", QUEUE_HEADS_CHECK_S, adapters.jobs.repair_queue_heads)
+                # The row is marked stopped by ProcessTasks once the heartbeat has ended: a beat
                 # after the mark would bring the row back, and the worker would read healthy.
                 sides.at_end(lambda: mark_stopped(row))
                 try:

@@ -21,7 +21,13 @@ from typing import Final
 import structlog
 
 from birddog.core.errors import BirdDogError, InvalidInput
-from birddog.core.spool import Fate, Outgoing, SpoolRow, decide_forward, outgoing_from_json
+from birddog.core.spool import (
+    ForwardOutcome,
+    Outgoing,
+    SpoolRow,
+    decide_forward,
+    outgoing_from_json,
+)
 from birddog.ports import Spool
 
 log = structlog.get_logger("birddog.spool")
@@ -147,11 +153,11 @@ class SpoolForwarder:
         except Exception as exc:  # its fate decides; a bug is raised on below
             error = exc
         fate = decide_forward(error)
-        if fate is Fate.FORWARDED:
+        if fate is ForwardOutcome.FORWARDED:
             done.append(row.id)
             report.forwarded.append(row.key)
             return True
-        if fate is Fate.QUARANTINED and isinstance(error, BirdDogError):
+        if fate is ForwardOutcome.QUARANTINED and isinstance(error, BirdDogError):
             reason = self.describe(error)
             await self.spool.quarantine(row.id, reason)
             report.quarantined[row.key] = reason

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from birddog.core.egress import EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput
-from birddog.core.text import inert
+from birddog.core.text import printable
 from birddog.ports import DeadLetters, Route, RouteBook
 
 __all__ = ["CheckedReplay", "replay_refusal"]
@@ -33,7 +33,7 @@ def replay_refusal(agent_id: str, route: Route | None, egress: EgressPolicy) -> 
     Returns:
         What to fix, in one clause, or None.
     """
-    shown = inert(agent_id)
+    shown = printable(agent_id)
     if route is None:
         return (
             f"{shown} still has no route: add one first (birddog route add {shown} URL, "

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final
 from birddog.core.ask import address_text
 from birddog.core.ask_facts import waiting_message
 from birddog.core.errors import AskTimedOut
-from birddog.core.text import inert
+from birddog.core.text import printable
 
 if TYPE_CHECKING:
     from birddog.core.ask_facts import AskFacts
@@ -111,9 +111,9 @@ def still_spooled(key: str, asker: AgentAddress, timeout_s: float) -> AskTimedOu
         will land.
     """
     text = address_text(asker)
-    shown = inert(text)
+    shown = printable(text)
     return AskTimedOut(
-        f"no reply to {inert(key)!r} within {timeout_s:g} s: the mail is still in the local "
+        f"no reply to {printable(key)!r} within {timeout_s:g} s: the mail is still in the local "
         f"spool (the database is unreachable) and is forwarded once it answers; the reply will "
         f"land in the mailbox of {shown} (birddog inbox {shown})",
         key=key,

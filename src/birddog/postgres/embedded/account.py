@@ -13,7 +13,7 @@ import pwd
 import subprocess
 from pathlib import Path
 
-from birddog.core.text import inert
+from birddog.core.text import printable
 from birddog.postgres import datadir
 from birddog.postgres.datadir import blocking_directory, server_ids
 from birddog.postgres.embedded.errors import EmbeddedServerError
@@ -77,7 +77,8 @@ def server_account() -> tuple[int, int] | None:
                 said = made.stderr.strip().splitlines()
                 raise EmbeddedServerError(
                     f"could not create the user {datadir.SERVER_USER} the embedded server runs as "
-                    f"under root: {inert(said[-1]) if said else f'exit status {made.returncode}'}"
+                    "under root: "
+                    f"{printable(said[-1]) if said else f'exit status {made.returncode}'}"
                 )
     finally:
         os.close(fd)

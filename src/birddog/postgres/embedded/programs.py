@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Final
 
-from birddog.core.text import inert
+from birddog.core.text import printable
 from birddog.postgres.embedded.account import server_account
 from birddog.postgres.embedded.errors import EmbeddedServerError
 
@@ -86,7 +86,7 @@ class Programs:
             said = (exc.stderr or "").strip().splitlines()
             raise EmbeddedServerError(
                 f"{program} failed for the embedded server in {self.pgdata}: "
-                f"{inert(said[-1]) if said else f'exit status {exc.returncode}'} "
+                f"{printable(said[-1]) if said else f'exit status {exc.returncode}'} "
                 f"(the server log is {self.pgdata / 'log'})"
             ) from None
         except subprocess.TimeoutExpired:

@@ -1,7 +1,7 @@
-"""The stack: every adapter over one database, opened and closed together.
+"""The adapters: every adapter over one database, opened and closed together.
 
-:func:`open_stack` (and :func:`open_demo_stack`, over a database of the demo's own)
-yield a :class:`Stack`; :func:`migrate_schema` upgrades the configured database.
+:func:`open_adapters` (and :func:`open_demo_adapters`, over a database of the demo's own)
+yield a :class:`Adapters`; :func:`migrate_schema` upgrades the configured database.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ HEARTBEAT_S = 10.0
 
 
 @dataclass
-class Stack:
+class Adapters:
     """Adapters over one database, wired together.
 
     Attributes:
@@ -171,7 +171,7 @@ class Stack:
             return [await enqueue_accepted_job(conn, job) for job in jobs]
 
     def data_location(self) -> str:
-        """Which database the stack uses, for people.
+        """Which database the adapters uses, for people.
 
         Returns:
             E.g. ``embedded PostgreSQL in ./.birddog`` or ``database "mail" on db:5432 as
@@ -198,7 +198,7 @@ async def migrate_schema(
 
 
 @contextlib.asynccontextmanager
-async def open_stack(
+async def open_adapters(
     settings: Settings,
     *,
     migrate_first: bool = False,
@@ -206,7 +206,7 @@ async def open_stack(
     pool_size: int = 10,
     wait_until: asyncio.Event | None = None,
     lazy: bool = False,
-) -> AsyncIterator[Stack]:
+) -> AsyncIterator[Adapters]:
     """Open every adapter over one database and close them all on exit.
 
     Args:
@@ -220,7 +220,7 @@ async def open_stack(
             found by the first call, which the sender can spool instead.
 
     Yields:
-        The wired stack.
+        The wired adapters.
 
     Raises:
         SchemaMissing: the database was never migrated (and ``migrate_first`` is not
@@ -269,9 +269,9 @@ async def open_stack(
     sender = build_mail(
         pool, mailbox, clock=clock, max_content_bytes=settings.max_content_bytes, spool=spool
     )
-    stack: Stack | None = None
+    adapters: Adapters | None = None
     try:
-        stack = Stack(
+        adapters = Adapters(
             settings=settings,
             dsn=dsn,
             listen_dsn=settings.listen_url or dsn,
@@ -293,12 +293,12 @@ async def open_stack(
             agents=PostgresAgents(pool),
             embedded=embedded,
         )
-        yield stack
+        yield adapters
     finally:
         await mailbox.close()
         await notices.close()
-        if stack is not None:
-            await stack.close_transport()
+        if adapters is not None:
+            await adapters.close_transport()
         await pool.close()
 
 
@@ -339,8 +339,8 @@ def _a2a_push_body(stored: bytes) -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def open_demo_stack(settings: Settings) -> AsyncIterator[Stack]:
-    """A stack over a database of the demo's own, beside the configured one, dropped after.
+async def open_demo_adapters(settings: Settings) -> AsyncIterator[Adapters]:
+    """Adapters over a database of the demo's own, beside the configured one, dropped after.
 
     Nothing the demo writes (routes, jobs, replies, a dead letter) reaches the user's
     database, and a daemon draining that database never sees the demo's replies.
@@ -350,7 +350,7 @@ async def open_demo_stack(settings: Settings) -> AsyncIterator[Stack]:
             fast retry settings.
 
     Yields:
-        The wired stack over the demo's database, migrated.
+        The wired adapters over the demo's database, migrated.
 
     Raises:
         DatabaseRefused: the role may not create databases.
@@ -359,7 +359,7 @@ async def open_demo_stack(settings: Settings) -> AsyncIterator[Stack]:
     demo_dsn = await create_demo_database(dsn)
     try:
         demo = settings.model_copy(update={"database_url": demo_dsn})
-        async with open_stack(demo, migrate_first=True) as stack:
-            yield stack
+        async with open_adapters(demo, migrate_first=True) as adapters:
+            yield adapters
     finally:
         await drop_demo_database(dsn)
