@@ -154,7 +154,7 @@ async def stages(conn: asyncpg.Connection, times: dict[str, tuple[float, float]]
         "send (ask to the job's insert)": [],
         "to the worker's claim": [],
         "handler and settle": [],
-        "settle to the mailbox (daemon)": [],
+        "settle to the mailbox (0: the settlement delivers it)": [],
         "mailbox to the answer returned": [],
     }
     names = list(spans)

@@ -86,15 +86,28 @@ async def test_a_running_ask_says_for_how_long(
     assert OWED in running.stderr
 
 
+async def hold_while_settling(database_url: str) -> None:
+    """Run one worker turn with the asker's route held, so its reply stays owed in the outbox.
+
+    A settlement delivers a reply to an enabled mailbox itself; held, the reply waits for a
+    drain, which is the state these tests read. The route is released afterwards.
+    """
+    for args in (("route", "hold", "asker"), ("worker", "--command", "tr a-z A-Z", "--once")):
+        done = await cli(database_url, *args)
+        assert done.returncode == 0, done.stderr
+    released = await cli(database_url, "route", "release", "asker")
+    assert released.returncode == 0, released.stderr
+
+
 @pytest.mark.usefixtures("upper")
 async def test_a_settled_ask_whose_reply_is_not_delivered_says_pending_and_why(
     database_url: str, pg_pool: Pool
 ) -> None:
     """Settled, no daemon: pending, and no daemon beat; with the asker held: it says held."""
     await ask(database_url, "p-1")
-    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
-    assert worked.returncode == 0, worked.stderr
+    await hold_while_settling(database_url)
     pending = await ask(database_url, "p-1")
+    assert "route is held" not in pending.stderr
     assert "its job settled completed; the reply is not delivered yet (pending)" in pending.stderr
     assert "no drain daemon beat in the last 1m 00s: start one (birddog run)" in pending.stderr
     assert OWED in pending.stderr
@@ -110,10 +123,11 @@ async def test_an_ask_whose_reply_died_says_why_and_how_to_replay_it(
 ) -> None:
     """The asker's route removed before delivery: the reply died unknown_recipient; replay it."""
     await ask(database_url, "d-1")
-    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
-    assert worked.returncode == 0, worked.stderr
+    # Removed before the settlement, which would otherwise deliver into the mailbox.
     removed = await cli(database_url, "route", "remove", "asker")
     assert removed.returncode == 0, removed.stderr
+    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
     drained = await cli(database_url, "run", "--once")
     assert drained.returncode == 0, drained.stderr
     dead = await ask(database_url, "d-1")
@@ -129,8 +143,7 @@ async def test_a_senders_login_reads_where_its_own_ask_stands_and_no_other(
     """Under the sender role the timeout still says queued, then pending; another's reply stays unseen."""
     queued = await ask(logins["sender"], "s-1")
     assert "nobody has taken it: its job has been queued for session s-upper" in queued.stderr
-    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
-    assert worked.returncode == 0, worked.stderr
+    await hold_while_settling(database_url)
     pending = await ask(logins["sender"], "s-1")
     assert "its job settled completed; the reply is not delivered yet (pending)" in pending.stderr
     await ask(database_url, "o-1")  # the operator's own ask, settled too

@@ -187,7 +187,6 @@ async def test_an_agents_login_reads_and_writes_only_its_own(
             job_id="q1", claim_token=claimed.claim_token, outcome="completed", content="HELLO"
         )
         assert keys == ["outbox:m-q1:reply:0"]
-        await deliver_to_mailbox(pg_pool, reply_to_alice("m-q1"), at=datetime.now(UTC))
         mailboxes = {agent: PostgresMailbox(pool, clock=CLOCK) for agent, pool in pools.items()}
         assert [e.content for e in await mailboxes["alice"].read("alice")] == ["HELLO"]
         assert await mailboxes["bob"].read("alice") == []

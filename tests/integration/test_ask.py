@@ -1,8 +1,8 @@
 """The durable ask in the library: send, wait in the mailbox, answer or raise; refusals.
 
-The mailbox delivery is played by the test (the reply row the settlement fanned out is put
-into birddog.mailbox as a delivery writes it), so these tests hold for any daemon; the
-acceptance tests run the real one.
+The worker is played by the test; the settlement itself delivers the reply into the
+asker's mailbox (a mailbox route needs no drain). The acceptance tests run the real
+worker.
 """
 
 from __future__ import annotations

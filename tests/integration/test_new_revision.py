@@ -131,13 +131,20 @@ async def test_a_revision_from_edited_files_freezes_their_text_and_runs_both_way
         encoding="utf-8",
     )
 
+    # The head as shipped (so the test holds whichever revision lands next).
+    head = max(
+        int(path.name[:4])
+        for path in (checkout.migrations / "versions").glob("[0-9][0-9][0-9][0-9]_*.py")
+    )
+    old, new = f"{head:04d}", f"{head + 1:04d}"
+
     done = await checkout.run("ack_reads_better")
 
     assert done.returncode == 0, done.stderr
-    assert "0020_ack_reads_better.py (revises 0019)" in done.stdout
-    revision = checkout.migrations / "versions" / "0020_ack_reads_better.py"
+    assert f"{new}_ack_reads_better.py (revises {old})" in done.stdout
+    revision = checkout.migrations / "versions" / f"{new}_ack_reads_better.py"
     text = revision.read_text(encoding="utf-8")
-    assert 'down_revision: str | Sequence[str] | None = "0019"' in text
+    assert f'down_revision: str | Sequence[str] | None = "{old}"' in text
     assert "Mark mailbox replies as read;" in text  # frozen in the revision itself
     assert "Mark mailbox replies read;" in text  # and what the downgrade restores
     assert "importlib" not in text
@@ -158,7 +165,7 @@ async def test_a_revision_from_edited_files_freezes_their_text_and_runs_both_way
     assert await _functions(empty_database_url) == written
     assert not [entry for entry in await _acl(empty_database_url, "birddog.hello(text)")
                 if entry.startswith("=")]  # fmt: skip
-    await asyncio.to_thread(_alembic, checkout, empty_database_url, "downgrade", "0019")
+    await asyncio.to_thread(_alembic, checkout, empty_database_url, "downgrade", old)
     assert await _functions(empty_database_url) == shipped
 
 

@@ -326,7 +326,10 @@ async def deliver_to_mailbox(
 async def answer_next_job(
     pool: Pool, jobs: PostgresJobs, outcome: Outcome, content: str, diagnostic: str | None = None
 ) -> str:
-    """Play worker and daemon: settle the queued job, then deliver its reply to the mailbox.
+    """Play the worker: settle the queued job, whose reply the settlement puts in the mailbox.
+
+    The asker's route is a mailbox, so the settlement itself delivers the reply (with its
+    receipt); no drain is needed.
 
     Returns:
         The job id.
@@ -345,8 +348,7 @@ async def answer_next_job(
         content=content,
         diagnostic=diagnostic,
     )
-    stored = await pool.fetchval("SELECT reply::text FROM birddog.outbox WHERE key = $1", key)
-    await deliver_to_mailbox(pool, Reply.model_validate_json(stored), at=at(1))
+    assert await pool.fetchval("SELECT count(*) FROM birddog.mailbox WHERE key = $1", key) == 1
     return claimed.job.job_id
 
 

@@ -235,12 +235,18 @@ WITH receipt AS (
     SELECT
         r.key, r.delivered_at, r.attempts, r.recipient_agent_id, r.recipient_session_id,
         r.command_id, r.outcome,
-        -- The row's log and this attempt (an entry that is not an object: none), last 20.
-        jsonb_path_query_array(
-            g.attempt_log
-                || jsonb_path_query_array($9::text::jsonb -> (r.n::int - 1), '$ ? (@.type() == "object")'),
-            '$[last - 19 to last]'
-        )
+        -- The row's log and this attempt (an entry that is not an object: none), last 20;
+        -- a CASE, not a JSON path, for the usual short log (a tenth of the swap's CPU).
+        CASE
+            WHEN jsonb_typeof($9::text::jsonb -> (r.n::int - 1)) IS DISTINCT FROM 'object'
+                THEN g.attempt_log
+            WHEN jsonb_array_length(g.attempt_log) < 20
+                THEN g.attempt_log || jsonb_build_array($9::text::jsonb -> (r.n::int - 1))
+            ELSE jsonb_path_query_array(
+                g.attempt_log || jsonb_build_array($9::text::jsonb -> (r.n::int - 1)),
+                '$[last - 19 to last]'
+            )
+        END
     FROM receipt r
     JOIN gone g ON g.key = r.key
     ON CONFLICT (key) DO NOTHING
@@ -269,11 +275,17 @@ SET state = u.state,
     last_error = u.last_error,
     dead_reason = u.dead_reason,
     dead_at = CASE WHEN u.state = 'dead' THEN coalesce(o.dead_at, now()) END,
-    attempt_log = jsonb_path_query_array(
-        o.attempt_log
-            || jsonb_path_query_array($9::text::jsonb -> (u.n::int - 1), '$ ? (@.type() == "object")'),
-        '$[last - 19 to last]'
-    ),
+    -- As in outbox_swap_receipts: this attempt appended when it is an object, last 20.
+    attempt_log = CASE
+        WHEN jsonb_typeof($9::text::jsonb -> (u.n::int - 1)) IS DISTINCT FROM 'object'
+            THEN o.attempt_log
+        WHEN jsonb_array_length(o.attempt_log) < 20
+            THEN o.attempt_log || jsonb_build_array($9::text::jsonb -> (u.n::int - 1))
+        ELSE jsonb_path_query_array(
+            o.attempt_log || jsonb_build_array($9::text::jsonb -> (u.n::int - 1)),
+            '$[last - 19 to last]'
+        )
+    END,
     claim_token = NULL,
     lease_expires_at = NULL,
     updated_at = now()

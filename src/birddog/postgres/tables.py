@@ -87,8 +87,9 @@ outbox = sa.Table(
         "dead_at",
         postgresql_where=sa.text("state = 'dead'"),
     ),
-    # Room on each page for the claim and outcome updates (migration 0002).
-    postgresql_with={"fillfactor": 80},
+    # Room on each page for the claim and outcome updates: half, so every row of a page
+    # can take its lease in place (migrations 0002 and 0021).
+    postgresql_with={"fillfactor": 50},
 )
 """Owed replies (``pending``) and dead letters (``dead``); delivered ones become receipts."""
 

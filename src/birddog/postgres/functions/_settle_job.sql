@@ -10,6 +10,7 @@ DECLARE
     v_replies jsonb[];
     v_inserted text[];
     v_dropped text[];
+    v_direct text[];
 BEGIN
     -- Settle the locked job and write the replies its STORED mail owes (fanout.replies_for),
     -- then arm the wake (outbox_insert_rows + wake_schedule): all in the caller's
@@ -65,6 +66,55 @@ BEGIN
     IF v_keys IS NULL THEN
         RETURN;
     END IF;
+    -- A reply to an agent whose route is a mailbox (enabled) is delivered here, with its
+    -- receipt, as the drain would: nothing about such a recipient can fail, so the reply
+    -- skips the daemon's hop and an ask hears back at the settlement's commit. A key
+    -- that already has a row or a receipt is left to the path below (which skips it).
+    WITH direct AS (
+        SELECT r.key, r.agent_id, r.session_id, r.reply
+        FROM unnest(v_keys, v_agents, v_sessions, v_replies) AS r(key, agent_id, session_id, reply)
+        JOIN birddog.routes rt ON rt.agent_id = r.agent_id
+        WHERE rt.kind = 'mailbox' AND rt.enabled
+          AND NOT EXISTS (SELECT 1 FROM birddog.outbox o WHERE o.key = r.key)
+    ), receipted AS (
+        INSERT INTO birddog.receipts AS rc (
+            key, delivered_at, attempts, recipient_agent_id, recipient_session_id, command_id,
+            outcome, attempt_log
+        )
+        SELECT d.key, p_now, 1, d.agent_id, d.session_id, v_mail.command_id, p_outcome,
+               -- The attempt the drain would log for a mailbox delivery (attempt_entry).
+               jsonb_build_array(jsonb_build_object(
+                   'at', to_char(p_now AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.MS"Z"'),
+                   'result', 'accepted', 'status', NULL, 'ms', 0, 'error', NULL
+               ))
+        FROM direct d
+        ON CONFLICT (key) DO NOTHING
+        RETURNING rc.key
+    ), delivered AS (
+        INSERT INTO birddog.mailbox (
+            key, agent_id, session_id, in_reply_to, command_id, outcome, reply, delivered_at
+        )
+        SELECT d.key, d.agent_id, d.session_id, v_mail.mail_key, v_mail.command_id,
+               p_outcome, d.reply, p_now
+        FROM direct d
+        JOIN receipted x ON x.key = d.key
+        ON CONFLICT (key) DO NOTHING
+    )
+    SELECT coalesce(array_agg(x.key), '{}') INTO v_direct FROM receipted x;
+    IF cardinality(v_direct) > 0 THEN
+        -- Announced at commit, once per agent, as the drain's outbox_notify_mailbox does.
+        PERFORM pg_notify('birddog_mailbox', a.agent_id)
+        FROM (
+            SELECT DISTINCT r.agent_id
+            FROM unnest(v_keys, v_agents) AS r(key, agent_id)
+            WHERE r.key = ANY(v_direct)
+        ) AS a;
+        keys := ARRAY(
+            SELECT k.key FROM unnest(v_keys) WITH ORDINALITY AS k(key, n)
+            WHERE k.key = ANY(v_direct)
+            ORDER BY k.n
+        );
+    END IF;
     -- The settlement side of the wake protocol (wake_guard): the wake statement below
     -- takes its snapshot only after this lock is granted.
     PERFORM pg_advisory_xact_lock_shared(27700487749136231);
@@ -107,7 +157,8 @@ BEGIN
     SELECT coalesce(array_agg(g.key), '{}') INTO v_dropped FROM gone g;
     keys := ARRAY(
         SELECT k.key FROM unnest(v_keys) WITH ORDINALITY AS k(key, n)
-        WHERE k.key = ANY(v_inserted) AND NOT (k.key = ANY(v_dropped))
+        WHERE (k.key = ANY(v_inserted) AND NOT (k.key = ANY(v_dropped)))
+           OR k.key = ANY(v_direct)
         ORDER BY k.n
     );
 END
