@@ -288,4 +288,6 @@ def a2a_services(adapters: Adapters, *, wait_s: float) -> A2AServices:
         routes=adapters.routes,
         tokens=token_book(adapters),
         wait_s=wait_s,
+        max_content_bytes=adapters.settings.max_content_bytes,
+        push_egress=adapters.routes.push_egress,
     )
