@@ -22,7 +22,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from birddog.core.duration import parse_duration
-from birddog.core.egress import EgressPolicy
+from birddog.core.egress import PUSH_EGRESS_SETTING, EgressPolicy
 from birddog.core.errors import InvalidInput
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.core.retention import RetentionPolicy
@@ -161,6 +161,11 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(65536, ge=1, description="Largest inbox answer read.")
     egress: Literal["internal", "public"] = Field(
         "internal", description="Route destinations: internal (private too) or public only."
+    )
+    push_egress: Literal["internal", "public"] = Field(
+        "public",
+        description="A2A push config URLs: public only (default), or internal (private and "
+        "loopback too; said loudly at start).",
     )
     egress_allow: str = Field("", description="CIDRs posts may always reach (a,b,...).")
     egress_deny: str = Field("", description="CIDRs posts may never reach (a,b,...).")
@@ -351,6 +356,11 @@ class Settings(BaseSettings):
     def egress_policy(self) -> EgressPolicy:
         """The egress policy ``BIRDDOG_EGRESS``, ``_ALLOW`` and ``_DENY`` describe."""
         return EgressPolicy.parse(self.egress, self.egress_allow, self.egress_deny)
+
+    def push_egress_policy(self) -> EgressPolicy:
+        """The policy of A2A push URLs: ``BIRDDOG_PUSH_EGRESS``, the same CIDR lists."""
+        policy = EgressPolicy.parse(self.push_egress, self.egress_allow, self.egress_deny)
+        return EgressPolicy(policy.mode, policy.allow, policy.deny, setting=PUSH_EGRESS_SETTING)
 
     def schedule(self) -> RetrySchedule:
         """The retry schedule these settings describe."""

@@ -25,6 +25,7 @@ from typing import Any
 import structlog
 
 from birddog import tracing
+from birddog.cancels import CancelHints
 from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import (
     BirdDogError,
@@ -131,6 +132,9 @@ class Worker:
             counted (default: a registry of its own, served by nobody).
         agents: every session of these agents as well (the job's mail is addressed to
             one of them).
+        cancel_hints: the cancel hints the listener hears (:mod:`birddog.cancels`): a
+            running job's heartbeat is sent at once on one, so a cancellation ends the
+            turn now, not at the next beat (None: at the next beat).
 
     Attributes:
         finished: how the jobs this worker handled ended, by outcome (and ``requeued``).
@@ -153,8 +157,10 @@ class Worker:
         stop: asyncio.Event | None = None,
         metrics: WorkerMetrics | None = None,
         agents: Sequence[str] | None = None,
+        cancel_hints: CancelHints | None = None,
     ) -> None:
         self.jobs = jobs
+        self.cancel_hints = cancel_hints if cancel_hints is not None else CancelHints()
         self.handler = handler
         self.listener = listener
         self.queues = list(queues) if queues else None
@@ -374,6 +380,7 @@ class Worker:
         deadline = loop.time() + self.handler_timeout_s
         stop_deadline: float | None = None
         why = Stopped.DONE
+        hinted = self.cancel_hints.watch(claimed.job.job_id)
         try:
             while not work.done():
                 now = loop.time()
@@ -386,11 +393,15 @@ class Worker:
                     why = Stopped.SHUTDOWN if stop_deadline is not None else Stopped.TIMED_OUT
                 if why is not Stopped.DONE:
                     break
+                # A cancel hint sends the heartbeat now: its answer ends the turn.
+                hint = asyncio.ensure_future(hinted.wait())
                 await asyncio.wait(
-                    {work, stopping} if stop_deadline is None else {work},
+                    {work, stopping, hint} if stop_deadline is None else {work, hint},
                     timeout=min(self.lease_s / 3, limit - now, lease_until - now),
                     return_when=asyncio.FIRST_COMPLETED,
                 )
+                await stop_task(hint)
+                hinted.clear()
                 if work.done():
                     break
                 sent_at = loop.time()
@@ -410,6 +421,7 @@ class Worker:
         finally:
             # Another claim holds the job (StaleClaim), or the wait is over: the work
             # must not run on unowned.
+            self.cancel_hints.forget(claimed.job.job_id, hinted)
             await stop_task(stopping)
             await stop_task(work, insist=False)
         return why

@@ -27,8 +27,8 @@ from aiohttp import web
 from google.protobuf.json_format import ParseDict
 
 from birddog import AgentAddress
+from birddog.a2a.app import a2a_app
 from birddog.a2a.push import OutboxPushSender
-from birddog.a2a.server import a2a_app
 from birddog.bootstrap import (
     a2a_services,
     build_daemon,
@@ -37,7 +37,9 @@ from birddog.bootstrap import (
     build_worker,
     open_adapters,
 )
+from birddog.cancels import CancelHints
 from birddog.core.jobs import AgentJobPayload
+from birddog.http import signing
 from birddog.http.server import listening_socket, serve_asgi, socket_url
 from birddog.postgres.caller_outbox import CallerOutbox
 from birddog.settings import Settings
@@ -78,15 +80,26 @@ async def _agent(payload: AgentJobPayload) -> str:
 async def served(database_factory: Any) -> AsyncIterator[Served]:
     """A database, a worker for every queue, and ``birddog a2a`` on a free port."""
     dsn = await database_factory.take()
-    settings = Settings(database_url=dsn, job_lease_s=1.5, max_attempts=3, base_delay_s=0.05)
+    # A lease of a minute: a cancellation must reach the worker by its NOTIFY, not a beat.
+    # The push receivers are on 127.0.0.1: the operator's setting opens that.
+    settings = Settings(
+        database_url=dsn,
+        job_lease_s=60,
+        max_attempts=3,
+        base_delay_s=0.05,
+        push_egress="internal",
+    )
     stop = asyncio.Event()
     async with open_adapters(settings, pool_size=6) as adapters:
         await adapters.routes.add(AGENT, kind="mailbox")
         added = await adapters.agents.add(AgentAddress(agent_id="asker", session_id="s-asker"))
-        listener = build_jobs_listener(adapters)
+        hints = CancelHints()
+        listener = build_jobs_listener(adapters, cancel_hints=hints)
         wakes = build_wake_listener(adapters)
         async with listener, wakes:
-            worker = build_worker(adapters, _agent, listener=listener, queues=None, stop=stop)
+            worker = build_worker(
+                adapters, _agent, listener=listener, queues=None, stop=stop, cancel_hints=hints
+            )
             daemon = build_daemon(adapters, listener=wakes, alerts=None, stop=stop)
             sock = listening_socket()
             url = socket_url(sock)
@@ -197,13 +210,14 @@ async def test_return_immediately_then_get_task_until_completed(served: Served) 
     assert [t.id for t in listed.tasks] == [task.id]
 
 
-async def test_a_running_task_is_cancelled(served: Served) -> None:
-    """CancelTask on a running task goes through cancel-wins and ends CANCELED."""
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_a_running_task_is_cancelled(served: Served, binding: str) -> None:
+    """CancelTask on a running task answers CANCELED within a second (the lease is 60 s)."""
     request = pb.SendMessageRequest(
         message=message("slow"),
         configuration=pb.SendMessageConfiguration(return_immediately=True),
     )
-    async with client(served) as a2a:
+    async with client(served, binding) as a2a:
         task = await send(a2a, request)
 
         async def state() -> pb.Task:
@@ -215,8 +229,11 @@ async def test_a_running_task_is_cancelled(served: Served) -> None:
             until=lambda t: t.status.state == pb.TASK_STATE_WORKING,
             within_s=20,
         )
+        asked = asyncio.get_running_loop().time()
         cancelled = await a2a.cancel_task(pb.CancelTaskRequest(id=task.id))
+        took_s = asyncio.get_running_loop().time() - asked
         assert cancelled.status.state == pb.TASK_STATE_CANCELED, cancelled
+        assert took_s < 1.0, f"CancelTask took {took_s:.2f} s"
         with pytest.raises(TaskNotCancelableError):
             await a2a.cancel_task(pb.CancelTaskRequest(id=task.id))
     row = await job_row(served.pool, "ask:" + task.id)
@@ -262,20 +279,59 @@ async def test_the_agent_card_is_served_and_valid(served: Served) -> None:
     assert answer.status_code == 200
     card = ParseDict(answer.json(), pb.AgentCard(), ignore_unknown_fields=True)
     assert card.name == AGENT
-    assert {(i.protocol_binding, i.url) for i in card.supported_interfaces} == {
-        ("JSONRPC", served.agent_url),
-        ("HTTP+JSON", served.agent_url),
-    }
+    assert [(i.protocol_binding, i.protocol_version, i.url) for i in card.supported_interfaces] == [
+        ("JSONRPC", "1.0", served.agent_url),
+        ("HTTP+JSON", "1.0", served.agent_url),
+        ("JSONRPC", "0.3", served.agent_url),
+        ("HTTP+JSON", "0.3", served.agent_url),
+    ]
     assert "bearer" in card.security_schemes
+    # What an A2A 0.3 client reads: the url beside the interfaces.
+    assert answer.json()["url"] == served.agent_url
+    assert answer.json()["protocolVersion"] == "0.3"
     assert missing.status_code == 404
 
 
-def push_config(url: str, *, config_id: str = "") -> pb.TaskPushNotificationConfig:
+async def test_an_a2a_0_3_client_is_served(served: Served) -> None:
+    """A 0.3 JSON-RPC message/send (the compatibility layer) is answered with its task."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/send",
+        "params": {
+            "message": {
+                "kind": "message",
+                "messageId": uuid.uuid4().hex,
+                "role": "user",
+                "parts": [{"kind": "text", "text": "old client"}],
+            }
+        },
+    }
+    async with httpx.AsyncClient(timeout=60) as http:
+        answer = await http.post(
+            served.agent_url, json=body, headers={"Authorization": f"Bearer {served.token}"}
+        )
+    assert answer.status_code == 200, answer.text
+    result = answer.json()["result"]
+    assert result["kind"] == "task", result
+    assert result["status"]["state"] == "completed", result
+    assert result["artifacts"][0]["parts"][0]["text"] == "echo: old client"
+
+
+PUSH_SIGNING_SECRET = "whsec_" + "c2lnbmluZy1zZWNyZXQtb2YtdGhlLXB1c2gtcmVjZWl2ZXI="
+
+
+def push_config(
+    url: str,
+    *,
+    config_id: str = "",
+    token: str = "push-token-1",  # noqa: S107 - a test's
+) -> pb.TaskPushNotificationConfig:
     """A push config with bearer credentials and a token."""
     return pb.TaskPushNotificationConfig(
         id=config_id,
         url=url,
-        token="push-token-1",
+        token=token,
         authentication=pb.AuthenticationInfo(scheme="Bearer", credentials="push-secret-1"),
     )
 
@@ -328,6 +384,8 @@ async def test_a_push_survives_three_refusals_and_is_delivered_once(served: Serv
     assert headers["Authorization"] == "Bearer push-secret-1"
     assert headers["X-A2A-Notification-Token"] == "push-token-1"
     assert headers["webhook-id"] == key
+    assert headers["Content-Type"] == "application/a2a+json"
+    assert "webhook-signature" not in headers  # a token that is no whsec_ secret signs nothing
     update = ParseDict(body, pb.StreamResponse()).status_update
     assert (update.task_id, update.context_id) == (task.id, task.context_id)
     assert update.status.state == pb.TASK_STATE_COMPLETED
@@ -337,6 +395,39 @@ async def test_a_push_survives_three_refusals_and_is_delivered_once(served: Serv
         await served.pool.fetchval("SELECT count(*) FROM birddog.outbox WHERE key = $1", key) == 0
     )
     assert [(c.id, c.url) for c in configs.configs] == [("default", url)]
+
+
+async def test_a_push_with_a_whsec_token_is_signed_and_the_token_not_sent(
+    served: Served,
+) -> None:
+    """A whsec_ token signs each push (Standard Webhooks); it never travels in a header."""
+    receiver = Receiver(lambda n: web.Response(status=200), [])
+    raw: list[bytes] = []
+
+    async def keep(request: web.Request) -> web.StreamResponse:
+        raw.append(await request.read())
+        return await receiver.handle(request)
+
+    async with posts_to(keep, "/push") as url, client(served) as a2a:
+        config = push_config(url, token=PUSH_SIGNING_SECRET)
+        request = pb.SendMessageRequest(
+            message=message("signed push"),
+            configuration=pb.SendMessageConfiguration(
+                return_immediately=True, task_push_notification_config=config
+            ),
+        )
+        task = await send(a2a, request)
+        await eventually(lambda: len(receiver.posts), "the push arrives", within_s=30)
+    headers, _ = receiver.posts[0]
+    assert "X-A2A-Notification-Token" not in headers
+    assert headers["Content-Type"] == "application/a2a+json"
+    msg_id, timestamp = headers["webhook-id"], headers["webhook-timestamp"]
+    assert msg_id == f"outbox:{task.id}:reply:1"
+    signature = headers["webhook-signature"]
+    key = signing.secret_key(PUSH_SIGNING_SECRET)
+    assert signing.verify(
+        [key], msg_id=msg_id, timestamp=int(timestamp), body=raw[0], signatures=signature
+    )
 
 
 async def test_a_push_set_later_to_a_receiver_that_always_fails_dies_loudly(
@@ -410,7 +501,7 @@ async def test_a_push_url_to_a_metadata_address_is_refused_when_set(served: Serv
         with pytest.raises(InvalidParamsError, match="pushNotificationConfig"):
             await a2a.create_task_push_notification_config(config)
     count = await served.pool.fetchval("SELECT count(*) FROM birddog.routes WHERE kind = 'a2a'")
-    assert count <= 2  # the two receivers' configs above, never the metadata address
+    assert count <= 3  # the three receivers' configs above, never the metadata address
     assert not await served.pool.fetchval(
         "SELECT count(*) FROM birddog.routes WHERE url LIKE '%169.254%'"
     )
@@ -422,7 +513,9 @@ async def test_the_outbox_push_sender_writes_in_the_callers_transaction(served: 
     store = InMemoryPushNotificationConfigStore()
     async with (
         posts_to(receiver.handle, "/own") as url,
-        open_adapters(Settings(database_url=served.dsn), pool_size=2) as adapters,
+        open_adapters(
+            Settings(database_url=served.dsn, push_egress="internal"), pool_size=2
+        ) as adapters,
     ):
         config = push_config(url)
         config.task_id = "own-task"

@@ -22,10 +22,12 @@ from birddog import (
     StoreUnavailable,
     agent_job,
 )
+from birddog.cancels import CancelHints
 from birddog.clock import SystemClock
 from birddog.core.lifecycle import SettleRequested
-from birddog.postgres.jobs import ClaimedJob, PostgresJobs, enqueue_accepted_job
+from birddog.postgres.jobs import JOBS_CHANNEL, ClaimedJob, PostgresJobs, enqueue_accepted_job
 from birddog.postgres.outbox import PostgresOutbox
+from birddog.postgres.wake import WakeListener
 from birddog.testing import ManualListener
 from birddog.worker import HandlerNotFound, Worker, load_handler
 from tests.support import ALICE, BOB, eventually, make_job, settled_job
@@ -181,6 +183,41 @@ async def test_a_recorded_cancellation_stops_the_handler_and_wins(
     await asyncio.wait_for(run, 10)
     assert (await store.get("j5")).outcome is Outcome.CANCELLED
     assert (await reply_of(pg_pool, "j5"))["content"] == "Cancelled by alice."
+
+
+async def test_a_cancellation_reaches_the_running_handler_at_once(
+    pg_pool: Pool, store: PostgresJobs, database_url: str
+) -> None:
+    """A cancel's NOTIFY makes the worker heartbeat now: cancelled within 1 s, lease 60 s."""
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def handle(payload: AgentJobPayload) -> str:
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return "never"
+
+    await enqueue(pg_pool, "j5-hint")
+    hints = CancelHints()
+    async with WakeListener(database_url, channel=JOBS_CHANNEL, on_notify=hints.heard) as heard:
+        worker = Worker(
+            jobs=store, handler=handle, listener=heard, lease_s=60.0, cancel_hints=hints
+        )
+        run = asyncio.create_task(worker.run(once=True))
+        await asyncio.wait_for(started.wait(), 10)
+        await eventually(lambda: hints.watched == 1, what="the running job watches its hints")
+        asked = asyncio.get_running_loop().time()
+        await store.cancel(job_id="j5-hint", content="Cancelled by alice.")
+        await asyncio.wait_for(cancelled.wait(), 1.0)
+        await asyncio.wait_for(run, 5)
+        took_s = asyncio.get_running_loop().time() - asked
+    assert (await store.get("j5-hint")).outcome is Outcome.CANCELLED
+    assert took_s < 1.0, f"the cancellation took {took_s:.2f} s (a heartbeat is 20 s away)"
+    assert hints.watched == 0
 
 
 async def test_a_payload_that_is_not_ours_settles_failed(

@@ -53,7 +53,7 @@ PRELOAD = (
     "birddog.console",
     "birddog.metrics",
     "birddog.mcp.server",
-    "birddog.a2a.server",
+    "birddog.a2a.app",
     "birddog.postgres.schema",
 )
 """What the zygote imports before it forks: the command line and what its commands load."""

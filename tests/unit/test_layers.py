@@ -138,6 +138,7 @@ LAYERS: dict[str, int] = {
     "logs": 1,
     "supervisor": 1,
     "runtime": 2,
+    "cancels": 2,
     "sealing": 2,
     "tracing": 2,
     "display": 2,

@@ -4,8 +4,10 @@
 - :mod:`birddog.a2a.push` makes push configs reply addresses, and :class:`OutboxPushSender`
   the SDK's durable push sender for A2A servers of their own.
 - :mod:`birddog.a2a.remote` is `worker --a2a`: a remote A2A agent answering mail.
-- :mod:`birddog.a2a.server` puts every agent with a route on ``a2a-sdk``'s server
-  (``birddog a2a``), BirdDog behind its request handler interface.
+- :mod:`birddog.a2a.server` is BirdDog behind ``a2a-sdk``'s request handler interface;
+  :mod:`birddog.a2a.configs` keeps its push configs.
+- :mod:`birddog.a2a.app` puts every agent with a route on the SDK's server (``birddog
+  a2a``), behind :mod:`birddog.a2a.gate` (the URL form, the body cap, the token, the rate).
 
 The SDK is imported only by these modules, so ``import birddog`` stays light; it comes
 with the ``a2a`` extra (``pip install 'birddog[a2a]'``).

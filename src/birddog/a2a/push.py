@@ -18,8 +18,11 @@ over the caller's connection) instead of posting once.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import socket
 from typing import TYPE_CHECKING, Final
+from urllib.parse import urlsplit
 
 import structlog
 from a2a.server.tasks.push_notification_config_store import PushNotificationConfigStore
@@ -33,10 +36,14 @@ from google.protobuf.json_format import MessageToJson, Parse, ParseError
 
 from birddog.a2a.tasks import TERMINAL, said, settled_state
 from birddog.core.delivery import new_row
-from birddog.core.errors import InvalidInput
+from birddog.core.egress import EgressPolicy
+from birddog.core.errors import InvalidInput, InvalidSecret
 from birddog.core.fanout import created_at_ms
 from birddog.core.mail import AgentAddress, Outcome, Reply, ReplyFacts
-from birddog.core.push import push_agent_id, push_secret
+from birddog.core.push import SIGNING_TOKEN_PREFIX, push_agent_id, push_secret
+from birddog.core.text import printable
+from birddog.http.egress import address_refusal
+from birddog.http.signing import secret_key
 from birddog.ports import Clock
 
 if TYPE_CHECKING:
@@ -49,6 +56,7 @@ __all__ = [
     "EVENT_COMMAND",
     "OutboxPushSender",
     "PushRoute",
+    "check_push_host",
     "push_body",
     "push_route",
 ]
@@ -98,6 +106,15 @@ def push_route(config: pb.TaskPushNotificationConfig, *, task_id: str) -> PushRo
         InvalidInput: a header value the config gives cannot be sent.
     """
     config_id = config.id or DEFAULT_CONFIG_ID
+    if config.token.startswith(SIGNING_TOKEN_PREFIX):
+        try:
+            secret_key(config.token)
+        except InvalidSecret:
+            raise InvalidInput(
+                "token: a whsec_ token is a Standard Webhooks secret (whsec_<base64>) "
+                "that signs each push; this one does not decode",
+                field="token",
+            ) from None
     secret = push_secret(
         config_id=config_id,
         scheme=config.authentication.scheme,
@@ -107,6 +124,47 @@ def push_route(config: pb.TaskPushNotificationConfig, *, task_id: str) -> PushRo
     return PushRoute(
         push_agent_id(task_id=task_id, config_id=config_id), config.url, secret, config_id
     )
+
+
+LOOKUP_TIMEOUT_S: Final = 5.0
+"""How long the lookup of a push URL's host may take when the config is set."""
+
+
+async def check_push_host(url: str, policy: EgressPolicy) -> None:
+    """Refuse a push URL whose host resolves to an address the push egress policy refuses.
+
+    The URL itself (an address literal, ``localhost``) was checked already
+    (:func:`~birddog.core.egress.check_route_url`); this looks the name up now, so a name
+    that means this machine or a private network (``/etc/hosts``, a rebinding zone) is
+    refused when the config is set, and again at every connection when pushed.
+
+    Args:
+        url: the push URL.
+        policy: the push egress policy.
+
+    Raises:
+        InvalidInput: (naming ``url``) the host does not resolve, or one of its
+            addresses is refused.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    try:
+        async with asyncio.timeout(LOOKUP_TIMEOUT_S):
+            answers = await asyncio.get_running_loop().getaddrinfo(
+                host, parts.port or 443, type=socket.SOCK_STREAM
+            )
+    except (OSError, TimeoutError, UnicodeError):
+        raise InvalidInput(
+            f"url's host {printable(host)[:200]!r} does not resolve", field="url"
+        ) from None
+    for *_, sockaddr in answers:
+        reason = address_refusal(policy, str(sockaddr[0]))
+        if reason is not None:
+            raise InvalidInput(
+                f"url is refused by the push egress policy: {printable(host)[:200]!r} "
+                f"resolves to {reason} (BIRDDOG_PUSH_EGRESS=internal opens it)",
+                field="url",
+            )
 
 
 def push_body(stored: bytes) -> bytes:

@@ -11,38 +11,28 @@ store's cancel for ``CancelTask``, and reads of the ask jobs for ``GetTask`` and
 Each agent ``AGENT`` with a route has its base URL ``/a2a/AGENT/`` (both bindings) and its
 Agent Card at ``/a2a/AGENT/.well-known/agent-card.json``. The card is public; every other
 request carries a per-agent bearer token (``birddog agent add`` / ``birddog agent
-token``): the agent session it names is the mail's ``from`` and its ``replyTo``. A request
-without a valid token is refused with 401 before the SDK sees it.
+token``): the agent session it names is the mail's ``from`` and its ``replyTo``. The gate
+(:mod:`birddog.a2a.gate`) refuses a request without a valid token, over its rate or with
+a body over the cap before the SDK sees it; :mod:`birddog.a2a.app` mounts it all.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
 
 import structlog
 from a2a.server.context import ServerCallContext
 from a2a.server.events.event_queue import Event
 from a2a.server.request_handlers import RequestHandler
-from a2a.server.request_handlers.response_helpers import agent_card_to_dict
-from a2a.server.routes import (
-    DefaultServerCallContextBuilder,
-    create_jsonrpc_routes,
-    create_rest_routes,
-)
 from a2a.types import a2a_pb2 as pb
 from a2a.utils.constants import (
-    AGENT_CARD_WELL_KNOWN_PATH,
     DEFAULT_LIST_TASKS_PAGE_SIZE,
     MAX_LIST_TASKS_PAGE_SIZE,
-    PROTOCOL_VERSION_CURRENT,
-    TransportProtocol,
 )
 from a2a.utils.errors import (
-    A2AError,
     ContentTypeNotSupportedError,
     ExtendedAgentCardNotConfiguredError,
     InternalError,
@@ -51,12 +41,12 @@ from a2a.utils.errors import (
     TaskNotFoundError,
     UnsupportedOperationError,
 )
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
-from starlette.routing import BaseRoute, Mount, Route
 
-from birddog.a2a.push import DEFAULT_CONFIG_ID, PushRoute, push_route
+from birddog.a2a.configs import PushConfigs, config_shown, unavailable
+from birddog.a2a.gate import (
+    CALLER_SCOPE_KEY,
+)
+from birddog.a2a.push import DEFAULT_CONFIG_ID
 from birddog.a2a.tasks import (
     TERMINAL,
     context_of_key,
@@ -66,8 +56,8 @@ from birddog.a2a.tasks import (
     task_state,
 )
 from birddog.core.ask import address_text
+from birddog.core.egress import EgressPolicy
 from birddog.core.errors import (
-    BirdDogError,
     InvalidInput,
     JobConflict,
     JobNotFound,
@@ -75,8 +65,9 @@ from birddog.core.errors import (
     SpoolFull,
     StoreUnavailable,
 )
+from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.core.mail import AgentAddress
-from birddog.core.push import is_push_agent, push_agent_id, push_config_id
+from birddog.core.push import is_push_agent, push_agent_id
 from birddog.core.tasks import SentJob, spooled_job
 from birddog.core.text import printable
 from birddog.ports import TokenBook
@@ -89,17 +80,20 @@ if TYPE_CHECKING:
 log = structlog.get_logger("birddog.a2a")
 
 __all__ = [
+    "AGENT_STATE_KEY",
     "DEFAULT_PORT",
     "DEFAULT_WAIT_S",
+    "MAX_PARTS",
     "A2AServices",
     "MailRoomRequestHandler",
-    "a2a_app",
-    "agent_card",
 ]
 
 DEFAULT_PORT: Final = 9468
 DEFAULT_WAIT_S: Final = 60.0
 """A blocking ``SendMessage`` waits this long for a terminal state, then returns the task."""
+
+MAX_PARTS: Final = 64
+"""The most parts a message may have (their text is joined into one mail)."""
 
 CANCEL_WAIT_S: Final = 10.0
 """``CancelTask`` of a running task waits this long for its worker to stop it."""
@@ -111,8 +105,12 @@ POLL_FIRST_S: Final = 0.05
 POLL_MOST_S: Final = 0.5
 """A waiting request reads its job again after 50 ms, doubling up to every 500 ms."""
 
-_CALLER: Final = "birddog_caller"
-_AGENT: Final = "birddog_agent"
+PUBLIC_EGRESS: Final = EgressPolicy().for_pushes()
+"""The push egress policy when none is given: public addresses only."""
+
+AGENT_STATE_KEY: Final = "birddog_agent"
+"""Where the call context's state holds the agent addressed (the caller is under
+:data:`~birddog.a2a.gate.CALLER_SCOPE_KEY`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +126,9 @@ class A2AServices:
             routes of kind ``a2a``.
         tokens: who each bearer token is.
         wait_s: how long a blocking ``SendMessage`` waits for a terminal state.
+        max_content_bytes: the largest message text taken (``BIRDDOG_MAX_CONTENT_BYTES``).
+        push_egress: where push URLs may point (``BIRDDOG_PUSH_EGRESS``; public only
+            by default), checked on the names' addresses when a config is set.
     """
 
     sender: MailService
@@ -136,6 +137,8 @@ class A2AServices:
     routes: RouteEdits
     tokens: TokenBook
     wait_s: float = DEFAULT_WAIT_S
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
+    push_egress: EgressPolicy = PUBLIC_EGRESS
 
 
 class _Tasks:
@@ -150,16 +153,16 @@ class _Tasks:
 
     async def who(self, context: ServerCallContext) -> tuple[AgentAddress, str]:
         """The caller (from its token) and the agent addressed (which must have a route)."""
-        caller = context.state.get(_CALLER)
-        agent_id = context.state.get(_AGENT)
+        caller = context.state.get(CALLER_SCOPE_KEY)
+        agent_id = context.state.get(AGENT_STATE_KEY)
         if not isinstance(caller, AgentAddress) or not isinstance(agent_id, str):
             # The middleware refuses such requests; this is its second line.
             raise InvalidParamsError("no caller: the request carries no valid bearer token")
         try:
             route = await self.services.routes.route(agent_id)
         except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
-        if route is None:
+            raise unavailable(exc) from None
+        if route is None or is_push_agent(agent_id):
             raise TaskNotFoundError(f"no agent {printable(agent_id)[:64]!r} answers here")
         return caller, agent_id
 
@@ -173,7 +176,7 @@ class _Tasks:
         except StoreUnavailable as exc:
             job = await self.spooled(job_id, task_id)
             if job is None:
-                raise _unavailable(exc) from None
+                raise unavailable(exc) from None
         job = job or await self.spooled(job_id, task_id)
         if (
             job is None
@@ -198,7 +201,7 @@ class _Tasks:
             try:
                 job = await self.services.sent.get(job_id, timeout_s=STEP_TIMEOUT_S)
             except StoreUnavailable as exc:
-                raise _unavailable(exc) from None
+                raise unavailable(exc) from None
             if job is None:
                 raise TaskNotFoundError()
             if task_state(job) in TERMINAL or deadline.passed:
@@ -223,7 +226,7 @@ class _Tasks:
                 else await self.services.sent.get(job_id, timeout_s=STEP_TIMEOUT_S)
             )
         except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
         mail = None if job is None else job.mail
         if (
             job is None
@@ -237,57 +240,6 @@ class _Tasks:
         return job.job_id
 
 
-class _PushConfigs:
-    """Push configs as routes of kind ``a2a``: stored (the URL checked), read back per task.
-
-    Args:
-        routes: the route book.
-    """
-
-    def __init__(self, routes: RouteEdits) -> None:
-        self.routes = routes
-
-    async def stored(self, config: pb.TaskPushNotificationConfig, task_id: str) -> PushRoute:
-        """Store a push config as its route, its URL checked against the egress policy now."""
-        if not config.url:
-            raise InvalidParamsError("pushNotificationConfig.url is required")
-        try:
-            push = push_route(config, task_id=task_id)
-            known = await self.routes.route(push.agent_id)
-            if known is None:
-                await self.routes.add(push.agent_id, push.url, push.secret, kind="a2a")
-            elif known.url != push.url or known.secret != push.secret:
-                raise InvalidParamsError(
-                    f"push config {printable(push.config_id)[:64]!r} was set before otherwise; "
-                    "use another id"
-                )
-        except InvalidInput as exc:
-            # An egress refusal (a metadata or private address) is one of these.
-            raise InvalidParamsError(
-                f"pushNotificationConfig: {printable(str(exc))[:300]}"
-            ) from None
-        except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
-        log.info("a2a_push_config_set", agent_id=push.agent_id)
-        return push
-
-    async def of_job(self, task_id: str, job: SentJob) -> list[pb.TaskPushNotificationConfig]:
-        """The push configs among the reply addresses of ``job``'s mail (never credentials)."""
-        configs: list[pb.TaskPushNotificationConfig] = []
-        for address in job.mail.reply_to if job.mail is not None else []:
-            if not is_push_agent(address.agent_id):
-                continue
-            try:
-                route = await self.routes.route(address.agent_id)
-            except (StoreUnavailable, BirdDogError) as exc:
-                log.warning("a2a_push_config_unreadable", error=type(exc).__name__)
-                continue
-            if route is not None and route.url is not None:
-                config_id = push_config_id(route.secret or "") or DEFAULT_CONFIG_ID
-                configs.append(_config_shown(task_id, config_id, route.url))
-        return configs
-
-
 class MailRoomRequestHandler(RequestHandler):
     """The A2A methods as mail-room calls, for the caller and agent of each request.
 
@@ -298,7 +250,7 @@ class MailRoomRequestHandler(RequestHandler):
     def __init__(self, services: A2AServices) -> None:
         self.services = services
         self._tasks = _Tasks(services)
-        self._push = _PushConfigs(services.routes)
+        self._push = PushConfigs(services.routes, services.push_egress)
 
     # ---- messages -----------------------------------------------------------------
 
@@ -317,7 +269,7 @@ class MailRoomRequestHandler(RequestHandler):
             raise InvalidParamsError(
                 "a task takes one message: send the next one as a new message in its context"
             )
-        content = _text_or_refuse(message)
+        content = _text_or_refuse(message, self.services.max_content_bytes)
         key = task_key(caller, agent_id, message.message_id)
         context_id = message.context_id or context_of_key(key)
         try:
@@ -347,7 +299,7 @@ class MailRoomRequestHandler(RequestHandler):
         except InvalidInput as exc:
             raise InvalidParamsError(printable(str(exc))[:300]) from None
         except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
         except (SpoolFailed, SpoolFull) as exc:
             log.error("a2a_spool_failed", error=type(exc).__name__)  # noqa: TRY400 - said, not a bug
             raise InternalError(
@@ -365,10 +317,22 @@ class MailRoomRequestHandler(RequestHandler):
         )
         if spooled is not None:
             # Nothing runs it before the spool is forwarded: the task stands submitted.
-            return task_of(spooled, key)
-        wait_s = 0.0 if params.configuration.return_immediately else self.services.wait_s
-        job = await self._tasks.until_terminal(job_id, wait_s)
-        return task_of(job, key)
+            task = task_of(spooled, key)
+            task.status.message.CopyFrom(
+                _agent_says(
+                    task,
+                    "The mail room's database is unreachable: the message is kept in "
+                    "BirdDog's local spool and is sent when the database is back. "
+                    "Ask again with GetTask.",
+                )
+            )
+            return task
+        blocking = not params.configuration.return_immediately
+        job = await self._tasks.until_terminal(job_id, self.services.wait_s if blocking else 0.0)
+        task = task_of(job, key)
+        if blocking and task.status.state not in TERMINAL:
+            task.status.message.CopyFrom(_still_open(task, agent_id, self.services.wait_s))
+        return task
 
     async def on_message_send_stream(
         self, params: pb.SendMessageRequest, context: ServerCallContext
@@ -415,7 +379,7 @@ class MailRoomRequestHandler(RequestHandler):
                 timeout_s=STEP_TIMEOUT_S,
             )
         except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
         page = [job for job in jobs[:size] if job.mail is not None]
         # TASK_STATE_UNSPECIFIED (0, the default) filters nothing.
         wanted = params.status or None
@@ -452,9 +416,10 @@ class MailRoomRequestHandler(RequestHandler):
         except JobNotFound:
             raise TaskNotFoundError() from None
         except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
         log.info("a2a_task_cancelled", agent_id=printable(agent_id), caller=address_text(caller))
-        # A running job stops at its worker's next heartbeat; the cancellation wins then.
+        # Its worker hears the cancellation at once (birddog.cancels) and settles it
+        # cancelled; a worker --a2a once its remote agent has answered CancelTask.
         return task_of(await self._tasks.until_terminal(job.job_id, CANCEL_WAIT_S), params.id)
 
     # ---- push notification configs: reply addresses of the task's mail -------------
@@ -475,14 +440,14 @@ class MailRoomRequestHandler(RequestHandler):
                 job.job_id, push.address(job.queue), caller=caller, timeout_s=STEP_TIMEOUT_S
             )
         except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
         if added == "missing":
             raise TaskNotFoundError()
         if added == "settled":
             raise UnsupportedOperationError(
                 f"task {params.task_id} has ended: no notification would follow"
             )
-        return _config_shown(params.task_id, push.config_id, push.url)
+        return config_shown(params.task_id, push.config_id, push.url)
 
     async def on_get_task_push_notification_config(
         self, params: pb.GetTaskPushNotificationConfigRequest, context: ServerCallContext
@@ -523,7 +488,7 @@ class MailRoomRequestHandler(RequestHandler):
                 job.job_id, address, caller=caller, timeout_s=STEP_TIMEOUT_S
             )
         except StoreUnavailable as exc:
-            raise _unavailable(exc) from None
+            raise unavailable(exc) from None
 
     async def on_get_extended_agent_card(
         self, params: pb.GetExtendedAgentCardRequest, context: ServerCallContext
@@ -532,191 +497,45 @@ class MailRoomRequestHandler(RequestHandler):
         raise ExtendedAgentCardNotConfiguredError()
 
 
-def _config_shown(task_id: str, config_id: str, url: str) -> pb.TaskPushNotificationConfig:
-    """A push config as shown back: its id, task and URL (credentials stay sealed)."""
-    return pb.TaskPushNotificationConfig(id=config_id, task_id=task_id, url=url)
+def _still_open(task: pb.Task, agent_id: str, wait_s: float) -> pb.Message:
+    """Why a blocking ``SendMessage`` returns before the task ended, as the agent's message."""
+    name = printable(agent_id)[:64]
+    if task.status.state == pb.TASK_STATE_SUBMITTED:
+        why = (
+            f"No worker of {name} took the task within {wait_s:g} s (is a worker serving "
+            f"{name} running?): it stays queued and runs when one does."
+        )
+    else:
+        why = f"{name} is still working after {wait_s:g} s: the task goes on."
+    return _agent_says(
+        task,
+        f"{why} BirdDog returned it as it stands; ask again with GetTask, or set a push "
+        "notification config to be told when it ends.",
+    )
 
 
-def _text_or_refuse(message: pb.Message) -> str:
+def _agent_says(task: pb.Task, text: str) -> pb.Message:
+    """A status message of the agent's about a task still open."""
+    return pb.Message(
+        message_id=f"{task.id}:status",
+        context_id=task.context_id,
+        task_id=task.id,
+        role=pb.ROLE_AGENT,
+        parts=[pb.Part(text=text)],
+    )
+
+
+def _text_or_refuse(message: pb.Message, max_bytes: int) -> str:
+    """The message's text parts joined; refused past :data:`MAX_PARTS` or ``max_bytes``."""
+    if len(message.parts) > MAX_PARTS:
+        raise InvalidParamsError(f"message.parts: at most {MAX_PARTS} parts")
     texts: list[str] = []
     for part in message.parts:
         if part.WhichOneof("content") != "text":
             raise ContentTypeNotSupportedError("only text parts are taken (text/plain)")
         texts.append(part.text)
-    return "\n".join(texts)
-
-
-def _unavailable(exc: StoreUnavailable) -> A2AError:
-    log.warning("a2a_database_unavailable", error=type(exc).__name__)
-    return InternalError("the mail room's database is unavailable; try again")
-
-
-# ---- the card -----------------------------------------------------------------------
-
-
-def agent_card(agent_id: str, base_url: str, *, version: str) -> pb.AgentCard:
-    """The Agent Card of one agent served at ``base_url`` (``.../a2a/AGENT/``).
-
-    Args:
-        agent_id: the agent.
-        base_url: its base URL, for both bindings.
-        version: BirdDog's version (the card's ``version``).
-
-    Returns:
-        The card: JSON-RPC and HTTP+JSON at ``base_url``, bearer tokens, text in and out,
-        no streaming.
-    """
-    name = printable(agent_id)
-    return pb.AgentCard(
-        name=name,
-        description=(
-            f"The BirdDog agent {name}: each message is durable mail to one of its sessions "
-            "(the contextId), answered when its work settles."
-        ),
-        supported_interfaces=[
-            pb.AgentInterface(
-                url=base_url,
-                protocol_binding=binding,
-                protocol_version=PROTOCOL_VERSION_CURRENT,
-            )
-            for binding in (TransportProtocol.JSONRPC.value, TransportProtocol.HTTP_JSON.value)
-        ],
-        version=version,
-        capabilities=pb.AgentCapabilities(streaming=False, push_notifications=True),
-        security_schemes={
-            "bearer": pb.SecurityScheme(
-                http_auth_security_scheme=pb.HTTPAuthSecurityScheme(
-                    scheme="Bearer",
-                    description="A per-agent token from `birddog agent add` or "
-                    "`birddog agent token`.",
-                )
-            )
-        },
-        security_requirements=[pb.SecurityRequirement(schemes={"bearer": pb.StringList()})],
-        default_input_modes=["text/plain"],
-        default_output_modes=["text/plain"],
-        skills=[
-            pb.AgentSkill(
-                id="mail",
-                name="Durable mail",
-                description=f"Whatever {name} does, asked by mail and answered once settled.",
-                tags=["birddog", "durable"],
-            )
-        ],
-    )
-
-
-# ---- the application ----------------------------------------------------------------
-
-
-class _Context(DefaultServerCallContextBuilder):
-    """The SDK's call context, with the caller and the addressed agent in its state."""
-
-    def build(self, request: Request) -> ServerCallContext:
-        context = super().build(request)
-        context.state[_CALLER] = request.scope.get(_CALLER)
-        context.state[_AGENT] = request.path_params.get("agent")
-        # The SDK reads the headers (A2A-Version); the bearer token stays out of its state.
-        headers = context.state.get("headers")
-        if isinstance(headers, dict):
-            headers.pop("authorization", None)
-        return context
-
-
-ASGIApp = Callable[
-    [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
-    Awaitable[None],
-]
-
-
-class _Bearer:
-    """Refuses, with 401, every request but an Agent Card's that has no valid bearer token.
-
-    Args:
-        app: the application behind it.
-        tokens: who each token is.
-    """
-
-    def __init__(self, app: ASGIApp, tokens: TokenBook) -> None:
-        self.app = app
-        self.tokens = tokens
-
-    async def __call__(
-        self,
-        scope: MutableMapping[str, Any],
-        receive: Callable[[], Awaitable[Any]],
-        send: Callable[[Any], Awaitable[None]],
-    ) -> None:
-        if scope["type"] != "http" or str(scope.get("path", "")).endswith(
-            AGENT_CARD_WELL_KNOWN_PATH
-        ):
-            await self.app(scope, receive, send)
-            return
-        answer = await self._caller(scope)
-        if isinstance(answer, Response):
-            await answer(scope, receive, send)
-            return
-        scope[_CALLER] = answer
-        await self.app(scope, receive, send)
-
-    async def _caller(self, scope: MutableMapping[str, Any]) -> AgentAddress | Response:
-        header = ""
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                header = value.decode("latin-1")
-                break
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            try:
-                caller = await self.tokens.authenticate(token.strip())
-            except StoreUnavailable as exc:
-                log.warning("a2a_token_check_failed", error=type(exc).__name__)
-                return JSONResponse(
-                    {"error": "the mail room's database is unavailable; try again"},
-                    status_code=503,
-                    headers={"Retry-After": "5"},
-                )
-            if caller is not None:
-                return caller
-        return JSONResponse(
-            {"error": "a valid bearer token is needed (birddog agent add / agent token)"},
-            status_code=401,
-            headers={"WWW-Authenticate": 'Bearer realm="birddog"'},
-        )
-
-
-def a2a_app(services: A2AServices, *, public_url: str, version: str) -> ASGIApp:
-    """The Starlette application serving every agent with a route under ``/a2a/AGENT/``.
-
-    Args:
-        services: the adapters the requests call.
-        public_url: where callers reach this server (``http://127.0.0.1:9468``), for the
-            cards' URLs.
-        version: BirdDog's version, for the cards.
-
-    Returns:
-        The ASGI application, bearer check included.
-    """
-    handler = MailRoomRequestHandler(services)
-    context = _Context()
-
-    async def card(request: Request) -> Response:
-        agent_id = request.path_params["agent"]
-        try:
-            route = await services.routes.route(agent_id)
-        except StoreUnavailable as exc:
-            log.warning("a2a_database_unavailable", error=type(exc).__name__)
-            return JSONResponse({"error": "database unavailable"}, status_code=503)
-        if route is None:
-            return JSONResponse({"error": "no such agent"}, status_code=404)
-        base = f"{public_url.rstrip('/')}/a2a/{agent_id}/"
-        body = json.dumps(agent_card_to_dict(agent_card(agent_id, base, version=version)))
-        return Response(body, media_type="application/json")
-
-    per_agent: list[BaseRoute] = [
-        Route(AGENT_CARD_WELL_KNOWN_PATH, card, methods=["GET"]),
-        *create_jsonrpc_routes(handler, "/", context_builder=context),
-        *create_rest_routes(handler, context_builder=context),
-    ]
-    app = Starlette(routes=[Mount("/a2a/{agent}", routes=per_agent)])
-    return _Bearer(app, services.tokens)
+    text = "\n".join(texts)
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise InvalidParamsError(f"message: its text is {size} bytes; at most {max_bytes}")
+    return text

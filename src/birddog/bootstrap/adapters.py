@@ -251,7 +251,12 @@ async def open_adapters(
     clock = CLOCK
     egress = settings.egress_policy()
     routes = PostgresRoutes(
-        pool, clock=clock, egress=egress, box=settings.secret_box(), lease_s=settings.lease_s
+        pool,
+        clock=clock,
+        egress=egress,
+        push_egress=settings.push_egress_policy(),
+        box=settings.secret_box(),
+        lease_s=settings.lease_s,
     )
     outbox = PostgresOutbox(pool)
     wake = PostgresWake(pool)
@@ -309,6 +314,7 @@ def _http_transport(settings: Settings, routes: PostgresRoutes, clock: Clock) ->
     return HttpTransport(
         routes,
         egress=routes.egress,
+        push_egress=routes.push_egress,
         proxy=settings.http_proxy,
         timeout_s=settings.post_timeout_s,
         # A route's own post timeout never outlasts the claim's lease, as the default may

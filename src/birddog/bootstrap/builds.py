@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from aiohttp import web
 
     from birddog.a2a.server import A2AServices
+    from birddog.cancels import CancelHints
     from birddog.console import Sessions
     from birddog.daemon import DrainDaemon
     from birddog.http.alerts import AlertCoalescer
@@ -118,18 +119,28 @@ def build_daemon(
 
 
 def build_jobs_listener(
-    adapters: Adapters, *, on_reconnect: Callable[[], None] | None = None
+    adapters: Adapters,
+    *,
+    on_reconnect: Callable[[], None] | None = None,
+    cancel_hints: CancelHints | None = None,
 ) -> WakeListener:
     """``LISTEN birddog_jobs`` on a connection of its own (enter it to connect).
 
     Args:
         adapters: the open adapters (``listen_dsn``).
         on_reconnect: told each time the connection is open again (the database is back).
+        cancel_hints: told every notification, so a running job hears its cancellation
+            at once (give the same to :func:`build_worker`).
 
     Returns:
         The listener, not yet connected.
     """
-    return WakeListener(adapters.listen_dsn, channel=JOBS_CHANNEL, on_reconnect=on_reconnect)
+    return WakeListener(
+        adapters.listen_dsn,
+        channel=JOBS_CHANNEL,
+        on_reconnect=on_reconnect,
+        on_notify=None if cancel_hints is None else cancel_hints.heard,
+    )
 
 
 def build_worker(
@@ -141,6 +152,7 @@ def build_worker(
     stop: asyncio.Event,
     metrics: WorkerMetrics | None = None,
     agents: Sequence[str] | None = None,
+    cancel_hints: CancelHints | None = None,
 ) -> Worker:
     """Wire a job worker over the adapters' job store.
 
@@ -152,6 +164,7 @@ def build_worker(
         stop: set to stop the worker.
         metrics: the worker's metrics (default: a registry of its own).
         agents: every session of these agents as well.
+        cancel_hints: the hints ``listener`` hears (:func:`build_jobs_listener`).
 
     Returns:
         The worker, ready to ``run``.
@@ -171,6 +184,7 @@ def build_worker(
         shutdown_grace_s=settings.shutdown_grace_s,
         stop=stop,
         metrics=metrics,
+        cancel_hints=cancel_hints,
     )
 
 
@@ -274,4 +288,6 @@ def a2a_services(adapters: Adapters, *, wait_s: float) -> A2AServices:
         routes=adapters.routes,
         tokens=token_book(adapters),
         wait_s=wait_s,
+        max_content_bytes=adapters.settings.max_content_bytes,
+        push_egress=adapters.routes.push_egress,
     )

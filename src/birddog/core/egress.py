@@ -86,6 +86,10 @@ _DOTS = str.maketrans({"\u3002": ".", "\uff0e": ".", "\uff61": "."})
 """Full stops UTS-46 reads as the label separator (ideographic, fullwidth, halfwidth)."""
 
 
+PUSH_EGRESS_SETTING = "BIRDDOG_PUSH_EGRESS"
+"""The setting that opens A2A push URLs to private and loopback addresses."""
+
+
 @dataclass(frozen=True, slots=True)
 class EgressPolicy:
     """Where BirdDog may connect to deliver replies.
@@ -94,11 +98,13 @@ class EgressPolicy:
         mode: ``internal`` (default) or ``public`` (no loopback or private addresses).
         allow: networks always allowed, most specific entry first among the lists.
         deny: networks always refused.
+        setting: the setting that names the mode, for the refusals' messages.
     """
 
     mode: EgressMode = "internal"
     allow: tuple[IPNetwork, ...] = ()
     deny: tuple[IPNetwork, ...] = ()
+    setting: str = "BIRDDOG_EGRESS"
 
     @classmethod
     def parse(cls, mode: str = "internal", allow: str = "", deny: str = "") -> EgressPolicy:
@@ -121,6 +127,12 @@ class EgressPolicy:
             mode="public" if mode == "public" else "internal",
             allow=_networks(allow, "BIRDDOG_EGRESS_ALLOW"),
             deny=_networks(deny, "BIRDDOG_EGRESS_DENY"),
+        )
+
+    def for_pushes(self) -> EgressPolicy:
+        """The default policy of A2A push URLs: public only, this policy's lists."""
+        return EgressPolicy(
+            mode="public", allow=self.allow, deny=self.deny, setting=PUSH_EGRESS_SETTING
         )
 
     def refusal(self, address: IPAddress) -> str | None:
@@ -152,7 +164,7 @@ class EgressPolicy:
         if any(address in network for network in ALWAYS_REFUSED):
             return f"{address} is a link-local or cloud metadata address"
         if self.mode == "public" and not address.is_global:
-            return f"{address} is not a public address (BIRDDOG_EGRESS=public)"
+            return f"{address} is not a public address ({self.setting}=public)"
         return None
 
     def _listed(self, address: IPAddress) -> Literal["allow", "deny"] | None:

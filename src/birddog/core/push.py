@@ -16,12 +16,15 @@ from birddog.core.errors import InvalidInput
 
 __all__ = [
     "PUSH_AGENT_PREFIX",
+    "PUSH_CONTENT_TYPE",
+    "SIGNING_TOKEN_PREFIX",
     "TOKEN_HEADER",
     "is_push_agent",
     "push_agent_id",
     "push_config_id",
     "push_headers",
     "push_secret",
+    "push_signing_secret",
 ]
 
 PUSH_AGENT_PREFIX: Final = "a2a-push:"
@@ -29,6 +32,12 @@ PUSH_AGENT_PREFIX: Final = "a2a-push:"
 
 TOKEN_HEADER: Final = "X-A2A-Notification-Token"  # noqa: S105 - a header's name
 """The header the config's token travels in (the A2A spec's name)."""
+
+PUSH_CONTENT_TYPE: Final = "application/a2a+json"
+"""The media type of a push's body (the A2A SDKs' own)."""
+
+SIGNING_TOKEN_PREFIX: Final = "whsec_"  # noqa: S105 - a prefix
+"""A config token that begins so is a Standard Webhooks secret: pushes are signed with it."""
 
 _MOST_CHARS: Final = 4096
 
@@ -101,9 +110,26 @@ def push_headers(secret: str) -> dict[str, str]:
     headers: dict[str, str] = {}
     if authorization:
         headers["Authorization"] = authorization
-    if token:
+    if token and not token.startswith(SIGNING_TOKEN_PREFIX):
+        # A signing secret is a key: it signs the push (push_signing_secret), never travels.
         headers[TOKEN_HEADER] = token
     return headers
+
+
+def push_signing_secret(secret: str) -> str | None:
+    """The Standard Webhooks secret a push is signed with: the config's ``whsec_`` token.
+
+    Args:
+        secret: the route's opened secret (:func:`push_secret`).
+
+    Returns:
+        The token when it is a ``whsec_`` secret, else None (the push goes unsigned).
+    """
+    try:
+        token = json.loads(secret).get("token", "")
+    except (ValueError, AttributeError):
+        return None
+    return token if isinstance(token, str) and token.startswith(SIGNING_TOKEN_PREFIX) else None
 
 
 def push_config_id(secret: str) -> str:

@@ -26,7 +26,7 @@ from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.egress import EgressPolicy, redact_urls_in
 from birddog.core.errors import InvalidInput, InvalidSecret, SecretUnreadable
 from birddog.core.mail import Reply
-from birddog.core.push import push_headers
+from birddog.core.push import PUSH_CONTENT_TYPE, push_headers, push_signing_secret
 from birddog.http import signing
 from birddog.http.answers import MIN_DEFERRAL_S, classify, classify_batch
 from birddog.http.client import SessionOwner
@@ -85,6 +85,8 @@ class HttpTransport(SessionOwner):
         clock: the time source for ``webhook-timestamp`` and deferrals.
         connector_limit: the most connections open at once, over all recipients.
         egress: where posts may connect (default: the internal-mode policy).
+        push_egress: where A2A pushes (routes of kind ``a2a``) may connect, on a session of
+            their own (default: ``egress`` in public mode).
         proxy: an HTTP proxy URL every post goes through (``BIRDDOG_HTTP_PROXY``).
         resolver: the DNS resolver the egress policy filters (default: aiohttp's).
         max_timeout_s: the longest a route's own post timeout may make a post (the
@@ -105,6 +107,7 @@ class HttpTransport(SessionOwner):
         clock: Clock,
         connector_limit: int = 100,
         egress: EgressPolicy | None = None,
+        push_egress: EgressPolicy | None = None,
         proxy: str | None = None,
         resolver: AbstractResolver | None = None,
         max_timeout_s: float | None = None,
@@ -125,10 +128,12 @@ class HttpTransport(SessionOwner):
         self.clock = clock
         self.connector_limit = connector_limit
         self.egress = egress if egress is not None else EgressPolicy()
+        self.push_egress = push_egress if push_egress is not None else self.egress.for_pushes()
         self.proxy = proxy
         self.resolver = resolver
         self.push_body = push_body
         self._session: aiohttp.ClientSession | None = None
+        self._push_session: aiohttp.ClientSession | None = None
         self._signers: dict[tuple[str, ...], signing.Signer] = {}
         # Each route's URL, parsed and checked once (yarl parsing was a tenth of a post).
         self._urls: dict[tuple[str, str, str | None], yarl.URL | Rejected] = {}
@@ -233,8 +238,12 @@ class HttpTransport(SessionOwner):
     async def _push(self, route: Route, url: yarl.URL, parcel: Parcel) -> DeliveryResult:
         """Post one reply to an A2A push config: as a StreamResponse, any 2xx accepting.
 
-        The reply key goes as ``webhook-id`` (the receiver's idempotency key: delivery is
-        at least once); the config's ``Authorization`` and token as configured.
+        The body is ``application/a2a+json``. The reply key goes as ``webhook-id`` (the
+        receiver's idempotency key: delivery is at least once) with ``webhook-timestamp``;
+        a config whose token is a Standard Webhooks secret (``whsec_...``) gets
+        ``webhook-signature`` made with it (the token itself is then never sent), any
+        other token travels in ``X-A2A-Notification-Token``; ``Authorization`` as
+        configured. The connection passes the push egress policy, not the routes'.
         """
         if self.push_body is None:
             return Rejected(
@@ -244,11 +253,18 @@ class HttpTransport(SessionOwner):
         try:
             body = self.push_body(parcel.body)
             headers = push_headers(route.secret or "")
-        except (InvalidInput, ValueError) as exc:
+            key = push_signing_secret(route.secret or "")
+            timestamp = int(self._now().timestamp())
+            if key is not None:
+                headers.update(
+                    signing.headers(key, msg_id=parcel.key, timestamp=timestamp, body=body)
+                )
+        except (InvalidInput, InvalidSecret, ValueError) as exc:
             return Rejected(bounded_diagnostic(str(exc)), dead_reason=DeadReason.UNSENDABLE)
-        headers["content-type"] = "application/json"
+        headers["content-type"] = PUSH_CONTENT_TYPE
         headers["user-agent"] = self.user_agent
-        headers["webhook-id"] = parcel.key
+        headers[signing.ID_HEADER] = parcel.key
+        headers[signing.TIMESTAMP_HEADER] = str(timestamp)
         if (traceparent := tracing.outgoing()) is not None:
             headers[tracing.TRACEPARENT] = traceparent
         answer = await self._exchange(
@@ -258,6 +274,7 @@ class HttpTransport(SessionOwner):
             headers,
             limit=self.max_body_bytes,
             timeout_s=self._timeout_s(route),
+            push=True,
         )
         if not isinstance(answer, tuple):
             return answer
@@ -326,12 +343,13 @@ class HttpTransport(SessionOwner):
         *,
         limit: int,
         timeout_s: float,
+        push: bool = False,
     ) -> tuple[int, Mapping[str, str], bytes] | DeliveryResult:
         """Send one signed body: the answer's status, headers and body, or the failure."""
         try:
             async with asyncio.timeout(timeout_s):
                 status, answer_headers, answer, complete = await self._send(
-                    url, body, headers, limit=limit
+                    url, body, headers, limit=limit, push=push
                 )
         except TimeoutError:
             return Failed(f"no answer within {timeout_s:g} s; request cancelled")
@@ -354,14 +372,20 @@ class HttpTransport(SessionOwner):
         return status, answer_headers, answer
 
     async def _send(
-        self, url: yarl.URL, body: bytes, headers: Mapping[str, str], *, limit: int
+        self,
+        url: yarl.URL,
+        body: bytes,
+        headers: Mapping[str, str],
+        *,
+        limit: int,
+        push: bool = False,
     ) -> tuple[int, Mapping[str, str], bytes, bool]:
-        """POST and read at most ``limit`` bytes of the answer.
+        """POST and read at most ``limit`` bytes of the answer (a push on its own session).
 
         Returns:
             The status, the headers, the body read, and whether it was read completely.
         """
-        session = self._client()
+        session = self._push_client() if push else self._client()
         # aiohttp writes raw bytes in one go and warns above 1 MiB; a stream is written in
         # chunks, with the same Content-Length.
         data: bytes | io.BytesIO = body if len(body) <= _RAW_BODY_MAX else io.BytesIO(body)
@@ -380,22 +404,36 @@ class HttpTransport(SessionOwner):
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = (
-                aiohttp.TCPConnector(limit=self.connector_limit)
-                if self.proxy is not None
-                else egress_connector(
-                    self.egress, limit=self.connector_limit, resolver=self.resolver
-                )
-            )
-            self._session = aiohttp.ClientSession(
-                connector=connector,
-                # asyncio.timeout bounds the whole post; aiohttp's own default (5 min) is off.
-                timeout=aiohttp.ClientTimeout(total=None),
-                # Recipients must not be able to plant state that rides along to others.
-                cookie_jar=aiohttp.DummyCookieJar(),
-                trust_env=False,
-            )
+            self._session = self._new_session(self.egress)
         return self._session
+
+    def _push_client(self) -> aiohttp.ClientSession:
+        """The session of A2A pushes: its connections pass the push egress policy."""
+        if self._push_session is None or self._push_session.closed:
+            self._push_session = self._new_session(self.push_egress)
+        return self._push_session
+
+    def _new_session(self, egress: EgressPolicy) -> aiohttp.ClientSession:
+        connector = (
+            aiohttp.TCPConnector(limit=self.connector_limit)
+            if self.proxy is not None
+            else egress_connector(egress, limit=self.connector_limit, resolver=self.resolver)
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            # asyncio.timeout bounds the whole post; aiohttp's own default (5 min) is off.
+            timeout=aiohttp.ClientTimeout(total=None),
+            # Recipients must not be able to plant state that rides along to others.
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
+        )
+
+    async def close(self) -> None:
+        """Close both sessions and their connections; a later post opens new ones."""
+        push, self._push_session = self._push_session, None
+        if push is not None:
+            await push.close()
+        await super().close()
 
     def _now(self) -> datetime:
         return self.clock.now()

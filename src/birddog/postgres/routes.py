@@ -91,6 +91,8 @@ class PostgresRoutes:
         clock: the current time, for holds and releases.
         egress: the policy a route's URL must pass when it is added or updated (default:
             the internal-mode policy).
+        push_egress: the policy an A2A push config's URL (a route of kind ``a2a``) must
+            pass (default: ``egress`` in public mode).
         box: seals secrets before they are stored and opens them when read (default:
             no key: secrets stored as given).
         lease_s: the daemons' claim lease (``BIRDDOG_LEASE_S``): a route's post timeout
@@ -104,6 +106,7 @@ class PostgresRoutes:
         cache_s: float = 1.0,
         clock: Clock,
         egress: EgressPolicy | None = None,
+        push_egress: EgressPolicy | None = None,
         box: SecretBox | None = None,
         lease_s: float | None = None,
     ) -> None:
@@ -111,6 +114,7 @@ class PostgresRoutes:
         self.cache_s = cache_s
         self.clock = clock
         self.egress = egress if egress is not None else EgressPolicy()
+        self.push_egress = push_egress if push_egress is not None else self.egress.for_pushes()
         self.box = box if box is not None else SecretBox()
         self.lease_s = lease_s
         self._secrets = RouteSecrets(self.box)
@@ -194,7 +198,7 @@ class PostgresRoutes:
             # An A2A push config: its secret is what the post carries (birddog.a2a.push).
             if url is None or secret is None or batch_size != 1:
                 raise InvalidInput("an a2a push route needs a URL and its secret", field="url")
-            url = check_route_url(url, self.egress)
+            url = check_route_url(url, self.push_egress)
             stored = self._secrets.sealed(agent_id, secret)
         else:
             raise InvalidInput("route kind must be http, mailbox or a2a", field="kind")

@@ -1,7 +1,7 @@
 """Runs the A2A server (``birddog a2a``): the one file that runs it.
 
 :func:`run_a2a` opens the adapters, builds the SDK's application over the mail room
-(:func:`birddog.a2a.server.a2a_app`) and serves it on ``host`` (127.0.0.1 by default)
+(:func:`birddog.a2a.app.a2a_app`) and serves it on ``host`` (127.0.0.1 by default)
 until SIGTERM/SIGINT. Beside serving it forwards this host's spool
 (:func:`~birddog.processes.sides.forward_spool`), where a message the database could not
 take is kept.
@@ -45,7 +45,7 @@ async def run_a2a(
             address it listens on).
         announce: told the URL and the embedded server's DSN.
     """
-    from birddog.a2a.server import a2a_app  # noqa: PLC0415 - an extra
+    from birddog.a2a.app import a2a_app  # noqa: PLC0415 - an extra
 
     sock = listening_socket(host, port)
     url = public_url or socket_url(sock)
@@ -55,6 +55,13 @@ async def run_a2a(
             ProcessTasks(stop=stop) as sides,
         ):
             services = a2a_services(adapters, wait_s=wait_s)
+            if settings.push_egress != "public":
+                # An operator opened pushes to private and loopback addresses: said loudly.
+                log.warning("push_egress_open", mode=settings.push_egress)
+                announce(
+                    "WARNING: BIRDDOG_PUSH_EGRESS=internal: A2A push configs may point "
+                    "at private and loopback addresses (this host, its network)"
+                )
             app = a2a_app(services, public_url=url, version=version("birddog"))
 
             def ready(bound: str) -> None:

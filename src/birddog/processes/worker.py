@@ -24,6 +24,7 @@ from birddog.bootstrap import (
     build_worker,
     open_adapters,
 )
+from birddog.cancels import CancelHints
 from birddog.core.errors import StoreUnavailable
 from birddog.metrics import WorkerMetrics
 from birddog.ports import Clock, JobBacklog
@@ -95,7 +96,11 @@ async def run_worker(
                 ProcessTasks(stop=stop, on_error=metrics.side_task_failed) as sides,
             ):
                 back = asyncio.Event()  # the listener reconnected: forward the spool
-                listener = await sides.enter(build_jobs_listener(adapters, on_reconnect=back.set))
+                # A cancellation recorded on a job of ours is heard at once (birddog.cancels).
+                hints = CancelHints()
+                listener = await sides.enter(
+                    build_jobs_listener(adapters, on_reconnect=back.set, cancel_hints=hints)
+                )
                 worker = build_worker(
                     adapters,
                     handler,
@@ -104,6 +109,7 @@ async def run_worker(
                     agents=agents,
                     stop=stop,
                     metrics=metrics,
+                    cancel_hints=hints,
                 )
                 # No job runs again here while a turn of it, whose worker died, still does.
                 await end_leftover_turns(adapters.jobs, grace_s=settings.kill_grace_s)

@@ -29,6 +29,7 @@ class InMemoryRoutes:
     Args:
         clock: when holds begin and end.
         egress: where route URLs may point (default: the internal-mode policy).
+        push_egress: where A2A push URLs may point (default: ``egress`` in public mode).
         outbox: the outbox whose rows follow the routes (None: none).
 
     Attributes:
@@ -41,9 +42,11 @@ class InMemoryRoutes:
         clock: Clock | None = None,
         egress: EgressPolicy | None = None,
         outbox: InMemoryOutbox | None = None,
+        push_egress: EgressPolicy | None = None,
     ) -> None:
         self.clock: Clock = clock or FrozenClock()
         self.egress = egress if egress is not None else EgressPolicy()
+        self.push_egress = push_egress if push_egress is not None else self.egress.for_pushes()
         self.outbox = outbox
         self.routes: dict[str, Route] = {}
 
@@ -85,7 +88,7 @@ class InMemoryRoutes:
             secret=secret,
             kind=kind,
             batch_size=batch_size,
-            egress=self.egress,
+            egress=self.push_egress if kind == "a2a" else self.egress,
             fresh_secret=secret_of(secrets.token_bytes(32)),
         )
         if agent_id in self.routes:

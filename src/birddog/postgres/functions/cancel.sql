@@ -12,7 +12,7 @@ DECLARE
     v_done record;
 BEGIN
     -- The operator's cancellation: a queued job settles cancelled now (the first recorded
-    -- content wins), a running one records it for its worker's next heartbeat.
+    -- content wins), a running one records it and tells its worker at once.
     SELECT * INTO v_job FROM birddog.jobs j WHERE j.job_id = p_job_id FOR UPDATE;
     IF NOT FOUND THEN
         decision := 'missing';
@@ -40,6 +40,8 @@ BEGIN
         UPDATE birddog.jobs j
         SET cancel_requested_at = p_now, cancel_content = p_content, updated_at = now()
         WHERE j.job_id = v_job.job_id;
+        -- Its worker hears it at commit (birddog.cancels), not at its next heartbeat.
+        PERFORM pg_notify('birddog_jobs', 'cancel:' || v_job.job_id);
         decision := 'record';
     END IF;
     RETURN NEXT;
