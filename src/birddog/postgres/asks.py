@@ -42,7 +42,13 @@ from birddog.postgres.enqueue import (
     enqueued,
 )
 from birddog.postgres.job_rows import Row
-from birddog.postgres.pool import Connection, Pool, acquire_within, store_errors
+from birddog.postgres.pool import (
+    CONNECT_TIMEOUT_S,
+    Connection,
+    Pool,
+    acquire_within,
+    store_errors,
+)
 from birddog.postgres.sql import queries
 
 __all__ = ["PostgresAsks"]
@@ -106,7 +112,9 @@ class PostgresAsks:
                 span.traceparent,
                 *timing,
             )
-            async with acquire_within(self.pool, timeout_s, "send") as conn:
+            async with acquire_within(
+                self.pool, timeout_s, "send", open_within_s=CONNECT_TIMEOUT_S
+            ) as conn:
                 with store_errors("send"):
                     row = await conn.fetchrow(queries["ask_send"], *args)
         if row is None:  # the function returns one row
@@ -138,7 +146,9 @@ class PostgresAsks:
                 require_mailbox=outgoing.require_mailbox,
                 timeout_s=timeout_s,
             )
-        async with acquire_within(self.pool, timeout_s, "send") as conn:
+        async with acquire_within(
+            self.pool, timeout_s, "send", open_within_s=CONNECT_TIMEOUT_S
+        ) as conn:
             with store_errors("send"):
                 async with conn.transaction():
                     job = outgoing.job

@@ -306,7 +306,9 @@ async def create_pool(
 
 
 @asynccontextmanager
-async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncIterator[Connection]:
+async def acquire_within(
+    pool: Pool, timeout_s: float, operation: str, *, open_within_s: float = 0.0
+) -> AsyncIterator[Connection]:
     """A pool connection, waited for no longer than ``timeout_s``.
 
     Many callers on a small pool queue for a connection; a caller with a deadline (an
@@ -319,6 +321,11 @@ async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncI
         pool: the pool (one made with ``min_size=0`` opens its first connection here).
         timeout_s: the longest wait for a free connection.
         operation: what it is for, for the message.
+        open_within_s: when the pool must open a connection (it has none free), give the
+            attempt at least this long, whatever ``timeout_s`` says. A sender that spools
+            what the database cannot take passes :data:`CONNECT_TIMEOUT_S`: a short
+            deadline (``ask --timeout 0``) must not turn a connection still opening on a
+            server that is up into "unreachable".
 
     Yields:
         The connection, released when the block ends.
@@ -331,8 +338,9 @@ async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncI
     # A full pool that times out is busy; one that could open a connection and did not
     # get one in time found the server too slow to answer, or gone.
     full = pool.get_idle_size() == 0 and pool.get_size() >= pool.get_max_size()
+    wait_s = timeout_s if full or pool.get_idle_size() else max(timeout_s, open_within_s)
     try:
-        conn = await pool.acquire(timeout=max(timeout_s, 0.001))
+        conn = await pool.acquire(timeout=max(wait_s, 0.001))
     except TimeoutError as exc:
         if full:
             raise StoreBusy(
@@ -340,7 +348,7 @@ async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncI
                 "nothing was done"
             ) from exc
         raise StoreUnreachable(
-            f"cannot reach the database for {operation}: no connection within {timeout_s:g} s"
+            f"cannot reach the database for {operation}: no connection within {wait_s:g} s"
         ) from exc
     except ValueError as exc:
         raise DatabaseRefused(f"the database URL is malformed: {failure_reason(exc)}") from exc
