@@ -34,7 +34,7 @@ from tests.support.proxy import DatabaseProxy, proxied
 def mail(index: int) -> list[str]:
     """``birddog send`` arguments for mail ``mail-<index>`` from alice to bob."""
     return [
-        "send", "--job-id", f"job-{index}", "--to", "bob:s-bob", "--from", "alice:s-alice",
+        "send", "--allow-unknown", "--job-id", f"job-{index}", "--to", "bob:s-bob", "--from", "alice:s-alice",
         "--reply-to", "alice:s-alice", "--key", f"mail-{index}", "--command-id", f"cmd-{index}",
     ]  # fmt: skip
 
@@ -382,3 +382,23 @@ async def test_a_login_that_may_not_forward_a_mail_leaves_it_for_one_that_may(
     assert len(forwarded.forwarded) == 1
     assert forwarded.complete
     assert await pg_pool.fetchval("SELECT count(*) FROM birddog.jobs") == 1
+
+
+async def test_ask_with_no_wait_says_spooled_only_when_the_database_is_away(
+    proxy: DatabaseProxy, pg_pool: Pool
+) -> None:
+    """`ask --timeout 0` with the database up never says spooled (ten tries); away, it does."""
+    await PostgresRoutes(pg_pool, clock=SystemClock()).add("bob", kind="mailbox")
+    for attempt in range(10):
+        asked = await cli(
+            proxy.dsn, "ask", "--to", "bob:s-bob", "--from", "me:s-me", "--timeout", "0",
+            f"up {attempt}",
+        )  # fmt: skip
+        assert asked.returncode == 2, asked.stderr
+        assert "spooled" not in asked.stderr, f"try {attempt}: {asked.stderr}"
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.jobs") == 10
+    await proxy.down()
+    away = await cli(
+        proxy.dsn, "ask", "--to", "bob:s-bob", "--from", "me:s-me", "--timeout", "0", "away"
+    )
+    assert "spooled (database unreachable)" in away.stderr, away.stderr

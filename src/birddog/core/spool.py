@@ -47,6 +47,10 @@ class Outgoing(Model):
         require_mailbox: refuse when ``mailbox_for`` posts to an inbox URL (an ask).
         keep_stored_time: unchecked only: a job already stored under this id lends its
             mail's ``createdAt``, so a retried send whose time was not pinned is a replay.
+        require_known: unchecked only: refuse (:class:`~birddog.UnknownAgent`) a target
+            with no route whose session was never sent work, as a checked send does
+            (``birddog send`` without ``--allow-unknown``). A mail spooled by an older
+            BirdDog has none, and is enqueued as it was then.
     """
 
     job: Job
@@ -54,6 +58,7 @@ class Outgoing(Model):
     mailbox_for: AgentAddress | None = None
     require_mailbox: bool = False
     keep_stored_time: bool = False
+    require_known: bool = False
 
     @property
     def mail(self) -> Mail:

@@ -132,7 +132,7 @@ class PostgresAsks:
             Whether it was a replay, and whether a mailbox route was added.
 
         Raises:
-            UnknownAgent: checked, and the target is not known.
+            UnknownAgent: checked (or ``require_known``), and the target is not known.
             NotAMailbox: checked, and the sender must take replies from a mailbox.
             JobConflict: the key (checked) or the job id was sent before with another mail.
             StoreBusy: no pool connection was free within ``timeout_s``; nothing written.
@@ -152,6 +152,12 @@ class PostgresAsks:
             with store_errors("send"):
                 async with conn.transaction():
                     job = outgoing.job
+                    if outgoing.require_known:
+                        to = outgoing.mail.to
+                        if not await conn.fetchval(
+                            queries["session_known"], to.agent_id, to.session_id
+                        ):
+                            raise unknown_target(to)
                     if outgoing.keep_stored_time:
                         job = await _with_stored_time(conn, job)
                     inserted = await enqueue_accepted_job(conn, job)

@@ -290,6 +290,8 @@ class InMemoryAsks:
                 timeout_s=timeout_s,
             )
         job = outgoing.job
+        if outgoing.require_known and not await self._known(outgoing.mail.to):
+            raise unknown_target(outgoing.mail.to)
         stored = self.jobs.jobs.get(job.job_id)
         if outgoing.keep_stored_time and stored is not None:
             stored_mail = mail_of(stored.job)
