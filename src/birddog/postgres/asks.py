@@ -30,6 +30,7 @@ from birddog.core.ask_facts import RECENT_BEAT_S, AskFacts
 from birddog.core.errors import (
     InvalidInput,
     InvalidJobPayload,
+    StoreRefused,
     StoreUnavailable,
 )
 from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
@@ -162,6 +163,28 @@ class PostgresAsks:
                         job = await _with_stored_time(conn, job)
                     inserted = await enqueue_accepted_job(conn, job)
         return Posted(replay=not inserted, mailbox_added=False)
+
+    async def server_identity(self, *, timeout_s: float) -> str | None:
+        """``<system identifier>/<database oid>`` of the database written to.
+
+        Args:
+            timeout_s: the longest wait for a pool connection.
+
+        Returns:
+            The identity; None when this login may not read it (``pg_control_system``
+            revoked).
+
+        Raises:
+            StoreBusy: no pool connection was free within ``timeout_s``.
+            StoreUnavailable: the database is unreachable.
+        """
+        async with acquire_within(self.pool, timeout_s, "server identity") as conn:
+            try:
+                with store_errors("server identity"):
+                    found: str | None = await conn.fetchval(queries["server_identity"])
+            except StoreRefused:
+                return None
+        return found
 
     async def ensure_mailbox(self, agent_id: str, *, timeout_s: float) -> bool:
         """Give ``agent_id`` a mailbox route when it has none (``birddog.ensure_mailbox``).

@@ -14,7 +14,9 @@ that nothing of its operation reached the database (and may spool it).
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 import re
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -33,6 +35,7 @@ from birddog.core.errors import (
     StoreUnavailable,
     StoreUnreachable,
 )
+from birddog.core.spool import Destination
 from birddog.core.text import printable
 from birddog.postgres.sql import queries
 
@@ -122,6 +125,41 @@ def describe_database(dsn: str) -> str:
     named = f'database "{database}"' if database else "the default database"
     who = f' as "{user}"' if user else ""
     return printable(f"{named} on {where}{who}")
+
+
+def destination_of(dsn: str) -> Destination | None:
+    """The database a DSN names, as a spooled mail records it: never the password.
+
+    What the DSN leaves out is what libpq and asyncpg would use: ``PGHOST``, ``PGPORT``,
+    ``PGUSER``, ``PGDATABASE``, else port 5432, the OS user, a database named as the user.
+
+    Args:
+        dsn: ``postgresql://user:password@host:port/database?host=/socket/dir``.
+
+    Returns:
+        Its host, port, database and user; None for a DSN that cannot be parsed (its mail
+        is then filed under no database).
+    """
+    try:
+        parts = urlsplit(dsn)
+        query = parse_qs(parts.query)
+        host = parts.hostname or query.get("host", [""])[0] or os.environ.get("PGHOST", "")
+        port = int(parts.port or query.get("port", [""])[0] or os.environ.get("PGPORT") or 5432)
+        user = (
+            unquote(parts.username or "")
+            or query.get("user", [""])[0]
+            or os.environ.get("PGUSER", "")
+            or getpass.getuser()
+        )
+        database = (
+            unquote(parts.path.lstrip("/"))
+            or query.get("dbname", [""])[0]
+            or os.environ.get("PGDATABASE", "")
+            or user
+        )
+    except (ValueError, KeyError, OSError):
+        return None
+    return Destination(host=host, port=port, database=database, user=user)
 
 
 def _password(dsn: str) -> str | None:

@@ -499,11 +499,15 @@ class MailService:
 
     # ---- the spool ----------------------------------------------------------------------
 
-    async def forward(self, *, wait_s: float = 0.0) -> ForwardReport:
+    async def forward(self, *, wait_s: float = 0.0, adopt: bool = False) -> ForwardReport:
         """Forward the spool into the database once, in order (``birddog spool forward``).
+
+        Only mail meant for this database goes (:func:`~birddog.core.spool.meant_for`).
 
         Args:
             wait_s: how long to wait for another forwarder that holds the spool.
+            adopt: also the mail meant for another database, or that records none (an
+                older BirdDog's): an operator's choice (``spool forward --adopt``).
 
         Returns:
             What was forwarded, quarantined, or kept because the database is away
@@ -512,7 +516,7 @@ class MailService:
         Raises:
             SpoolFailed: the spool cannot be read or written.
         """
-        return await self.writer.forward(wait_s=wait_s)
+        return await self.writer.forward(wait_s=wait_s, adopt=adopt)
 
     async def forward_waiting(self) -> ForwardReport:
         """Forward the spool if mail waits in it (a process's side task: cheap when empty).
