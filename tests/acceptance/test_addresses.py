@@ -7,7 +7,7 @@ import json
 from birddog.postgres.pool import Pool
 from tests.support.cli import cli
 
-TO_CAROL = ["--job-id", "job-c", "--to", "bob:s-bob", "--from", "alice:s-alice",
+TO_CAROL = ["--allow-unknown", "--job-id", "job-c", "--to", "bob:s-bob", "--from", "alice:s-alice",
             "--reply-to", "carol:s-carol", "--key", "mail-c", "--command-id", "cmd-c",
             "--content", "hello"]  # fmt: skip
 REPLY = "outbox:mail-c:reply:0"
@@ -25,7 +25,7 @@ async def test_a_reply_to_an_agent_without_a_route_is_warned_of_and_refused_when
 ) -> None:
     """Send warns on stderr and in --json of carol's missing route; --strict writes nothing."""
     strict = await cli(database_url, "send", *TO_CAROL, "--strict")
-    assert strict.returncode == 1
+    assert strict.returncode == 3
     assert "no route for reply-to carol: its reply would die unknown_recipient" in strict.stderr
     assert "nothing was sent" in strict.stderr
     assert await pg_pool.fetchval("SELECT count(*) FROM birddog.jobs") == 0
@@ -34,6 +34,8 @@ async def test_a_reply_to_an_agent_without_a_route_is_warned_of_and_refused_when
     assert json.loads(sent.stdout) == {
         "status": "sent",
         "jobId": "job-c",
+        "key": "mail-c",
+        "commandId": "cmd-c",
         "unroutedReplyTo": ["carol"],
     }
     assert "warning: no route for reply-to carol" in sent.stderr

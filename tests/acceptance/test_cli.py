@@ -22,7 +22,7 @@ async def test_send_work_run_delivers_end_to_end(
     """send, worker --once and run --once take a mail from the shell to a signed receipt."""
     await harness.add_agent("alice")
     sent = await cli(
-        database_url, "send", "--job-id", "job-1", "--to", "bob:s-bob", "--from", "alice:s-alice",
+        database_url, "send", "--allow-unknown", "--job-id", "job-1", "--to", "bob:s-bob", "--from", "alice:s-alice",
         "--reply-to", "alice:s-alice", "--key", "mail-1", "--command-id", "cmd-1",
         "--content", "What is due?",
     )  # fmt: skip
@@ -49,7 +49,7 @@ async def test_a_failing_handler_replies_failed_without_the_credential(
     """A handler that raises settles failed; the reply's diagnostic is masked."""
     await harness.add_agent("alice")
     await cli(
-        database_url, "send", "--job-id", "job-2", "--to", "bob:s-bob", "--from", "alice:s-alice",
+        database_url, "send", "--allow-unknown", "--job-id", "job-2", "--to", "bob:s-bob", "--from", "alice:s-alice",
         "--reply-to", "alice:s-alice", "--key", "mail-2", "--command-id", "cmd-2", "--content", "x",
     )  # fmt: skip
     worked = await cli(

@@ -58,7 +58,7 @@ async def test_arguments_that_are_not_utf8_are_one_line_naming_their_position(
         (["check", "--hold-s", "0"], "--hold-s"),
         (["probe", "--timeout-s", "inf"], "--timeout-s"),
         (["worker", "--handler", "examples.handler:handle", "--concurrency", "0"], "--concurrency"),
-        (["send", "--to", "bob:s"], "--job-id"),
+        (["send", "--to", "bob:s"], "--from"),
         (["no-such-command"], "No such command"),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else value,

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="ne
 
 async def send(database_url: str, job_id: str, content: str) -> None:
     sent = await cli(
-        database_url, "send", "--job-id", job_id, "--to", "upper:s-upper",
+        database_url, "send", "--allow-unknown", "--job-id", job_id, "--to", "upper:s-upper",
         "--from", "asker:s-ask", "--reply-to", "asker:s-ask", "--key", f"mail-{job_id}",
         "--command-id", f"cmd-{job_id}", "--content", content,
     )  # fmt: skip

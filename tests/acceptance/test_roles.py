@@ -37,7 +37,7 @@ async def test_each_process_works_under_its_own_role(
 
     inbox.secrets["alice"] = Inbox(added.split("signing secret: ")[1].strip())
     await as_(
-        "sender", "send", "--job-id", "job-1", "--to", "bob:s-bob", "--from", "alice:s-alice",
+        "sender", "send", "--allow-unknown", "--job-id", "job-1", "--to", "bob:s-bob", "--from", "alice:s-alice",
         "--reply-to", "alice:s-alice", "--key", "mail-1", "--command-id", "cmd-1",
         "--content", "What is due?",
     )  # fmt: skip

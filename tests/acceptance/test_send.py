@@ -12,7 +12,7 @@ from tests.support import json_at
 from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
 from tests.support.stacks import Harness
 
-MAIL = ["--job-id", "job-r", "--to", "bob:s-bob", "--from", "alice:s-alice",
+MAIL = ["--allow-unknown", "--job-id", "job-r", "--to", "bob:s-bob", "--from", "alice:s-alice",
         "--reply-to", "alice:s-alice", "--key", "mail-r", "--command-id", "cmd-r"]  # fmt: skip
 
 
@@ -113,3 +113,79 @@ async def test_send_takes_priority_not_before_and_expiry_and_a_retry_is_a_replay
     assert "not before" in listed.stdout.splitlines()[0]
     status = await cli(database_url, "status")
     assert "1 queued not before a later time" in status.stdout
+
+
+async def test_send_and_ask_refuse_an_unknown_agent_as_the_mcp_send_does(
+    database_url: str, harness: Harness
+) -> None:
+    """To an agent with no route and a session never sent work: exit 3, nothing written."""
+    sent = await cli(
+        database_url, "send", "--to", "nosuch:s-1", "--from", "me:s-me", "--content", "hi"
+    )
+    assert sent.returncode == 3, sent
+    assert sent.stdout == ""
+    assert "unknown agent session nosuch:s-1: the agent has no route" in sent.stderr
+    assert "--allow-unknown" in sent.stderr
+    assert "nothing was sent" in sent.stderr
+    assert "Traceback" not in sent.stderr
+    strict = await cli(
+        database_url, "send", "--to", "nosuch:s-1", "--from", "me:s-me", "--content", "hi",
+        "--strict",
+    )  # fmt: skip
+    assert strict.returncode == 3
+    asked = await cli(
+        database_url, "ask", "--to", "nosuch:s-1", "--from", "me:s-me", "--timeout", "0", "hi"
+    )
+    assert asked.returncode == 3, asked
+    assert "unknown agent session nosuch:s-1" in asked.stderr
+    assert await harness.pool.fetchval("SELECT count(*) FROM birddog.jobs") == 0
+
+
+async def test_allow_unknown_queues_mail_for_a_worker_not_started_yet(
+    database_url: str, harness: Harness
+) -> None:
+    """--allow-unknown queues it; the session is then known, so a plain send goes through."""
+    waiting = await cli(
+        database_url, "send", "--to", "later:s-1", "--from", "me:s-me", "--content", "one",
+        "--allow-unknown",
+    )  # fmt: skip
+    assert waiting.returncode == 0, waiting.stderr
+    assert waiting.stdout.startswith("sent: send:mail-")
+    plain = await cli(
+        database_url, "send", "--to", "later:s-1", "--from", "me:s-me", "--content", "two"
+    )
+    assert plain.returncode == 0, plain.stderr
+    assert await harness.pool.fetchval("SELECT count(*) FROM birddog.jobs") == 2
+
+
+async def test_to_from_and_content_are_enough_the_ids_are_made_and_printed(
+    database_url: str, harness: Harness
+) -> None:
+    """Unset key, job id and command id are made, printed; --key KEY again is a replay."""
+    await harness.routes.add("bob", kind="mailbox")
+    sent = await cli(
+        database_url, "send", "--to", "bob:s-bob", "--from", "me:s-me", "--content", "hi"
+    )
+    assert sent.returncode == 0, sent.stderr
+    job_id = sent.stdout.strip().removeprefix("sent: ")
+    assert job_id.startswith("send:mail-")
+    key = job_id.removeprefix("send:")
+    assert f"sent as key {key}, job id {job_id}, command id {job_id}" in sent.stderr
+    assert f"--key {key} sends the same again" in sent.stderr
+    payload = json.loads(
+        await harness.pool.fetchval(
+            "SELECT payload::text FROM birddog.jobs WHERE job_id = $1", job_id
+        )
+    )
+    assert (payload["mail"]["key"], payload["commandFactId"]) == (key, job_id)
+    again = await cli(
+        database_url, "send", "--to", "bob:s-bob", "--from", "me:s-me", "--content", "hi",
+        "--key", key, "--json",
+    )  # fmt: skip
+    assert json.loads(again.stdout) == {
+        "status": "already sent",
+        "jobId": job_id,
+        "key": key,
+        "commandId": job_id,
+        "unroutedReplyTo": [],
+    }

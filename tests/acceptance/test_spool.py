@@ -34,7 +34,7 @@ from tests.support.proxy import DatabaseProxy, proxied
 def mail(index: int) -> list[str]:
     """``birddog send`` arguments for mail ``mail-<index>`` from alice to bob."""
     return [
-        "send", "--job-id", f"job-{index}", "--to", "bob:s-bob", "--from", "alice:s-alice",
+        "send", "--allow-unknown", "--job-id", f"job-{index}", "--to", "bob:s-bob", "--from", "alice:s-alice",
         "--reply-to", "alice:s-alice", "--key", f"mail-{index}", "--command-id", f"cmd-{index}",
     ]  # fmt: skip
 
@@ -355,30 +355,156 @@ async def test_the_mcp_server_starts_away_spools_and_forwards_when_back(
     assert sorted(row["key"] for row in keys) == ["m-1", "m-2"]
 
 
-async def test_a_login_that_may_not_forward_a_mail_leaves_it_for_one_that_may(
+async def test_spooled_mail_is_forwarded_only_under_the_login_that_spooled_it(
     logins: dict[str, str], pg_pool: Pool, tmp_path: Path
 ) -> None:
-    """Under the worker's role a checked send is kept, not quarantined; the sender's forwards it."""
+    """Spooled under the sender's login: the daemon's and worker's leave it, the sender's sends it."""
     await PostgresRoutes(pg_pool, clock=SystemClock()).add("bob", kind="mailbox")
     path = tmp_path / "spool.db"
 
-    async def forward_as(kind: str, *, put: bool = False) -> ForwardReport:
-        pool = await create_pool(logins[kind], min_size=0, max_size=2)
+    async def forward_as(kind: str, *, put: bool = False) -> ForwardReport | None:
+        dsn = logins[kind]
+        pool = await create_pool(dsn, min_size=0, max_size=2)
         try:
-            async with open_sender(pool, None, spool_path=path, forward_every_s=0) as sender:
+            async with open_sender(
+                pool, None, spool_path=path, forward_every_s=0, database_url=dsn
+            ) as sender:
                 if put:
                     assert sender.spool is not None
                     await sender.spool.put(
                         sender.outgoing(to="bob:s-bob", from_="alice:s-alice", content="hi")
                     )
+                    return None
                 return await sender.forward()
         finally:
             await pool.close()
 
-    kept = await forward_as("worker", put=True)
-    assert (kept.kept, kept.forwarded, kept.quarantined) == (True, [], {})
-    assert "may not forward" in (kept.error or "")
+    await forward_as("sender", put=True)
+    for other in ("daemon", "worker"):
+        left = await forward_as(other)
+        assert left is not None
+        assert (left.forwarded, left.quarantined, left.kept) == ([], {}, False), other
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.jobs") == 0
     forwarded = await forward_as("sender")
+    assert forwarded is not None
     assert len(forwarded.forwarded) == 1
     assert forwarded.complete
     assert await pg_pool.fetchval("SELECT count(*) FROM birddog.jobs") == 1
+
+
+async def test_mail_recorded_for_another_server_behind_the_same_dsn_stays(
+    database_url: str, pg_pool: Pool, tmp_path: Path
+) -> None:
+    """A row stamped with another server's identity is left, even under the same DSN text."""
+    await PostgresRoutes(pg_pool, clock=SystemClock()).add("bob", kind="mailbox")
+    pool = await create_pool(database_url, min_size=0, max_size=2)
+    try:
+        async with open_sender(
+            pool, None, spool_path=tmp_path / "spool.db", forward_every_s=0,
+            database_url=database_url,
+        ) as sender:  # fmt: skip
+            spool = sender.spool
+            assert spool is not None
+            first = sender.outgoing(to="bob:s-bob", from_="alice:s-alice", content="old server")
+            await spool.put(first)  # the file exists: a server can be noted for its key
+            await spool.note_server("6789012345678901234/1")  # what it was found on then
+            await spool.put(sender.outgoing(to="bob:s-bob", from_="me:s-me", content="then"))
+            report = await sender.forward()
+            assert report.forwarded == [first.mail.key]  # recorded no server: its DSN rules
+            status = await spool.status()
+            assert status.mails == 1
+            [(name, count, _)] = status.elsewhere
+            assert count == 1
+            assert name.startswith('database "')
+    finally:
+        await pool.close()
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.jobs") == 1
+
+
+async def test_a_spool_of_an_older_birddog_keeps_its_mail_for_adopt(
+    proxy: DatabaseProxy, pg_pool: Pool
+) -> None:
+    """A version 1 spool's rows record no database: listed, left, then sent by --adopt."""
+    await PostgresRoutes(pg_pool, clock=SystemClock()).add("bob", kind="mailbox")
+    await proxy.down()
+    assert (await cli(proxy.dsn, *mail(1), "--content", "old")).returncode == 0
+    path = spool_path_for(proxy.dsn)
+    db = sqlite3.connect(path)
+    try:  # as version 1 wrote it: no destination in the row or its body
+        [body] = db.execute("SELECT body FROM mail").fetchone()
+        old = json.loads(body)
+        del old["destination"]
+        db.execute("DROP INDEX mail_destination")
+        db.execute("ALTER TABLE mail DROP COLUMN destination")
+        db.execute("ALTER TABLE mail DROP COLUMN server")
+        db.execute("UPDATE mail SET body = ?", (json.dumps(old),))
+        db.execute("PRAGMA user_version = 1")
+        db.commit()
+    finally:
+        db.close()
+    await proxy.up()
+    left = await cli(proxy.dsn, "spool", "forward")
+    assert left.stdout.strip() == "forwarded 0 mails", left
+    assert "no database recorded (spooled by an older BirdDog)" in left.stderr
+    status = await spool_status(proxy.dsn)
+    assert [e["mails"] for e in status["elsewhere"]] == [1]
+    adopted = await cli(proxy.dsn, "spool", "forward", "--adopt")
+    assert adopted.stdout.strip() == "forwarded 1 mail", adopted
+    assert await jobs_of(pg_pool) == ["job-1"]
+
+
+async def test_ask_with_no_wait_says_spooled_only_when_the_database_is_away(
+    proxy: DatabaseProxy, pg_pool: Pool
+) -> None:
+    """`ask --timeout 0` with the database up never says spooled (ten tries); away, it does."""
+    await PostgresRoutes(pg_pool, clock=SystemClock()).add("bob", kind="mailbox")
+    for attempt in range(10):
+        asked = await cli(
+            proxy.dsn, "ask", "--to", "bob:s-bob", "--from", "me:s-me", "--timeout", "0",
+            f"up {attempt}",
+        )  # fmt: skip
+        assert asked.returncode == 2, asked.stderr
+        assert "spooled" not in asked.stderr, f"try {attempt}: {asked.stderr}"
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.jobs") == 10
+    await proxy.down()
+    away = await cli(
+        proxy.dsn, "ask", "--to", "bob:s-bob", "--from", "me:s-me", "--timeout", "0", "away"
+    )
+    assert "spooled (database unreachable)" in away.stderr, away.stderr
+
+
+async def test_mail_for_a_mistyped_database_never_reaches_another_and_is_listed_by_it(
+    proxy: DatabaseProxy, pg_pool: Pool
+) -> None:
+    """Spooled for nobody@127.0.0.1:1/x, a daemon on the real database leaves it; listed."""
+    await PostgresRoutes(pg_pool, clock=SystemClock()).add("bob", kind="mailbox")
+    shared = str(spool_path_for(proxy.dsn))  # one spool file for both, as in one checkout
+    wrong = "postgresql://nobody@127.0.0.1:1/x"
+    sent = await cli(
+        wrong, "send", "--to", "bob:s-bob", "--from", "alice:s-alice", "--key", "typo-1",
+        "--content", "for the wrong database", BIRDDOG_SPOOL_PATH=shared,
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    assert sent.stdout.startswith("spooled (database unreachable): ")
+    drained = await cli(proxy.dsn, "run", "--once")  # forwards this host's spool first
+    assert drained.returncode == 0, drained.stderr
+    forwarded = await cli(proxy.dsn, "spool", "forward")
+    assert forwarded.returncode == 0, forwarded.stderr
+    assert forwarded.stdout.strip() == "forwarded 0 mails"
+    assert 'left 1 mail meant for database "x" on 127.0.0.1:1 as "nobody"' in forwarded.stderr
+    assert await jobs_of(pg_pool) == []
+    status = await spool_status(proxy.dsn)
+    assert status["mails"] == 1
+    assert [(e["destination"], e["mails"]) for e in status["elsewhere"]] == [
+        ('database "x" on 127.0.0.1:1 as "nobody"', 1)
+    ]
+    shown = await cli(proxy.dsn, "spool", "status")
+    assert 'database "x" on 127.0.0.1:1 as "nobody": 1 mail, since ' in shown.stdout
+    checked = await cli(proxy.dsn, "check", "--json")
+    assert checked.returncode == 1
+    problems = {p["check"]: p["message"] for p in json.loads(checked.stdout)["problems"]}
+    assert set(problems) == {"spool_elsewhere"}, problems
+    assert 'database "x" on 127.0.0.1:1 as "nobody": 1' in problems["spool_elsewhere"]
+    adopted = await cli(proxy.dsn, "spool", "forward", "--adopt")
+    assert (adopted.returncode, adopted.stdout.strip()) == (0, "forwarded 1 mail"), adopted
+    assert len(await jobs_of(pg_pool)) == 1

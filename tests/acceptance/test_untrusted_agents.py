@@ -42,7 +42,7 @@ sh -c 'sleep 300 & sleep 300'
 
 async def send(database_url: str, job_id: str, *extra: str, **env: str) -> None:
     sent = await cli(
-        database_url, "send", "--job-id", job_id, "--to", "agent:s-agent",
+        database_url, "send", "--allow-unknown", "--job-id", job_id, "--to", "agent:s-agent",
         "--from", "asker:s-ask", "--reply-to", "asker:s-ask", "--key", f"mail-{job_id}",
         "--command-id", f"cmd-{job_id}", "--content", "hello", *extra, variables=env,
     )  # fmt: skip

@@ -409,7 +409,7 @@ async def test_every_path_works_under_its_role(logins: dict[str, str], pg_pool: 
 
     await as_("daemon", "route", "add", "alice", "--mailbox")
     send = (
-        "send", "--job-id", "job-1", "--to", "bob:s-bob", "--from", "alice:s-alice",
+        "send", "--allow-unknown", "--job-id", "job-1", "--to", "bob:s-bob", "--from", "alice:s-alice",
         "--reply-to", "alice:s-alice", "--key", "mail-1", "--command-id", "cmd-1",
         "--content", "What is due?",
     )  # fmt: skip

@@ -189,7 +189,7 @@ class NamespacedServer:
 def send_args(index: int) -> list[str]:
     """``birddog send`` of mail ``index``, alice to bob."""
     return [
-        "send", "--job-id", f"part-{index}", "--to", "bob:s-bob", "--from", "alice:s-alice",
+        "send", "--allow-unknown", "--job-id", f"part-{index}", "--to", "bob:s-bob", "--from", "alice:s-alice",
         "--reply-to", "alice:s-alice", "--key", f"mail-{index}", "--command-id", f"cmd-{index}",
         "--content", f"mail {index}",
     ]  # fmt: skip

@@ -48,7 +48,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.timeout(2400 if FULL else 600)]
 def send_args(index: int, stream: int) -> list[str]:
     """``birddog send`` of mail ``index`` of ``stream``: alice to bob's stream session."""
     return [
-        "send", "--job-id", f"out-{index}", "--to", f"bob:s-{stream}", "--from", "alice:s-alice",
+        "send", "--allow-unknown", "--job-id", f"out-{index}", "--to", f"bob:s-{stream}", "--from", "alice:s-alice",
         "--reply-to", "alice:s-alice", "--key", f"mail-{index}", "--command-id", f"cmd-{index}",
         "--content", f"mail {index} of stream {stream}",
     ]  # fmt: skip

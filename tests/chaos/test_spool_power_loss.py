@@ -90,7 +90,7 @@ async def through_birddog_send(path: Path) -> list[str]:
     for index in range(CLI_MAILS):
         done = await cli(
             dsn,
-            "send", "--job-id", f"job-{index}", "--to", "bob:s-bob", "--from", "alice:s-alice",
+            "send", "--allow-unknown", "--job-id", f"job-{index}", "--to", "bob:s-bob", "--from", "alice:s-alice",
             "--reply-to", "alice:s-alice", "--key", f"mail-{index}",
             "--command-id", f"cmd-{index}", "--content", f"mail {index}",
             BIRDDOG_SPOOL_PATH=str(path),

@@ -720,7 +720,7 @@ async def test_a_foreign_payload_is_settled_failed_with_a_clear_diagnostic(pg_po
 
 BIRDDOG = str(Path(sys.executable).parent / "birddog")
 ROOT = Path(__file__).resolve().parents[2]
-SEND = ["send", "--job-id", "job-1", "--to", "bob:s-bob", "--from", "alice:s-alice",
+SEND = ["send", "--allow-unknown", "--job-id", "job-1", "--to", "bob:s-bob", "--from", "alice:s-alice",
         "--reply-to", "alice:s-alice", "--key", "mail-1", "--command-id", "cmd-1"]  # fmt: skip
 
 

@@ -230,3 +230,20 @@ async def test_a_reply_in_the_mailbox_is_waited_for_listed_and_acked(backend: Ba
     assert await mailbox.unread_count(ASKER) == 0
     [latest] = await mailbox.latest(ASKER)
     assert latest.read_at is not None
+
+
+async def test_an_unchecked_write_that_requires_a_known_target_refuses_an_unknown_one(
+    backend: Backend,
+) -> None:
+    """require_known: an unknown target is UnknownAgent, nothing written; a known one goes."""
+    nobody = AgentAddress(agent_id="nobody", session_id="s-x")
+    mail = Mail(key="mail-x", to=nobody, from_=ASKER, reply_to=[], content="x", created_at=1)
+    work = AgentWork(job_id="job-x", session_id="s-x", command_fact_id="c")
+    unknown = Outgoing(job=agent_job(work, mail), checked=False, require_known=True)
+    with pytest.raises(UnknownAgent, match="unknown agent session nobody:s-x"):
+        await backend.asks.write(unknown, timeout_s=STEP_S)
+    assert await backend.asks.mail("mail-x", timeout_s=STEP_S) is None
+    known = Outgoing(job=plain_job("job-k", created_at=1), checked=False, require_known=True)
+    assert (await backend.asks.write(known, timeout_s=STEP_S)).replay is False
+    allowed = unknown.model_copy(update={"require_known": False})
+    assert (await backend.asks.write(allowed, timeout_s=STEP_S)).replay is False

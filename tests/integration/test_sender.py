@@ -211,3 +211,24 @@ async def test_a_spooled_ask_to_an_unknown_agent_fails_its_wait_with_the_refusal
     with pytest.raises(UnknownAgent):
         await sender.wait_for_answer(asked, timeout_s=30)
     assert (await spool_file(sender).status()).quarantined == 1
+
+
+async def test_a_send_with_no_time_to_wait_is_never_spooled_while_the_database_is_up(
+    proxy: DatabaseProxy, pg_pool: Pool, tmp_path: Path
+) -> None:
+    """`ask --timeout 0` on a fresh pool: the connection still opening is not "unreachable"."""
+    await PostgresRoutes(pg_pool, cache_s=0, clock=SystemClock()).add("upper", kind="mailbox")
+    for attempt in range(20):
+        pool = await create_pool(proxy.dsn, min_size=0, max_size=2)
+        try:
+            async with open_sender(
+                pool, None, spool_path=tmp_path / "spool.db", forward_every_s=0
+            ) as sender:
+                asked = await sender.send_ask(
+                    to=TARGET, from_=ASKER, content=f"q{attempt}", timeout_s=0
+                )
+                assert asked.spooled is None, f"attempt {attempt}: spooled ({asked.spooled})"
+        finally:
+            await pool.close()
+    assert len(await stored(pg_pool)) == 20
+    assert not (tmp_path / "spool.db").exists()

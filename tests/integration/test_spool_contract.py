@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from birddog import AgentAddress, AgentWork, Mail, SpoolFull, agent_job
-from birddog.core.spool import Outgoing
+from birddog.core.spool import Destination, Outgoing
 from birddog.ports import Spool, SpoolAdmin
 from birddog.sqlite import SqliteSpool
 from birddog.testing import FrozenClock, InMemorySpool
@@ -163,3 +163,32 @@ async def test_one_forwarder_holds_the_spool_at_a_time(spool: Spools) -> None:
             assert not other
     async with spool.forwarding() as again:
         assert again
+
+
+def aimed(spool: Spools, destination: Destination | None) -> None:
+    """Make ``spool`` the spool of a process that sends to ``destination``."""
+    if isinstance(spool, InMemorySpool):
+        spool.destination = destination
+    else:
+        spool.file.database.destination = destination
+
+
+async def test_only_mail_meant_for_this_database_is_read_back(spool: Spools) -> None:
+    """Another key is left and listed by destination; a known other server is left too."""
+    here = Destination(host="db", port=5432, database="mail", user="bird")
+    there = here.model_copy(update={"database": "typo"})
+    aimed(spool, there)
+    await spool.put(outgoing(1))
+    aimed(spool, here)
+    assert await spool.waiting() == []
+    assert not await spool.has_waiting()
+    assert [row.key for row in await spool.waiting(adopt=True)] == ["m-1"]
+    status = await spool.status()
+    assert [(name, count) for name, count, _ in status.elsewhere] == [(there.describe(), 1)]
+    await spool.put(outgoing(2))
+    await spool.note_server("cluster-a/1")
+    await spool.put(outgoing(3))  # stamped with the server now known behind this key
+    assert [row.key for row in await spool.waiting()] == ["m-2", "m-3"]
+    await spool.note_server("cluster-b/1")  # the same DSN now reaches another server
+    assert [row.key for row in await spool.waiting()] == ["m-2"]
+    assert sum(count for _, count, _ in (await spool.status()).elsewhere) == 2

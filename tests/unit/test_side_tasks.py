@@ -225,3 +225,37 @@ async def test_the_last_word_comes_after_every_side_task_has_ended(body_raises: 
     assert said[-1] == "stopped"
     assert said.count("stopped") == 1
     assert "beat" in said
+
+
+async def test_a_beat_in_flight_at_the_stop_is_finished_never_cut_before_the_last_word() -> None:
+    """A finish=True task's run in progress completes (not cancelled), then the last word."""
+    stop = asyncio.Event()
+    said: list[str] = []
+    beating = asyncio.Event()
+    may_end = asyncio.Event()
+
+    async def beat() -> None:
+        beating.set()
+        try:
+            await may_end.wait()  # the statement still on its way when the body ends
+        except asyncio.CancelledError:
+            said.append("cut")
+            raise
+        said.append("beat")
+
+    async def last_word() -> None:
+        said.append("stopped")
+
+    async def body() -> None:
+        async with ProcessTasks(stop=stop) as sides:
+            sides.every("heartbeat", 3600, beat, finish=True)
+            sides.at_end(last_word)
+            await asyncio.wait_for(beating.wait(), timeout=5)
+            stop.set()
+
+    process = asyncio.ensure_future(body())
+    await eventually(stop.is_set, "the body to end", within_s=5)
+    assert not process.done()  # the process waits for the beat
+    may_end.set()
+    await asyncio.wait_for(process, timeout=5)
+    assert said == ["beat", "stopped"]

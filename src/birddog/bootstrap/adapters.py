@@ -270,7 +270,7 @@ async def open_adapters(
     )
     notices = PostgresNotices(settings.listen_url or dsn)
     mailbox = PostgresMailbox(pool, clock=clock, notices=notices)
-    spool = open_spool(settings)
+    spool = open_spool(settings, dsn=dsn)
     sender = build_mail(
         pool, mailbox, clock=clock, max_content_bytes=settings.max_content_bytes, spool=spool
     )

@@ -19,10 +19,12 @@ from birddog.clock import SystemClock
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
 from birddog.ports import Clock
 from birddog.postgres.asks import PostgresAsks
+from birddog.postgres.locate import destination_for
 from birddog.postgres.mailbox import PostgresMailbox
 from birddog.postgres.notices import PostgresNotices
 from birddog.postgres.pool import (
     Pool,
+    destination_of,
     refusal_reason,
 )
 from birddog.runtime import every, stop_task
@@ -91,6 +93,7 @@ async def open_sender(
     poll_s: float = 2.0,
     clock: Clock | None = None,
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+    database_url: str | None = None,
 ) -> AsyncIterator[MailService]:
     """The mail service over ``pool`` with the local spool behind it.
 
@@ -119,17 +122,22 @@ async def open_sender(
         poll_s: while waiting, look again at least this often.
         clock: the time source (default: the system clock).
         max_content_bytes: the largest content allowed.
+        database_url: the DSN ``pool`` was made with (default: ``listen_dsn``): spooled
+            mail records it and only mail meant for it is forwarded here (with neither,
+            mail records no database and only such mail is forwarded here).
 
     Yields:
         The mail service, for the life of the block.
     """
     settings = Settings()
     clock = clock or CLOCK
+    named = database_url or listen_dsn
     spool = SqliteSpool(
         Path(spool_path) if spool_path is not None else settings.spool_location(),
         clock=clock,
         max_bytes=settings.spool_max_bytes if spool_max_bytes is None else spool_max_bytes,
         max_age_s=settings.spool_max_age_s if spool_max_age_s is None else spool_max_age_s,
+        destination=None if named is None else destination_of(named),
     )
     every_s = settings.spool_forward_s if forward_every_s is None else forward_every_s
     async with open_asking(
@@ -152,11 +160,13 @@ async def open_sender(
             await stop_task(forwarding)
 
 
-def open_spool(settings: Settings) -> SqliteSpool:
+def open_spool(settings: Settings, *, dsn: str | None = None) -> SqliteSpool:
     """The local spool the settings name (``BIRDDOG_SPOOL_*``); opening it touches no file.
 
     Args:
-        settings: where the spool is and its bounds.
+        settings: where the spool is and its bounds, and the database its mail is meant
+            for (``DATABASE_URL``, else the embedded server's).
+        dsn: the DSN in use, when it is known (it names the database instead).
 
     Returns:
         The spool.
@@ -166,6 +176,7 @@ def open_spool(settings: Settings) -> SqliteSpool:
         clock=CLOCK,
         max_bytes=settings.spool_max_bytes,
         max_age_s=settings.spool_max_age_s,
+        destination=destination_of(dsn) if dsn is not None else destination_for(settings),
     )
 
 

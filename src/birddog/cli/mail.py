@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
@@ -27,13 +28,29 @@ priority_option = click.option(
 """``--priority N`` of ``send`` and ``ask``: the job's priority, -32768 to 32767."""
 
 
+EXIT_REFUSED = 3
+"""Nothing was sent: the target is an agent BirdDog does not know (or --strict refused)."""
+
+
+class _Refused(click.ClickException):
+    exit_code = EXIT_REFUSED
+
+
 @main.command()
-@click.option("--job-id", required=True, help="The job id; the same mail sent again is a replay.")
+@click.option(
+    "--job-id",
+    default=None,
+    help="The job id; the same mail sent again is a replay. Unset: made from the key.",
+)
 @click.option("--to", "to", required=True, help="Target AGENT_ID:SESSION_ID.")
 @click.option("--from", "from_", required=True, help="Sender AGENT_ID:SESSION_ID.")
 @click.option("--reply-to", "reply_to", multiple=True, help="AGENT_ID:SESSION_ID, repeatable.")
-@click.option("--key", required=True, help="The mail key (stable across retries).")
-@click.option("--command-id", required=True, help="The command fact id.")
+@click.option(
+    "--key",
+    default=None,
+    help="The mail key (stable across retries). Unset: a new one, printed on stderr.",
+)
+@click.option("--command-id", default=None, help="The command fact id. Unset: the job id.")
 @click.option(
     "--content",
     default=None,
@@ -72,16 +89,24 @@ priority_option = click.option(
     help="Refuse, before anything is written, a --reply-to agent without a route (its "
     "reply would die unknown_recipient). Without it: a warning on stderr.",
 )
+@click.option(
+    "--allow-unknown",
+    "allow_unknown",
+    is_flag=True,
+    help="Queue the mail even when the target agent has no route and its session was "
+    "never sent work (for a worker not started yet). Without it such a send is refused "
+    "(exit 3), as the MCP send refuses it.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON object.")
 @click.pass_context
 def send(
     ctx: click.Context,
-    job_id: str,
+    job_id: str | None,
     to: str,
     from_: str,
     reply_to: tuple[str, ...],
-    key: str,
-    command_id: str,
+    key: str | None,
+    command_id: str | None,
     content: str | None,
     max_recoveries: int | None,
     priority: int,
@@ -89,12 +114,18 @@ def send(
     expires_in: str | None,
     created_at: int | None,
     strict: bool,
+    allow_unknown: bool,
     as_json: bool,
 ) -> None:
     """Enqueue an agent job with mail; sending the same job again is a replay ("already sent").
 
-    A --reply-to agent without a route gets a warning (its reply would die
-    unknown_recipient: add the route first); --strict refuses the send instead.
+    --to, --from and the content are enough: an unset --key is a new one, the job id is
+    made from the key and the command id is the job id (each printed on stderr). A
+    target agent with no route whose session was never sent work is refused (exit 3,
+    nothing written), as the MCP send refuses it; --allow-unknown queues it anyway, for
+    a worker not started yet. A --reply-to agent without a route gets a warning (its
+    reply would die unknown_recipient: add the route first); --strict refuses the send
+    instead.
 
     When the database cannot be reached, the mail is kept in the local spool (on disk
     when this says "spooled") and forwarded once it can be: by a daemon, worker or MCP
@@ -119,6 +150,7 @@ def send(
     from birddog.core.mail import Mail  # noqa: PLC0415
 
     settings = settings_of(ctx)
+    key, job_id, command_id, _ = made = _made_ids(key, job_id, command_id, now=CLOCK.now())
     text = read_content(content)
     try:
         # Errors name the mail's fields, as the mail's own checks do: replyTo.1.agentId.
@@ -139,9 +171,8 @@ def send(
         "jobId": job_id,
         "sessionId": target.session_id,
         "commandFactId": command_id,
+        **({} if max_recoveries is None else {"recovery": {"maxRecoveries": max_recoveries}}),
     }
-    if max_recoveries is not None:
-        work_fields["recovery"] = {"maxRecoveries": max_recoveries}
     mail_fields: dict[str, Any] = {
         "key": key,
         "to": target,
@@ -191,24 +222,91 @@ def send(
                 raise
         if unrouted and strict:
             raise UnknownAgent(_unrouted(unrouted) + "; nothing was sent", field="replyTo")
-        sent = await adapters.sender.enqueue(chosen, keep_stored_time=created_at is None)
+        sent = await adapters.sender.enqueue(
+            chosen, keep_stored_time=created_at is None, require_known=not allow_unknown
+        )
         return sent, unrouted
 
-    sent, unrouted = with_adapters(ctx, enqueue, lazy=True)
-    _report_sent(sent, job_id, unrouted, as_json=as_json)
+    sent, unrouted = _send_or_refuse(ctx, enqueue)
+    _report_sent(sent, made, unrouted, as_json=as_json)
 
 
-def _report_sent(sent: Asked, job_id: str, unrouted: list[str], *, as_json: bool) -> None:
-    """Say what ``send`` did: sent, already sent or spooled, and the unrouted reply agents."""
+def _send_or_refuse(
+    ctx: click.Context, enqueue: Callable[[Adapters], Awaitable[tuple[Asked, list[str]]]]
+) -> tuple[Asked, list[str]]:
+    """Run the send; an unknown agent exits 3 (nothing was sent), naming --allow-unknown."""
+    from birddog.core.errors import UnknownAgent  # noqa: PLC0415
+
+    try:
+        return with_adapters(ctx, enqueue, lazy=True)
+    except click.ClickException as exc:
+        cause = exc.__cause__
+        if not isinstance(cause, UnknownAgent):
+            raise
+        hint = (
+            "; or, for a worker not started yet, send again with --allow-unknown"
+            if cause.field == "to"
+            else ""
+        )
+        message = exc.format_message()
+        if "nothing was sent" not in message:
+            message += f"{hint}; nothing was sent"
+        raise _Refused(message) from exc
+
+
+class _Ids(NamedTuple):
+    """A send's key, job id and command id, each as given or made; ``told``: what was made."""
+
+    key: str
+    job_id: str
+    command_id: str
+    told: str
+
+
+def _made_ids(
+    key: str | None, job_id: str | None, command_id: str | None, *, now: datetime
+) -> _Ids:
+    """The ids a send goes under: those given, the others made (as an MCP send makes them).
+
+    An unset key is a new one; an unset job id is the key's (``send:<key>``, so the same
+    key again is the same job); an unset command id is the job id.
+    """
+    import secrets  # noqa: PLC0415
+
+    from birddog.core.ask import ask_job_id, new_mail_key  # noqa: PLC0415
+
+    made: list[str] = []
+    if key is None:
+        key = new_mail_key(now, secrets.token_hex(4), asking=False)
+        made.append(f"key {key}")
+    if job_id is None:
+        job_id = ask_job_id(key)
+        made.append(f"job id {job_id}")
+    if command_id is None:
+        command_id = job_id
+        made.append(f"command id {command_id}")
+    told = ""
+    if made:
+        told = f"sent as {', '.join(made)} (--key {key} sends the same again)"
+    return _Ids(key, job_id, command_id, told)
+
+
+def _report_sent(sent: Asked, ids: _Ids, unrouted: list[str], *, as_json: bool) -> None:
+    """Say what ``send`` did: the ids it made, sent, already sent or spooled, the unrouted."""
+    if ids.told and not as_json:
+        announce(ids.told)
     if unrouted:
         announce(f"warning: {_unrouted(unrouted)}")
     status = "spooled" if sent.spooled else "already sent" if sent.replay else "sent"
+    job_id = ids.job_id
     if as_json:
         click.echo(
             json.dumps(
                 {
                     "status": status,
                     "jobId": job_id,
+                    "key": ids.key,
+                    "commandId": ids.command_id,
                     "unroutedReplyTo": unrouted,
                     **({"spooled": sent.spooled} if sent.spooled else {}),
                 }

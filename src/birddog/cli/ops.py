@@ -132,7 +132,8 @@ async def spool_problems(
     """What is wrong with this host's local spool, one problem per line.
 
     Mail waiting while the database answers (nothing forwards it), mail waiting longer
-    than ``limits.spool_s``, and quarantined mail (never forwarded: each names its reason).
+    than ``limits.spool_s``, mail meant for another database (by destination), and
+    quarantined mail (never forwarded: each names its reason).
 
     Args:
         adapters: the open adapters (the spool is local; no query is made).
@@ -141,7 +142,7 @@ async def spool_problems(
 
     Returns:
         One dict per problem: ``check`` (``spool_waiting``, ``spool_old``,
-        ``spool_quarantined``), ``message`` and the spool's facts.
+        ``spool_elsewhere``, ``spool_quarantined``), ``message`` and the spool's facts.
     """
     from birddog.cli.spool import status_facts  # noqa: PLC0415 - keeps --help fast
     from birddog.core.duration import format_age  # noqa: PLC0415
@@ -163,11 +164,25 @@ async def spool_problems(
                 **facts,
             }
         )
-    if status.mails and database_answers:
+    elsewhere = sum(count for _, count, _ in status.elsewhere)
+    if status.elsewhere:
+        named = "; ".join(f"{printable(name)}: {count}" for name, count, _ in status.elsewhere)
+        problems.append(
+            {
+                "check": "spool_elsewhere",
+                "message": f"{elsewhere} spooled mails in {where} are meant for another "
+                f"database than this one, never forwarded here ({named}); run birddog spool "
+                "forward with that DATABASE_URL, or birddog spool forward --adopt to send "
+                "them here",
+                **facts,
+            }
+        )
+    if status.mails > elsewhere and database_answers:
         problems.append(
             {
                 "check": "spool_waiting",
-                "message": f"{status.mails} spooled mails wait in {where} while the database "
+                "message": f"{status.mails - elsewhere} spooled mails wait in {where} while "
+                "the database "
                 "answers (is a daemon, worker or MCP server running on this host? or: birddog "
                 f"spool forward){error}",
                 **facts,

@@ -38,13 +38,18 @@ def status_facts(status: SpoolStatus, now: datetime) -> dict[str, Any]:
         now: the time ages are measured at.
 
     Returns:
-        ``path``, ``mails``, ``quarantined``, ``bytes``, ``oldest_spooled_at``,
+        ``path``, ``mails``, ``elsewhere`` (the mail meant for another database, by
+        destination), ``quarantined``, ``bytes``, ``oldest_spooled_at``,
         ``oldest_age_s``, ``last_error``, ``last_error_at``, ``last_forward_at``.
     """
     age = status.oldest_age_s(now)
     return {
         "path": status.path,
         "mails": status.mails,
+        "elsewhere": [
+            {"destination": name, "mails": count, "oldest_spooled_at": oldest}
+            for name, count, oldest in status.elsewhere
+        ],
         "quarantined": status.quarantined,
         "bytes": status.bytes,
         "oldest_spooled_at": status.oldest_at,
@@ -72,7 +77,8 @@ def spool_status(ctx: click.Context, as_json: bool) -> None:
     status, quarantined = run(look())
     facts = status_facts(status, CLOCK.now())
     if as_json:
-        click.echo(dump_json({**facts, "quarantine": quarantined}))
+        own_name = None if local.destination is None else local.destination.describe()
+        click.echo(dump_json({**facts, "database": own_name, "quarantine": quarantined}))
         return
     age = facts["oldest_age_s"]
     oldest = (
@@ -80,8 +86,18 @@ def spool_status(ctx: click.Context, as_json: bool) -> None:
         if age is None
         else f", the oldest spooled {_at(status.oldest_at)} ({format_age(age)} ago)"
     )
+    own = local.destination
     click.echo(f"spool {printable(status.path)}")
     click.echo(f"{status.mails} {_mails(status.mails)} waiting{oldest}; {status.bytes} bytes")
+    if own is not None:
+        click.echo(f"this database: {printable(own.describe())}")
+    if status.elsewhere:
+        click.echo(
+            "meant for another database, never forwarded here (forward them with that "
+            "DATABASE_URL, or into this one with birddog spool forward --adopt):"
+        )
+        for name, count, first in status.elsewhere:
+            click.echo(f"  {printable(name)}: {count} {_mails(count)}, since {_at(first)}")
     if status.last_error is not None:
         click.echo(
             f"last forward failed at {_at(status.last_error_at)}: {printable(status.last_error)}"
@@ -105,19 +121,29 @@ def spool_status(ctx: click.Context, as_json: bool) -> None:
     show_default=True,
     help="How long to wait for another process that is forwarding this spool.",
 )
+@click.option(
+    "--adopt",
+    is_flag=True,
+    help="Also forward, into this database and under this login, the mail meant for "
+    "another database or that records none (spooled by an older BirdDog).",
+)
 @click.pass_context
-def spool_forward(ctx: click.Context, wait_s: float) -> None:
+def spool_forward(ctx: click.Context, wait_s: float, adopt: bool) -> None:
     """Forward the spool into the database once, in order; exit 1 if anything is left.
 
-    Each mail is written as its sender would have (the same checks and replay rules),
-    then removed from the spool. A mail the database refuses is quarantined with the
-    reason; while the database is unreachable everything stays.
+    Only the mail meant for this database (the same login, host, port and database, and
+    server when known) goes: the rest stays for a forwarder of its own database, listed
+    by `spool status`, unless --adopt. Each mail is written as its sender would have
+    (the same checks and replay rules), then removed from the spool. A mail the database
+    refuses is quarantined with the reason; while the database is unreachable
+    everything stays.
     """
 
-    async def forward(adapters: Adapters) -> ForwardReport:
-        return await adapters.sender.forward(wait_s=wait_s)
+    async def forward(adapters: Adapters) -> tuple[ForwardReport, SpoolStatus]:
+        done = await adapters.sender.forward(wait_s=wait_s, adopt=adopt)
+        return done, await adapters.spool.status()
 
-    report = with_adapters(ctx, forward, lazy=True)
+    report, left = with_adapters(ctx, forward, lazy=True)
     if report.busy:
         click.echo(f"another process kept forwarding this spool for {wait_s:g} s", err=True)
         sys.exit(EXIT_ALARM)
@@ -126,6 +152,11 @@ def spool_forward(ctx: click.Context, wait_s: float) -> None:
         click.echo(f"quarantined {printable(key)}: {printable(reason)}", err=True)
     if report.kept:
         click.echo(f"mail still waits in the spool: {printable(report.error or '')}", err=True)
+    for name, count, _ in left.elsewhere:
+        click.echo(
+            f"left {count} {_mails(count)} meant for {printable(name)} (not this database)",
+            err=True,
+        )
     if report.kept or report.quarantined:
         sys.exit(EXIT_ALARM)
 

@@ -35,6 +35,64 @@ DEFAULT_SPOOL_MAX_AGE_S = 5 * 86400.0
 """Spooled mail older than this is quarantined, never sent late (``BIRDDOG_SPOOL_MAX_AGE_S``)."""
 
 
+class Destination(Model):
+    """The database a spooled mail was meant for: the DSN as given, and the server once known.
+
+    Never the password. A forwarder forwards only mail meant for its own database
+    (:func:`meant_for`): the same login, host, port and database, and, when both are
+    known, the same server.
+
+    Attributes:
+        host: the host (or the unix socket's directory) as the DSN gives it.
+        port: the port.
+        database: the database name.
+        user: the login, so that mail is forwarded under the identity that spooled it.
+        server: the server's identity (its ``system_identifier`` and the database's oid)
+            when a process of this host reached it under this DSN; None: not known.
+    """
+
+    host: str
+    port: int
+    database: str
+    user: str
+    server: str | None = None
+
+    @property
+    def key(self) -> str:
+        """``user@host:port/database``: what mail of this DSN is filed under."""
+        return f"{self.user}@{self.host}:{self.port}/{self.database}"
+
+    def describe(self) -> str:
+        """For people: ``database "mail" on db:5432 as "bird"``."""
+        host = self.host or "the default host"
+        return f'database "{self.database}" on {host}:{self.port} as "{self.user}"'
+
+
+UNRECORDED = "no database recorded (spooled by an older BirdDog): birddog spool forward --adopt"
+"""How ``spool status`` names mail whose row records no destination."""
+
+
+def meant_for(row: Destination | None, own: Destination | None, server: str | None) -> bool:
+    """Whether a forwarder of ``own`` database (its server ``server``) may forward the mail.
+
+    The same key (login, host, port, database), and not another server when both are
+    known: mail of a mistyped ``DATABASE_URL`` never reaches the database a forwarder
+    happens to reach, and mail is forwarded only under the login that spooled it. A row
+    that records no destination (an older BirdDog's) is forwarded only by a forwarder
+    that knows none either (a library sender given no DSN), or by ``--adopt``.
+
+    Args:
+        row: the destination the mail records (None: none).
+        own: the forwarder's database (None: not known).
+        server: the identity of the server the forwarder reached (None: not known).
+    """
+    if row is None or own is None:
+        return row is None and own is None
+    if row.key != own.key:
+        return False
+    return row.server is None or server is None or row.server == server
+
+
 class Outgoing(Model):
     """One mail on its way to the database, as the spool keeps it.
 
@@ -47,6 +105,12 @@ class Outgoing(Model):
         require_mailbox: refuse when ``mailbox_for`` posts to an inbox URL (an ask).
         keep_stored_time: unchecked only: a job already stored under this id lends its
             mail's ``createdAt``, so a retried send whose time was not pinned is a replay.
+        destination: the database the mail was meant for (the spool stamps its own when
+            it keeps the mail; None: not known, or spooled by an older BirdDog).
+        require_known: unchecked only: refuse (:class:`~birddog.UnknownAgent`) a target
+            with no route whose session was never sent work, as a checked send does
+            (``birddog send`` without ``--allow-unknown``). A mail spooled by an older
+            BirdDog has none, and is enqueued as it was then.
     """
 
     job: Job
@@ -54,6 +118,8 @@ class Outgoing(Model):
     mailbox_for: AgentAddress | None = None
     require_mailbox: bool = False
     keep_stored_time: bool = False
+    require_known: bool = False
+    destination: Destination | None = None
 
     @property
     def mail(self) -> Mail:
@@ -181,6 +247,9 @@ class SpoolStatus:
         last_error: the last forward attempt's failure, None after a clean one.
         last_error_at: when that failure happened.
         last_forward_at: when a forward last ran to its end.
+        elsewhere: the waiting mail not meant for this spool's database, by destination
+            (:meth:`Destination.describe`, or :data:`UNRECORDED`): how many and since when.
+            Included in ``mails``; never forwarded here (``spool forward --adopt`` does).
     """
 
     path: str
@@ -191,6 +260,7 @@ class SpoolStatus:
     last_error: str | None
     last_error_at: datetime | None
     last_forward_at: datetime | None
+    elsewhere: tuple[tuple[str, int, datetime], ...] = ()
 
     def oldest_age_s(self, now: datetime) -> float | None:
         """Seconds since the oldest waiting mail was spooled (None: the spool is empty)."""
@@ -246,6 +316,8 @@ def aged_reason(max_age_s: float) -> str:
 __all__ = [
     "DEFAULT_SPOOL_MAX_AGE_S",
     "DEFAULT_SPOOL_MAX_BYTES",
+    "UNRECORDED",
+    "Destination",
     "ForwardOutcome",
     "Outgoing",
     "SpoolRow",
@@ -253,6 +325,7 @@ __all__ = [
     "aged_reason",
     "decide_forward",
     "full_message",
+    "meant_for",
     "outgoing_from_json",
     "with_created_at",
 ]

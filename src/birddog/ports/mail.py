@@ -64,6 +64,13 @@ class AskStore(Protocol):
         """Give ``agent_id`` a mailbox route when it has none; True when one was added."""
         ...
 
+    async def server_identity(self, *, timeout_s: float) -> str | None:
+        """Which server and database this store writes to (None: this login may not tell).
+
+        The spool's forwarder compares it with the one a spooled mail recorded.
+        """
+        ...
+
     async def mail(self, key: str, *, timeout_s: float) -> Mail | None:
         """The mail sent under ``key`` (None: none, or its job is not readable as one)."""
 
@@ -199,7 +206,7 @@ class Spool(Protocol):
         ...
 
     async def has_waiting(self, lane: tuple[str, str] | None = None) -> bool:
-        """Whether any mail (of ``lane``) waits."""
+        """Whether any mail (of ``lane``) meant for this spool's database waits."""
         ...
 
     async def is_waiting(self, key: str) -> bool:
@@ -211,9 +218,22 @@ class Spool(Protocol):
         ...
 
     async def waiting(
-        self, *, after_id: int = 0, limit: int = 64, lane: tuple[str, str] | None = None
+        self,
+        *,
+        after_id: int = 0,
+        limit: int = 64,
+        lane: tuple[str, str] | None = None,
+        adopt: bool = False,
     ) -> list[SpoolRow]:
-        """The waiting rows after ``after_id`` (of ``lane``), in spool order."""
+        """The waiting rows meant for this spool's database after ``after_id`` (of ``lane``).
+
+        In spool order; ``adopt``: every waiting row, whatever database it was meant for
+        (:func:`~birddog.core.spool.meant_for` says which are).
+        """
+        ...
+
+    async def note_server(self, server: str | None) -> None:
+        """Remember the identity of the server this spool's database was found on."""
         ...
 
     async def delete(self, ids: Sequence[int]) -> None:

@@ -30,6 +30,7 @@ from birddog.core.ask_facts import RECENT_BEAT_S, AskFacts
 from birddog.core.errors import (
     InvalidInput,
     InvalidJobPayload,
+    StoreRefused,
     StoreUnavailable,
 )
 from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
@@ -42,7 +43,13 @@ from birddog.postgres.enqueue import (
     enqueued,
 )
 from birddog.postgres.job_rows import Row
-from birddog.postgres.pool import Connection, Pool, acquire_within, store_errors
+from birddog.postgres.pool import (
+    CONNECT_TIMEOUT_S,
+    Connection,
+    Pool,
+    acquire_within,
+    store_errors,
+)
 from birddog.postgres.sql import queries
 
 __all__ = ["PostgresAsks"]
@@ -106,7 +113,9 @@ class PostgresAsks:
                 span.traceparent,
                 *timing,
             )
-            async with acquire_within(self.pool, timeout_s, "send") as conn:
+            async with acquire_within(
+                self.pool, timeout_s, "send", open_within_s=CONNECT_TIMEOUT_S
+            ) as conn:
                 with store_errors("send"):
                     row = await conn.fetchrow(queries["ask_send"], *args)
         if row is None:  # the function returns one row
@@ -124,7 +133,7 @@ class PostgresAsks:
             Whether it was a replay, and whether a mailbox route was added.
 
         Raises:
-            UnknownAgent: checked, and the target is not known.
+            UnknownAgent: checked (or ``require_known``), and the target is not known.
             NotAMailbox: checked, and the sender must take replies from a mailbox.
             JobConflict: the key (checked) or the job id was sent before with another mail.
             StoreBusy: no pool connection was free within ``timeout_s``; nothing written.
@@ -138,14 +147,44 @@ class PostgresAsks:
                 require_mailbox=outgoing.require_mailbox,
                 timeout_s=timeout_s,
             )
-        async with acquire_within(self.pool, timeout_s, "send") as conn:
+        async with acquire_within(
+            self.pool, timeout_s, "send", open_within_s=CONNECT_TIMEOUT_S
+        ) as conn:
             with store_errors("send"):
                 async with conn.transaction():
                     job = outgoing.job
+                    if outgoing.require_known:
+                        to = outgoing.mail.to
+                        if not await conn.fetchval(
+                            queries["session_known"], to.agent_id, to.session_id
+                        ):
+                            raise unknown_target(to)
                     if outgoing.keep_stored_time:
                         job = await _with_stored_time(conn, job)
                     inserted = await enqueue_accepted_job(conn, job)
         return Posted(replay=not inserted, mailbox_added=False)
+
+    async def server_identity(self, *, timeout_s: float) -> str | None:
+        """``<system identifier>/<database oid>`` of the database written to.
+
+        Args:
+            timeout_s: the longest wait for a pool connection.
+
+        Returns:
+            The identity; None when this login may not read it (``pg_control_system``
+            revoked).
+
+        Raises:
+            StoreBusy: no pool connection was free within ``timeout_s``.
+            StoreUnavailable: the database is unreachable.
+        """
+        async with acquire_within(self.pool, timeout_s, "server identity") as conn:
+            try:
+                with store_errors("server identity"):
+                    found: str | None = await conn.fetchval(queries["server_identity"])
+            except StoreRefused:
+                return None
+        return found
 
     async def ensure_mailbox(self, agent_id: str, *, timeout_s: float) -> bool:
         """Give ``agent_id`` a mailbox route when it has none (``birddog.ensure_mailbox``).

@@ -22,8 +22,14 @@ from typing import TYPE_CHECKING
 import structlog
 
 from birddog.core.errors import InvalidSetting, StoreUnavailable
+from birddog.core.spool import Destination
 from birddog.postgres.datadir import SERVER_USER, DataDir, embedded_data_dir
-from birddog.postgres.pool import check_connection, describe_database, failure_reason
+from birddog.postgres.pool import (
+    check_connection,
+    describe_database,
+    destination_of,
+    failure_reason,
+)
 from birddog.postgres.psql import psql_invocation
 from birddog.runtime import Backoff, sleep_unless_stopped
 from birddog.settings import Settings
@@ -119,6 +125,23 @@ def data_location(settings: Settings) -> str:
         f"{shown} (as root: the server's user {SERVER_USER} cannot reach "
         f"{_shown_path(where.instead_of)}; set BIRDDOG_DATA_DIR to choose)"
     )
+
+
+def destination_for(settings: Settings) -> Destination | None:
+    """The database the settings name, as a spooled mail records it, starting nothing.
+
+    ``DATABASE_URL``'s, else the embedded server's in the data directory: the same as
+    :func:`~birddog.postgres.pool.destination_of` of the DSN that server gives.
+
+    Args:
+        settings: ``DATABASE_URL``, or the data directory of the embedded server.
+    """
+    if settings.database_url:
+        return destination_of(settings.database_url)
+    pgdata = data_dir(settings).path.expanduser().resolve() / "postgres"
+    # The embedded server's DSN (EmbeddedPostgres.dsn): its superuser, the postgres
+    # database, the socket in its data; spelled here so a look at the spool needs no extra.
+    return Destination(host=str(pgdata), port=5432, database="postgres", user="postgres")
 
 
 def running_database(settings: Settings) -> tuple[str, str]:

@@ -14,7 +14,9 @@ that nothing of its operation reached the database (and may spool it).
 
 from __future__ import annotations
 
+import getpass
 import json
+import os
 import re
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -33,6 +35,7 @@ from birddog.core.errors import (
     StoreUnavailable,
     StoreUnreachable,
 )
+from birddog.core.spool import Destination
 from birddog.core.text import printable
 from birddog.postgres.sql import queries
 
@@ -122,6 +125,41 @@ def describe_database(dsn: str) -> str:
     named = f'database "{database}"' if database else "the default database"
     who = f' as "{user}"' if user else ""
     return printable(f"{named} on {where}{who}")
+
+
+def destination_of(dsn: str) -> Destination | None:
+    """The database a DSN names, as a spooled mail records it: never the password.
+
+    What the DSN leaves out is what libpq and asyncpg would use: ``PGHOST``, ``PGPORT``,
+    ``PGUSER``, ``PGDATABASE``, else port 5432, the OS user, a database named as the user.
+
+    Args:
+        dsn: ``postgresql://user:password@host:port/database?host=/socket/dir``.
+
+    Returns:
+        Its host, port, database and user; None for a DSN that cannot be parsed (its mail
+        is then filed under no database).
+    """
+    try:
+        parts = urlsplit(dsn)
+        query = parse_qs(parts.query)
+        host = parts.hostname or query.get("host", [""])[0] or os.environ.get("PGHOST", "")
+        port = int(parts.port or query.get("port", [""])[0] or os.environ.get("PGPORT") or 5432)
+        user = (
+            unquote(parts.username or "")
+            or query.get("user", [""])[0]
+            or os.environ.get("PGUSER", "")
+            or getpass.getuser()
+        )
+        database = (
+            unquote(parts.path.lstrip("/"))
+            or query.get("dbname", [""])[0]
+            or os.environ.get("PGDATABASE", "")
+            or user
+        )
+    except (ValueError, KeyError, OSError):
+        return None
+    return Destination(host=host, port=port, database=database, user=user)
 
 
 def _password(dsn: str) -> str | None:
@@ -306,7 +344,9 @@ async def create_pool(
 
 
 @asynccontextmanager
-async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncIterator[Connection]:
+async def acquire_within(
+    pool: Pool, timeout_s: float, operation: str, *, open_within_s: float = 0.0
+) -> AsyncIterator[Connection]:
     """A pool connection, waited for no longer than ``timeout_s``.
 
     Many callers on a small pool queue for a connection; a caller with a deadline (an
@@ -319,6 +359,11 @@ async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncI
         pool: the pool (one made with ``min_size=0`` opens its first connection here).
         timeout_s: the longest wait for a free connection.
         operation: what it is for, for the message.
+        open_within_s: when the pool must open a connection (it has none free), give the
+            attempt at least this long, whatever ``timeout_s`` says. A sender that spools
+            what the database cannot take passes :data:`CONNECT_TIMEOUT_S`: a short
+            deadline (``ask --timeout 0``) must not turn a connection still opening on a
+            server that is up into "unreachable".
 
     Yields:
         The connection, released when the block ends.
@@ -331,8 +376,9 @@ async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncI
     # A full pool that times out is busy; one that could open a connection and did not
     # get one in time found the server too slow to answer, or gone.
     full = pool.get_idle_size() == 0 and pool.get_size() >= pool.get_max_size()
+    wait_s = timeout_s if full or pool.get_idle_size() else max(timeout_s, open_within_s)
     try:
-        conn = await pool.acquire(timeout=max(timeout_s, 0.001))
+        conn = await pool.acquire(timeout=max(wait_s, 0.001))
     except TimeoutError as exc:
         if full:
             raise StoreBusy(
@@ -340,7 +386,7 @@ async def acquire_within(pool: Pool, timeout_s: float, operation: str) -> AsyncI
                 "nothing was done"
             ) from exc
         raise StoreUnreachable(
-            f"cannot reach the database for {operation}: no connection within {timeout_s:g} s"
+            f"cannot reach the database for {operation}: no connection within {wait_s:g} s"
         ) from exc
     except ValueError as exc:
         raise DatabaseRefused(f"the database URL is malformed: {failure_reason(exc)}") from exc

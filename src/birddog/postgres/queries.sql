@@ -709,6 +709,18 @@ FROM birddog.send_mail(
     $16::float8
 ) AS s;
 
+-- name: server_identity
+-- Which server and database this connection writes to: the cluster's system identifier and the database's oid (what a spooled mail records, so it is forwarded only there).
+-- params: none
+SELECT (SELECT c.system_identifier FROM pg_catalog.pg_control_system() AS c)::text
+    || '/' || (SELECT d.oid FROM pg_catalog.pg_database AS d
+               WHERE d.datname = pg_catalog.current_database())::text;
+
+-- name: session_known
+-- Whether an agent session can be sent work (birddog.session_known: it has a route, or its session was sent work before), read before an unchecked send that must not reach an unknown agent.
+-- params: $1 agent_id text, $2 session_id text
+SELECT birddog.session_known($1::text, $2::text);
+
 -- name: routes_ensure_mailbox
 -- Give an agent without a route a mailbox route (birddog.ensure_mailbox: an operator, or the agent's own login); whether one was added.
 -- params: $1 agent_id text

@@ -115,13 +115,14 @@ async def _drain_until_stopped(
             if announce is not None:
                 announce(ready_line(adapters, metrics_url=metrics_url))
             _start_side_tasks(sides, adapters, row=row, back=back)
+            # Marked stopped once the heartbeat has ended: a beat after the mark would bring
+            # the row back, and the daemon would read as running.
+            sides.at_end(lambda: mark_stopped(row))
             await daemon.run()
             return DaemonRun(dict(daemon.moved))
     finally:
         if alerts is not None:
             await alerts.close(timeout_s=settings.shutdown_grace_s)
-        if not once:
-            await mark_stopped(row)
 
 
 async def _forward_first(adapters: Adapters) -> None:
@@ -175,7 +176,7 @@ def _start_side_tasks(
             )
 
     reap_every_s = max(1.0, settings.job_lease_s / 2)
-    sides.every("heartbeat", HEARTBEAT_S, heartbeat)
+    sides.every("heartbeat", HEARTBEAT_S, heartbeat, finish=True)
     sides.every("gauges", HEARTBEAT_S, gauges)
     sides.every("reaper", reap_every_s, reap)
     sides.every("queued_reaper", reap_every_s, bounce)

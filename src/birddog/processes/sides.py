@@ -22,9 +22,12 @@ side tasks in one :class:`ProcessTasks`, under one :class:`asyncio.TaskGroup`::
 - :meth:`ProcessTasks.at_end`: the process's last word (its row marked stopped), said once
   every side task has ended, so that no heartbeat can come after it.
 
-When the body of the ``async with`` ends, the side tasks are cancelled and awaited, then
-the last words are said, then what was entered is closed. An error of the body itself
-goes up unchanged.
+When the body of the ``async with`` ends, the periodic tasks started with ``finish=True``
+(the heartbeat) end their run in progress, if any, and stop (within
+:data:`LAST_RUN_S`); then every side task is cancelled and awaited, then the last words
+are said, then what was entered is closed. A heartbeat is never cancelled mid-statement:
+a statement whose caller was cancelled may still commit on the server after the last
+word, and bring the row back. An error of the body itself goes up unchanged.
 
 Side actions more than one process runs live here too (:func:`reap_expired_jobs`,
 :func:`forward_spool`, :func:`metrics_server`).
@@ -52,6 +55,10 @@ log = structlog.get_logger("birddog.processes")
 
 T = TypeVar("T")
 
+LAST_RUN_S = 10.0
+"""At a stop, how long a ``finish=True`` task's run in progress may take to end (a beat is
+one or two short statements); one still running then is cancelled."""
+
 
 class ProcessTasks:
     """Named side tasks of one process, under one :class:`asyncio.TaskGroup`.
@@ -76,6 +83,8 @@ class ProcessTasks:
         self._group = asyncio.TaskGroup()
         self._held = contextlib.AsyncExitStack()
         self._tasks: list[asyncio.Task[None]] = []
+        self._finishing: list[asyncio.Task[None]] = []
+        self._ending = asyncio.Event()
         self._last: list[Callable[[], Awaitable[None]]] = []
 
     async def __aenter__(self) -> Self:
@@ -89,6 +98,11 @@ class ProcessTasks:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        # The tasks that must not be cut mid-run end their run, then stop, before the rest
+        # are cancelled (and before the last words).
+        self._ending.set()
+        if self._finishing:
+            await asyncio.wait(self._finishing, timeout=LAST_RUN_S)
         for task in self._tasks:
             task.cancel()
         try:
@@ -117,6 +131,7 @@ class ProcessTasks:
         action: Callable[[], Awaitable[Any]],
         *,
         kick: asyncio.Event | None = None,
+        finish: bool = False,
     ) -> None:
         """Run ``action`` every ``seconds`` until the process stops; no failure ends it.
 
@@ -125,11 +140,23 @@ class ProcessTasks:
             seconds: the pause between runs.
             action: one run of the task.
             kick: set to run it again at once (the pause, or a backoff, ends).
+            finish: at the end, let a run in progress finish rather than cancel it (the
+                heartbeat: see the module); it runs until the body of the ``async with``
+                ends, and beats on while the process finishes its work after a stop.
         """
-        self._start(
+        task = self._start(
             name,
-            every(seconds, action, stop=self.stop, name=name, on_error=self.on_error, kick=kick),
+            every(
+                seconds,
+                action,
+                stop=self._ending if finish else self.stop,
+                name=name,
+                on_error=self.on_error,
+                kick=kick,
+            ),
         )
+        if finish:
+            self._finishing.append(task)
 
     def run(self, name: str, work: Callable[[], Awaitable[None]]) -> None:
         """Run ``work`` beside the main loop; if it raises, the process stops loudly.
@@ -169,9 +196,11 @@ class ProcessTasks:
         """
         self._last.append(action)
 
-    def _start(self, name: str, coroutine: Coroutine[Any, Any, None]) -> None:
+    def _start(self, name: str, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         self.names.append(name)
-        self._tasks.append(self._group.create_task(coroutine, name=name))
+        task = self._group.create_task(coroutine, name=name)
+        self._tasks.append(task)
+        return task
 
 
 QUEUE_HEADS_CHECK_S = 60.0

@@ -130,7 +130,7 @@ async def run_worker(
 
                 # One beat before any work: a --once run may end before the side task's first.
                 await row.seen()
-                sides.every("heartbeat", HEARTBEAT_S, row.seen)
+                sides.every("heartbeat", HEARTBEAT_S, row.seen, finish=True)
                 # A worker-only deployment still recovers jobs whose worker crashed, and so
                 # frees their queues; one index probe when none expired.
                 sides.every("reaper", max(1.0, settings.job_lease_s / 2), reap)

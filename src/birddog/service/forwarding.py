@@ -78,6 +78,8 @@ class SpoolForwarder:
         describe: the reason recorded for a write's failure (the server's own words for a
             refused statement); default: the error's message.
         page: rows read at once.
+        identify: which server the writes reach (None: not known); told to the spool
+            before each forward, so mail recorded for another server stays.
     """
 
     def __init__(
@@ -87,20 +89,26 @@ class SpoolForwarder:
         *,
         describe: Callable[[BaseException], str] = str,
         page: int = FORWARD_PAGE,
+        identify: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
         self.spool = spool
         self.write = write
         self.describe = describe
         self.page = page
+        self.identify = identify
 
     async def forward(
-        self, *, lane: tuple[str, str] | None = None, wait_s: float = 0.0
+        self, *, lane: tuple[str, str] | None = None, wait_s: float = 0.0, adopt: bool = False
     ) -> ForwardReport:
-        """Forward every waiting row (of ``lane``), in spool order, then record the result.
+        """Forward every waiting row meant for this database (of ``lane``), in spool order.
+
+        Then record the result. Mail meant for another database (another login, host,
+        port, database or server) stays where it is, listed by ``spool status``.
 
         Args:
             lane: only this ``(sender, recipient session)``; None: everything.
             wait_s: how long to wait for another forwarder to finish first.
+            adopt: every waiting row, whatever database it was meant for.
 
         Returns:
             What was forwarded, quarantined or kept.
@@ -118,15 +126,21 @@ class SpoolForwarder:
             for key in await self.spool.quarantine_aged():
                 report.quarantined[key] = "spooled longer than BIRDDOG_SPOOL_MAX_AGE_S"
                 log.error("spool_mail_expired", key=key)
-            await self._forward_rows(report, lane)
+            if self.identify is not None:
+                await self.spool.note_server(await self.identify())
+            await self._forward_rows(report, lane, adopt=adopt)
             await self.spool.note_forward(report.error)
         if report.forwarded:
             log.info("spool_forwarded", mails=len(report.forwarded), kept=report.kept)
         return report
 
-    async def _forward_rows(self, report: ForwardReport, lane: tuple[str, str] | None) -> None:
+    async def _forward_rows(
+        self, report: ForwardReport, lane: tuple[str, str] | None, *, adopt: bool
+    ) -> None:
         after = 0
-        while rows := await self.spool.waiting(after_id=after, limit=self.page, lane=lane):
+        while rows := await self.spool.waiting(
+            after_id=after, limit=self.page, lane=lane, adopt=adopt
+        ):
             done: list[int] = []
             try:
                 for row in rows:

@@ -261,7 +261,12 @@ class MailService:
         )
 
     async def enqueue(
-        self, job: Job, *, keep_stored_time: bool = False, timeout_s: float = DEFAULT_SEND_TIMEOUT_S
+        self,
+        job: Job,
+        *,
+        keep_stored_time: bool = False,
+        require_known: bool = False,
+        timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
     ) -> Asked:
         """Enqueue an agent job with mail as it is (``birddog send --job-id``), or spool it.
 
@@ -269,6 +274,9 @@ class MailService:
             job: the job, from :func:`birddog.agent_job`, carrying mail.
             keep_stored_time: a job already stored under this id lends its mail's
                 ``createdAt`` (the caller did not pin one), so a retry is a replay.
+            require_known: refuse a target with no route whose session was never sent
+                work (:class:`~birddog.UnknownAgent`), as :meth:`send` does; checked when
+                the mail is written, so a spooled one is checked when it is forwarded.
             timeout_s: the longest wait for a database connection.
 
         Returns:
@@ -276,13 +284,19 @@ class MailService:
 
         Raises:
             InvalidJobPayload: the job carries no mail.
+            UnknownAgent: ``require_known`` and the target is not known; nothing written.
             JobConflict: a job with this id exists with different fields.
             StoreBusy: no database connection was free within ``timeout_s``.
             StoreUnavailable: the database failed during the write, twice.
             SpoolFull: the database is unreachable and the spool is full.
             SpoolFailed: the database is unreachable and the spool cannot be written.
         """
-        outgoing = Outgoing(job=job, checked=False, keep_stored_time=keep_stored_time)
+        outgoing = Outgoing(
+            job=job,
+            checked=False,
+            keep_stored_time=keep_stored_time,
+            require_known=require_known,
+        )
         _ = outgoing.lane  # a spooled job carries mail: refused now, not when forwarded
         return await self.post(outgoing, timeout_s=timeout_s)
 
@@ -485,11 +499,15 @@ class MailService:
 
     # ---- the spool ----------------------------------------------------------------------
 
-    async def forward(self, *, wait_s: float = 0.0) -> ForwardReport:
+    async def forward(self, *, wait_s: float = 0.0, adopt: bool = False) -> ForwardReport:
         """Forward the spool into the database once, in order (``birddog spool forward``).
+
+        Only mail meant for this database goes (:func:`~birddog.core.spool.meant_for`).
 
         Args:
             wait_s: how long to wait for another forwarder that holds the spool.
+            adopt: also the mail meant for another database, or that records none (an
+                older BirdDog's): an operator's choice (``spool forward --adopt``).
 
         Returns:
             What was forwarded, quarantined, or kept because the database is away
@@ -498,7 +516,7 @@ class MailService:
         Raises:
             SpoolFailed: the spool cannot be read or written.
         """
-        return await self.writer.forward(wait_s=wait_s)
+        return await self.writer.forward(wait_s=wait_s, adopt=adopt)
 
     async def forward_waiting(self) -> ForwardReport:
         """Forward the spool if mail waits in it (a process's side task: cheap when empty).

@@ -77,7 +77,11 @@ class MailWriter:
         self.asks = asks
         self.spool = spool
         self.forwarder = (
-            None if spool is None else SpoolForwarder(spool, self._forward_one, describe=describe)
+            None
+            if spool is None
+            else SpoolForwarder(
+                spool, self._forward_one, describe=describe, identify=self._identify
+            )
         )
 
     async def post(self, outgoing: Outgoing, *, timeout_s: float) -> Asked:
@@ -158,18 +162,26 @@ class MailWriter:
                 "it waits for the daemon, a sender or birddog spool forward"
             ) from exc
 
-    async def forward(self, *, wait_s: float = 0.0) -> ForwardReport:
+    async def _identify(self) -> str | None:
+        """The server the writes reach (None: away, or this login may not tell)."""
+        try:
+            return await self.asks.server_identity(timeout_s=FORWARD_WRITE_TIMEOUT_S)
+        except (StoreUnavailable, StoreRefused, DatabaseRefused):
+            return None
+
+    async def forward(self, *, wait_s: float = 0.0, adopt: bool = False) -> ForwardReport:
         """Forward the spool into the database once, in order (nothing without a spool).
 
         Args:
             wait_s: how long to wait for another forwarder that holds the spool.
+            adopt: also mail meant for another database, or that records none.
 
         Raises:
             SpoolFailed: the spool cannot be read or written.
         """
         if self.forwarder is None:
             return ForwardReport()
-        return await self.forwarder.forward(wait_s=wait_s)
+        return await self.forwarder.forward(wait_s=wait_s, adopt=adopt)
 
     async def forward_waiting(self) -> ForwardReport:
         """Forward the spool if mail waits in it (a side task: cheap when it is empty).

@@ -13,13 +13,21 @@ import errno
 import os
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Final
 
 from birddog.clock import epoch_ms
-from birddog.core.errors import SpoolFailed, SpoolFull
-from birddog.core.spool import DEFAULT_SPOOL_MAX_AGE_S, DEFAULT_SPOOL_MAX_BYTES, SpoolStatus
+from birddog.core.errors import InvalidInput, SpoolFailed, SpoolFull
+from birddog.core.spool import (
+    DEFAULT_SPOOL_MAX_AGE_S,
+    DEFAULT_SPOOL_MAX_BYTES,
+    UNRECORDED,
+    Destination,
+    SpoolStatus,
+    outgoing_from_json,
+)
 from birddog.ports import Clock
 
 __all__ = [
@@ -34,8 +42,8 @@ __all__ = [
     "used_bytes",
 ]
 
-SCHEMA_VERSION: Final = 1
-"""``PRAGMA user_version`` of a spool this version writes."""
+SCHEMA_VERSION: Final = 2
+"""``PRAGMA user_version`` of a spool this version writes (2: each mail's destination)."""
 
 BUSY_TIMEOUT_S: Final = 30.0
 """How long a call waits for another process's write to the spool to end."""
@@ -51,10 +59,13 @@ _SCHEMA: Final = (
         job_id TEXT NOT NULL,
         sender TEXT NOT NULL,
         session TEXT NOT NULL,
-        body TEXT NOT NULL
+        body TEXT NOT NULL,
+        destination TEXT,
+        server TEXT
     )""",
     "CREATE INDEX IF NOT EXISTS mail_lane ON mail (sender, session, id)",
     "CREATE INDEX IF NOT EXISTS mail_key ON mail (mail_key)",
+    "CREATE INDEX IF NOT EXISTS mail_destination ON mail (destination, id)",
     """CREATE TABLE IF NOT EXISTS quarantine (
         id INTEGER PRIMARY KEY,
         spooled_at_ms INTEGER NOT NULL,
@@ -89,7 +100,16 @@ _SCHEMA: Final = (
     ),
 )
 """The spool's tables: waiting mail, quarantined mail (with the reason), the last forward,
-and the bytes of mail they hold."""
+and the bytes of mail they hold. A mail's ``destination`` is its
+:attr:`~birddog.core.spool.Destination.key` and ``server`` the server's identity then
+known (both NULL in a row an older BirdDog wrote); ``state`` keeps ``server:<key>``, the
+identity a forwarder last found behind each key."""
+
+_TO_VERSION_2: Final = (
+    "ALTER TABLE mail ADD COLUMN destination TEXT",
+    "ALTER TABLE mail ADD COLUMN server TEXT",
+)
+"""A version 1 spool (no destinations) brought to version 2: its rows record none."""
 
 
 class SpoolDatabase:
@@ -106,6 +126,8 @@ class SpoolDatabase:
         busy_timeout_s: how long a call waits while another process writes.
         synchronous: the ``PRAGMA synchronous`` every connection sets (``FULL``; only the
             power-loss test lowers it, to show it would catch the mail such a spool loses).
+        destination: the database this process sends to (None: not known); mail is
+            stamped with it, and only mail meant for it is forwarded from here.
     """
 
     def __init__(
@@ -117,8 +139,10 @@ class SpoolDatabase:
         max_age_s: float = DEFAULT_SPOOL_MAX_AGE_S,
         busy_timeout_s: float = BUSY_TIMEOUT_S,
         synchronous: str = "FULL",
+        destination: Destination | None = None,
     ) -> None:
         self.path = Path(path)
+        self.destination = destination
         self.synchronous = synchronous
         self.clock = clock
         self.max_bytes = max_bytes
@@ -143,7 +167,63 @@ class SpoolDatabase:
         if not self.exists():
             return SpoolStatus(str(self.path), 0, 0, 0, None, None, None, None)
         with self.reading() as db:
-            return status_on(db, self.path)
+            return replace(status_on(db, self.path), elsewhere=self._elsewhere(db))
+
+    def mine(self, *, adopt: bool = False) -> tuple[str, tuple[str, ...]]:
+        """The SQL condition (and its parameters) of the waiting mail meant for this database.
+
+        See :func:`~birddog.core.spool.meant_for`: the same key, and not another server
+        than the one last found behind it; with ``adopt``, every row.
+        """
+        own = self.destination
+        if adopt:
+            return "1 = 1", ()
+        if own is None:
+            return "destination IS NULL", ()
+        return (
+            "destination = ? AND (server IS NULL OR NOT EXISTS (SELECT 1 FROM state s"
+            " WHERE s.name = ? AND s.value IS NOT NULL AND s.value <> mail.server))",
+            (own.key, _server_state(own.key)),
+        )
+
+    def note_server(self, server: str | None) -> None:
+        """Remember the identity of the server behind this destination (``None``: unknown).
+
+        Raises:
+            SpoolFailed: the spool cannot be written.
+        """
+        own = self.destination
+        if own is None or server is None or not self.exists():
+            return
+        now_ms = epoch_ms(self.clock.now())
+        with self.writing() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO state (name, value, at_ms) VALUES (?, ?, ?)",
+                (_server_state(own.key), server, now_ms),
+            )
+
+    def known_server(self, db: sqlite3.Connection) -> str | None:
+        """The server last found behind this destination, read on ``db``."""
+        if self.destination is None:
+            return None
+        found = db.execute(
+            "SELECT value FROM state WHERE name = ?", (_server_state(self.destination.key),)
+        ).fetchone()
+        return None if found is None or found[0] is None else str(found[0])
+
+    def _elsewhere(self, db: sqlite3.Connection) -> tuple[tuple[str, int, datetime], ...]:
+        """The waiting mail not meant for this database, by destination."""
+        where, params = self.mine()
+        groups = db.execute(
+            "SELECT destination, count(*), min(spooled_at_ms), max(body) FROM mail"  # noqa: S608 - our own fixed conditions
+            # coalesce: a row that records no destination makes the condition NULL, not false.
+            f" WHERE coalesce(({where}), 0) = 0 GROUP BY destination ORDER BY min(id)",
+            params,
+        ).fetchall()
+        found: list[tuple[str, int, datetime]] = []
+        for key, count, oldest, body in groups:
+            found.append((_described(key, body), int(count), time_of(oldest)))
+        return tuple(found)
 
     def note_forward(self, error: str | None) -> None:
         """Record how a forward ended: cleanly (None) or with ``error`` (``spool status``).
@@ -258,6 +338,22 @@ class SpoolDatabase:
             db.close()
 
 
+def _server_state(key: str) -> str:
+    """The ``state`` row that keeps the server found behind destination ``key``."""
+    return f"server:{key}"
+
+
+def _described(key: object, body: str | bytes) -> str:
+    """A destination for people, from one of its rows (its key when the row is damaged)."""
+    if key is None:
+        return UNRECORDED
+    try:
+        destination = outgoing_from_json(body).destination
+    except InvalidInput:
+        destination = None
+    return destination.describe() if destination is not None else str(key)
+
+
 def status_on(db: sqlite3.Connection, path: Path) -> SpoolStatus:
     """The spool's status, read on ``db`` (inside the caller's transaction, if any)."""
     mails, oldest = db.execute("SELECT count(*), min(spooled_at_ms) FROM mail").fetchone()
@@ -324,6 +420,10 @@ def _migrate(db: sqlite3.Connection, path: Path) -> None:
         )
     db.execute("BEGIN IMMEDIATE")
     try:
+        [version] = db.execute("PRAGMA user_version").fetchone()  # another process's, maybe
+        if version == 1:
+            for statement in _TO_VERSION_2:
+                db.execute(statement)
         for statement in _SCHEMA:
             db.execute(statement)
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -20,6 +20,7 @@ from birddog.core.mail import Mail
 from birddog.core.spool import (
     DEFAULT_SPOOL_MAX_AGE_S,
     DEFAULT_SPOOL_MAX_BYTES,
+    Destination,
     Outgoing,
     SpoolRow,
     SpoolStatus,
@@ -39,7 +40,7 @@ from birddog.sqlite.database import (
 )
 from birddog.sqlite.quarantine import SpoolQuarantine
 
-__all__ = ["PAGE", "SpoolFile"]
+__all__ = ["PAGE", "SpoolFile", "destination_columns"]
 
 PAGE: Final = 64
 """Waiting rows read at once, unless the caller asks for another number."""
@@ -61,6 +62,8 @@ class SpoolFile:
         max_bytes: refuse new mail once the spool's rows take this much.
         max_age_s: mail spooled longer ago is quarantined by the forwarder.
         busy_timeout_s: how long a call waits while another process writes.
+        destination: the database this process sends to (None: not known): each mail is
+            stamped with it, and only mail meant for it is read back for forwarding.
 
     Attributes:
         database: the file, its connections and lock.
@@ -80,6 +83,7 @@ class SpoolFile:
         max_bytes: int = DEFAULT_SPOOL_MAX_BYTES,
         max_age_s: float = DEFAULT_SPOOL_MAX_AGE_S,
         busy_timeout_s: float = BUSY_TIMEOUT_S,
+        destination: Destination | None = None,
     ) -> None:
         self.database = SpoolDatabase(
             path,
@@ -88,6 +92,7 @@ class SpoolFile:
             max_age_s=max_age_s,
             busy_timeout_s=busy_timeout_s,
             synchronous=self.SYNCHRONOUS,
+            destination=destination,
         )
         self.aside = SpoolQuarantine(self.database)
 
@@ -117,6 +122,10 @@ class SpoolFile:
     def note_forward(self, error: str | None) -> None:
         """Record how a forward ended (see :meth:`SpoolDatabase.note_forward`)."""
         self.database.note_forward(error)
+
+    def note_server(self, server: str | None) -> None:
+        """Remember the server found behind this destination (see :class:`SpoolDatabase`)."""
+        self.database.note_server(server)
 
     def pragmas(self) -> dict[str, object]:
         """The journal mode and synchronous level the spool's connections run with."""
@@ -156,13 +165,17 @@ class SpoolFile:
                 nothing was written, nothing was dropped.
             SpoolFailed: the spool cannot be written (its file, directory or disk).
         """
-        body = outgoing.model_dump_json()
         mail = outgoing.mail
         sender, session = outgoing.lane
         now_ms = epoch_ms(self.clock.now())
+        own = self.database.destination
         with self.database.connection(create=True) as db:
             try:
                 db.execute("BEGIN IMMEDIATE")
+                if own is not None:  # the mail records where it was meant to go
+                    own = own.model_copy(update={"server": self.database.known_server(db)})
+                    outgoing = outgoing.model_copy(update={"destination": own})
+                body = outgoing.model_dump_json()
                 used = used_bytes(db)
                 if used + len(body.encode("utf-8")) > self.max_bytes:
                     status = status_on(db, self.path)
@@ -171,9 +184,17 @@ class SpoolFile:
                         full_message(status, max_bytes=self.max_bytes, now=self.clock.now())
                     )
                 cursor = db.execute(
-                    "INSERT INTO mail (spooled_at_ms, mail_key, job_id, sender, session, body)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (now_ms, mail.key, outgoing.job.job_id, sender, session, body),
+                    "INSERT INTO mail (spooled_at_ms, mail_key, job_id, sender, session, body,"
+                    " destination, server) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        now_ms,
+                        mail.key,
+                        outgoing.job.job_id,
+                        sender,
+                        session,
+                        body,
+                        *destination_columns(outgoing),
+                    ),
                 )
                 db.execute("COMMIT")
             except sqlite3.Error as exc:
@@ -196,32 +217,40 @@ class SpoolFile:
         return text.replace("spool full:", f"spool full (the disk holding {self.path} is full):")
 
     def waiting(
-        self, *, after_id: int = 0, limit: int = PAGE, lane: tuple[str, str] | None = None
+        self,
+        *,
+        after_id: int = 0,
+        limit: int = PAGE,
+        lane: tuple[str, str] | None = None,
+        adopt: bool = False,
     ) -> list[SpoolRow]:
-        """The waiting rows after ``after_id``, in spool order.
+        """The waiting rows meant for this database after ``after_id``, in spool order.
 
         Args:
             after_id: the last row already seen.
             limit: the most rows returned.
             lane: only this ``(sender, recipient session)``.
+            adopt: every waiting row, whatever database it was meant for.
 
         Raises:
             SpoolFailed: the spool cannot be read.
         """
         if not self.database.exists():
             return []
+        mine, params = self.database.mine(adopt=adopt)
         with self.database.reading() as db:
             if lane is None:
                 rows = db.execute(
-                    "SELECT id, spooled_at_ms, mail_key, body FROM mail"
-                    " WHERE id > ? ORDER BY id LIMIT ?",
-                    (after_id, limit),
+                    "SELECT id, spooled_at_ms, mail_key, body FROM mail"  # noqa: S608 - fixed conditions
+                    f" WHERE ({mine}) AND id > ? ORDER BY id LIMIT ?",
+                    (*params, after_id, limit),
                 ).fetchall()
             else:
                 rows = db.execute(
-                    "SELECT id, spooled_at_ms, mail_key, body FROM mail"
-                    " WHERE sender = ? AND session = ? AND id > ? ORDER BY id LIMIT ?",
-                    (*lane, after_id, limit),
+                    "SELECT id, spooled_at_ms, mail_key, body FROM mail"  # noqa: S608 - fixed conditions
+                    f" WHERE ({mine}) AND sender = ? AND session = ? AND id > ?"
+                    " ORDER BY id LIMIT ?",
+                    (*params, *lane, after_id, limit),
                 ).fetchall()
         return [
             SpoolRow(id=int(r[0]), spooled_at=time_of(r[1]), key=str(r[2]), body=r[3]) for r in rows
@@ -268,3 +297,9 @@ class SpoolFile:
             return
         with self.database.writing() as db:
             db.executemany("DELETE FROM mail WHERE id = ?", [(i,) for i in ids])
+
+
+def destination_columns(outgoing: Outgoing) -> tuple[str | None, str | None]:
+    """The ``destination`` and ``server`` columns of a mail's row (NULL: it records none)."""
+    where = outgoing.destination
+    return (None, None) if where is None else (where.key, where.server)

@@ -108,10 +108,20 @@ class SpoolQuarantine:
                 except InvalidInput:
                     continue  # undecodable: it stays where it is, with its reason
                 sender, session = outgoing.lane
+                where = outgoing.destination
                 db.execute(
-                    "INSERT INTO mail (spooled_at_ms, mail_key, job_id, sender, session, body)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (now_ms, outgoing.mail.key, outgoing.job.job_id, sender, session, body),
+                    "INSERT INTO mail (spooled_at_ms, mail_key, job_id, sender, session, body,"
+                    " destination, server) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        now_ms,
+                        outgoing.mail.key,
+                        outgoing.job.job_id,
+                        sender,
+                        session,
+                        body,
+                        None if where is None else where.key,
+                        None if where is None else where.server,
+                    ),
                 )
                 db.execute("DELETE FROM quarantine WHERE id = ?", (row_id,))
                 moved += 1

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any, ClassVar, Concatenate, Final, ParamSpec, TypeVar
 
-from birddog.core.spool import DEFAULT_SPOOL_MAX_AGE_S, DEFAULT_SPOOL_MAX_BYTES
+from birddog.core.spool import DEFAULT_SPOOL_MAX_AGE_S, DEFAULT_SPOOL_MAX_BYTES, Destination
 from birddog.ports import Clock
 from birddog.sqlite.database import BUSY_TIMEOUT_S
 from birddog.sqlite.file import SpoolFile
@@ -65,6 +65,8 @@ class SqliteSpool:
         max_bytes: refuse new mail once the spool's rows take this much.
         max_age_s: mail spooled longer ago is quarantined by the forwarder.
         busy_timeout_s: how long a call waits while another process writes.
+        destination: the database this process sends to (None: not known): each mail is
+            stamped with it; only mail meant for it is forwarded from here.
     """
 
     FILE: ClassVar[type[SpoolFile]] = SpoolFile
@@ -78,6 +80,7 @@ class SqliteSpool:
         max_bytes: int = DEFAULT_SPOOL_MAX_BYTES,
         max_age_s: float = DEFAULT_SPOOL_MAX_AGE_S,
         busy_timeout_s: float = BUSY_TIMEOUT_S,
+        destination: Destination | None = None,
     ) -> None:
         self.file = self.FILE(
             path,
@@ -85,12 +88,18 @@ class SqliteSpool:
             max_bytes=max_bytes,
             max_age_s=max_age_s,
             busy_timeout_s=busy_timeout_s,
+            destination=destination,
         )
 
     @property
     def path(self) -> Path:
         """The spool file."""
         return self.file.path
+
+    @property
+    def destination(self) -> Destination | None:
+        """The database this process sends to (None: not known)."""
+        return self.file.database.destination
 
     @property
     def clock(self) -> Clock:
@@ -132,6 +141,7 @@ class SqliteSpool:
     quarantined = _in_thread(SpoolFile.quarantined)
     requeue = _in_thread(SpoolFile.requeue)
     note_forward = _in_thread(SpoolFile.note_forward)
+    note_server = _in_thread(SpoolFile.note_server)
     status = _in_thread(SpoolFile.status)
     pragmas = _in_thread(SpoolFile.pragmas)
 

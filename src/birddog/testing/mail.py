@@ -207,6 +207,7 @@ class InMemoryAsks:
         lose_writes: the next this many writes commit, then raise
             :class:`~birddog.StoreUnavailable`, as a connection lost before the answer.
         writes: how many writes reached the store.
+        server: what :meth:`server_identity` answers (None: a login that may not tell).
     """
 
     def __init__(
@@ -224,6 +225,7 @@ class InMemoryAsks:
         self.away: str | None = None
         self.lose_writes = 0
         self.writes = 0
+        self.server: str | None = "memory/1"
 
     async def send(
         self,
@@ -290,6 +292,8 @@ class InMemoryAsks:
                 timeout_s=timeout_s,
             )
         job = outgoing.job
+        if outgoing.require_known and not await self._known(outgoing.mail.to):
+            raise unknown_target(outgoing.mail.to)
         stored = self.jobs.jobs.get(job.job_id)
         if outgoing.keep_stored_time and stored is not None:
             stored_mail = mail_of(stored.job)
@@ -297,6 +301,15 @@ class InMemoryAsks:
                 job = with_created_at(job, stored_mail.created_at)
         inserted = await self.jobs.enqueue(job)
         return Posted(replay=not inserted, mailbox_added=False)
+
+    async def server_identity(self, *, timeout_s: float) -> str | None:
+        """:attr:`server`, as a server would name itself.
+
+        Raises:
+            StoreUnreachable: ``away`` is set.
+        """
+        _reach(self.away)
+        return self.server
 
     async def ensure_mailbox(self, agent_id: str, *, timeout_s: float) -> bool:
         """Give ``agent_id`` a mailbox route when it has none; True when one was added."""

@@ -20,11 +20,14 @@ from birddog.core.mail import Mail
 from birddog.core.spool import (
     DEFAULT_SPOOL_MAX_AGE_S,
     DEFAULT_SPOOL_MAX_BYTES,
+    UNRECORDED,
+    Destination,
     Outgoing,
     SpoolRow,
     SpoolStatus,
     aged_reason,
     full_message,
+    meant_for,
     outgoing_from_json,
 )
 from birddog.ports import Clock
@@ -50,6 +53,7 @@ class InMemorySpool:
         max_bytes: refuse new mail once the rows take this much.
         max_age_s: mail spooled longer ago is quarantined by the forwarder.
         path: what :meth:`status` names as the spool.
+        destination: the database this spool's process sends to (None: not known).
 
     Attributes:
         rows: the waiting rows, in spool order.
@@ -64,7 +68,10 @@ class InMemorySpool:
         max_bytes: int = DEFAULT_SPOOL_MAX_BYTES,
         max_age_s: float = DEFAULT_SPOOL_MAX_AGE_S,
         path: str = "memory",
+        destination: Destination | None = None,
     ) -> None:
+        self.destination = destination
+        self.servers: dict[str, str] = {}
         self.clock: Clock = clock or FrozenClock()
         self.max_bytes = max_bytes
         self.max_age_s = max_age_s
@@ -91,6 +98,10 @@ class InMemorySpool:
         """
         if self.failing is not None:
             raise SpoolFailed(f"cannot write the spool {self.path}: {self.failing}")
+        own = self.destination
+        if own is not None:
+            own = own.model_copy(update={"server": self.servers.get(own.key)})
+            outgoing = outgoing.model_copy(update={"destination": own})
         body = outgoing.model_dump_json()
         if self._bytes() + len(body.encode("utf-8")) > self.max_bytes:
             status = await self.status()
@@ -120,11 +131,40 @@ class InMemorySpool:
         return None
 
     async def waiting(
-        self, *, after_id: int = 0, limit: int = 64, lane: tuple[str, str] | None = None
+        self,
+        *,
+        after_id: int = 0,
+        limit: int = 64,
+        lane: tuple[str, str] | None = None,
+        adopt: bool = False,
     ) -> list[SpoolRow]:
-        """The waiting rows after ``after_id`` (of ``lane``), in spool order."""
-        rows = [row for row in self.rows if row.id > after_id and _in_lane(row, lane)]
+        """The waiting rows meant for this database after ``after_id`` (of ``lane``)."""
+        rows = [
+            row
+            for row in self.rows
+            if row.id > after_id and _in_lane(row, lane) and (adopt or self._mine(row))
+        ]
         return rows[:limit]
+
+    async def note_server(self, server: str | None) -> None:
+        """Remember the server behind this spool's destination."""
+        if self.destination is not None and server is not None:
+            self.servers[self.destination.key] = server
+
+    def _mine(self, row: SpoolRow) -> bool:
+        own = self.destination
+        server = None if own is None else self.servers.get(own.key)
+        return meant_for(_destination(row), own, server)
+
+    def _elsewhere(self) -> tuple[tuple[str, int, datetime], ...]:
+        groups: dict[str, list[SpoolRow]] = {}
+        for row in self.rows:
+            if not self._mine(row):
+                where = _destination(row)
+                groups.setdefault(UNRECORDED if where is None else where.describe(), []).append(row)
+        return tuple(
+            (name, len(rows), min(row.spooled_at for row in rows)) for name, rows in groups.items()
+        )
 
     async def delete(self, ids: Sequence[int]) -> None:
         """Remove forwarded rows."""
@@ -175,6 +215,7 @@ class InMemorySpool:
             last_error=error,
             last_error_at=error_at,
             last_forward_at=self._last_forward,
+            elsewhere=self._elsewhere(),
         )
 
     @contextlib.asynccontextmanager
@@ -266,6 +307,13 @@ class _Quarantine:
             back.append(replace(aside.row, spooled_at=now))
         self._set = kept
         return back
+
+
+def _destination(row: SpoolRow) -> Destination | None:
+    try:
+        return outgoing_from_json(row.body).destination
+    except InvalidInput:
+        return None
 
 
 def _in_lane(row: SpoolRow, lane: tuple[str, str] | None) -> bool:
