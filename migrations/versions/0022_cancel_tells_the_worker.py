@@ -9,8 +9,8 @@ heartbeats at once and the heartbeat's answer ends the turn (``birddog.cancels``
 The functions' text is frozen below, as src/birddog/postgres/functions/ had it when this
 revision was written: birddog.cancel (changed).
 
-Revision ID: 0020
-Revises: 0019
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-12-04
 """
 
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0020"
-down_revision: str | Sequence[str] | None = "0019"
+revision: str = "0022"
+down_revision: str | Sequence[str] | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
