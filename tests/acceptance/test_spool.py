@@ -25,6 +25,7 @@ from birddog.clock import SystemClock
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.service.forwarding import ForwardReport
+from birddog.sqlite import SqliteSpool
 from tests.support import eventually
 from tests.support.cli import BIRDDOG, ROOT, Daemon, cli, cli_env, spool_path_for
 from tests.support.mcp import call, json_errlog, stdio_mcp
@@ -404,7 +405,7 @@ async def test_mail_recorded_for_another_server_behind_the_same_dsn_stays(
             database_url=database_url,
         ) as sender:  # fmt: skip
             spool = sender.spool
-            assert spool is not None
+            assert isinstance(spool, SqliteSpool)
             first = sender.outgoing(to="bob:s-bob", from_="alice:s-alice", content="old server")
             await spool.put(first)  # the file exists: a server can be noted for its key
             await spool.note_server("6789012345678901234/1")  # what it was found on then

@@ -170,6 +170,7 @@ def aimed(spool: Spools, destination: Destination | None) -> None:
     if isinstance(spool, InMemorySpool):
         spool.destination = destination
     else:
+        assert isinstance(spool, SqliteSpool)
         spool.file.database.destination = destination
 
 

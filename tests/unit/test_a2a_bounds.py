@@ -235,7 +235,7 @@ async def test_a_push_host_that_resolves_to_loopback_is_refused_when_set() -> No
 
     name = socket.gethostname()
     try:
-        addresses = {info[4][0] for info in socket.getaddrinfo(name, 80)}
+        addresses = {str(info[4][0]) for info in socket.getaddrinfo(name, 80)}
     except OSError:
         pytest.skip(f"this machine's name {name!r} does not resolve")
     if not any(address.startswith(("127.", "10.", "192.168.")) for address in addresses):
