@@ -5,8 +5,9 @@ Every flag has an environment twin (``BIRDDOG_<COMMAND>_<FLAG>``, e.g.
 
 This module holds the ``main`` group and what every command shares; each group of
 commands lives in a module of its own, registered by the import at the end of this file.
-Commands take their adapters from :mod:`birddog.bootstrap`, imported inside the command
-so that ``--help`` stays fast.
+Commands are handed a :class:`~birddog.service.entry.Services` (:func:`with_services`),
+typed by ports; the composition root (:mod:`birddog.bootstrap`) builds it, imported inside
+the command so that ``--help`` stays fast.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from birddog.runtime import event_loop_factory
 from birddog.settings import Settings, variable_of
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Adapters
+    from birddog.service.entry import Services
 
 T = TypeVar("T")
 
@@ -222,14 +223,17 @@ def _refused(exc: BaseException) -> str | None:
     return None if reason is None else f"the database refused: {reason}"
 
 
-def with_adapters(
-    ctx: click.Context, action: Callable[[Adapters], Awaitable[T]], *, lazy: bool = False
+def with_services(
+    ctx: click.Context, action: Callable[[Services], Awaitable[T]], *, lazy: bool = False
 ) -> T:
-    """Open the adapters (:func:`birddog.bootstrap.open_adapters`), run ``action``, close them.
+    """Open the services (:func:`birddog.bootstrap.open_adapters`), run ``action``, close them.
+
+    ``action`` sees them typed by their ports (:class:`~birddog.service.entry.Services`),
+    never the concrete adapters: this is the one place the command line composes them.
 
     Args:
         ctx: the command's context (its settings).
-        action: what to run over the adapters.
+        action: what to run over the services.
         lazy: connect only when ``action`` first needs the database (a sender, which
             spools what an unreachable database cannot take).
     """
@@ -381,5 +385,5 @@ __all__ = [
     "settings_error",
     "settings_of",
     "wait_duration",
-    "with_adapters",
+    "with_services",
 ]

@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import main, print_rows, with_adapters
+from birddog.cli import main, print_rows, with_services
 from birddog.core.errors import InvalidInput
 from birddog.core.mail import AgentAddress
 from birddog.core.text import printable
 from birddog.core.tokens import DEFAULT_SESSION, agent_address
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Adapters
     from birddog.core.tokens import AgentAdded, AgentInfo, IssuedToken
+    from birddog.service.entry import Services
 
 ADDRESS_HELP = f"AGENT or AGENT:SESSION; without a session the token names {DEFAULT_SESSION!r}."
 
@@ -61,10 +61,10 @@ def agent() -> None:
 def agent_add(ctx: click.Context, address: AgentAddress, login: bool) -> None:
     """Add AGENT: a mailbox route when it has no route, a token, a login (each printed once)."""
 
-    async def add(adapters: Adapters) -> tuple[AgentAdded, str]:
+    async def add(adapters: Services) -> tuple[AgentAdded, str]:
         return await adapters.agents.add(address, login=login), adapters.dsn
 
-    added, dsn = with_adapters(ctx, add)
+    added, dsn = with_services(ctx, add)
     route = "its replies go to its mailbox" if added.mailbox_added else "it keeps its route"
     click.echo(f"agent {printable(address.agent_id)} added; {route}")
     _echo_token(added.issued)
@@ -81,7 +81,7 @@ def agent_add(ctx: click.Context, address: AgentAddress, login: bool) -> None:
 @click.pass_context
 def agent_token(ctx: click.Context, address: AgentAddress) -> None:
     """Issue another token for AGENT (printed once); its other tokens stay valid."""
-    _echo_token(with_adapters(ctx, lambda s: s.agents.issue(address)))
+    _echo_token(with_services(ctx, lambda s: s.agents.issue(address)))
 
 
 @agent.command("revoke")
@@ -91,12 +91,12 @@ def agent_token(ctx: click.Context, address: AgentAddress) -> None:
 def agent_revoke(ctx: click.Context, agent_id: str, token_id: str | None) -> None:
     """End AGENT's tokens and its database login, or only the token --token-id names."""
 
-    async def revoke(adapters: Adapters) -> tuple[list[str], str | None]:
+    async def revoke(adapters: Services) -> tuple[list[str], str | None]:
         revoked = await adapters.agents.revoke(agent_id, token_id=token_id)
         dropped = None if token_id is not None else await adapters.agents.revoke_login(agent_id)
         return revoked, dropped
 
-    revoked, dropped = with_adapters(ctx, revoke)
+    revoked, dropped = with_services(ctx, revoke)
     if token_id is not None and not revoked:
         raise click.ClickException(
             f"agent {printable(agent_id)} has no token {printable(token_id)}"
@@ -134,7 +134,7 @@ def _rows(agents: list[AgentInfo]) -> list[dict[str, Any]]:
 @click.pass_context
 def agent_list(ctx: click.Context, as_json: bool) -> None:
     """List agents, their logins and tokens: id, session, creation, last use (never a token)."""
-    rows = _rows(with_adapters(ctx, lambda s: s.agents.list()))
+    rows = _rows(with_services(ctx, lambda s: s.agents.list()))
     print_rows(
         rows, as_json, ["agentId", "login", "tokenId", "sessionId", "createdAt", "lastUsedAt"]
     )

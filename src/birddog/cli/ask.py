@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import announce, main, wait_duration, with_adapters
+from birddog.cli import announce, main, wait_duration, with_services
 from birddog.cli.mail import priority_option, read_content
 from birddog.cli.mailbox import printable_lines
 from birddog.core.text import printable, shown_key
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Adapters
     from birddog.service.asked import Asked
+    from birddog.service.entry import Services
     from birddog.service.waiting import Question
 
 EXIT_ANSWERED = 0
@@ -132,14 +132,14 @@ def ask(
     if not content.strip():
         raise click.UsageError("the question is empty: nothing was asked")
 
-    async def go(adapters: Adapters) -> int:
+    async def go(adapters: Services) -> int:
         question = await adapters.sender.pose(
             to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, priority=priority
         )
         _tell_sent(question.asked, key_given=key is not None)
         return await _wait(question)
 
-    sys.exit(with_adapters(ctx, go, lazy=True))
+    sys.exit(with_services(ctx, go, lazy=True))
 
 
 def _tell_sent(asked: Asked, *, key_given: bool) -> None:

@@ -10,7 +10,7 @@ import urllib.request
 
 import click
 
-from birddog.cli import EXIT_ALARM, main, settings_of, with_adapters
+from birddog.cli import EXIT_ALARM, main, settings_of, with_services
 
 HEALTH_TIMEOUT_S = 3.0
 """How long the daemon's /healthz may take to answer."""
@@ -67,7 +67,7 @@ def _worker_heartbeat(ctx: click.Context) -> tuple[bool, str]:
 
     host = socket.gethostname()
     within = DAEMONS_SEEN_BEATS * HEARTBEAT_S
-    seen = with_adapters(ctx, lambda adapters: adapters.reports.daemons_seen(within_s=within))
+    seen = with_services(ctx, lambda adapters: adapters.reports.daemons_seen(within_s=within))
     mine = [row for row in seen if row["kind"] == "worker" and row["host"] == host]
     if mine:
         return True, f"worker healthy: {len(mine)} on {host} beat within {within:g} s"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import EXIT_ALARM, main, with_adapters
+from birddog.cli import EXIT_ALARM, main, with_services
 from birddog.core.jobs import JobState
 from birddog.core.mail import Outcome
 from birddog.display import dump_json, format_value, render_record, render_table
@@ -111,7 +111,7 @@ def jobs_list(
     as_json: bool,
 ) -> None:
     """Jobs: running (longest first), then queued (oldest first), then settled (newest)."""
-    page = with_adapters(
+    page = with_services(
         ctx, lambda s: s.admin.jobs(state=state, queue=queue, after=after, limit=limit)
     )
     if as_json:
@@ -128,7 +128,7 @@ def jobs_list(
 @click.pass_context
 def jobs_show(ctx: click.Context, job_id: str, as_json: bool) -> None:
     """One job: state, times, recoveries, its mail and result (previews)."""
-    job = with_adapters(ctx, lambda s: s.admin.job(job_id))
+    job = with_services(ctx, lambda s: s.admin.job(job_id))
     click.echo(dump_json(job) if as_json else render_record(_job_record(job)))
 
 
@@ -141,7 +141,7 @@ def jobs_show(ctx: click.Context, job_id: str, as_json: bool) -> None:
 @click.pass_context
 def jobs_cancel(ctx: click.Context, job_id: str, reason: str, as_json: bool) -> None:
     """Cancel a queued job now, or a running one when its worker next beats (exit 1: settled)."""
-    outcome = with_adapters(ctx, lambda s: s.jobs.cancel(job_id=job_id, content=reason))
+    outcome = with_services(ctx, lambda s: s.jobs.cancel(job_id=job_id, content=reason))
     if outcome is None:
         state, message = (
             "running",
@@ -215,7 +215,7 @@ def render_story(story: Story) -> str:
 @click.pass_context
 def show(ctx: click.Context, key: str, as_json: bool) -> None:
     """One mail's story by mail key, reply key or job id (exit 1: nothing found)."""
-    story = with_adapters(ctx, lambda s: s.admin.story(key))
+    story = with_services(ctx, lambda s: s.admin.story(key))
     if as_json:
         click.echo(dump_json(dataclasses.asdict(story)))
     elif story.found:

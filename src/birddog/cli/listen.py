@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from birddog.cli import ConfigurationError, agent_id_argument, announce, main, run, with_adapters
+from birddog.cli import ConfigurationError, agent_id_argument, announce, main, run, with_services
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from birddog.bootstrap import Adapters
     from birddog.ports import Route
+    from birddog.service.entry import Services
 
 
 @main.command()
@@ -77,10 +77,10 @@ def _route_secrets(ctx: click.Context, agent_id: str) -> list[str]:
     """The signing secrets of AGENT_ID's route, or a one-line error saying what is missing."""
     from birddog.core.text import printable  # noqa: PLC0415 - keeps --help fast
 
-    async def lookup(adapters: Adapters) -> tuple[Route | None, datetime]:
+    async def lookup(adapters: Services) -> tuple[Route | None, datetime]:
         return await adapters.routes.route(agent_id), adapters.clock.now()
 
-    route, now = with_adapters(ctx, lookup)
+    route, now = with_services(ctx, lookup)
     shown = printable(agent_id)
     if route is None:
         raise click.ClickException(

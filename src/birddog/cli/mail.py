@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
-from birddog.cli import announce, main, settings_of, with_adapters
+from birddog.cli import announce, main, settings_of, with_services
 from birddog.core.text import printable
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Adapters
     from birddog.service.asked import Asked
+    from birddog.service.entry import Services
 
 
 priority_option = click.option(
@@ -198,7 +198,7 @@ def send(
     except InvalidInput as exc:
         raise click.UsageError(str(exc)) from exc
 
-    async def enqueue(adapters: Adapters) -> tuple[Asked, list[str]]:
+    async def enqueue(adapters: Services) -> tuple[Asked, list[str]]:
         chosen, unrouted = job, []
         try:
             unrouted = await adapters.routes.missing([reply.agent_id for reply in replies])
@@ -232,13 +232,13 @@ def send(
 
 
 def _send_or_refuse(
-    ctx: click.Context, enqueue: Callable[[Adapters], Awaitable[tuple[Asked, list[str]]]]
+    ctx: click.Context, enqueue: Callable[[Services], Awaitable[tuple[Asked, list[str]]]]
 ) -> tuple[Asked, list[str]]:
     """Run the send; an unknown agent exits 3 (nothing was sent), naming --allow-unknown."""
     from birddog.core.errors import UnknownAgent  # noqa: PLC0415
 
     try:
-        return with_adapters(ctx, enqueue, lazy=True)
+        return with_services(ctx, enqueue, lazy=True)
     except click.ClickException as exc:
         cause = exc.__cause__
         if not isinstance(cause, UnknownAgent):
@@ -360,7 +360,7 @@ def read_content(
     return text
 
 
-async def _stored_times(adapters: Adapters, job_id: str) -> tuple[int, datetime | None] | None:
+async def _stored_times(adapters: Services, job_id: str) -> tuple[int, datetime | None] | None:
     """The mail's ``createdAt`` and the not-before of the agent job stored under ``job_id``."""
     from birddog.core.errors import InvalidJobPayload, JobNotFound  # noqa: PLC0415
     from birddog.core.jobs import decode_agent_job  # noqa: PLC0415

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import checked_id, main, with_adapters
+from birddog.cli import checked_id, main, with_services
 from birddog.core.ask import address_text
 from birddog.core.text import printable
 from birddog.display import format_value
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Adapters
     from birddog.core.mailbox import MailboxEntry
+    from birddog.service.entry import Services
 
 
 def entry_json(entry: MailboxEntry) -> dict[str, Any]:
@@ -83,7 +83,7 @@ def inbox(
         checked_id(session, "SESSION")
     session_id = session or None
 
-    async def show(adapters: Adapters) -> None:
+    async def show(adapters: Services) -> None:
         if not follow:
             entries = await adapters.mailbox.read(agent_id, session_id, limit=limit)
             if not entries and not as_json:
@@ -98,11 +98,11 @@ def inbox(
             ):
                 await _emit(adapters, batch, ack=ack, as_json=as_json)
 
-    with_adapters(ctx, show)
+    with_services(ctx, show)
 
 
 async def _emit(
-    adapters: Adapters, entries: list[MailboxEntry], *, ack: bool, as_json: bool
+    adapters: Services, entries: list[MailboxEntry], *, ack: bool, as_json: bool
 ) -> None:
     for entry in entries:
         print_entry(entry, as_json=as_json)

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import EXIT_ALARM, EXIT_OK, duration, main, print_rows, settings_of, with_adapters
+from birddog.cli import EXIT_ALARM, EXIT_OK, duration, main, print_rows, settings_of, with_services
 from birddog.core.text import printable, shown_key
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Adapters
+    from birddog.service.entry import Services
 
 LIST_LIMIT_MAX = 10_000
 """The most rows ``pending`` and ``dead`` print at once."""
@@ -25,7 +25,7 @@ PROBLEMS_SHOWN = 5
 """How many stale or dead replies of each kind ``check`` names."""
 
 
-async def status_report(adapters: Adapters) -> dict[str, Any]:
+async def status_report(adapters: Services) -> dict[str, Any]:
     """What the outbox holds, when it next wakes, the jobs by state, and who is running.
 
     Returns:
@@ -127,7 +127,7 @@ class CheckLimits:
 
 
 async def spool_problems(
-    adapters: Adapters, limits: CheckLimits, *, database_answers: bool
+    adapters: Services, limits: CheckLimits, *, database_answers: bool
 ) -> list[dict[str, Any]]:
     """What is wrong with this host's local spool, one problem per line.
 
@@ -202,7 +202,7 @@ async def spool_problems(
     return problems
 
 
-async def check_report(adapters: Adapters, limits: CheckLimits) -> list[dict[str, Any]]:
+async def check_report(adapters: Services, limits: CheckLimits) -> list[dict[str, Any]]:
     """Problems worth an alert, one per line, each with the facts behind it.
 
     Args:
@@ -292,7 +292,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
     """Replies by state, the oldest pending one, the next wake, jobs, and daemons seen."""
     from birddog.display import dump_json  # noqa: PLC0415 - keeps --help fast
 
-    report = with_adapters(ctx, status_report)
+    report = with_services(ctx, status_report)
     click.echo(dump_json(report) if as_json else render_status(report))
 
 
@@ -304,7 +304,7 @@ def status(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def pending(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Replies still owed: to whom, since when, attempts, last error, next try."""
-    rows = with_adapters(ctx, lambda s: s.outbox.list_pending(limit=limit))
+    rows = with_services(ctx, lambda s: s.outbox.list_pending(limit=limit))
     print_rows(
         rows,
         as_json,
@@ -320,7 +320,7 @@ def pending(ctx: click.Context, limit: int, as_json: bool) -> None:
 @click.pass_context
 def dead(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Dead letters: why each died and its last error."""
-    rows = with_adapters(ctx, lambda s: s.outbox.list_dead(limit=limit))
+    rows = with_services(ctx, lambda s: s.outbox.list_dead(limit=limit))
     print_rows(
         rows,
         as_json,
@@ -340,7 +340,7 @@ def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
     """
     if (key is None) == (agent_id is None):
         raise click.UsageError("give exactly one of KEY or --agent")
-    keys = with_adapters(ctx, lambda s: s.replay.replay(key=key, agent_id=agent_id))
+    keys = with_services(ctx, lambda s: s.replay.replay(key=key, agent_id=agent_id))
     if not keys:
         what = (
             f"key {shown_key(key)}" if key is not None else f"recipient {shown_key(agent_id or '')}"
@@ -421,7 +421,7 @@ def check(
         spool_s=given(spool_s, settings.check_spool_s),
     )
 
-    async def report(adapters: Adapters) -> list[dict[str, Any]]:
+    async def report(adapters: Services) -> list[dict[str, Any]]:
         from birddog.core.errors import StoreUnavailable  # noqa: PLC0415 - keeps --help fast
 
         try:
@@ -431,7 +431,7 @@ def check(
             return [away, *await spool_problems(adapters, limits, database_answers=False)]
         return found + await spool_problems(adapters, limits, database_answers=True)
 
-    problems = with_adapters(ctx, report, lazy=True)
+    problems = with_services(ctx, report, lazy=True)
     if as_json:
         click.echo(dump_json({"ok": not problems, "problems": problems}))
     else:
@@ -453,8 +453,10 @@ def check(
 @click.pass_context
 def probe(ctx: click.Context, timeout_s: float, drain: bool) -> None:
     """A canary round trip, job to receipt, with a nonce; exit 0 only if it came back."""
-    from birddog.processes.probe import run_probe  # noqa: PLC0415 - keeps --help fast
+    from birddog.cli import announcer, run  # noqa: PLC0415 - the probe only
+    from birddog.processes.probe import probe_round_trip  # noqa: PLC0415 - keeps --help fast
 
-    result = with_adapters(ctx, lambda s: run_probe(s, timeout_s=timeout_s, drain=drain))
+    settings, told = settings_of(ctx), announcer(ctx)
+    result = run(probe_round_trip(settings, timeout_s=timeout_s, drain=drain, announce=told))
     click.echo(result.message)
     sys.exit(EXIT_OK if result.ok else EXIT_ALARM)

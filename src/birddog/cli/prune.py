@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import click
 
-from birddog.cli import main, with_adapters
+from birddog.cli import main, with_services
 from birddog.core.duration import parse_duration
 from birddog.core.errors import InvalidInput
 from birddog.core.retention import RetentionPolicy
@@ -75,7 +75,7 @@ def prune(
             "say what to prune: --receipts-older-than, --jobs-settled-older-than, "
             "--dead-older-than or --mailbox-read-older-than"
         )
-    report = with_adapters(ctx, lambda s: s.retention.prune(policy))
+    report = with_services(ctx, lambda s: s.retention.prune(policy))
     counts = {
         "receipts": report.receipts,
         "jobs": report.jobs,

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from birddog.cli import agent_id_argument, duration, main, with_adapters
+from birddog.cli import agent_id_argument, duration, main, with_services
 from birddog.core.duration import format_age, parse_duration
 from birddog.core.egress import shown_url
 from birddog.core.errors import InvalidInput
@@ -146,7 +146,7 @@ def route_add(
     if mailbox:
         if url is not None or secret is not None or batch_size != 1:
             raise click.UsageError("a --mailbox route takes no URL, no --secret and no --batch")
-        added = with_adapters(
+        added = with_services(
             ctx,
             lambda s: s.routes.add(agent_id, enabled=not held, kind="mailbox", policy=policy),
         )
@@ -157,7 +157,7 @@ def route_add(
         return
     if url is None:
         raise click.UsageError("give the inbox URL, or --mailbox")
-    added = with_adapters(
+    added = with_services(
         ctx,
         lambda s: s.routes.add(
             agent_id, url, secret=secret, enabled=not held, batch_size=batch_size, policy=policy
@@ -194,7 +194,7 @@ def route_update(
             "nothing to change: give --url, --secret, --batch, --post-timeout, --max-age "
             "or --max-attempts"
         )
-    updated = with_adapters(
+    updated = with_services(
         ctx,
         lambda s: s.routes.update(
             agent_id,
@@ -231,7 +231,7 @@ def _overlap(_ctx: click.Context, _param: click.Parameter, value: str) -> float:
 @click.pass_context
 def route_rotate(ctx: click.Context, agent_id: str, overlap_s: float) -> None:
     """Give AGENT_ID a new signing secret (printed once); the old one signs until --overlap ends."""
-    rotated = with_adapters(ctx, lambda s: s.routes.rotate(agent_id, overlap_s=overlap_s))
+    rotated = with_services(ctx, lambda s: s.routes.rotate(agent_id, overlap_s=overlap_s))
     until = rotated.previous_secret_until
     click.echo(f"route {rotated.agent_id}: new signing secret: {rotated.secret}")
     if overlap_s > 0 and until is not None:
@@ -248,7 +248,7 @@ def route_rotate(ctx: click.Context, agent_id: str, overlap_s: float) -> None:
 @click.pass_context
 def route_list(ctx: click.Context, as_json: bool) -> None:
     """List routes (secrets, URL passwords and query strings are never shown)."""
-    routes = with_adapters(ctx, lambda s: s.routes.list())
+    routes = with_services(ctx, lambda s: s.routes.list())
     rows = [
         {
             "agentId": r.agent_id,
@@ -280,7 +280,7 @@ def route_list(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def route_hold(ctx: click.Context, agent_id: str) -> None:
     """Hold AGENT_ID: its replies stay, untouched, until released."""
-    with_adapters(ctx, lambda s: s.routes.hold(agent_id))
+    with_services(ctx, lambda s: s.routes.hold(agent_id))
     click.echo(f"held {agent_id}")
 
 
@@ -289,7 +289,7 @@ def route_hold(ctx: click.Context, agent_id: str) -> None:
 @click.pass_context
 def route_release(ctx: click.Context, agent_id: str) -> None:
     """Release AGENT_ID: its waiting replies are delivered."""
-    with_adapters(ctx, lambda s: s.routes.release(agent_id))
+    with_services(ctx, lambda s: s.routes.release(agent_id))
     click.echo(f"released {agent_id}")
 
 
@@ -298,5 +298,5 @@ def route_release(ctx: click.Context, agent_id: str) -> None:
 @click.pass_context
 def route_remove(ctx: click.Context, agent_id: str) -> None:
     """Remove AGENT_ID's route (its future replies die as unknown recipients)."""
-    with_adapters(ctx, lambda s: s.routes.remove(agent_id))
+    with_services(ctx, lambda s: s.routes.remove(agent_id))
     click.echo(f"removed {agent_id}")

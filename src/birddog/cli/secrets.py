@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from birddog.cli import main, settings_of, with_adapters
+from birddog.cli import main, settings_of, with_services
 from birddog.sealing import ALERT_CONTEXT, generate_key
 
 
@@ -30,7 +30,7 @@ def secrets_rekey(ctx: click.Context) -> None:
     changing keys, then drop the old key. Without BIRDDOG_SECRET_KEY it stores them plain.
     """
     box = settings_of(ctx).secret_box()
-    report = with_adapters(ctx, lambda s: s.routes.reseal())
+    report = with_services(ctx, lambda s: s.routes.reseal())
     form = f"sealed with key {box.key_id}" if box.key_id else "stored plain (no key set)"
     click.echo(f"{report.resealed} secret(s) of {report.routes} route(s) rewritten; all {form}")
 

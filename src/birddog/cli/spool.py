@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from birddog.cli import EXIT_ALARM, main, run, settings_of, with_adapters
+from birddog.cli import EXIT_ALARM, main, run, settings_of, with_services
 from birddog.core.text import printable
 
 if TYPE_CHECKING:
-    from birddog.bootstrap import Adapters
     from birddog.core.spool import SpoolStatus
+    from birddog.service.entry import Services
     from birddog.service.forwarding import ForwardReport
 
 QUARANTINE_SHOWN = 5
@@ -139,11 +139,11 @@ def spool_forward(ctx: click.Context, wait_s: float, adopt: bool) -> None:
     everything stays.
     """
 
-    async def forward(adapters: Adapters) -> tuple[ForwardReport, SpoolStatus]:
+    async def forward(adapters: Services) -> tuple[ForwardReport, SpoolStatus]:
         done = await adapters.sender.forward(wait_s=wait_s, adopt=adopt)
         return done, await adapters.spool.status()
 
-    report, left = with_adapters(ctx, forward, lazy=True)
+    report, left = with_services(ctx, forward, lazy=True)
     if report.busy:
         click.echo(f"another process kept forwarding this spool for {wait_s:g} s", err=True)
         sys.exit(EXIT_ALARM)

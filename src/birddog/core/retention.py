@@ -30,3 +30,18 @@ class RetentionPolicy:
             value is None
             for value in (self.receipts_s, self.jobs_settled_s, self.dead_s, self.mailbox_read_s)
         )
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """How many rows one prune deleted, by kind."""
+
+    receipts: int = 0
+    jobs: int = 0
+    dead_letters: int = 0
+    mailbox: int = 0
+
+    @property
+    def total(self) -> int:
+        """Rows deleted in all."""
+        return self.receipts + self.jobs + self.dead_letters + self.mailbox

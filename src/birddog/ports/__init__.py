@@ -2,12 +2,13 @@
 
 Each is a small ``Protocol`` with keyword-only arguments, in a module by concept:
 :mod:`~birddog.ports.delivery` (outbox, transports, wake, clock, listener),
-:mod:`~birddog.ports.routes` (routes, their edits and holds, tokens),
+:mod:`~birddog.ports.routes` (routes, their edits and holds, tokens, their administration),
 :mod:`~birddog.ports.mail` (the ask store, mailboxes, notices, sent jobs, the spool),
 :mod:`~birddog.ports.jobs` (the job store and what goes with it) and
-:mod:`~birddog.ports.operator` (the console's reads and actions, with the values its pages
-carry). Every name is importable from here. ``birddog.testing`` has a fake for every port;
-``birddog.postgres``, ``birddog.http`` and ``birddog.sqlite`` the real adapters.
+:mod:`~birddog.ports.operator` (the console's and commands' reads and actions, with the
+values its pages carry: reports, retention, agents' accounts). Every name is importable
+from here. ``birddog.testing`` has a fake for every port; ``birddog.postgres``,
+``birddog.http`` and ``birddog.sqlite`` the real adapters.
 """
 
 from birddog.ports.delivery import (
@@ -29,6 +30,7 @@ from birddog.ports.jobs import (
     ClaimedJob,
     ClaimedJobLike,
     DaemonRow,
+    JobAdmin,
     JobBacklog,
     JobCancels,
     JobReaper,
@@ -39,6 +41,7 @@ from birddog.ports.mail import (
     Answers,
     AskStore,
     Mailbox,
+    MailboxFeed,
     Notices,
     SentJobs,
     Spool,
@@ -49,14 +52,20 @@ from birddog.ports.operator import (
     PENDING_STATUSES,
     PREVIEW_CHARS,
     Admin,
+    AgentAccounts,
     DeadLetterReplay,
     DeadLetters,
     Listing,
+    OutboxAdmin,
     Overview,
+    Reports,
+    Retention,
     Story,
 )
 from birddog.ports.routes import (
+    ResealReport,
     Route,
+    RouteAdmin,
     RouteBook,
     RouteEdits,
     RouteHolds,
@@ -70,6 +79,7 @@ __all__ = [
     "PENDING_STATUSES",
     "PREVIEW_CHARS",
     "Admin",
+    "AgentAccounts",
     "Answers",
     "AskStore",
     "ClaimedJob",
@@ -78,6 +88,7 @@ __all__ = [
     "DaemonRow",
     "DeadLetterReplay",
     "DeadLetters",
+    "JobAdmin",
     "JobBacklog",
     "JobCancels",
     "JobReaper",
@@ -85,13 +96,19 @@ __all__ = [
     "Listener",
     "Listing",
     "Mailbox",
+    "MailboxFeed",
     "Notices",
     "Outbox",
+    "OutboxAdmin",
     "OutboxRows",
     "Overview",
     "Page",
     "ParcelTransport",
+    "Reports",
+    "ResealReport",
+    "Retention",
     "Route",
+    "RouteAdmin",
     "RouteBook",
     "RouteEdits",
     "RouteHint",

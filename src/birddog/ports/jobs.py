@@ -1,7 +1,7 @@
 """The job ports: the store a worker claims and settles through, and what goes with it.
 
-Its reaper and backlog, cancellations, turns, and a process's row among the running
-daemons.
+Its reaper and backlog, cancellations, turns, a process's row among the running daemons,
+and the operator's job commands.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ __all__ = [
     "ClaimedJob",
     "ClaimedJobLike",
     "DaemonRow",
+    "JobAdmin",
     "JobBacklog",
     "JobCancels",
     "JobReaper",
@@ -161,4 +162,20 @@ class TurnRecords(Protocol):
 
     async def turns_on_host(self, *, host: str, boot_id: str) -> list[tuple[str, Turn]]:
         """``(job_id, turn)`` of every running job whose turn was recorded on this host."""
+        ...
+
+
+class JobAdmin(JobCancels, Protocol):
+    """The operator's job commands: one job, counts, cancels (``PostgresJobs``)."""
+
+    async def get(self, job_id: str) -> Job:
+        """The job with this id, as stored now (raises ``JobNotFound`` when there is none)."""
+        ...
+
+    async def counts(self) -> dict[str, int]:
+        """How many jobs are in each state (every state present)."""
+        ...
+
+    async def not_yet_due(self) -> tuple[int, datetime | None]:
+        """How many queued jobs may not run before a later time, and the earliest such time."""
         ...

@@ -7,7 +7,7 @@ against.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from datetime import datetime
 from typing import Literal, Protocol
@@ -21,7 +21,16 @@ from birddog.core.spool import Outgoing, SpoolRow, SpoolStatus
 from birddog.core.tasks import SentJob
 from birddog.ports.delivery import Listener
 
-__all__ = ["Answers", "AskStore", "Mailbox", "Notices", "SentJobs", "Spool", "SpoolAdmin"]
+__all__ = [
+    "Answers",
+    "AskStore",
+    "Mailbox",
+    "MailboxFeed",
+    "Notices",
+    "SentJobs",
+    "Spool",
+    "SpoolAdmin",
+]
 
 
 class AskStore(Protocol):
@@ -131,6 +140,24 @@ class Mailbox(Answers, Protocol):
         self, mail_keys: Sequence[str], *, timeout_s: float | None = None
     ) -> list[MailboxEntry]:
         """Every reply to any of ``mail_keys`` in any mailbox, read or not."""
+        ...
+
+
+class MailboxFeed(Mailbox, Protocol):
+    """A mailbox read as replies arrive (``PostgresMailbox``; ``birddog inbox --follow``)."""
+
+    def follow(
+        self,
+        agent_id: str,
+        session_id: str | None = None,
+        *,
+        stop: asyncio.Event,
+        limit: int = 100,
+    ) -> AsyncIterator[list[MailboxEntry]]:
+        """Yield unread replies in batches as they arrive, each once, until ``stop`` is set.
+
+        The first batch holds what is unread now; empty batches are not yielded.
+        """
         ...
 
 

@@ -1,7 +1,11 @@
-"""The route ports: where an agent's replies go, their edits and holds, and the token book."""
+"""The route ports: where an agent's replies go, their edits and holds, and the token book.
+
+And the operator's administration of routes (``birddog route ...``, ``secrets reseal``).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -10,7 +14,16 @@ from birddog.core.mail import AgentAddress
 from birddog.core.policy import NO_POLICY, RoutePolicy
 from birddog.ports.delivery import RouteKind
 
-__all__ = ["Route", "RouteBook", "RouteEdits", "RouteHolds", "RouteList", "TokenBook"]
+__all__ = [
+    "ResealReport",
+    "Route",
+    "RouteAdmin",
+    "RouteBook",
+    "RouteEdits",
+    "RouteHolds",
+    "RouteList",
+    "TokenBook",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,4 +155,40 @@ class RouteList(Protocol):
 
     async def list(self) -> list[Route]:
         """Every route, by agent id."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ResealReport:
+    """What a reseal of the routes' secrets did (``birddog secrets reseal``).
+
+    Attributes:
+        routes: routes holding at least one stored secret.
+        resealed: secrets written again in the configured form.
+    """
+
+    routes: int
+    resealed: int
+
+
+class RouteAdmin(RouteEdits, RouteList, Protocol):
+    """The operator's route commands: edits, holds, rotation, removal (``PostgresRoutes``)."""
+
+    async def missing(self, agent_ids: Sequence[str]) -> list[str]:
+        """Which of ``agent_ids`` have no route, each once, in the order given."""
+        ...
+
+    async def rotate(self, agent_id: str, *, overlap_s: float) -> Route:
+        """Give an ``http`` route a new secret; the old one keeps signing for ``overlap_s``.
+
+        Raises ``RouteNotFound`` for an agent with no route.
+        """
+        ...
+
+    async def remove(self, agent_id: str) -> None:
+        """Remove an agent's route (raises ``RouteNotFound`` when it has none)."""
+        ...
+
+    async def reseal(self) -> ResealReport:
+        """Write every stored secret again in the configured form (sealed or plain)."""
         ...

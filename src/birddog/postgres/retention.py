@@ -8,12 +8,11 @@ transaction each, so no long lock is held and a running daemon never waits on it
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import LiteralString
 
 from birddog.core.errors import InvalidInput
-from birddog.core.retention import RetentionPolicy
+from birddog.core.retention import PruneReport, RetentionPolicy
 from birddog.ports import Clock
 from birddog.postgres.pool import Pool, store_errors
 from birddog.postgres.sql import queries
@@ -22,21 +21,6 @@ __all__ = ["PRUNE_BATCH", "PostgresRetention", "PruneReport", "RetentionPolicy"]
 
 PRUNE_BATCH = 1000
 """Rows deleted per statement (and so per transaction)."""
-
-
-@dataclass(frozen=True, slots=True)
-class PruneReport:
-    """How many rows one prune deleted, by kind."""
-
-    receipts: int = 0
-    jobs: int = 0
-    dead_letters: int = 0
-    mailbox: int = 0
-
-    @property
-    def total(self) -> int:
-        """Rows deleted in all."""
-        return self.receipts + self.jobs + self.dead_letters + self.mailbox
 
 
 class PostgresRetention:

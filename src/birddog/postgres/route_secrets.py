@@ -9,13 +9,12 @@ from __future__ import annotations
 import base64
 import binascii
 import secrets
-from dataclasses import dataclass
 
 import asyncpg
 
 from birddog.core.errors import InvalidSecret, SecretUnreadable
 from birddog.core.policy import POLICY_FIELDS, RoutePolicy
-from birddog.ports import Route
+from birddog.ports import ResealReport, Route
 from birddog.sealing import SecretBox, route_context
 
 __all__ = [
@@ -58,19 +57,6 @@ def check_secret(secret: str) -> str:
     if not key:
         raise InvalidSecret("signing secret must not be empty", field="secret")
     return secret
-
-
-@dataclass(frozen=True, slots=True)
-class ResealReport:
-    """What :meth:`PostgresRoutes.reseal` did.
-
-    Attributes:
-        routes: routes holding at least one stored secret.
-        resealed: secrets written again in the configured form.
-    """
-
-    routes: int
-    resealed: int
 
 
 class RouteSecrets:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import structlog
 from aiohttp import web
 
-from birddog.bootstrap import Adapters
+from birddog.bootstrap import Adapters, Announce, open_adapters
 from birddog.clock import epoch_ms
 from birddog.core.delivery import Receipt
 from birddog.core.errors import BirdDogError
@@ -26,6 +26,7 @@ from birddog.core.jobs import RESERVED_QUEUE_PREFIX, AgentWork, agent_job
 from birddog.core.mail import AgentAddress, Mail, Outcome, Reply
 from birddog.http.inbox import Inbox
 from birddog.http.server import serve
+from birddog.settings import Settings
 
 log = structlog.get_logger("birddog.probe")
 
@@ -43,6 +44,21 @@ class ProbeResult:
     ok: bool
     message: str
     elapsed_s: float
+
+
+async def probe_round_trip(
+    settings: Settings, *, timeout_s: float, drain: bool = False, announce: Announce | None = None
+) -> ProbeResult:
+    """Open the adapters of ``settings`` and run :func:`run_probe` over them (``birddog probe``).
+
+    Args:
+        settings: which database.
+        timeout_s: the deadline for the round trip.
+        drain: deliver the reply here instead of a running daemon.
+        announce: told about the embedded server.
+    """
+    async with open_adapters(settings, pool_size=2, announce=announce) as adapters:
+        return await run_probe(adapters, timeout_s=timeout_s, drain=drain)
 
 
 async def run_probe(adapters: Adapters, *, timeout_s: float, drain: bool = False) -> ProbeResult:

@@ -15,6 +15,10 @@ every port (a unit test fails when a port has none).
   :class:`InMemorySpool` (``rows``): the local spool; :class:`InMemoryTokenBook`.
 - :class:`InMemoryAdmin`: the operator's pages over those fakes; :class:`InMemorySentJobs`:
   sent jobs read back (A2A tasks); :class:`InMemoryDaemonRow`: a process's row.
+- The operator's commands: :class:`InMemoryOutboxAdmin` (outbox counts and lists),
+  :class:`InMemoryJobAdmin` (job counts, cancels), :class:`InMemoryReports` (``daemons``:
+  the processes seen; status and check), :class:`InMemoryRetention` (prune) and
+  :class:`InMemoryAgents` (agents and their tokens, into an :class:`InMemoryTokenBook`).
 """
 
 from __future__ import annotations
@@ -22,6 +26,13 @@ from __future__ import annotations
 from typing import Final
 
 from birddog.ports import ClaimedJob
+from birddog.testing.admin import (
+    DaemonSeen,
+    InMemoryJobAdmin,
+    InMemoryOutboxAdmin,
+    InMemoryReports,
+    InMemoryRetention,
+)
 from birddog.testing.clock import FrozenClock, ManualWake
 from birddog.testing.jobs import InMemoryJobs, StoredJob
 from birddog.testing.listening import ManualListener, ManualNotices
@@ -30,7 +41,7 @@ from birddog.testing.operator import InMemoryAdmin, InMemoryDaemonRow, InMemoryS
 from birddog.testing.outbox import InMemoryOutbox
 from birddog.testing.routes import InMemoryRoutes
 from birddog.testing.spool import InMemorySpool
-from birddog.testing.tokens import InMemoryTokenBook
+from birddog.testing.tokens import InMemoryAgents, InMemoryTokenBook
 from birddog.testing.transport import (
     Answer,
     AnswerFn,
@@ -42,13 +53,19 @@ __all__ = [
     "FAKES",
     "Answer",
     "AnswerFn",
+    "DaemonSeen",
     "FrozenClock",
     "InMemoryAdmin",
+    "InMemoryAgents",
     "InMemoryAsks",
     "InMemoryDaemonRow",
+    "InMemoryJobAdmin",
     "InMemoryJobs",
     "InMemoryMailbox",
     "InMemoryOutbox",
+    "InMemoryOutboxAdmin",
+    "InMemoryReports",
+    "InMemoryRetention",
     "InMemoryRoutes",
     "InMemorySentJobs",
     "InMemorySpool",
@@ -92,5 +109,12 @@ FAKES: Final[dict[str, type]] = {
     "Admin": InMemoryAdmin,
     "SentJobs": InMemorySentJobs,
     "DaemonRow": InMemoryDaemonRow,
+    "OutboxAdmin": InMemoryOutboxAdmin,
+    "JobAdmin": InMemoryJobAdmin,
+    "Reports": InMemoryReports,
+    "Retention": InMemoryRetention,
+    "AgentAccounts": InMemoryAgents,
+    "RouteAdmin": InMemoryRoutes,
+    "MailboxFeed": InMemoryMailbox,
 }
 """The fake of every port, by the port's name in :mod:`birddog.ports`."""

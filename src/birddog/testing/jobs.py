@@ -59,6 +59,8 @@ class StoredJob:
         content: the settlement's content.
         diagnostic: the last diagnostic (a settlement's, or a recovery's).
         turn: where its last turn ran, as the worker recorded it.
+        worker_id: who holds (or last held) its claim.
+        settled_at: when it settled (retention counts from here).
     """
 
     job: Job
@@ -71,6 +73,8 @@ class StoredJob:
     content: str | None = None
     diagnostic: str | None = None
     turn: Turn | None = None
+    worker_id: str = ""
+    settled_at: datetime | None = None
 
     def facts(self, token: str | None = None) -> JobFacts:
         """The lifecycle's facts, ``token`` being the claim presented (if any)."""
@@ -175,12 +179,11 @@ class InMemoryJobs:
             queues: these queues; with ``agents`` None too, every queue but the reserved.
             agents: every session of these agents as well (the mail's ``to.agentId``).
             lease_s: how long the claim holds without a heartbeat.
-            worker_id: who claims (unused: kept for the port's shape).
+            worker_id: who claims (kept on the job, as the reports show it).
 
         Returns:
             The claimed job, or None when no queue has a claimable head.
         """
-        del worker_id
         now = self.clock.now()
         until = self._lease_until(lease_s)
         running = Counter(s.job.queue for s in self.jobs.values() if s.job.state is RUNNING)
@@ -201,6 +204,7 @@ class InMemoryJobs:
         stored.job = stored.job.model_copy(update={"state": RUNNING})
         stored.claim_token = uuid.uuid4().hex
         stored.lease_expires_at = until
+        stored.worker_id = worker_id
         return ClaimedJob(stored.job, stored.claim_token, until, stored.recovery_count)
 
     async def claim_many(
@@ -417,6 +421,7 @@ async def _settle(
     # The claim token stays: a replay of this settlement by its claim is kept, not refused.
     stored.job = settled
     stored.lease_expires_at = None
+    stored.settled_at = now
     stored.content, stored.diagnostic = settle.content, settle.diagnostic
     if settle.records_cancellation:
         stored.cancellation = settle.content

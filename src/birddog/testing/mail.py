@@ -10,8 +10,9 @@ stands for the drain writing one, and every wait for it ends then.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from datetime import datetime
+from typing import Final
 
 from birddog.core.ask import (
     Posted,
@@ -39,7 +40,10 @@ from birddog.testing.jobs import InMemoryJobs, StoredJob
 from birddog.testing.outbox import InMemoryOutbox
 from birddog.testing.routes import InMemoryRoutes
 
-__all__ = ["InMemoryAsks", "InMemoryMailbox", "mail_of"]
+__all__ = ["FOLLOW_POLL_S", "InMemoryAsks", "InMemoryMailbox", "mail_of"]
+
+FOLLOW_POLL_S: Final = 0.05
+"""How often :meth:`InMemoryMailbox.follow` looks again when no arrival woke it."""
 
 
 class InMemoryMailbox:
@@ -163,6 +167,28 @@ class InMemoryMailbox:
             (entry for entry in self.entries.values() if entry.in_reply_to in wanted),
             key=lambda entry: (entry.in_reply_to, entry.key),
         )
+
+    async def follow(
+        self,
+        agent_id: str,
+        session_id: str | None = None,
+        *,
+        stop: asyncio.Event,
+        limit: int = 100,
+    ) -> AsyncIterator[list[MailboxEntry]]:
+        """Yield unread replies in batches as they arrive, each once, until ``stop`` is set."""
+        seen: set[str] = set()
+        while not stop.is_set():
+            _reach(self.away)
+            self._arrived.clear()
+            batch = await self.read(agent_id, session_id, limit=limit, exclude=list(seen))
+            if batch:
+                yield batch
+                seen.update(entry.key for entry in batch)
+                continue
+            # Waits share the arrival event (each clears it): look again now and then, as
+            # PostgresMailbox looks again when no notification came.
+            await wait_event(self._arrived, FOLLOW_POLL_S)
 
     def _first_reply(self, key: str, owner: AgentAddress | None) -> MailboxEntry | None:
         candidates = [

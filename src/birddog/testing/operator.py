@@ -14,10 +14,11 @@ from typing import Any, Literal
 
 from birddog.core.delivery import OutboxRow, RowState
 from birddog.core.egress import shown_url
-from birddog.core.errors import InvalidInput
+from birddog.core.errors import InvalidInput, JobNotFound
 from birddog.core.jobs import JobState, decode_agent_job
 from birddog.core.mail import AgentAddress, Mail, mail_key_of
 from birddog.core.tasks import SentJob
+from birddog.core.text import shown_key
 from birddog.ports import JOB_STATES, PENDING_STATUSES, PREVIEW_CHARS, Listing, Overview, Story
 from birddog.testing.jobs import InMemoryJobs, StoredJob
 from birddog.testing.mail import mail_of
@@ -150,6 +151,17 @@ class InMemoryAdmin:
         ]
         chosen.sort(key=_job_order)
         return _page([_job_row(stored) for stored in chosen], after, limit)
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        """One job as the story shows it (its mail without content, a preview).
+
+        Raises:
+            JobNotFound: no job has this id.
+        """
+        stored = self.job_store.jobs.get(job_id)
+        if stored is None:
+            raise JobNotFound(f"no job has id {shown_key(job_id)}")
+        return _job_row(stored, story=True)
 
     async def story(self, key: str) -> Story:
         """One mail's story by mail key, reply key or job id."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 import secrets
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import timedelta
 
 from birddog.core.egress import EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput, RouteNotFound
 from birddog.core.policy import NO_POLICY, RoutePolicy
 from birddog.core.routing import check_batch_size, check_secret, checked_route, secret_of
 from birddog.core.text import shown_key
-from birddog.ports import Clock, Route, RouteKind
+from birddog.ports import Clock, ResealReport, Route, RouteKind
 from birddog.testing.clock import FrozenClock
 from birddog.testing.outbox import InMemoryOutbox
 
@@ -19,7 +20,7 @@ __all__ = ["InMemoryRoutes"]
 
 
 class InMemoryRoutes:
-    """Routes in a dict: the fake of the route book, its edits, holds and list.
+    """Routes in a dict: the fake of the route book, its edits, holds, list and administration.
 
     Routes are checked as the Postgres route book checks them
     (:func:`birddog.core.routing.checked_route`). Given an outbox, a hold holds its rows
@@ -178,6 +179,35 @@ class InMemoryRoutes:
         del self.routes[agent_id]
         if self.outbox is not None:
             self.outbox.mailboxes.discard(agent_id)
+
+    async def rotate(self, agent_id: str, *, overlap_s: float) -> Route:
+        """A new secret for an ``http`` route; the old one signs beside it for ``overlap_s``.
+
+        Raises:
+            InvalidInput: a negative overlap.
+            RouteNotFound: no http route for ``agent_id``.
+        """
+        if not overlap_s >= 0:
+            raise InvalidInput("the overlap must not be negative", field="overlap")
+        route = self.routes.get(agent_id)
+        if route is None or route.kind != "http":
+            raise RouteNotFound(f"no http route for agent {shown_key(agent_id)}")
+        self.routes[agent_id] = replace(
+            route,
+            secret=secret_of(secrets.token_bytes(32)),
+            previous_secret=route.secret,
+            previous_secret_until=self.clock.now() + timedelta(seconds=overlap_s),
+        )
+        return self.routes[agent_id]
+
+    async def reseal(self) -> ResealReport:
+        """Secrets are kept plain here, the form with no key: none is written again."""
+        holding = [
+            route
+            for route in self.routes.values()
+            if route.secret is not None or route.previous_secret is not None
+        ]
+        return ResealReport(routes=len(holding), resealed=0)
 
     def _route(self, agent_id: str) -> Route:
         route = self.routes.get(agent_id)
