@@ -1,4 +1,7 @@
-"""The layers hold: the core is pure, the loops never name the driver, the app never the adapter."""
+"""The layers hold: the core is pure, the loops never name the driver, the app never the adapter.
+
+And the commands are handed services typed by port (``with_services``), never the adapters.
+"""
 
 from __future__ import annotations
 
@@ -260,3 +263,73 @@ def test_the_application_layer_is_written_against_ports() -> None:
     for path in sorted((SOURCE / "service").glob("*.py")):
         parts = {part_of_module(name) for name in birddog_imports(path)}
         assert parts - allowed == set(), path.name
+
+
+# ---- the commands are handed services, typed by port ----------------------------------
+
+CLI_MODULES = sorted((SOURCE / "cli").glob("*.py"))
+"""The command line's modules."""
+
+CLI_COMPOSITION = SOURCE / "cli" / "__init__.py"
+"""The one command-line module that opens the adapters (``with_services``)."""
+
+CLI_BOOTSTRAP_NAMES = frozenset(
+    {
+        "CLOCK",
+        "HEARTBEAT_S",
+        "guarded_paths",
+        "migrate_schema",
+        "open_spool",
+        "psql_session",
+        "refusal_reason",
+        "running_database",
+    }
+)
+"""What a command may take from the composition root besides the services: wiring that
+needs no database (the clock, the spool, the data directory) and the database's setup."""
+
+
+def bootstrap_names(path: Path) -> dict[str, str]:
+    """Each name ``path`` imports from a birddog.bootstrap module, and that module."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.startswith("birddog.bootstrap"):
+                names.update((alias.name, node.module) for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(
+                (alias.name, alias.name)
+                for alias in node.names
+                if alias.name.startswith("birddog.bootstrap")
+            )
+    return names
+
+
+def adapter_names(path: Path) -> list[str]:
+    """Every ``Adapters`` or ``Postgres*`` name ``path`` mentions (annotations included)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            found.add(node.id)
+        elif isinstance(node, ast.Attribute):
+            found.add(node.attr)
+        elif isinstance(node, ast.alias):
+            found.add(node.asname or node.name.rsplit(".", 1)[-1])
+    return sorted(n for n in found if n == "Adapters" or n.startswith("Postgres"))
+
+
+@pytest.mark.parametrize("path", CLI_MODULES, ids=lambda path: path.name)
+def test_commands_name_no_adapter(path: Path) -> None:
+    """A command sees Services and ports: never Adapters, never a Postgres* class."""
+    assert adapter_names(path) == []
+
+
+@pytest.mark.parametrize("path", CLI_MODULES, ids=lambda path: path.name)
+def test_commands_take_only_wiring_from_the_composition_root(path: Path) -> None:
+    """Only with_services opens the adapters; a command takes no other adapter from bootstrap."""
+    allowed = CLI_BOOTSTRAP_NAMES | ({"open_adapters"} if path == CLI_COMPOSITION else set())
+    names = bootstrap_names(path)
+    assert sorted(set(names) - allowed) == []
+    assert "birddog.bootstrap.adapters" not in names.values()
