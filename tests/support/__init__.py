@@ -17,6 +17,8 @@ This module has what most suites use; the rest has a module of its own:
 - ``users``: OS users made for one test (root only), for agents run ``--user``.
 - ``world``: the mail service over birddog.testing's fakes, wired together
   (:class:`~tests.support.world.World`), for the service's and the MCP agent tools's unit tests.
+- ``services``: the commands' Services over those fakes
+  (:class:`~tests.support.services.FakeServices`), for the commands' logic without a database.
 """
 
 from __future__ import annotations
