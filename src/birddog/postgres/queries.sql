@@ -1090,7 +1090,7 @@ WITH running AS (
     LIMIT $6::int
 )
 SELECT
-    p.rank, p.at, j.job_id, j.queue, j.lane, j.priority, j.state, j.outcome, j.created_at,
+    p.rank, p.at, j.job_id, j.queue, j.lane, j.priority, j.state, j.kind, j.outcome, j.created_at,
     j.started_at, j.settled_at, j.lease_expires_at, j.recovery_count, j.agent_id,
     j.not_before, j.expires_at,
     j.cancel_requested_at, j.worker_id, j.diagnostic,
@@ -1104,8 +1104,8 @@ ORDER BY p.rank, p.n;
 -- The jobs a story names: by job id $1 or by the key of the mail they carry; the mail without its content, which comes as a preview.
 -- params: $1 job_id text, $2 mail_keys text[], $3 preview_chars int, $4 limit int
 SELECT
-    j.job_id, j.queue, j.lane, j.priority, j.state, j.outcome, j.created_at, j.started_at,
-    j.settled_at, j.updated_at, j.lease_expires_at, j.recovery_count, j.recovery,
+    j.job_id, j.queue, j.lane, j.priority, j.state, j.kind, j.outcome, j.created_at,
+    j.started_at, j.settled_at, j.updated_at, j.lease_expires_at, j.recovery_count, j.recovery,
     j.cancel_requested_at, j.cancel_content, j.worker_id, j.slot, j.diagnostic,
     j.agent_id, j.not_before, j.expires_at,
     left(j.result_content, $3::int) AS result_preview,

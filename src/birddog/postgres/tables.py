@@ -195,7 +195,13 @@ jobs = sa.Table(
     sa.Column("agent_id", sa.Text, nullable=True),
     _ts("not_before", nullable=True),
     _ts("expires_at", nullable=True),
+    # What the mail is for (migration 0023, birddog.core.kinds): the payload's kind, or a
+    # task when the payload has none (every mail of the TypeScript BirdDog).
+    sa.Column("kind", sa.Text, nullable=False, server_default=sa.text("'task'")),
     sa.CheckConstraint("state IN ('queued', 'running', 'settled')", name="jobs_state_check"),
+    sa.CheckConstraint(
+        "kind IN ('task', 'escalation', 'report', 'receipt')", name="jobs_kind_check"
+    ),
     sa.CheckConstraint(
         "outcome IS NULL OR outcome IN "
         "('completed', 'failed', 'interrupted', 'cancelled', 'outcome_unknown')",
