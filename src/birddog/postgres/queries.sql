@@ -1191,7 +1191,7 @@ WHERE j.job_id = $1::text;
 
 -- name: jobs_claim
 -- Claim up to $2 jobs through birddog.claim, at most one per queue: the head of each queue (priority, then age, then id) that may be claimed at $6 (not before its not-before, not after its expiry) and whose running jobs hold fewer than $5 slots; running in the lowest free slot, a fresh claim token, a lease.
--- params: $1 queues text[] (null: with $8 null, every queue not starting with $7), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none), $5 slots per queue int, $6 started_at timestamptz (the claim's now), $7 reserved queue prefix text, $8 agents text[] (the sessions of these agents as well; null: none)
+-- params: $1 queues text[] (null: with $8 null, every queue not starting with $7), $2 limit int, $3 lease_until timestamptz, $4 worker_id text (null: none), $5 slots per queue int, $6 started_at timestamptz (the claim's now), $7 reserved queue prefix text, $8 agents text[] (the sessions of these agents as well; null: none), $9 batch int (a head takes up to $9 - 1 jobs of its queue behind it, as one turn)
 -- The function reads the queue heads (birddog.queue_heads) and probes only the candidate
 -- queues' jobs; see migrations/versions/0011_jobs_model.py.
 SELECT
@@ -1200,7 +1200,7 @@ SELECT
     c.cancel_content, c.created_at, c.traceparent, c.not_before, c.expires_at
 FROM birddog.claim(
     $1::text[], $2::int, $3::timestamptz, $4::text, $5::int, $6::timestamptz, $7::text,
-    $8::text[]
+    $8::text[], $9::int
 ) AS c;
 
 -- name: jobs_queue_heads_repair
@@ -1485,7 +1485,7 @@ BEGIN
         birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
                         timestamptz, double precision),
         birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text,
-                      text[]),
+                      text[], integer),
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
@@ -1540,7 +1540,7 @@ BEGIN
         birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
                         timestamptz, double precision),
         birddog.claim(text[], integer, timestamptz, text, integer, timestamptz, text,
-                      text[]),
+                      text[], integer),
         birddog.heartbeat(text, uuid, timestamptz),
         birddog.settle(text, uuid, text, text, text, text, text, text, timestamptz, integer,
                        text, boolean),
