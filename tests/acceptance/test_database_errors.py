@@ -102,10 +102,10 @@ async def test_the_daemon_waits_for_an_unreachable_server_saying_why(
     assert event["retry_in_s"] > 0
 
 
-async def test_only_the_daemon_says_where_the_embedded_server_is(
+async def test_the_daemon_and_each_command_say_who_runs_the_embedded_server(
     embedded_dir: Path, daemons: Callable[..., Daemon]
 ) -> None:
-    """The daemon's ready line names the embedded server's directory; a command says nothing."""
+    """The ready line names the embedded server; a command says the daemon runs it, and until when."""
     daemon = daemons(DATABASE_URL="", BIRDDOG_DATA_DIR=str(embedded_dir))
 
     async def ready() -> bool:
@@ -116,8 +116,23 @@ async def test_only_the_daemon_says_where_the_embedded_server_is(
     assert all(json.loads(line)["event"] for line in daemon.log().splitlines())
     done = await cli("", "status", timeout_s=60, BIRDDOG_DATA_DIR=str(embedded_dir))
     assert done.returncode == 0, done.stderr
-    assert "embedded PostgreSQL" not in done.stderr + done.stdout
+    assert "embedded PostgreSQL" not in done.stdout
+    [notice] = [json.loads(line)["text"] for line in done.stderr.splitlines() if "notice" in line]
+    assert notice.startswith(
+        f"embedded PostgreSQL in {embedded_dir}: already running, used by pid {daemon.proc.pid}"
+    ), notice
+    assert notice.endswith("; it stops when the last of them exits")
     assert daemon.terminate()[0] == 0
+    alone = await cli("", "status", timeout_s=60, BIRDDOG_DATA_DIR=str(embedded_dir))
+    assert alone.returncode == 0, alone.stderr
+    assert (
+        f"embedded PostgreSQL in {embedded_dir}: started by this command; it stops when this "
+        "command ends (birddog run keeps it running)"
+    ) in alone.stderr
+    stopped = await cli("", "uri", timeout_s=60, BIRDDOG_DATA_DIR=str(embedded_dir))
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.startswith("postgresql://postgres@/postgres?host=")
+    assert f"embedded PostgreSQL in {embedded_dir}: not running now." in stopped.stderr
 
 
 async def test_a_database_never_migrated_says_run_birddog_migrate_everywhere(

@@ -32,6 +32,8 @@ from tests.support import eventually, free_port
 from tests.support.cli import BIRDDOG, ROOT
 
 README = ROOT / "README.md"
+SPOOL_DOC = ROOT / "docs" / "spool.md"
+RUN = "<!-- run by tests/acceptance/test_readme.py -->"
 SKIP = "<!-- not run by the README test"
 KEEPS_RUNNING = "(keeps running)"
 STOOD_IN_FOR = ("make run", "make test")
@@ -46,8 +48,12 @@ class Command:
     background: bool
 
 
-def shell_commands(text: str) -> list[Command]:
-    """Every command of every shell block the README test runs, in order."""
+def shell_commands(text: str, *, marked: bool = False) -> list[Command]:
+    """Every command of every shell block the README test runs, in order.
+
+    ``marked``: only the blocks right after a ``<!-- run by tests/acceptance/test_readme.py
+    -->`` line (a page of docs/ whose session this test runs).
+    """
     commands: list[Command] = []
     lines = text.splitlines()
     index = 0
@@ -65,7 +71,8 @@ def shell_commands(text: str) -> list[Command]:
             body.append(lines[index])
             index += 1
         index += 1
-        if fence.group(1) in SHELLS and not previous.startswith(SKIP):
+        wanted = previous == RUN if marked else not previous.startswith(SKIP)
+        if fence.group(1) in SHELLS and wanted:
             commands += _commands(body)
         previous = ""
     return commands
@@ -182,3 +189,31 @@ async def test_every_readme_shell_block_runs_on_a_fresh_embedded_server(
             daemon.send_signal(signal.SIGTERM)
         await asyncio.to_thread(daemon.wait, timeout=30)
     _assert_no_traceback(tmp_path)
+
+
+async def test_the_spool_session_of_docs_spool_runs_as_written_on_the_embedded_server(
+    embedded_dir: Path, tmp_path: Path
+) -> None:
+    """docs/spool.md's session: the send spools, status lists it, forward puts it in once."""
+    commands = shell_commands(SPOOL_DOC.read_text(encoding="utf-8"), marked=True)
+    assert any(" send " in command.line for command in commands)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BIRDDOG_")}
+    env.pop("DATABASE_URL", None)
+    env.update(BIRDDOG_DATA_DIR=str(embedded_dir), BIRDDOG_METRICS_PORT="0")
+    text = script(commands, port=free_port(), pids=tmp_path / "pids", logs=tmp_path)
+    done = await asyncio.to_thread(  # the page's commands, as a reader runs them
+        subprocess.run, ["bash", "-c", text],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
+    assert "spooled (database unreachable): send:mail-" in done.stdout, done.stdout
+    assert "1 mail waiting" in done.stdout
+    assert "forwarded 1 mail" in done.stdout
+    assert "started by this command" in done.stderr
+    assert "not running now" in done.stderr
+    counted = await asyncio.to_thread(
+        subprocess.run, [BIRDDOG, "psql", "-At", "-c", "SELECT count(*) FROM birddog.jobs"],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert counted.stdout.strip() == "1", counted.stderr

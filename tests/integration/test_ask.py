@@ -30,7 +30,7 @@ from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.mailbox import PostgresMailbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
-from tests.support import answer_next_job, until_listening
+from tests.support import answer_next_job, enqueue, make_job, until_listening
 
 TARGET = "upper:s-upper"
 ASKER = "asker:s-ask"
@@ -165,10 +165,13 @@ async def test_an_unknown_target_is_refused_before_anything_is_written(
 
 @pytest.mark.usefixtures("routes")
 async def test_a_session_sent_work_before_can_be_asked(asking: Asking, pg_pool: Pool) -> None:
-    """An agent without a route is known once its session was sent work."""
-    await asking.send_ask(to=TARGET, from_=ASKER, content="first", key="k-7")
+    """An agent without a route is known once its own session was sent work, not another's."""
+    await enqueue(pg_pool, make_job("first", agent="unrouted", session="s-upper"))
     asked = await asking.send_ask(to="unrouted:s-upper", from_=ASKER, content="x", key="k-8")
     assert asked.to == AgentAddress(agent_id="unrouted", session_id="s-upper")
+    # Session ids are the sender's to choose: another agent's s-upper says nothing of this one.
+    with pytest.raises(UnknownAgent):
+        await asking.send_ask(to="stranger:s-upper", from_=ASKER, content="x", key="k-9")
 
 
 @pytest.mark.usefixtures("routes")

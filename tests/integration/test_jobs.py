@@ -152,10 +152,10 @@ async def test_a_racing_claimer_that_loses_its_slot_claims_again_quietly(
     """A claim whose slot another transaction takes first retries, and never raises."""
     await enqueue(pg_pool, make_job("job-1"), make_job("other", session="s-other"))
     async with pg_conn.transaction():
-        # Another claimer has put a job of s-bob in slot 0 and not yet committed.
+        # Another claimer has put a job of bob's s-bob in slot 0 and not yet committed.
         await pg_conn.execute(
-            "INSERT INTO birddog.jobs (job_id, queue, lane, state, payload, slot) "
-            "VALUES ('racer', 's-bob', 'default', 'running', '{}', 0)"
+            "INSERT INTO birddog.jobs (job_id, queue, agent_id, lane, state, payload, slot) "
+            "VALUES ('racer', 's-bob', 'bob', 'default', 'running', '{}', 0)"
         )
         claiming = asyncio.ensure_future(jobs.claim_many(limit=2))
         done, _ = await asyncio.wait({claiming}, timeout=0.5)

@@ -240,7 +240,12 @@ async def test_waits_survive_losing_the_listening_connection(
     async with mailbox_on(pg_pool, database_url, poll_s=600) as mailbox:
         waiting = asyncio.create_task(mailbox.wait("m-1", timeout_s=60))
         await until_listening(pg_pool)
-        await eventually(lambda: mailbox.looks, "the watch's first look")
+        # Listening, and done with what the connection's coming asked for (a look at every
+        # waiter): from here only a notification, the poll or a reconnect wakes the watch.
+        await eventually(
+            lambda: mailbox.notices.connected and mailbox.looks and mailbox.watch_idle,
+            "the watch connected, looked and idle",
+        )
         # Delivered with no notification: nothing tells the waiter, so it keeps waiting...
         await deliver_to_mailbox(pg_pool, answer("m-1", content="after"), at=at(1), notify=False)
         with pytest.raises(TimeoutError):

@@ -119,24 +119,29 @@ def summary_of(text: str) -> str:
 
 
 @contextlib.asynccontextmanager
-async def agents_room(factory: Any, *, slow_s: float, lease_s: float) -> AsyncIterator[str]:
+async def agents_room(
+    factory: Any, *, slow_s: float, lease_s: float, **env: str
+) -> AsyncIterator[str]:
     """A database of ``factory`` with :func:`command_agents` running on it; its DSN."""
     dsn = await factory.take()
     try:
-        async with command_agents(dsn, slow_s=slow_s, lease_s=lease_s):
+        async with command_agents(dsn, slow_s=slow_s, lease_s=lease_s, **env):
             yield dsn
     finally:
         factory.give_back(dsn)
 
 
 @contextlib.asynccontextmanager
-async def command_agents(dsn: str, *, slow_s: float, lease_s: float) -> AsyncIterator[None]:
+async def command_agents(
+    dsn: str, *, slow_s: float, lease_s: float, **env: str
+) -> AsyncIterator[None]:
     """A drain daemon and three command agents on ``dsn``, each with a mailbox route.
 
     ``upper:s-upper`` answers at once (``tr a-z A-Z``), ``slow:s-slow`` the same after
     ``slow_s`` seconds, ``fail:s-fail`` exits 3 saying ``no such thing`` on stderr. The
     daemon's reaper runs every half of ``lease_s`` (the MCP sessions' lease, so that a
-    lost session's task is recovered in seconds). All are killed at the end.
+    lost session's task is recovered in seconds). ``env`` is more environment for the
+    daemon. All are killed at the end.
     """
     pool = await create_pool(dsn, max_size=2)
     try:
@@ -150,7 +155,7 @@ async def command_agents(dsn: str, *, slow_s: float, lease_s: float) -> AsyncIte
         "s-slow": f"sh -c 'sleep {slow_s:g}; tr a-z A-Z'",
         "s-fail": "sh -c 'echo no such thing >&2; exit 3'",
     }
-    started = [Daemon(dsn, BIRDDOG_JOB_LEASE_S=str(lease_s))] + [
+    started = [Daemon(dsn, BIRDDOG_JOB_LEASE_S=str(lease_s), **env)] + [
         Daemon(dsn, "--command", command, "--queue", queue, command="worker")
         for queue, command in commands.items()
     ]

@@ -236,7 +236,11 @@ def with_adapters(
     from birddog.bootstrap import open_adapters  # noqa: PLC0415 - keeps --help fast
 
     async def go() -> T:
-        async with open_adapters(settings_of(ctx), pool_size=2, lazy=lazy) as adapters:
+        # With the embedded server, one line says who started it and whether it keeps
+        # running (this command may have started it for its own life only).
+        async with open_adapters(
+            settings_of(ctx), pool_size=2, lazy=lazy, announce=announcer(ctx)
+        ) as adapters:
             return await action(adapters)
 
     return run(go())

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ import structlog
 
 from birddog.core.errors import InvalidSetting, StoreUnavailable
 from birddog.core.spool import Destination
+from birddog.core.text import printable
 from birddog.postgres.datadir import SERVER_USER, DataDir, embedded_data_dir
 from birddog.postgres.pool import (
     check_connection,
@@ -63,9 +65,53 @@ async def database(
         return settings.database_url, None
     server = _embedded_server(settings)
     dsn = await asyncio.to_thread(server.start)
-    if announce is not None and server.started_here:
-        announce(f"embedded PostgreSQL is running; look inside with: psql '{dsn}'")
+    if announce is not None:
+        announce(embedded_notice(server, data_location(settings)))
     return dsn, server
+
+
+def embedded_notice(server: EmbeddedPostgres, where: str) -> str:
+    """Who started the embedded server a command uses, and whether it keeps running.
+
+    Every BirdDog process that uses the server counts itself in the data directory; the
+    last one to exit stops it. So a command started with no daemon running starts the
+    server for as long as it runs, and a server ``birddog run`` started keeps running
+    after the daemon stops while another BirdDog process uses it.
+
+    Args:
+        server: the server, started or found running by this process.
+        where: the data location, for people (:func:`data_location`).
+
+    Returns:
+        One line for stderr.
+    """
+    others = [pid for pid in server.users() if pid != os.getpid()]
+    named = ", ".join(_process_name(pid) for pid in others[:3])
+    more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+    if server.started_here:
+        tail = (
+            "; it stops when the last of this process and " + named + more + " exits"
+            if others
+            else "; it stops when this command ends (birddog run keeps it running)"
+        )
+        return f"{where}: started by this command{tail}"
+    if not others:
+        return f"{where}: running; it stops when this command ends"
+    return f"{where}: already running, used by {named}{more}; it stops when the last of them exits"
+
+
+def _process_name(pid: int) -> str:
+    """``pid 1234 (birddog run)``: a process that uses the embedded server, for people."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return f"pid {pid}"
+    words = [os.path.basename(arg.decode(errors="replace")) for arg in argv if arg]
+    for index, word in enumerate(words):
+        if word == "birddog":
+            command = " ".join(words[index : index + 2])
+            return f"pid {pid} ({printable(command)})"
+    return f"pid {pid}"
 
 
 def _embedded_server(settings: Settings) -> EmbeddedPostgres:
@@ -151,10 +197,11 @@ def running_database(settings: Settings) -> tuple[str, str]:
         settings: ``DATABASE_URL``, or the data directory of the embedded server.
 
     Returns:
-        The DSN, and a description for people (:func:`data_location`).
+        The DSN (the embedded server's even while it is stopped: the one it has when it
+        runs), and for people where it points and, for the embedded server, whether it
+        runs, who uses it and who would start it.
 
     Raises:
-        StoreUnavailable: no ``DATABASE_URL`` and the embedded server is not running.
         InvalidSetting: no ``DATABASE_URL`` and no embedded server installed.
     """
     where = data_location(settings)
@@ -162,8 +209,14 @@ def running_database(settings: Settings) -> tuple[str, str]:
         return settings.database_url, where
     server = _embedded_server(settings)
     if server.pid is None:
-        raise StoreUnavailable(f"the {where} is not running; start it with `birddog run`")
-    return server.dsn(), where
+        return server.dsn(running=False), (
+            f"{where}: not running now. A birddog command without DATABASE_URL starts it "
+            "for as long as it runs (birddog run keeps it up); a client given this URI "
+            "starts nothing, and birddog's mail is spooled while the server is down"
+        )
+    users = [pid for pid in server.users() if pid != os.getpid()]
+    named = ", ".join(_process_name(pid) for pid in users[:3]) or "no BirdDog process"
+    return server.dsn(), f"{where}: running, used by {named}; it stops when the last exits"
 
 
 def psql_session(settings: Settings, args: Sequence[str]) -> tuple[list[str], dict[str, str]]:

@@ -128,6 +128,11 @@ class PostgresMailbox:
         """How many times the watch has looked for waiters' replies (one query each)."""
         return self._watch.looks
 
+    @property
+    def watch_idle(self) -> bool:
+        """Whether the watch waits for a wake with nothing left to look for (for tests)."""
+        return self._watch.idle
+
     async def close(self) -> None:
         """Stop the watch; waits still running end with no reply."""
         await self._watch.close()
@@ -397,6 +402,7 @@ class _AnswerWatch:
         self._kick = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.looks = 0
+        self.idle = False
 
     async def wait(
         self, key: str, timeout_s: float, owner: AgentAddress | None
@@ -461,7 +467,11 @@ class _AnswerWatch:
                 if self._fresh:
                     continue  # a look that could not run goes again at the next wake
                 timeout = next_poll - loop.time() if self._waiters else None
-                await wait_event(self._kick, timeout)
+                self.idle = not self._kick.is_set()
+                try:
+                    await wait_event(self._kick, timeout)
+                finally:
+                    self.idle = False
 
     async def _look(self, keys: list[str]) -> set[str]:
         """Look for the replies to ``keys``; returns the keys it could not look for."""

@@ -177,7 +177,7 @@ jobs = sa.Table(
     _ts("created_at", now=True),
     _ts("updated_at", now=True),
     _ts("settled_at", nullable=True),
-    # A running job holds one of its queue's slots: (queue, slot) is unique among running
+    # A running job holds one of its queue's slots: (queue_key, slot) is unique among running
     # jobs, so the database itself refuses a second turn of a session beyond its slots.
     sa.Column("slot", sa.SmallInteger, nullable=True),
     _ts("started_at", nullable=True),
@@ -195,7 +195,16 @@ jobs = sa.Table(
     sa.Column("agent_id", sa.Text, nullable=True),
     _ts("not_before", nullable=True),
     _ts("expires_at", nullable=True),
-    # What the mail is for (migration 0023, birddog.core.kinds): the payload's kind, or a
+    # What "one queue" means (migration 0023): the agent, a unit separator, the queue (the
+    # target session). Session ids are the sender's to choose, so a queue of the session
+    # alone let a send to carol:s-bob sit at the head of bob's s-bob.
+    sa.Column(
+        "queue_key",
+        sa.Text,
+        sa.Computed("coalesce(agent_id, '') || E'\\x1f' || queue", persisted=True),
+        nullable=False,
+    ),
+    # What the mail is for (migration 0025, birddog.core.kinds): the payload's kind, or a
     # task when the payload has none (every mail of the TypeScript BirdDog).
     sa.Column("kind", sa.Text, nullable=False, server_default=sa.text("'task'")),
     sa.CheckConstraint("state IN ('queued', 'running', 'settled')", name="jobs_state_check"),
@@ -209,7 +218,7 @@ jobs = sa.Table(
     ),
     sa.Index(
         "jobs_queued_claim_idx",
-        "queue",
+        "queue_key",
         sa.text("priority DESC"),
         "created_at",
         "job_id",
@@ -217,7 +226,7 @@ jobs = sa.Table(
     ),
     sa.Index(
         "jobs_running_slot_idx",
-        "queue",
+        "queue_key",
         "slot",
         unique=True,
         postgresql_where=sa.text("state = 'running'"),
@@ -247,7 +256,7 @@ jobs = sa.Table(
     # A queue's earliest not-before in one probe (its head row's due_at).
     sa.Index(
         "jobs_queued_not_before_idx",
-        "queue",
+        "queue_key",
         sa.text("not_before NULLS FIRST"),
         postgresql_where=sa.text("state = 'queued'"),
     ),
@@ -262,7 +271,8 @@ jobs = sa.Table(
 queue_heads = sa.Table(
     "queue_heads",
     metadata,
-    sa.Column("queue", sa.Text, primary_key=True),
+    sa.Column("queue_key", sa.Text, primary_key=True),
+    sa.Column("queue", sa.Text, nullable=False),
     sa.Column("agent_id", sa.Text, nullable=True),
     sa.Column("priority", sa.SmallInteger, nullable=True),
     _ts("created_at", nullable=True),
@@ -273,8 +283,9 @@ queue_heads = sa.Table(
     sa.Index("queue_heads_claim_idx", sa.text("priority DESC"), "created_at", "job_id"),
     sa.Index("queue_heads_agent_idx", "agent_id", sa.text("priority DESC"), "created_at", "job_id"),
 )
-"""One row per queue with queued or running jobs: its head, when it is due, its turns
-(migration 0012); kept by the job functions, read by the claim."""
+"""One row per queue (``jobs.queue_key``, migration 0023) with queued or running jobs: its
+head, when it is due, its turns (migration 0012); kept by the job functions, read by the
+claim."""
 
 mailbox = sa.Table(
     "mailbox",

@@ -35,6 +35,7 @@ from birddog.processes.sides import (
     forward_spool,
     mark_stopped,
     metrics_server,
+    reap_every_s,
     reap_expired_jobs,
 )
 from birddog.runtime import stop_on_signals
@@ -175,11 +176,11 @@ def _start_side_tasks(
                 mailbox=report.mailbox,
             )
 
-    reap_every_s = max(1.0, settings.job_lease_s / 2)
+    every_s = reap_every_s(settings.job_lease_s)
     sides.every("heartbeat", HEARTBEAT_S, heartbeat, finish=True)
     sides.every("gauges", HEARTBEAT_S, gauges)
-    sides.every("reaper", reap_every_s, reap)
-    sides.every("queued_reaper", reap_every_s, bounce)
+    sides.every("reaper", every_s, reap)
+    sides.every("queued_reaper", every_s, bounce)
     forward_spool(sides, adapters.sender, every_s=settings.spool_forward_s, back=back)
     sides.every("queue_heads", QUEUE_HEADS_CHECK_S, adapters.jobs.repair_queue_heads)
     if not policy.empty:

@@ -208,6 +208,22 @@ QUEUE_HEADS_CHECK_S = 60.0
 the queued and running jobs; it repairs only what SQL written by hand broke)."""
 
 
+REAP_EVERY_S = 2.0
+"""The lease reaper runs at least this often. A lease is the claimer's (a worker's
+``BIRDDOG_JOB_LEASE_S``, an MCP server's tasks, a probe's timeout), not this process's, so a
+reaper paced by its own lease alone would find a shorter one late; one index probe when
+none expired."""
+
+
+def reap_every_s(job_lease_s: float) -> float:
+    """How often a process runs the lease reaper: half its own lease, at most :data:`REAP_EVERY_S`.
+
+    Args:
+        job_lease_s: this process's ``BIRDDOG_JOB_LEASE_S``.
+    """
+    return min(max(0.1, job_lease_s / 2), REAP_EVERY_S)
+
+
 async def reap_expired_jobs(jobs: JobReaper) -> None:
     """The lease reaper: give back, or settle, running jobs whose worker is gone.
 

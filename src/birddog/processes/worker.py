@@ -34,6 +34,7 @@ from birddog.processes.sides import (
     forward_spool,
     mark_stopped,
     metrics_server,
+    reap_every_s,
     reap_expired_jobs,
 )
 from birddog.runtime import stop_on_signals
@@ -137,7 +138,7 @@ async def run_worker(
                 sides.every("heartbeat", HEARTBEAT_S, row.seen, finish=True)
                 # A worker-only deployment still recovers jobs whose worker crashed, and so
                 # frees their queues; one index probe when none expired.
-                sides.every("reaper", max(1.0, settings.job_lease_s / 2), reap)
+                sides.every("reaper", reap_every_s(settings.job_lease_s), reap)
                 sides.every("gauges", QUEUE_GAUGES_S, gauges)
                 forward_spool(sides, adapters.sender, every_s=settings.spool_forward_s, back=back)
                 sides.every("queue_heads", QUEUE_HEADS_CHECK_S, adapters.jobs.repair_queue_heads)

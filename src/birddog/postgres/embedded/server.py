@@ -136,19 +136,21 @@ class EmbeddedPostgres:
         self._wait_ready()
         return self.dsn()
 
-    def dsn(self, database: str = "postgres") -> str:
+    def dsn(self, database: str = "postgres", *, running: bool = True) -> str:
         """The DSN of ``database`` on this server (no secret in it).
 
         Args:
             database: the database name.
+            running: refuse when the server is not running (False: the DSN it has when
+                it runs, e.g. for ``birddog uri`` to print while it is stopped).
 
         Returns:
             ``postgresql://postgres@/<database>?host=<socket dir>&passfile=<pgpass>``.
 
         Raises:
-            RuntimeError: the server is not running.
+            RuntimeError: ``running`` and the server is not running.
         """
-        if self._running_pid() is None:
+        if running and self._running_pid() is None:
             raise RuntimeError(f"no PostgreSQL server is running in {self.data_dir}")
         host = quote(str(self.pgdata), safe="/")
         passfile = quote(str(self.passfile), safe="/")
@@ -168,6 +170,10 @@ class EmbeddedPostgres:
     def started_here(self) -> bool:
         """Whether this object started the server (False when it found one running)."""
         return self._owned
+
+    def users(self) -> list[int]:
+        """The live processes that use the server (the last one to exit stops it)."""
+        return self._users.alive()
 
     @property
     def pid(self) -> int | None:

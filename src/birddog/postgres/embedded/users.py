@@ -50,6 +50,10 @@ class ServerUsers:
         self._registered = True
         atexit.register(self._last_one_out)
 
+    def alive(self) -> list[int]:
+        """The processes counted as users that still run, in pid order (no lock taken)."""
+        return sorted(pid for pid in self._users() if alive(pid))
+
     def _last_one_out(self) -> None:
         """At exit: stop the server if no other process that used it is still alive."""
         with contextlib.suppress(OSError, subprocess.SubprocessError), self.lock():

@@ -4,6 +4,7 @@ CREATE OR REPLACE FUNCTION birddog._requeue(p_job_id text, p_diagnostic text)
 AS $function$
 DECLARE
     v_queue text;
+    v_queue_key text;
 BEGIN
     -- A recovery: back in its queue, claim cleared, recovery_count + 1 (NULL diagnostic:
     -- the last one stays); announced on birddog_jobs at commit.
@@ -12,9 +13,9 @@ BEGIN
         slot = NULL, recovery_count = j.recovery_count + 1,
         diagnostic = coalesce(p_diagnostic, j.diagnostic), updated_at = now()
     WHERE j.job_id = p_job_id AND j.state = 'running'
-    RETURNING j.queue INTO v_queue;
+    RETURNING j.queue, j.queue_key INTO v_queue, v_queue_key;
     IF v_queue IS NOT NULL THEN
-        PERFORM birddog._queue_heads_refresh(ARRAY[v_queue]);
+        PERFORM birddog._queue_heads_refresh(ARRAY[v_queue_key]);
     END IF;
     IF v_queue IS NOT NULL THEN
         PERFORM pg_notify('birddog_jobs', v_queue);

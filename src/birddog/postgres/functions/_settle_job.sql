@@ -11,6 +11,7 @@ DECLARE
     v_inserted text[];
     v_dropped text[];
     v_direct text[];
+    v_queue_key text;
 BEGIN
     -- Settle the locked job and write the replies its STORED mail owes (fanout.replies_for),
     -- then arm the wake (outbox_insert_rows + wake_schedule): all in the caller's
@@ -24,8 +25,9 @@ BEGIN
         cancel_content = CASE WHEN NOT p_records_cancellation OR j.cancel_requested_at IS NOT NULL
                               THEN j.cancel_content ELSE p_content END,
         settled_at = p_now, lease_expires_at = NULL, slot = NULL, updated_at = now()
-    WHERE j.job_id = p_job_id;
-    PERFORM birddog._queue_heads_refresh(ARRAY[p_queue]);
+    WHERE j.job_id = p_job_id
+    RETURNING j.queue_key INTO v_queue_key;
+    PERFORM birddog._queue_heads_refresh(ARRAY[v_queue_key]);
     keys := '{}';
     SELECT * INTO v_mail FROM birddog._agent_mail(p_job_id, p_queue, p_payload);
     unreadable := v_mail.problem;

@@ -9,6 +9,7 @@ AS $function$
 DECLARE
     v_agent text := birddog._caller_agent();
     v_every boolean := p_queues IS NULL AND p_agents IS NULL;
+    -- Queues by key (birddog.jobs.queue_key): agent, unit separator, session.
     v_queues text[];
     v_tried text[] := '{}';
     v_taken integer;
@@ -36,25 +37,26 @@ BEGIN
         -- candidates are never two claimers' at once), in head order.
         IF v_every THEN
             v_queues := ARRAY(
-                SELECT h.queue FROM birddog.queue_heads h
+                SELECT h.queue_key FROM birddog.queue_heads h
                 WHERE h.job_id IS NOT NULL
                   AND (h.due_at IS NULL OR h.due_at <= p_started_at)
                   AND h.running < p_slots AND NOT starts_with(h.queue, p_reserved_prefix)
-                  AND NOT (h.queue = ANY(v_tried))
+                  AND NOT (h.queue_key = ANY(v_tried))
                 ORDER BY h.priority DESC, h.created_at, h.job_id
                 LIMIT p_limit - v_total
                 FOR UPDATE SKIP LOCKED
             );
         ELSE
             v_queues := ARRAY(
-                SELECT h.queue FROM birddog.queue_heads h
+                SELECT h.queue_key FROM birddog.queue_heads h
                 WHERE h.job_id IS NOT NULL
                   AND (h.due_at IS NULL OR h.due_at <= p_started_at)
                   AND h.running < p_slots
                   AND (h.queue = ANY(p_queues)
                        OR (h.agent_id = ANY(p_agents)
                            AND NOT starts_with(h.queue, p_reserved_prefix)))
-                  AND NOT (h.queue = ANY(v_tried))
+                  AND (v_agent IS NULL OR h.agent_id = v_agent)
+                  AND NOT (h.queue_key = ANY(v_tried))
                 ORDER BY h.priority DESC, h.created_at, h.job_id
                 LIMIT p_limit - v_total
                 FOR UPDATE SKIP LOCKED
@@ -65,11 +67,11 @@ BEGIN
         WITH picked AS (
             -- Each candidate's first job that may be claimed now, read from the jobs: a head
             -- another transaction holds is skipped, never the job behind it taken instead.
-            SELECT j.job_id, j.queue
-            FROM unnest(v_queues) WITH ORDINALITY AS c(queue, n)
+            SELECT j.job_id, j.queue_key
+            FROM unnest(v_queues) WITH ORDINALITY AS c(queue_key, n)
             CROSS JOIN LATERAL (
                 SELECT q.job_id FROM birddog.jobs q
-                WHERE q.state = 'queued' AND q.queue = c.queue
+                WHERE q.state = 'queued' AND q.queue_key = c.queue_key
                   AND (q.not_before IS NULL OR q.not_before <= p_started_at)
                   AND (q.expires_at IS NULL OR q.expires_at > p_started_at)
                 ORDER BY q.priority DESC, q.created_at, q.job_id
@@ -89,7 +91,7 @@ BEGIN
                 SELECT min(s.slot) FROM generate_series(0, p_slots - 1) AS s(slot)
                 WHERE NOT EXISTS (
                     SELECT 1 FROM birddog.jobs r
-                    WHERE r.queue = p.queue AND r.state = 'running' AND r.slot = s.slot
+                    WHERE r.queue_key = p.queue_key AND r.state = 'running' AND r.slot = s.slot
                 )
             ) AS slot
             FROM picked p
@@ -115,7 +117,7 @@ BEGIN
                 FROM birddog.jobs l
                 CROSS JOIN LATERAL (
                     SELECT f.job_id FROM birddog.jobs f
-                    WHERE f.state = 'queued' AND f.queue = l.queue
+                    WHERE f.state = 'queued' AND f.queue_key = l.queue_key
                       AND (f.not_before IS NULL OR f.not_before <= p_started_at)
                       AND (f.expires_at IS NULL OR f.expires_at > p_started_at)
                       AND (p_agents IS NULL OR f.queue = ANY(p_queues)
@@ -148,7 +150,7 @@ BEGIN
             j.expires_at
         FROM birddog.jobs j
         WHERE j.job_id = ANY(v_leads || v_followers)
-        ORDER BY j.queue, j.slot NULLS LAST, j.priority DESC, j.created_at, j.job_id;
+        ORDER BY j.queue_key, j.slot NULLS LAST, j.priority DESC, j.created_at, j.job_id;
         PERFORM birddog._queue_heads_refresh(v_queues);
         v_total := v_total + v_taken;
         EXIT WHEN v_total >= p_limit;

@@ -15,6 +15,7 @@ DECLARE
     v_created timestamptz := coalesce(p_created_at, clock_timestamp());
     v_expires interval := make_interval(secs => p_expires_in_s);
     v_to text;
+    v_queue_key text;
 BEGIN
     -- An agent's login sends as itself only: the mail's from is its agent.
     IF v_agent IS NOT NULL
@@ -42,19 +43,20 @@ BEGIN
         v_created, p_traceparent, session_user, v_to, p_not_before, v_created + v_expires,
         coalesce(v_payload ->> 'kind', 'task')
     )
-    ON CONFLICT (job_id) DO NOTHING;
+    ON CONFLICT (job_id) DO NOTHING
+    RETURNING j.queue_key INTO v_queue_key;
     IF FOUND THEN
         -- Its queue's head: this job, when it comes first (or the queue had none queued);
         -- the queue due as soon as this job may be claimed, if sooner. The upsert works on
         -- the row's latest version, whoever changed it last.
         INSERT INTO birddog.queue_heads AS h (
-            queue, agent_id, priority, created_at, job_id, due_at, running
+            queue_key, queue, agent_id, priority, created_at, job_id, due_at, running
         )
         VALUES (
-            p_queue, v_to, p_priority, v_created, p_job_id,
+            v_queue_key, p_queue, v_to, p_priority, v_created, p_job_id,
             p_not_before, 0
         )
-        ON CONFLICT (queue) DO UPDATE
+        ON CONFLICT (queue_key) DO UPDATE
         SET agent_id = CASE WHEN h.job_id IS NULL OR (-excluded.priority, excluded.created_at,
                                  excluded.job_id) < (-h.priority, h.created_at, h.job_id)
                             THEN excluded.agent_id ELSE h.agent_id END,

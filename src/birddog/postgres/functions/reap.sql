@@ -18,10 +18,10 @@ BEGIN
     -- cancelled with the caller's text for its recovery count (p_contents, p_diagnostics,
     -- one per job; a job whose count moved meanwhile is kept for the next pass).
     PERFORM 1 FROM birddog.queue_heads h
-    WHERE h.queue IN (
-        SELECT j.queue FROM birddog.jobs j WHERE j.job_id = ANY(p_job_ids)
+    WHERE h.queue_key IN (
+        SELECT j.queue_key FROM birddog.jobs j WHERE j.job_id = ANY(p_job_ids)
     )
-    ORDER BY h.queue
+    ORDER BY h.queue_key
     FOR UPDATE;
     FOR v_job IN
         SELECT * FROM birddog.jobs j
