@@ -138,10 +138,22 @@ def group_turns(claimed: Sequence[ClaimedJobLike], *, batch: int) -> list[list[C
     """A claim's jobs as turns: with ``batch`` above 1 the jobs of each queue together."""
     if batch <= 1:
         return [[job] for job in claimed]
-    turns: dict[str, list[ClaimedJobLike]] = {}
+    turns: dict[tuple[str | None, str], list[ClaimedJobLike]] = {}
     for job in claimed:
-        turns.setdefault(job.job.queue, []).append(job)
+        turns.setdefault(_queue_of(job.job), []).append(job)
     return list(turns.values())
+
+
+def _queue_of(job: Job) -> tuple[str | None, str]:
+    """The queue a job is in: its mail's agent (as the store keys it) and its session.
+
+    Two agents may each have a session of one id; their jobs are two queues, so never one
+    turn.
+    """
+    mail = job.payload.get("mail")
+    to = mail.get("to") if isinstance(mail, dict) else None
+    agent = to.get("agentId") if isinstance(to, dict) else None
+    return (agent if isinstance(agent, str) else None, job.queue)
 
 
 class TurnRunner:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from birddog import AgentWork, Job, Mail, Outcome, agent_job
+from birddog import AgentAddress, AgentWork, Job, Mail, Outcome, agent_job
 from birddog.core.batched import UNANSWERED, MailTurn
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool
@@ -56,18 +56,20 @@ for mail in mails:
 """
 
 
-def mail_job(n: int, content: str | None = None, *, kind: str = "task") -> Job:
+def mail_job(
+    n: int, content: str | None = None, *, kind: str = "task", to: AgentAddress = BOB
+) -> Job:
     """Job ``t<n>`` for bob's session, its mail's content ``mail <n>`` unless given."""
     job_id = f"t{n:03d}"
     mail = Mail(
         key=f"mail-{job_id}",
-        to=BOB,
+        to=to,
         from_=ALICE,
         reply_to=[ALICE],
         content=content if content is not None else f"mail {n}",
         created_at=1_000 + n,
     )
-    work = AgentWork(job_id=job_id, session_id=BOB.session_id, command_fact_id=f"cmd-{job_id}")
+    work = AgentWork(job_id=job_id, session_id=to.session_id, command_fact_id=f"cmd-{job_id}")
     return agent_job(work, mail, kind=kind)
 
 
@@ -190,3 +192,30 @@ async def test_a_python_turn_handler_takes_the_whole_turn(
     assert got["mail-t002"] == ("ok escalation", "completed", None)
     assert got["mail-t003"][1:] == ("failed", UNANSWERED)
     assert (await jobs.get("t003")).outcome is Outcome.FAILED
+
+
+async def test_a_turn_is_one_agents_session_never_another_agents_of_the_same_id(
+    pg_pool: Pool, jobs: PostgresJobs
+) -> None:
+    """Mail to carol's session named like bob's never rides in bob's turn (nor he in hers)."""
+    seen: list[list[str]] = []
+
+    @turn_handler
+    async def handle_turn(turn: MailTurn) -> Mapping[str, str]:
+        seen.append(turn.job_ids)
+        return {m.job_id: "ok" for m in turn.mails}
+
+    carol_as_bob = AgentAddress(agent_id="carol", session_id=BOB.session_id)
+    await enqueue(
+        pg_pool,
+        mail_job(1),
+        mail_job(2, to=carol_as_bob),
+        mail_job(3),
+        mail_job(4, to=carol_as_bob),
+    )
+    worker = Worker(
+        jobs=jobs, handler=handle_turn, listener=ManualListener(max_wait_s=0.05), batch=20
+    )
+    await worker.run(once=True)
+    await eventually(lambda: sum(map(len, seen)) == 4, "all four mails answered", within_s=30)
+    assert sorted(sorted(turn) for turn in seen) == [["t001", "t003"], ["t002", "t004"]]
