@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from birddog import AgentAddress, AgentWork, Job, Mail, Outcome, agent_job
+from birddog.clock import SystemClock
 from birddog.core.batched import UNANSWERED, MailTurn
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool
@@ -24,6 +25,7 @@ from birddog.testing import ManualListener
 from birddog.turns import turn_handler
 from birddog.worker import Worker
 from tests.support import ALICE, BOB, enqueue, eventually
+from tests.support.cli import cli
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -219,3 +221,28 @@ async def test_a_turn_is_one_agents_session_never_another_agents_of_the_same_id(
     await worker.run(once=True)
     await eventually(lambda: sum(map(len, seen)) == 4, "all four mails answered", within_s=30)
     assert sorted(sorted(turn) for turn in seen) == [["t001", "t003"], ["t002", "t004"]]
+
+
+async def test_status_counts_the_last_hours_turns_by_kind_with_mails_per_turn(
+    pg_pool: Pool, database_url: str
+) -> None:
+    """Status shows turns, mails and mails per turn, by first mail's kind and runner."""
+
+    @turn_handler
+    async def handle_turn(turn: MailTurn) -> Mapping[str, str]:
+        return {m.job_id: "ok" for m in turn.mails}
+
+    jobs = PostgresJobs(pg_pool, clock=SystemClock())  # status counts the last hour
+    await enqueue(pg_pool, *(mail_job(n, kind="report") for n in (1, 2, 3)))
+    listener = ManualListener(max_wait_s=0.05)
+    await Worker(jobs=jobs, handler=handle_turn, listener=listener, batch=20).run(once=True)
+    await enqueue(pg_pool, mail_job(4), mail_job(5))
+    await Worker(jobs=jobs, handler=handle_turn, listener=listener, batch=1).run(once=True)
+    shown = await cli(database_url, "status", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["turns"] == [
+        {"kind": "report", "how": "worker", "turns": 1, "mails": 3, "mails_per_turn": 3.0},
+        {"kind": "task", "how": "worker", "turns": 2, "mails": 2, "mails_per_turn": 1.0},
+    ]
+    table = (await cli(database_url, "status")).stdout
+    assert "turns settled in the last 1h 00m" in table

@@ -1285,6 +1285,23 @@ SELECT count(*)::int AS jobs, min(j.not_before) AS next_at
 FROM birddog.jobs j
 WHERE j.state = 'queued' AND j.not_before > $1::timestamptz;
 
+-- name: jobs_turns_since
+-- The turns settled since $1, by the kind of their first mail and how they ran: one turn is the jobs one claim took together (a queue, a claimer, a start); an MCP server's claims (claimer mcp:...) are a live session's, the rest a worker's.
+-- params: $1 since timestamptz
+WITH turns AS (
+    SELECT
+        (array_agg(j.kind ORDER BY j.priority DESC, j.created_at, j.job_id))[1] AS kind,
+        CASE WHEN starts_with(j.worker_id, 'mcp:') THEN 'live' ELSE 'worker' END AS how,
+        count(*)::int AS mails
+    FROM birddog.jobs j
+    WHERE j.state = 'settled' AND j.settled_at >= $1::timestamptz AND j.started_at IS NOT NULL
+    GROUP BY j.queue_key, j.worker_id, j.started_at
+)
+SELECT t.kind, t.how, count(*)::int AS turns, sum(t.mails)::int AS mails
+FROM turns t
+GROUP BY t.kind, t.how
+ORDER BY t.kind, t.how;
+
 -- name: jobs_queued_backlog
 -- How many jobs are queued in the queues a worker serves, and when the oldest was enqueued.
 -- params: $1 queues text[] (null: with $3 null, every queue not starting with $2), $2 reserved queue prefix text, $3 agents text[] (their sessions as well; null: none)
