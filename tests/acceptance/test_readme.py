@@ -33,6 +33,7 @@ from tests.support.cli import BIRDDOG, ROOT
 
 README = ROOT / "README.md"
 SPOOL_DOC = ROOT / "docs" / "spool.md"
+AGENTS_DOC = ROOT / "docs" / "agents.md"
 RUN = "<!-- run by tests/acceptance/test_readme.py -->"
 SKIP = "<!-- not run by the README test"
 KEEPS_RUNNING = "(keeps running)"
@@ -217,3 +218,28 @@ async def test_the_spool_session_of_docs_spool_runs_as_written_on_the_embedded_s
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert counted.stdout.strip() == "1", counted.stderr
+
+
+async def test_the_turns_session_of_docs_agents_runs_as_written_on_the_embedded_server(
+    embedded_dir: Path, tmp_path: Path
+) -> None:
+    """docs/agents.md's turn: three mails, two of them reports, answered in one spawn."""
+    commands = shell_commands(AGENTS_DOC.read_text(encoding="utf-8"), marked=True)
+    assert any("--batch 20" in command.line for command in commands)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BIRDDOG_")}
+    env.pop("DATABASE_URL", None)
+    env.update(
+        BIRDDOG_DATA_DIR=str(embedded_dir),
+        BIRDDOG_METRICS_PORT="0",
+        BIRDDOG_WORKER_METRICS_PORT="0",
+    )
+    text = script(commands, port=free_port(), pids=tmp_path / "pids", logs=tmp_path)
+    done = await asyncio.to_thread(  # the page's commands, as a reader runs them
+        subprocess.run, ["bash", "-c", text],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
+    assert done.stdout.count("noted (3 mails in this turn, 2 of them reports)") == 2, done.stdout
+    assert "on it: please rerun the flaky test" in done.stdout
+    assert re.search(r"report\s+worker\s+1\s+3\s+3\.0", done.stdout), done.stdout
