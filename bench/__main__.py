@@ -46,6 +46,7 @@ BENCHMARKS = (
     "batch",
     "scale",
     "claim",
+    "turns",
 )
 """In run order. Each is ``bench/<name>.py`` with ``async def run(ctx)``."""
 

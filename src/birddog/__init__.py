@@ -12,6 +12,7 @@ from birddog.lazy import exports
 
 if TYPE_CHECKING:
     from birddog.bootstrap.clients import open_asking, open_sender
+    from birddog.core.batched import MailTurn, TurnAnswer, TurnMail
     from birddog.core.delivery import (
         Accepted,
         DeadReason,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
         agent_job,
         decode_agent_job,
     )
+    from birddog.core.kinds import Kind
     from birddog.core.mail import AgentAddress, Mail, Outcome, Reply, ReplyFacts, reply_key
     from birddog.core.schedule import RetrySchedule
     from birddog.ports import Clock, Outbox, Page, Route, RouteBook, Transport, WakeScheduler
@@ -69,6 +71,7 @@ if TYPE_CHECKING:
     from birddog.service.mail import MailService as Asking
     from birddog.service.mail import MailService as Sender
     from birddog.service.mailroom import PAGE_SIZE, DrainReport, MailRoom, has_pending_delivery
+    from birddog.turns import turn_handler
 
 # Each public name is imported when first used, so that ``import birddog`` (every CLI
 # command starts with it) loads only what the command needs.
@@ -119,6 +122,11 @@ _HOMES: dict[str, str] = {
     "AgentJobPayload": "birddog.core.jobs",
     "AgentWork": "birddog.core.jobs",
     "Job": "birddog.core.jobs",
+    "Kind": "birddog.core.kinds",
+    "MailTurn": "birddog.core.batched",
+    "TurnAnswer": "birddog.core.batched",
+    "TurnMail": "birddog.core.batched",
+    "turn_handler": "birddog.turns",
     "JobState": "birddog.core.jobs",
     "Recovery": "birddog.core.jobs",
     "agent_job": "birddog.core.jobs",
@@ -178,9 +186,11 @@ __all__ = [
     "JobConflict",
     "JobNotFound",
     "JobState",
+    "Kind",
     "Mail",
     "MailRoom",
     "MailService",
+    "MailTurn",
     "NotAMailbox",
     "Outbox",
     "OutboxRow",
@@ -206,6 +216,8 @@ __all__ = [
     "StoreUnavailable",
     "StoreUnreachable",
     "Transport",
+    "TurnAnswer",
+    "TurnMail",
     "UnknownAgent",
     "UnreadableRow",
     "WakeScheduler",
@@ -220,4 +232,5 @@ __all__ = [
     "open_sender",
     "replies_for",
     "reply_key",
+    "turn_handler",
 ]

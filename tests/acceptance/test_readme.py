@@ -33,6 +33,7 @@ from tests.support.cli import BIRDDOG, ROOT
 
 README = ROOT / "README.md"
 SPOOL_DOC = ROOT / "docs" / "spool.md"
+AGENTS_DOC = ROOT / "docs" / "agents.md"
 RUN = "<!-- run by tests/acceptance/test_readme.py -->"
 SKIP = "<!-- not run by the README test"
 KEEPS_RUNNING = "(keeps running)"
@@ -191,15 +192,25 @@ async def test_every_readme_shell_block_runs_on_a_fresh_embedded_server(
     _assert_no_traceback(tmp_path)
 
 
-async def test_the_spool_session_of_docs_spool_runs_as_written_on_the_embedded_server(
-    embedded_dir: Path, tmp_path: Path
-) -> None:
-    """docs/spool.md's session: the send spools, status lists it, forward puts it in once."""
-    commands = shell_commands(SPOOL_DOC.read_text(encoding="utf-8"), marked=True)
-    assert any(" send " in command.line for command in commands)
+def embedded_env(embedded_dir: Path) -> dict[str, str]:
+    """This process's environment for a reader on the embedded server in ``embedded_dir``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("BIRDDOG_")}
     env.pop("DATABASE_URL", None)
-    env.update(BIRDDOG_DATA_DIR=str(embedded_dir), BIRDDOG_METRICS_PORT="0")
+    env.update(
+        BIRDDOG_DATA_DIR=str(embedded_dir),
+        BIRDDOG_METRICS_PORT="0",
+        BIRDDOG_WORKER_METRICS_PORT="0",
+    )
+    return env
+
+
+async def run_marked_session(
+    page: Path, env: dict[str, str], tmp_path: Path, *, needs: str
+) -> subprocess.CompletedProcess[str]:
+    """Run the marked shell blocks of a docs page as a reader would; they must all succeed."""
+    page_text = await asyncio.to_thread(page.read_text, encoding="utf-8")
+    commands = shell_commands(page_text, marked=True)
+    assert any(needs in command.line for command in commands), f"{page.name} lost its session"
     text = script(commands, port=free_port(), pids=tmp_path / "pids", logs=tmp_path)
     done = await asyncio.to_thread(  # the page's commands, as a reader runs them
         subprocess.run, ["bash", "-c", text],
@@ -207,6 +218,15 @@ async def test_the_spool_session_of_docs_spool_runs_as_written_on_the_embedded_s
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
+    return done
+
+
+async def test_the_spool_session_of_docs_spool_runs_as_written_on_the_embedded_server(
+    embedded_dir: Path, tmp_path: Path
+) -> None:
+    """docs/spool.md's session: the send spools, status lists it, forward puts it in once."""
+    env = embedded_env(embedded_dir)
+    done = await run_marked_session(SPOOL_DOC, env, tmp_path, needs=" send ")
     assert "spooled (database unreachable): send:mail-" in done.stdout, done.stdout
     assert "1 mail waiting" in done.stdout
     assert "forwarded 1 mail" in done.stdout
@@ -217,3 +237,14 @@ async def test_the_spool_session_of_docs_spool_runs_as_written_on_the_embedded_s
         env=env, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert counted.stdout.strip() == "1", counted.stderr
+
+
+async def test_the_turns_session_of_docs_agents_runs_as_written_on_the_embedded_server(
+    embedded_dir: Path, tmp_path: Path
+) -> None:
+    """docs/agents.md's turn: three mails, two of them reports, answered in one spawn."""
+    env = embedded_env(embedded_dir)
+    done = await run_marked_session(AGENTS_DOC, env, tmp_path, needs="--batch 20")
+    assert done.stdout.count("noted (3 mails in this turn, 2 of them reports)") == 2, done.stdout
+    assert "on it: please rerun the flaky test" in done.stdout
+    assert re.search(r"report\s+worker\s+1\s+3\s+3\.0", done.stdout), done.stdout

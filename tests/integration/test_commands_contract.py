@@ -337,6 +337,29 @@ async def test_job_counts_later_jobs_and_a_cancel(backend: Backend) -> None:
         await backend.job_admin.get("j-none")
 
 
+async def test_turns_are_counted_by_kind_and_how_they_ran(backend: Backend) -> None:
+    """Two jobs one claim took are one worker turn; an MCP server's claim is a live turn."""
+    await backend.enqueue(make_job("j-1"))
+    await backend.enqueue(make_job("j-2"))
+    await backend.enqueue(make_job("j-3", session="s-3"))
+    batch = await backend.jobs.claim_many(queues=["s-bob"], worker_id="w-1", batch=2, lease_s=30)
+    assert sorted(claimed.job.job_id for claimed in batch) == ["j-1", "j-2"]
+    live = await backend.jobs.claim(queues=["s-3"], worker_id="mcp:session", lease_s=30)
+    assert live is not None
+    for claimed in [*batch, live]:
+        await backend.jobs.finish(
+            job_id=claimed.job.job_id,
+            claim_token=claimed.claim_token,
+            event=SettleRequested(Outcome.COMPLETED, "done", None),
+        )
+    since = backend.clock.now() - timedelta(hours=1)
+    assert await backend.job_admin.turns_since(since) == [
+        {"kind": "task", "how": "live", "turns": 1, "mails": 1},
+        {"kind": "task", "how": "worker", "turns": 1, "mails": 2},
+    ]
+    assert await backend.job_admin.turns_since(backend.clock.now() + timedelta(hours=1)) == []
+
+
 # ---- Reports --------------------------------------------------------------------------
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -21,6 +21,9 @@ LIST_LIMIT_MAX = 10_000
 DAEMONS_SEEN_BEATS = 3
 """A process counts as running while it beat within this many heartbeats."""
 
+TURNS_WINDOW_S = 3600.0
+"""How far back ``status`` counts settled turns (mails per turn, by kind and runner)."""
+
 PROBLEMS_SHOWN = 5
 """How many stale or dead replies of each kind ``check`` names."""
 
@@ -32,8 +35,10 @@ async def status_report(adapters: Services) -> dict[str, Any]:
         ``replies`` (``pending``, ``held``, ``in_flight``, ``dead``,
         ``oldest_pending_age_s``, ``next_wake_in_s``), ``jobs`` (counts by state),
         ``jobs_not_yet_due`` (``jobs`` queued with a later not-before, ``next_at`` the
-        earliest) and ``daemons`` (``kind``, ``host``, ``pid``, ``seen_at`` of each process
-        seen lately).
+        earliest), ``turns`` (the last hour's settled turns by first mail's ``kind`` and
+        ``how`` they ran, with ``turns``, ``mails`` and ``mails_per_turn``) and
+        ``daemons`` (``kind``, ``host``, ``pid``, ``seen_at`` of each process seen
+        lately).
     """
     from birddog.bootstrap import HEARTBEAT_S  # noqa: PLC0415 - keeps --help fast
 
@@ -43,6 +48,7 @@ async def status_report(adapters: Services) -> dict[str, Any]:
     due = await adapters.room.next_wake_at()
     daemons = await adapters.reports.daemons_seen(within_s=DAEMONS_SEEN_BEATS * HEARTBEAT_S)
     later, next_at = await adapters.jobs.not_yet_due()
+    turns = await adapters.jobs.turns_since(now - timedelta(seconds=TURNS_WINDOW_S))
     return {
         "replies": {
             **{k: v for k, v in counts.items() if k not in {"oldest_pending_at", "next_due_at"}},
@@ -51,6 +57,9 @@ async def status_report(adapters: Services) -> dict[str, Any]:
         },
         "jobs": await adapters.jobs.counts(),
         "jobs_not_yet_due": {"jobs": later, "next_at": next_at},
+        "turns": [
+            {**row, "mails_per_turn": round(row["mails"] / row["turns"], 1)} for row in turns
+        ],
         "daemons": [
             {key: daemon[key] for key in ("kind", "host", "pid", "seen_at")} for daemon in daemons
         ],
@@ -85,6 +94,12 @@ def render_status(report: dict[str, Any]) -> str:
                 headers=["pending", "held", "in flight", "dead", "oldest pending", "next wake in"],
             ),
             "jobs\n" + render_table([jobs], list(jobs)) + _not_yet_due_line(report),
+            f"turns settled in the last {format_age(TURNS_WINDOW_S)}\n"
+            + render_table(
+                report["turns"],
+                ["kind", "how", "turns", "mails", "mails_per_turn"],
+                headers=["first mail", "ran by", "turns", "mails", "mails per turn"],
+            ),
             f"daemons and workers seen in the last {within}\n"
             + render_table(report["daemons"], ["kind", "host", "pid", "seen_at"]),
         ]

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from birddog.core.jobs import Job
 from birddog.core.lifecycle import ClaimEvent, Finished
@@ -127,8 +127,16 @@ class JobStore(JobBacklog, Protocol):
         lease_s: float = 60.0,
         worker_id: str = "",
         limit: int = 1,
+        batch: int = 1,
     ) -> Sequence[ClaimedJobLike]:
-        """Claim up to ``limit`` jobs as :meth:`claim` does; fewer: nothing more to take now."""
+        """Claim up to ``limit`` turns as :meth:`claim` does; fewer: nothing more to take now.
+
+        With ``batch`` above 1 each turn is the head of a queue and up to ``batch - 1``
+        more queued jobs of that queue behind it (claimable now, in claim order), all
+        running under their own claim tokens; the head holds the queue's slot, so no
+        other turn of the queue starts until it settles. The jobs of one turn are
+        consecutive in the result.
+        """
         ...
 
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
@@ -178,4 +186,13 @@ class JobAdmin(JobCancels, Protocol):
 
     async def not_yet_due(self) -> tuple[int, datetime | None]:
         """How many queued jobs may not run before a later time, and the earliest such time."""
+        ...
+
+    async def turns_since(self, since: datetime) -> list[dict[str, Any]]:
+        """The turns settled since ``since``, by first mail's ``kind`` and ``how`` they ran.
+
+        A turn is the jobs one claim took together; ``how`` is ``live`` for an MCP
+        server's claims (claimer ``mcp:...``), else ``worker``. Each row: ``kind``,
+        ``how``, ``turns`` and ``mails``, by kind then how.
+        """
         ...

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Final, LiteralString
+from typing import Any, Final, LiteralString
 
 import structlog
 
@@ -126,6 +126,19 @@ class PostgresJobOperations:
                 queries["jobs_not_yet_due"], self.settings.clock.now()
             )
         return (0, None) if row is None else (row["jobs"], row["next_at"])
+
+    async def turns_since(self, since: datetime) -> list[dict[str, Any]]:
+        """The turns settled since ``since``: by first mail's kind and how they ran.
+
+        Args:
+            since: the start of the window.
+
+        Returns:
+            ``kind``, ``how`` (``worker`` or ``live``), ``turns`` and ``mails`` per group.
+        """
+        with store_errors("turns_since"):
+            rows = await self.settings.pool.fetch(queries["jobs_turns_since"], since)
+        return [dict(row) for row in rows]
 
     async def turns_on_host(self, *, host: str, boot_id: str) -> list[tuple[str, Turn]]:
         """The recorded turns of running jobs on one host, in one boot of it.

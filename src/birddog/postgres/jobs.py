@@ -112,6 +112,7 @@ class PostgresJobs:
         self.get = operations.get
         self.counts = operations.counts
         self.not_yet_due = operations.not_yet_due
+        self.turns_since = operations.turns_since
         self.turns_on_host = operations.turns_on_host
         self.repair_queue_heads = operations.repair_queue_heads
         self.recover_expired = operations.recover_expired

@@ -15,11 +15,12 @@ from typing import Any
 
 from birddog.core.delivery import OutboxRow, RowState
 from birddog.core.jobs import Job, JobState
+from birddog.core.kinds import DEFAULT_KIND
 from birddog.core.mail import Outcome
 from birddog.core.retention import PruneReport, RetentionPolicy
 from birddog.ports import JOB_STATES, Clock
-from birddog.testing.jobs import InMemoryJobs
-from birddog.testing.mail import InMemoryMailbox
+from birddog.testing.jobs import InMemoryJobs, StoredJob
+from birddog.testing.mail import InMemoryMailbox, mail_of
 from birddog.testing.outbox import InMemoryOutbox
 from birddog.testing.routes import InMemoryRoutes
 
@@ -158,6 +159,43 @@ class InMemoryJobAdmin:
             and stored.job.not_before > now
         ]
         return len(later), min(later, default=None)
+
+    async def turns_since(self, since: datetime) -> list[dict[str, Any]]:
+        """The turns settled since ``since`` (jobs of one claim), by first kind and how."""
+        turns: dict[tuple[object, ...], list[StoredJob]] = {}
+        for stored in self.job_store.jobs.values():
+            if (
+                stored.job.state is JobState.SETTLED
+                and stored.settled_at is not None
+                and stored.settled_at >= since
+                and stored.started_at is not None
+            ):
+                key = (_agent_of(stored.job), stored.job.queue, stored.worker_id, stored.started_at)
+                turns.setdefault(key, []).append(stored)
+        groups: dict[tuple[str, str], list[int]] = {}
+        for jobs in turns.values():
+            first = min(jobs, key=lambda s: (-s.job.priority, s.created_at, s.job.job_id))
+            how = "live" if first.worker_id.startswith("mcp:") else "worker"
+            counts = groups.setdefault((_kind_of(first.job), how), [0, 0])
+            counts[0] += 1
+            counts[1] += len(jobs)
+        return [
+            {"kind": kind, "how": how, "turns": turns_, "mails": mails}
+            for (kind, how), (turns_, mails) in sorted(groups.items())
+        ]
+
+
+def _agent_of(job: Job) -> str:
+    """The agent a job's queue belongs to (its mail's ``to``; '' for a job without mail)."""
+    mail = mail_of(job)
+    return "" if mail is None else mail.to.agent_id
+
+
+def _kind_of(job: Job) -> str:
+    """The job's kind as the jobs table keeps it: the payload's, for mail; else a task."""
+    if mail_of(job) is None:
+        return DEFAULT_KIND.value
+    return str(job.payload.get("kind") or DEFAULT_KIND.value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -60,6 +60,7 @@ class StoredJob:
         diagnostic: the last diagnostic (a settlement's, or a recovery's).
         turn: where its last turn ran, as the worker recorded it.
         worker_id: who holds (or last held) its claim.
+        started_at: when that claim began (the jobs of one turn share it).
         settled_at: when it settled (retention counts from here).
     """
 
@@ -74,6 +75,7 @@ class StoredJob:
     diagnostic: str | None = None
     turn: Turn | None = None
     worker_id: str = ""
+    started_at: datetime | None = None
     settled_at: datetime | None = None
 
     def facts(self, token: str | None = None) -> JobFacts:
@@ -204,7 +206,7 @@ class InMemoryJobs:
         stored.job = stored.job.model_copy(update={"state": RUNNING})
         stored.claim_token = uuid.uuid4().hex
         stored.lease_expires_at = until
-        stored.worker_id = worker_id
+        stored.worker_id, stored.started_at = worker_id, now
         return ClaimedJob(stored.job, stored.claim_token, until, stored.recovery_count)
 
     async def claim_many(
@@ -215,20 +217,49 @@ class InMemoryJobs:
         lease_s: float = 60.0,
         worker_id: str = "",
         limit: int = 1,
+        batch: int = 1,
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` jobs, one :meth:`claim` after another, in claim order.
+        """Claim up to ``limit`` turns, one :meth:`claim` after another, in claim order.
+
+        With ``batch`` above 1, each head claimed takes up to ``batch - 1`` more queued
+        jobs of its queue that may be claimed now, in claim order (see the port).
 
         Returns:
-            The claimed jobs; fewer than ``limit`` when no other head could be claimed.
+            The claimed jobs, each turn's together; fewer than ``limit`` turns when no
+            other head could be claimed.
         """
         taken: list[ClaimedJob] = []
-        while len(taken) < limit:
+        turns = 0
+        while turns < limit:
             claimed = await self.claim(
                 queues=queues, agents=agents, lease_s=lease_s, worker_id=worker_id
             )
             if claimed is None:
                 break
+            turns += 1
             taken.append(claimed)
+            taken += self._followers(claimed, batch - 1, lease_s=lease_s)
+        return taken
+
+    def _followers(self, head: ClaimedJob, count: int, *, lease_s: float) -> list[ClaimedJob]:
+        """Up to ``count`` more queued jobs of ``head``'s queue, claimed behind it."""
+        now = self.clock.now()
+        until = self._lease_until(lease_s)
+        behind = [
+            stored
+            for stored in sorted(self.jobs.values(), key=_claim_order)
+            if stored.job.state is JobState.QUEUED
+            and stored.job.queue == head.job.queue
+            and _may_claim_at(stored, now)
+        ][: max(0, count)]
+        first = self.jobs[head.job.job_id]
+        taken = []
+        for stored in behind:
+            stored.job = stored.job.model_copy(update={"state": RUNNING})
+            stored.claim_token = uuid.uuid4().hex
+            stored.lease_expires_at = until
+            stored.worker_id, stored.started_at = first.worker_id, first.started_at
+            taken.append(ClaimedJob(stored.job, stored.claim_token, until, stored.recovery_count))
         return taken
 
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:
