@@ -1602,7 +1602,7 @@ BEGIN
     GRANT SELECT (
         job_id, queue, lane, priority, state, outcome, recovery_count, lease_expires_at,
         cancel_requested_at, worker_id, created_at, updated_at, settled_at, started_at, slot,
-        agent_id, not_before, expires_at
+        agent_id, not_before, expires_at, queue_key, kind
     ) ON birddog.jobs TO birddog_reader;
 END
 $grant$;
