@@ -4,7 +4,8 @@ Each is a small ``Protocol`` with keyword-only arguments, in a module by concept
 :mod:`~birddog.ports.delivery` (outbox, transports, wake, clock, listener),
 :mod:`~birddog.ports.routes` (routes, their edits and holds, tokens),
 :mod:`~birddog.ports.mail` (the ask store, mailboxes, notices, sent jobs, the spool),
-:mod:`~birddog.ports.jobs` (the job store and what goes with it) and
+:mod:`~birddog.ports.jobs` (the job store and what goes with it),
+:mod:`~birddog.ports.live` (live sessions) and
 :mod:`~birddog.ports.operator` (the console's reads and actions, with the values its pages
 carry). Every name is importable from here. ``birddog.testing`` has a fake for every port;
 ``birddog.postgres``, ``birddog.http`` and ``birddog.sqlite`` the real adapters.
@@ -35,6 +36,7 @@ from birddog.ports.jobs import (
     JobStore,
     TurnRecords,
 )
+from birddog.ports.live import LiveSessions
 from birddog.ports.mail import (
     Answers,
     AskStore,
@@ -84,6 +86,7 @@ __all__ = [
     "JobStore",
     "Listener",
     "Listing",
+    "LiveSessions",
     "Mailbox",
     "Notices",
     "Outbox",

@@ -14,7 +14,8 @@ every port (a unit test fails when a port has none).
   the mailboxes; :class:`InMemoryRoutes` (``routes``): the route book and its edits;
   :class:`InMemorySpool` (``rows``): the local spool; :class:`InMemoryTokenBook`.
 - :class:`InMemoryAdmin`: the operator's pages over those fakes; :class:`InMemorySentJobs`:
-  sent jobs read back (A2A tasks); :class:`InMemoryDaemonRow`: a process's row.
+  sent jobs read back (A2A tasks); :class:`InMemoryDaemonRow`: a process's row;
+  :class:`InMemoryLiveSessions` (``sessions``): live sessions.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from birddog.ports import ClaimedJob
 from birddog.testing.clock import FrozenClock, ManualWake
 from birddog.testing.jobs import InMemoryJobs, StoredJob
 from birddog.testing.listening import ManualListener, ManualNotices
+from birddog.testing.live import InMemoryLiveSessions
 from birddog.testing.mail import InMemoryAsks, InMemoryMailbox
 from birddog.testing.operator import InMemoryAdmin, InMemoryDaemonRow, InMemorySentJobs
 from birddog.testing.outbox import InMemoryOutbox
@@ -47,6 +49,7 @@ __all__ = [
     "InMemoryAsks",
     "InMemoryDaemonRow",
     "InMemoryJobs",
+    "InMemoryLiveSessions",
     "InMemoryMailbox",
     "InMemoryOutbox",
     "InMemoryRoutes",
@@ -92,5 +95,6 @@ FAKES: Final[dict[str, type]] = {
     "Admin": InMemoryAdmin,
     "SentJobs": InMemorySentJobs,
     "DaemonRow": InMemoryDaemonRow,
+    "LiveSessions": InMemoryLiveSessions,
 }
 """The fake of every port, by the port's name in :mod:`birddog.ports`."""
