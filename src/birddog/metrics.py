@@ -132,7 +132,37 @@ class WorkerMetrics(Registry):
             "Age of the oldest job queued in the queues this worker serves.",
             registry=r,
         )
+        self.turns = Counter(
+            "birddog_turns",
+            "Turns this worker ran, by the kind of their first mail and how they ran "
+            "(worker; live and digest for live sessions and digests).",
+            ["kind", "how"],
+            registry=r,
+        )
+        self.mails_per_turn = Histogram(
+            "birddog_mails_per_turn",
+            "How many mails (jobs) one turn took.",
+            ["how"],
+            buckets=(1, 2, 5, 10, 20, 50, 100),
+            registry=r,
+        )
+        self.spawns = Counter(
+            "birddog_spawns",
+            "Agent processes started (one per turn of a --command agent), by the kind of "
+            "the turn's first mail and how the turn ran.",
+            ["kind", "how"],
+            registry=r,
+        )
         self.healthy = True
+
+    def turn(self, *, mails: int, kind: str, how: str = "worker") -> None:
+        """Count a turn of ``mails`` jobs whose first mail is of ``kind``."""
+        self.turns.labels(kind, how).inc()
+        self.mails_per_turn.labels(how).observe(mails)
+
+    def spawn(self, *, kind: str, how: str = "worker") -> None:
+        """Count an agent process started for a turn whose first mail is of ``kind``."""
+        self.spawns.labels(kind, how).inc()
 
     def database(self, *, up: bool) -> None:
         """Record whether the database answered the last call (``/healthz``, the gauge)."""

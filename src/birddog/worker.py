@@ -1,10 +1,12 @@
 """The executor side: claim agent jobs, run the user's handler, settle and fan out.
 
 A handler is ``async def handle(payload: AgentJobPayload) -> str``; its text is the reply
-content. A raise settles ``failed`` with a bounded diagnostic; a result that cannot be
-stored (not a string, a NUL, a lone surrogate, above the content limit) settles ``failed``
-at once with a diagnostic that says why, and the handler never runs again for it; a
-handler cut short (timeout, shutdown) is cancelled and its job ``interrupted`` or
+content. With ``batch`` above 1 a worker claims up to that many jobs of one session as one
+turn (:mod:`birddog.turns`), and a handler marked :func:`birddog.turns.turn_handler` takes
+the whole turn at once. A raise settles ``failed`` with a bounded diagnostic; a result
+that cannot be stored (not a string, a NUL, a lone surrogate, above the content limit)
+settles ``failed`` at once with a diagnostic that says why, and the handler never runs
+again for it; a handler cut short (timeout, shutdown) is cancelled and its job ``interrupted`` or
 recovered by its policy; a recorded cancellation wins over whatever the handler returns.
 The worker reports what happened as lifecycle events; the job store decides and stores.
 """
@@ -18,7 +20,6 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
-from contextvars import ContextVar
 from enum import Enum
 from typing import Any
 
@@ -34,7 +35,7 @@ from birddog.core.errors import (
     StoreUnavailable,
     WorkCancelled,
 )
-from birddog.core.jobs import AgentJobPayload, Job, decode_agent_job
+from birddog.core.jobs import AgentJobPayload, decode_agent_job
 from birddog.core.lifecycle import (
     Cause,
     ClaimEvent,
@@ -51,38 +52,19 @@ from birddog.core.turns import Turn
 from birddog.metrics import WorkerMetrics
 from birddog.ports import ClaimedJobLike, JobStore, Listener
 from birddog.runtime import Backoff, cause_name, sleep_unless_stopped, stop_task
+from birddog.turns import (
+    TurnHandler,
+    TurnRunner,
+    group_turns,
+    set_current_job,
+    set_turn_recorder,
+    takes_turns,
+)
 
 log = structlog.get_logger("birddog.worker")
 
 Handler = Callable[[AgentJobPayload], Awaitable[str]]
 """What a worker runs for each agent job: the payload in, the reply content out."""
-
-_CURRENT_JOB: ContextVar[Job] = ContextVar("birddog_current_job")
-_TURN_RECORDER: ContextVar[Callable[[Turn], Awaitable[None]]] = ContextVar("birddog_turn")
-
-
-def current_job() -> Job | None:
-    """The job the calling handler runs for; None outside a worker's handler.
-
-    A handler gets the payload; this gives it (or what it calls, such as
-    :func:`birddog.spawn.command_handler`) the job itself, for its id.
-    """
-    return _CURRENT_JOB.get(None)
-
-
-async def report_turn(turn: Turn) -> None:
-    """Record on the current job where its turn's processes run (nothing outside a worker).
-
-    :mod:`birddog.spawn` calls it once a supervisor runs, so that no second turn of the
-    job starts while a process of this one lives (see :meth:`Worker.run`). A record the
-    database cannot take is logged; the turn goes on.
-
-    Args:
-        turn: the supervisor's host, boot, pid and start time.
-    """
-    record = _TURN_RECORDER.get(None)
-    if record is not None:
-        await record(turn)
 
 
 class HandlerNotFound(BirdDogError):
@@ -135,6 +117,7 @@ class Worker:
         cancel_hints: the cancel hints the listener hears (:mod:`birddog.cancels`): a
             running job's heartbeat is sent at once on one, so a cancellation ends the
             turn now, not at the next beat (None: at the next beat).
+        batch: the most jobs of one session one turn takes (1: a turn per job).
 
     Attributes:
         finished: how the jobs this worker handled ended, by outcome (and ``requeued``).
@@ -146,7 +129,7 @@ class Worker:
         self,
         *,
         jobs: JobStore,
-        handler: Handler,
+        handler: Handler | TurnHandler,
         listener: Listener,
         queues: Sequence[str] | None = None,
         concurrency: int = 4,
@@ -158,8 +141,10 @@ class Worker:
         metrics: WorkerMetrics | None = None,
         agents: Sequence[str] | None = None,
         cancel_hints: CancelHints | None = None,
+        batch: int = 1,
     ) -> None:
         self.jobs = jobs
+        self.batch = max(1, batch)
         self.cancel_hints = cancel_hints if cancel_hints is not None else CancelHints()
         self.handler = handler
         self.listener = listener
@@ -221,6 +206,7 @@ class Worker:
                         lease_s=self.lease_s,
                         worker_id=self.worker_id,
                         limit=wanted,
+                        batch=self.batch,
                     )
                     backoff.reset()
                     self.metrics.database(up=True)
@@ -230,15 +216,16 @@ class Worker:
                     log.warning("database_unavailable", error=cause_name(exc), reason=str(exc))
                     await sleep_unless_stopped(self.stop, backoff.next())
                     continue
-                _release(slots, wanted - len(claimed))
-                for job in claimed:
-                    self._claimed(job, asked_at)
+                turns = group_turns(claimed, batch=self.batch)
+                _release(slots, wanted - len(turns))
+                for turn in turns:
+                    self._claimed(turn, asked_at)
                     task = asyncio.create_task(
-                        self._run_job(job, slots, lease_until=asked_at + self.lease_s)
+                        self._run_job(turn, slots, lease_until=asked_at + self.lease_s)
                     )
                     running.add(task)
                     task.add_done_callback(running.discard)
-                if len(claimed) == wanted:
+                if len(turns) == wanted:
                     continue  # every free slot filled: there may be more to take at once
                 # A short claim took everything it could take now.
                 if self._ended != ended_before_claim:
@@ -280,10 +267,12 @@ class Worker:
             return None
         return queued
 
-    def _claimed(self, claimed: ClaimedJobLike, asked_at: float) -> None:
-        """Count a claim; for a traced job, record its ``birddog.claim`` span."""
-        self.metrics.claimed.inc()
-        if claimed.traceparent is not None:
+    def _claimed(self, turn: Sequence[ClaimedJobLike], asked_at: float) -> None:
+        """Count a turn's claimed jobs; for a traced job, record its ``birddog.claim`` span."""
+        for claimed in turn:
+            self.metrics.claimed.inc()
+            if claimed.traceparent is None:
+                continue
             since_s = asyncio.get_running_loop().time() - asked_at
             ids = {"job_id": claimed.job.job_id, "queue": claimed.job.queue}
             tracing.record("claim", parent=claimed.traceparent, since_s=since_s, attributes=ids)
@@ -293,16 +282,30 @@ class Worker:
         return dict(sorted(self.finished.items()))
 
     async def _run_job(
-        self, claimed: ClaimedJobLike, slots: asyncio.Semaphore, *, lease_until: float
+        self, turn: Sequence[ClaimedJobLike], slots: asyncio.Semaphore, *, lease_until: float
     ) -> None:
-        """Run one claimed job to its end; never raises, so no task dies unobserved."""
+        """Run one claimed turn to its end; never raises, so no task dies unobserved.
+
+        A turn of one job for a one-mail handler runs as a job alone always has; any
+        other turn runs through :class:`~birddog.turns.TurnRunner`.
+        """
+        if len(turn) > 1 or takes_turns(self.handler):
+            try:
+                await TurnRunner(self).run(turn, lease_until=lease_until)
+            except Exception as exc:  # one turn's bug must not end the worker
+                log.error("turn_crashed", error=type(exc).__name__)  # noqa: TRY400 - no text
+            finally:
+                self._ended += len(turn)
+                slots.release()
+            return
+        [claimed] = turn
         bound = log.bind(job_id=claimed.job.job_id)
         try:
             try:
                 payload = decode_agent_job(claimed.job)
             except InvalidJobPayload as exc:
                 bound.warning("job_payload_invalid", field=exc.field)
-                await self._finish(claimed, SettleRequested(Outcome.FAILED, "", str(exc)), bound)
+                await self.finish_job(claimed, SettleRequested(Outcome.FAILED, "", str(exc)), bound)
                 return
             await self._execute(claimed, payload, bound, lease_until=lease_until)
         except StaleClaim:
@@ -321,13 +324,14 @@ class Worker:
 
     async def _call(self, claimed: ClaimedJobLike, payload: AgentJobPayload) -> object:
         """Run the handler in a task of its own for the job, timed, in its span if traced."""
-        _CURRENT_JOB.set(claimed.job)  # the task's own context: no reset needed
-        _TURN_RECORDER.set(lambda turn: self._record_turn(claimed, turn))
+        set_current_job(claimed.job)  # the task's own context: no reset needed
+        set_turn_recorder(lambda turn: _spawned(self, claimed, payload, turn))
+        self.metrics.turn(mails=1, kind=payload.kind.value)
         began = time.perf_counter()
         try:
             ids = {"job_id": claimed.job.job_id}
             with tracing.span("handler", parent=claimed.traceparent, attributes=ids):
-                return await self.handler(payload)
+                return await self.handler(payload)  # type: ignore[arg-type]
         finally:
             self.metrics.handler_seconds.observe(time.perf_counter() - began)
 
@@ -344,28 +348,28 @@ class Worker:
         if why is Stopped.CANCEL_REQUESTED:
             bound.info("job_cancelled")
             # The recorded cancellation wins whatever is reported.
-            await self._finish(claimed, SettleRequested(Outcome.CANCELLED, ""), bound)
+            await self.finish_job(claimed, SettleRequested(Outcome.CANCELLED, ""), bound)
             return
         if why is not Stopped.DONE:
             timed_out = HandlerTimedOut(self.handler_timeout_s)
             stopped: ClaimEvent = WorkerStopped() if why is Stopped.SHUTDOWN else timed_out
             bound.warning("job_interrupted", why=type(stopped).__name__)
-            await self._finish(claimed, stopped, bound)
+            await self.finish_job(claimed, stopped, bound)
             return
         if work.cancelled():
-            await self._finish(claimed, WorkerStopped("handler was cancelled"), bound)
+            await self.finish_job(claimed, WorkerStopped("handler was cancelled"), bound)
             return
         error = work.exception()
         if isinstance(error, WorkCancelled):
             bound.info("job_cancelled_where_it_ran")
-            await self._finish(claimed, SettleRequested(Outcome.CANCELLED, error.content), bound)
+            await self.finish_job(claimed, SettleRequested(Outcome.CANCELLED, error.content), bound)
             return
         if error is not None:
             bound.warning("handler_failed", error=type(error).__name__)
             event = SettleRequested(Outcome.FAILED, "", _describe(error))
-            await self._finish(claimed, event, bound)
+            await self.finish_job(claimed, event, bound)
             return
-        await self._finish(claimed, SettleRequested(Outcome.COMPLETED, work.result()), bound)
+        await self.finish_job(claimed, SettleRequested(Outcome.COMPLETED, work.result()), bound)
 
     async def _supervise(
         self, work: asyncio.Task[object], claimed: ClaimedJobLike, bound: Any, *, lease_until: float
@@ -426,8 +430,8 @@ class Worker:
             await stop_task(work, insist=False)
         return why
 
-    async def _record_turn(self, claimed: ClaimedJobLike, turn: Turn) -> None:
-        """Write where the job's turn runs on the job, under this claim."""
+    async def record_turn_of(self, claimed: ClaimedJobLike, turn: Turn) -> None:
+        """Write where the job's turn runs on the job, under this claim; count the spawn."""
         try:
             await self.jobs.record_turn(
                 job_id=claimed.job.job_id, claim_token=claimed.claim_token, turn=turn
@@ -436,7 +440,8 @@ class Worker:
             # The supervisor still ends the turn with the worker; only the record is lost.
             log.warning("turn_not_recorded", job_id=claimed.job.job_id, error=cause_name(exc))
 
-    async def _finish(self, claimed: ClaimedJobLike, event: ClaimEvent, bound: Any) -> Finished:
+    async def finish_job(self, claimed: ClaimedJobLike, event: ClaimEvent, bound: Any) -> Finished:
+        """Report how a claimed job ended to the store, count it and log it."""
         ids = {"job_id": claimed.job.job_id}
         with tracing.span("settle", parent=claimed.traceparent, attributes=ids) as settle:
             finished = await self.jobs.finish(
@@ -504,6 +509,14 @@ ONCE_RECHECK_S = 0.5
 
 REQUEUED = "requeued"
 """The key of :attr:`Worker.finished` that counts jobs given back to their queue."""
+
+
+async def _spawned(
+    worker: Worker, claimed: ClaimedJobLike, payload: AgentJobPayload, turn: Turn
+) -> None:
+    """A one-job turn started a process: count it and record where it runs."""
+    worker.metrics.spawn(kind=payload.kind.value)
+    await worker.record_turn_of(claimed, turn)
 
 
 def _release(slots: asyncio.Semaphore, count: int) -> None:

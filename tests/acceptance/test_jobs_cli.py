@@ -31,7 +31,7 @@ async def test_jobs_list_as_a_table_and_as_json(database_url: str, pg_pool: Pool
     table = await cli(database_url, "jobs", "list")
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
-    assert lines[0].split()[:4] == ["job", "queue", "state", "outcome"]
+    assert lines[0].split()[:5] == ["job", "queue", "state", "kind", "outcome"]
     assert [line.split()[0] for line in lines[1:]] == [
         seeded.running_job,
         seeded.queued_job,

@@ -511,3 +511,26 @@ async def test_the_channel_pushes_replies_and_tasks(room: str, errlog: Any) -> N
         await call(other, "send", to="me:s-chan", content="a task for you")
         task = await asyncio.wait_for(events.get(), 60)
         assert task.meta["kind"] == "task"
+
+
+async def test_send_takes_a_kind_and_refuses_an_unknown_one_in_one_line(
+    room: str, room_pool: Pool, errlog: Any
+) -> None:
+    """The send tool's kind lands in the job (not the mail); a fifth kind is a one-line error."""
+    async with mcp_session(room, "me:s-kinds", errlog) as session:
+        sent, text, is_error = await call(
+            session, "send", to="upper:s-upper", content="nightly numbers", kind="report"
+        )
+        assert not is_error, text
+        _, refused, refused_error = await call(
+            session, "send", to="upper:s-upper", content="x", kind="urgent"
+        )
+    assert refused_error
+    assert "kind must be one of task, escalation, report, receipt" in refused
+    assert "\n" not in summary_of(refused)
+    row = await room_pool.fetchrow(
+        "SELECT kind, payload -> 'mail' ? 'kind' AS in_mail FROM birddog.jobs WHERE job_id = $1",
+        sent["job_id"],
+    )
+    assert row is not None
+    assert (row["kind"], row["in_mail"]) == ("report", False)

@@ -151,6 +151,7 @@ LAYERS: dict[str, int] = {
     "spool": 5,
     "sqlite": 5,
     "metrics": 6,
+    "turns": 6,
     "console": 6,
     "listen": 6,
     "mcp": 6,

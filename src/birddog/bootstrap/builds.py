@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from birddog.mcp.tools import AgentTools
     from birddog.metrics import WorkerMetrics
     from birddog.service.live import LiveAnnouncer
+    from birddog.turns import TurnHandler
     from birddog.worker import Handler, Worker
 
 from birddog.bootstrap.adapters import Adapters
@@ -148,7 +149,7 @@ def build_jobs_listener(
 
 def build_worker(
     adapters: Adapters,
-    handler: Handler,
+    handler: Handler | TurnHandler,
     *,
     listener: Listener,
     queues: Sequence[str] | None,
@@ -156,6 +157,7 @@ def build_worker(
     metrics: WorkerMetrics | None = None,
     agents: Sequence[str] | None = None,
     cancel_hints: CancelHints | None = None,
+    batch: int = 1,
 ) -> Worker:
     """Wire a job worker over the adapters' job store.
 
@@ -168,6 +170,7 @@ def build_worker(
         metrics: the worker's metrics (default: a registry of its own).
         agents: every session of these agents as well.
         cancel_hints: the hints ``listener`` hears (:func:`build_jobs_listener`).
+        batch: the most jobs of one session one turn takes.
 
     Returns:
         The worker, ready to ``run``.
@@ -188,6 +191,7 @@ def build_worker(
         stop=stop,
         metrics=metrics,
         cancel_hints=cancel_hints,
+        batch=batch,
     )
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from birddog.cli import announce, main, wait_duration, with_adapters
-from birddog.cli.mail import priority_option, read_content
+from birddog.cli.mail import kind_option, priority_option, read_content
 from birddog.cli.mailbox import printable_lines
 from birddog.core.text import printable, shown_key
 
@@ -98,6 +98,7 @@ class AskCommand(click.Command):
     help="How long to wait for the reply: seconds, or 90s, 4m, 1h; 0 does not wait.",
 )
 @priority_option
+@kind_option(interactive_only=True)
 @click.argument("question", required=False)
 @click.pass_context
 def ask(
@@ -107,6 +108,7 @@ def ask(
     key: str | None,
     timeout_s: float,
     priority: int,
+    kind: str | None,
     question: str | None,
 ) -> None:
     """Ask AGENT:SESSION a QUESTION (or stdin) and print the answer.
@@ -134,7 +136,13 @@ def ask(
 
     async def go(adapters: Adapters) -> int:
         question = await adapters.sender.pose(
-            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, priority=priority
+            to=to,
+            from_=from_,
+            content=content,
+            key=key,
+            timeout_s=timeout_s,
+            priority=priority,
+            kind=kind,
         )
         _tell_sent(question.asked, key_given=key is not None)
         return await _wait(question)

@@ -6,7 +6,7 @@ import json
 import sys
 from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import click
 
@@ -26,6 +26,45 @@ priority_option = click.option(
     help="Higher runs first among the queued jobs of the session sent to.",
 )
 """``--priority N`` of ``send`` and ``ask``: the job's priority, -32768 to 32767."""
+
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def _kind(
+    interactive_only: bool,
+) -> Callable[[click.Context, click.Parameter, str | None], str | None]:
+    def check(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+        from birddog.core.errors import InvalidInput  # noqa: PLC0415 - keeps --help fast
+        from birddog.core.kinds import check_interactive, parse_kind  # noqa: PLC0415
+
+        if value is None:
+            return None
+        try:
+            kind = parse_kind(value, field="--kind")
+            if interactive_only:
+                check_interactive(kind, field="--kind")
+        except InvalidInput as exc:
+            raise click.BadParameter(f"{exc}; nothing was sent") from None
+        return kind.value
+
+    return check
+
+
+def kind_option(*, interactive_only: bool) -> Callable[[_Command], _Command]:
+    """``--kind`` of ``send`` (any of the four) and ``ask`` (an interactive one).
+
+    Args:
+        interactive_only: say that only ``task`` and ``escalation`` are taken (an ask).
+    """
+    kinds = "task or escalation" if interactive_only else "task, escalation, report or receipt"
+    return click.option(
+        "--kind",
+        default=None,
+        metavar="KIND",
+        callback=_kind(interactive_only),
+        help=f"What the mail is for: {kinds} (default task). Kept in the job, not the mail.",
+    )
 
 
 EXIT_REFUSED = 3
@@ -59,6 +98,7 @@ class _Refused(click.ClickException):
 )
 @click.option("--max-recoveries", type=int, default=None, help="Recovery budget of the job.")
 @priority_option
+@kind_option(interactive_only=False)
 @click.option(
     "--not-before",
     "not_before",
@@ -110,6 +150,7 @@ def send(
     content: str | None,
     max_recoveries: int | None,
     priority: int,
+    kind: str | None,
     not_before: str | None,
     expires_in: str | None,
     created_at: int | None,
@@ -189,6 +230,7 @@ def send(
             mail,
             max_content_bytes=settings.max_content_bytes,
             priority=priority,
+            kind=kind,
             not_before=start_at,
             expires_in_s=expires_in_s,
         )

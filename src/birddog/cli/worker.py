@@ -84,6 +84,16 @@ if TYPE_CHECKING:
     help="Jobs run at once (1 to 1000).",
 )
 @click.option(
+    "--batch",
+    type=click.IntRange(1, 1000),
+    default=None,
+    metavar="N",
+    help="Run up to N queued mails of one session as one turn (default 20 for --handler; "
+    "1 for --command and --a2a). A --command with --batch gets the turn's mails on stdin as "
+    "JSON lines (job_id, key, from, kind, content) and answers with JSON lines (job_id, "
+    "content, optional outcome and diagnostic).",
+)
+@click.option(
     "--once",
     is_flag=True,
     help="Run jobs until none it may take is queued or running (checked after its last "
@@ -102,6 +112,7 @@ def worker(
     user: str | None,
     queues: tuple[str, ...],
     concurrency: int | None,
+    batch: int | None,
     once: bool,
 ) -> None:
     """Run agent jobs with --handler, --command or --a2a, settling and fanning out each one.
@@ -116,7 +127,8 @@ def worker(
     quiet_until_started()
     from birddog.bootstrap.agents import guarded_paths  # noqa: PLC0415 - keeps --help fast
     from birddog.processes.worker import run_worker  # noqa: PLC0415
-    from birddog.spawn import command_handler  # noqa: PLC0415
+    from birddog.spawn import command_handler, command_turn_handler  # noqa: PLC0415
+    from birddog.turns import TurnHandler  # noqa: PLC0415
     from birddog.worker import load_handler  # noqa: PLC0415
 
     if sum(given is not None for given in (handler, command, a2a_url)) != 1:
@@ -125,17 +137,21 @@ def worker(
         raise click.UsageError("--a2a-token goes with --a2a")
     if command is None and (env_names or cwd is not None or user is not None):
         raise click.UsageError("--env, --cwd and --user go with --command")
+    if a2a_url is not None and batch not in {None, 1}:
+        raise click.UsageError("--batch goes with --handler or --command")
     settings = settings_of(ctx)
     if concurrency is not None:
         settings = settings.model_copy(update={"worker_concurrency": concurrency})
     sys.path.insert(0, ".")
+    function: Handler | TurnHandler
     try:
         if a2a_url is not None:
             function = _remote_agent(a2a_url, a2a_token)
         elif handler is not None:
             function = load_handler(handler)
         else:
-            function = command_handler(
+            make = command_handler if batch is None else command_turn_handler
+            function = make(
                 command or "",
                 grace_s=settings.kill_grace_s,
                 max_output_bytes=settings.max_content_bytes,
@@ -157,11 +173,15 @@ def worker(
             agents=list(agents),
             once=once,
             announce=announcer(ctx),
+            batch=batch if batch is not None else (DEFAULT_BATCH if handler else 1),
         )
     )
     if once:
         click.echo(settled_line(done.summary, left=done.left))
 
+
+DEFAULT_BATCH = 20
+"""A --handler worker's --batch: up to 20 mails of one session in one turn."""
 
 EVERY_QUEUE_NOTICE = (
     "this worker takes every queue: it answers mail for every agent; "

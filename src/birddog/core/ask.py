@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from birddog.core.errors import InvalidInput, JobConflict, NotAMailbox, UnknownAgent
 from birddog.core.jobs import AgentWork, Job, agent_job
+from birddog.core.kinds import DEFAULT_KIND, Kind
 from birddog.core.mail import AgentAddress, Mail
 from birddog.core.model import ID_MAX_LENGTH
 
@@ -147,6 +148,7 @@ def ask_job(
     max_content_bytes: int,
     reply_to: Sequence[AgentAddress] | None = None,
     priority: int = 0,
+    kind: Kind = DEFAULT_KIND,
 ) -> Job:
     """The job an ask (or a send) enqueues: mail from the asker to ``to``.
 
@@ -159,6 +161,7 @@ def ask_job(
         max_content_bytes: the largest content allowed.
         reply_to: who gets the replies (None: the asker; empty: nobody).
         priority: the job's priority among the queued jobs of its session.
+        kind: what the mail is for (kept in the job, never in the mail).
 
     Returns:
         The queued job (its command fact id is its job id).
@@ -177,7 +180,7 @@ def ask_job(
     )
     job_id = ask_job_id(key)
     work = AgentWork(job_id=job_id, session_id=to.session_id, command_fact_id=job_id)
-    return agent_job(work, mail, max_content_bytes=max_content_bytes, priority=priority)
+    return agent_job(work, mail, max_content_bytes=max_content_bytes, priority=priority, kind=kind)
 
 
 def replay_conflicts(stored: Mail, mail: Mail) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 from pydantic import AwareDatetime, Field, JsonValue
 
 from birddog.core.errors import ContentTooLarge, InvalidInput, InvalidJobPayload
+from birddog.core.kinds import DEFAULT_KIND, Kind, parse_kind
 from birddog.core.mail import Mail, Outcome
 from birddog.core.model import Id, Model, check_text
 
@@ -75,11 +76,23 @@ class Job(Model):
 
 
 class AgentJobPayload(Model):
-    """What an agent job carries: the session, the command fact, and the optional mail."""
+    """What an agent job carries: the session, the command fact, the optional mail, its kind.
+
+    ``kind`` is absent from the payload's JSON for a ``task`` (so a task's payload is the
+    TypeScript BirdDog's), present for any other kind; it is never inside the mail.
+    """
 
     session_id: Id
     command_fact_id: Id
     mail: Mail | None = None
+    kind: Kind = DEFAULT_KIND
+
+    def as_payload(self) -> dict[str, JsonValue]:
+        """The job payload's JSON: ``kind`` only when it is not ``task``, no ``null`` fields."""
+        fields = self.model_dump(mode="json", exclude_none=True, exclude={"kind"})
+        if self.kind is not DEFAULT_KIND:
+            fields["kind"] = self.kind.value
+        return fields
 
 
 def agent_job(
@@ -90,6 +103,7 @@ def agent_job(
     priority: int = 0,
     not_before: datetime | None = None,
     expires_in_s: float | None = None,
+    kind: Kind | str | None = None,
 ) -> Job:
     """Validate addressed work and return the queued job that runs it.
 
@@ -107,15 +121,18 @@ def agent_job(
         not_before: the job is not claimed before this time (timezone-aware).
         expires_in_s: a job no worker claimed this many seconds after its enqueue is
             cancelled, and its replies say so.
+        kind: what the mail is for (:class:`birddog.core.kinds.Kind`): ``task`` (the
+            default), ``escalation``, ``report`` or ``receipt``.
 
     Returns:
         A queued job: queue = the session id, lane ``default``.
 
     Raises:
-        InvalidInput: ``mail.to.sessionId`` is not the work's session, or a timing option
-            is out of range (naming it).
+        InvalidInput: ``mail.to.sessionId`` is not the work's session, a timing option
+            is out of range (naming it), or ``kind`` is none of the four.
         ContentTooLarge: the mail's content is above ``max_content_bytes``.
     """
+    chosen = parse_kind(kind)
     if mail is not None:
         limit = DEFAULT_MAX_CONTENT_BYTES if max_content_bytes is None else max_content_bytes
         check_content_size(mail.content, limit_bytes=limit, field="mail.content")
@@ -126,13 +143,13 @@ def agent_job(
             field="mail.to.sessionId",
         )
     payload = AgentJobPayload(
-        session_id=work.session_id, command_fact_id=work.command_fact_id, mail=mail
+        session_id=work.session_id, command_fact_id=work.command_fact_id, mail=mail, kind=chosen
     )
     return Job(
         job_id=work.job_id,
         queue=work.session_id,
         priority=priority,
-        payload=payload.model_dump(mode="json", exclude_none=True),
+        payload=payload.as_payload(),
         recovery=work.recovery,
         not_before=not_before,
         expires_in_s=expires_in_s,

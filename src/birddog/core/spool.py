@@ -160,7 +160,7 @@ def with_created_at(job: Job, created_at_ms: int) -> Job:
         raise InvalidJobPayload("only mail carries a createdAt", field="mail")
     mail = payload.mail.model_copy(update={"created_at": created_at_ms})
     restamped = payload.model_copy(update={"mail": mail})
-    return job.model_copy(update={"payload": restamped.model_dump(mode="json", exclude_none=True)})
+    return job.model_copy(update={"payload": restamped.as_payload()})
 
 
 def outgoing_from_json(text: str | bytes) -> Outgoing:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from birddog.core.ask_facts import AskState
+from birddog.core.kinds import Kind
 from birddog.core.mail import Outcome
 
 DEFAULT_WAIT_S: Final = 45.0
@@ -135,6 +136,13 @@ TOOLS: Final[dict[str, dict[str, Any]]] = {
                     "items": {"type": "string"},
                     "description": "Who gets the replies (AGENT:SESSION each); default: "
                     "you; [] for no reply.",
+                },
+                "kind": {
+                    "type": "string",
+                    "enum": [str(kind) for kind in Kind],
+                    "description": "What the mail is for (default task): task or escalation "
+                    "when you want an answer soon; report or receipt when it only tells, "
+                    "and can wait for the target's next batched turn.",
                 },
             },
             "required": ["to", "content"],

@@ -210,6 +210,7 @@ class AgentTools:
             key=args.text("key") or None,
             reply_to=reply_to,
             timeout_s=STEP_TIMEOUT_S,
+            kind=args.text("kind"),
         )
         if sent.spooled:
             message = (

@@ -126,8 +126,16 @@ class JobStore(JobBacklog, Protocol):
         lease_s: float = 60.0,
         worker_id: str = "",
         limit: int = 1,
+        batch: int = 1,
     ) -> Sequence[ClaimedJobLike]:
-        """Claim up to ``limit`` jobs as :meth:`claim` does; fewer: nothing more to take now."""
+        """Claim up to ``limit`` turns as :meth:`claim` does; fewer: nothing more to take now.
+
+        With ``batch`` above 1 each turn is the head of a queue and up to ``batch - 1``
+        more queued jobs of that queue behind it (claimable now, in claim order), all
+        running under their own claim tokens; the head holds the queue's slot, so no
+        other turn of the queue starts until it settles. The jobs of one turn are
+        consecutive in the result.
+        """
         ...
 
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:

@@ -265,7 +265,7 @@ class PostgresAdmin:
             limit: rows per page (1 to :data:`MAX_PAGE`).
 
         Returns:
-            One page: ``job_id``, ``queue``, ``lane``, ``priority``, ``state``,
+            One page: ``job_id``, ``queue``, ``lane``, ``priority``, ``state``, ``kind``,
             ``outcome``, ``created_at``, ``started_at``, ``settled_at``,
             ``lease_expires_at``, ``recovery_count``, ``cancel_requested_at``,
             ``worker_id``, ``diagnostic``, ``mail_key``, ``sender_agent_id``.

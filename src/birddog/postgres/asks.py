@@ -282,10 +282,16 @@ def _sent(
         raise unknown_target(mail.to)
     if outcome == "stored":
         try:
-            stored_mail = AgentJobPayload.model_validate(json.loads(row["stored_payload"])).mail
+            stored = AgentJobPayload.model_validate(json.loads(row["stored_payload"]))
         except InvalidInput:
-            stored_mail = None
-        differing = list(COMPARED) if stored_mail is None else replay_conflicts(stored_mail, mail)
+            stored = None
+        differing = (
+            list(COMPARED)
+            if stored is None or stored.mail is None
+            else replay_conflicts(stored.mail, mail)
+        )
+        if stored is not None and stored.kind != decode_agent_job(job).kind:
+            differing.append("kind")
         if differing:
             raise key_conflict(mail.key, differing)
         return Posted(replay=True, mailbox_added=False)

@@ -114,8 +114,9 @@ class PostgresJobClaims:
         lease_s: float = 60.0,
         worker_id: str = "",
         limit: int = 1,
+        batch: int = 1,
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` queued jobs in one statement, in claim order.
+        """Claim up to ``limit`` queued jobs (turns, with ``batch``) in one statement.
 
         Each statement takes at most one job per queue, its head; each claimed job takes
         a free slot of its queue, and the database refuses a second job in one slot (a
@@ -134,17 +135,23 @@ class PostgresJobClaims:
             agents: claim from every session of these agents as well.
             lease_s: how long each claim holds without a heartbeat.
             worker_id: who claims, recorded on the jobs.
-            limit: the most jobs to claim.
+            limit: the most jobs (turns) to claim.
+            batch: the most jobs of one queue one turn takes: its head, and up to
+                ``batch - 1`` queued jobs behind it that may be claimed now, running
+                without a slot of their own (the head's slot is the turn's).
 
         Returns:
-            The claimed jobs, highest priority first, then oldest.
+            The claimed jobs, highest priority first, then oldest (a turn's jobs in
+            claim order among them).
 
         Raises:
-            InvalidInput: ``limit`` is below 1, ``lease_s`` is not positive, or ``queues``
-                or ``agents`` is a bare string.
+            InvalidInput: ``limit`` or ``batch`` is below 1, ``lease_s`` is not positive,
+                or ``queues`` or ``agents`` is a bare string.
         """
         if limit < 1:
             raise InvalidInput("limit must be at least 1", field="limit")
+        if batch < 1:
+            raise InvalidInput("batch must be at least 1", field="batch")
         lease_until = self._lease_until(lease_s)
         queue_list = _names(queues, "queues")
         agent_list = _names(agents, "agents")
@@ -153,13 +160,16 @@ class PostgresJobClaims:
         # statement follows only when the last one was full, or when a queue it took from
         # may run a second job at once (queue_concurrency above 1).
         taken: list[tuple[Row, ClaimedJob]] = []
-        while len(taken) < limit:
-            asked = limit - len(taken)
+        turns = 0
+        while turns < limit:
+            asked = limit - turns
             rows = await self._claim_rows(
-                queue_list, agent_list, asked, lease_until, worker_id or None
+                queue_list, agent_list, asked, lease_until, worker_id or None, batch=batch
             )
             if not rows:
                 break
+            taken_now = len({row["queue"] for row in rows}) if batch > 1 else len(rows)
+            before = len(taken)
             for row in rows:
                 try:
                     job = job_from_row(row)
@@ -175,7 +185,10 @@ class PostgresJobClaims:
                     traceparent=row["traceparent"],
                 )
                 taken.append((row, claimed))
-            if len(rows) < asked and self.settings.queue_concurrency == 1:
+            # Turns taken that can run (an unreadable job was settled, not taken).
+            read = [claimed.job.queue for _, claimed in taken[before:]]
+            turns += len(set(read)) if batch > 1 else len(read)
+            if taken_now < asked and self.settings.queue_concurrency == 1:
                 break
         taken.sort(key=lambda item: _claim_order(item[0]))
         return [claimed for _, claimed in taken]
@@ -187,11 +200,15 @@ class PostgresJobClaims:
         limit: int,
         lease_until: datetime,
         worker_id: str | None,
+        *,
+        batch: int = 1,
     ) -> list[Row]:
         for _ in range(CLAIM_ATTEMPTS):
             try:
                 with store_errors("claim"):
-                    return await self._fetch_claim(queues, agents, limit, lease_until, worker_id)
+                    return await self._fetch_claim(
+                        queues, agents, limit, lease_until, worker_id, batch=batch
+                    )
             except StoreUnavailable as exc:
                 # Another claimer took the same slot first: claim again, from a new snapshot.
                 if not isinstance(exc.__cause__, asyncpg.UniqueViolationError):
@@ -205,6 +222,8 @@ class PostgresJobClaims:
         limit: int,
         lease_until: datetime,
         worker_id: str | None,
+        *,
+        batch: int,
     ) -> list[Row]:
         return list(
             await self.settings.pool.fetch(
@@ -217,6 +236,7 @@ class PostgresJobClaims:
                 self.settings.clock.now(),
                 RESERVED_QUEUE_PREFIX,
                 agents,
+                batch,
             )
         )
 

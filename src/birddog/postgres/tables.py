@@ -210,7 +210,13 @@ jobs = sa.Table(
         sa.Computed("coalesce(agent_id, '') || E'\\x1f' || queue", persisted=True),
         nullable=False,
     ),
+    # What the mail is for (migration 0025, birddog.core.kinds): the payload's kind, or a
+    # task when the payload has none (every mail of the TypeScript BirdDog).
+    sa.Column("kind", sa.Text, nullable=False, server_default=sa.text("'task'")),
     sa.CheckConstraint("state IN ('queued', 'running', 'settled')", name="jobs_state_check"),
+    sa.CheckConstraint(
+        "kind IN ('task', 'escalation', 'report', 'receipt')", name="jobs_kind_check"
+    ),
     sa.CheckConstraint(
         "outcome IS NULL OR outcome IN "
         "('completed', 'failed', 'interrupted', 'cancelled', 'outcome_unknown')",

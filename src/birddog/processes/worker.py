@@ -40,6 +40,7 @@ from birddog.processes.sides import (
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 from birddog.spawn import end_leftover_turns
+from birddog.turns import TurnHandler
 from birddog.worker import Handler
 
 log = structlog.get_logger("birddog.processes.worker")
@@ -65,12 +66,13 @@ class WorkerRun(NamedTuple):
 
 async def run_worker(
     settings: Settings,
-    handler: Handler,
+    handler: Handler | TurnHandler,
     *,
     queues: Sequence[str] | None = None,
     once: bool = False,
     announce: Announce | None = None,
     agents: Sequence[str] | None = None,
+    batch: int = 1,
 ) -> WorkerRun:
     """Run agent jobs with ``handler`` until SIGTERM/SIGINT (or, with ``once``, idle).
 
@@ -81,6 +83,7 @@ async def run_worker(
         once: run queued jobs, then return (no metrics server).
         announce: told the embedded server's DSN.
         agents: every session of these agents as well.
+        batch: the most jobs of one session one turn takes (:mod:`birddog.turns`).
 
     Returns:
         How the jobs this worker handled ended and, with ``once``, what it left queued.
@@ -111,6 +114,7 @@ async def run_worker(
                     stop=stop,
                     metrics=metrics,
                     cancel_hints=hints,
+                    batch=batch,
                 )
                 # No job runs again here while a turn of it, whose worker died, still does.
                 await end_leftover_turns(adapters.jobs, grace_s=settings.kill_grace_s)

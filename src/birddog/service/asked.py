@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from birddog.clock import epoch_ms
 from birddog.core.ask import address_text, ask_job, new_mail_key, parse_address
 from birddog.core.errors import AskFailed
+from birddog.core.kinds import DEFAULT_KIND, Kind, check_interactive
 from birddog.core.mail import AgentAddress, Outcome
 from birddog.core.spool import Outgoing
 
@@ -87,6 +88,7 @@ def compose(
     mailbox_required: bool,
     priority: int,
     now: datetime,
+    kind: Kind = DEFAULT_KIND,
     token: str,
     max_content_bytes: int,
 ) -> Outgoing:
@@ -105,6 +107,7 @@ def compose(
         now: the mail's ``createdAt``.
         token: random hex for a fresh key.
         max_content_bytes: the largest content allowed.
+        kind: what the mail is for; an ask (``mailbox_required``) only an interactive one.
 
     Returns:
         The job, and that the write checks it (the sender gets a mailbox route when it has
@@ -114,6 +117,8 @@ def compose(
         InvalidInput: a bad address, key or content, naming the field.
         ContentTooLarge: the content is above ``max_content_bytes``.
     """
+    if mailbox_required:
+        check_interactive(kind)
     target = parse_address(to, "to")
     sender = parse_address(from_, "from")
     replies = (
@@ -132,6 +137,7 @@ def compose(
         max_content_bytes=max_content_bytes,
         reply_to=replies,
         priority=priority,
+        kind=kind,
     )
     return Outgoing(
         job=job,

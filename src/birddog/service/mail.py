@@ -50,6 +50,7 @@ from birddog.core.ask import new_mail_key
 from birddog.core.ask_facts import AskFacts
 from birddog.core.errors import AskTimedOut, InvalidInput
 from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES
+from birddog.core.kinds import Kind, check_interactive, parse_kind
 from birddog.core.spool import Outgoing
 from birddog.service.asked import Asked, compose
 from birddog.service.timeouts import (
@@ -159,11 +160,12 @@ class MailService:
         reply_to: Sequence[str | AgentAddress] | None = None,
         mailbox_required: bool = False,
         priority: int = 0,
+        kind: Kind | str | None = None,
     ) -> Outgoing:
         """The mail :meth:`send` would write, checked, without writing it.
 
         Raises:
-            InvalidInput: a bad address, key or content, naming the field.
+            InvalidInput: a bad address, key, content or kind, naming the field.
             ContentTooLarge: the content is above ``max_content_bytes``.
         """
         return compose(
@@ -174,6 +176,7 @@ class MailService:
             reply_to=reply_to,
             mailbox_required=mailbox_required,
             priority=priority,
+            kind=parse_kind(kind),
             now=self.clock.now(),
             token=secrets.token_hex(4),
             max_content_bytes=self.max_content_bytes,
@@ -190,6 +193,7 @@ class MailService:
         timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
         mailbox_required: bool = False,
         priority: int = 0,
+        kind: Kind | str | None = None,
     ) -> Asked:
         """Send a mail as an agent job; its replies go to ``reply_to``.
 
@@ -207,6 +211,8 @@ class MailService:
             timeout_s: the longest wait for a free database connection.
             mailbox_required: refuse a sender whose route posts to an inbox URL (an ask).
             priority: -32768 to 32767, higher first among the session's queued jobs.
+            kind: what the mail is for: ``task`` (None: the default), ``escalation``,
+                ``report`` or ``receipt`` (an ask: ``task`` or ``escalation`` only).
 
         Returns:
             What was sent, whether it was a replay; ``spooled`` says why when it waits in
@@ -232,6 +238,7 @@ class MailService:
             reply_to=reply_to,
             mailbox_required=mailbox_required,
             priority=priority,
+            kind=kind,
         )
         return await self.post(outgoing, timeout_s=timeout_s)
 
@@ -244,10 +251,12 @@ class MailService:
         key: str | None = None,
         timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
         priority: int = 0,
+        kind: Kind | str | None = None,
     ) -> Asked:
         """Send a question whose reply goes to the asker's mailbox (see :meth:`send`).
 
         Raises:
+            InvalidInput: ``kind`` is informational (an ask waits for an answer).
             NotAMailbox: the asker's route posts to an inbox URL.
         """
         return await self.send(
@@ -258,6 +267,7 @@ class MailService:
             timeout_s=timeout_s,
             mailbox_required=True,
             priority=priority,
+            kind=kind,
         )
 
     async def enqueue(
@@ -349,6 +359,7 @@ class MailService:
         key: str | None = None,
         timeout_s: float = DEFAULT_ASK_TIMEOUT_S,
         priority: int = 0,
+        kind: Kind | str | None = None,
         send_timeout_s: float | None = None,
         on_key: Callable[[str], Awaitable[None]] | None = None,
     ) -> Question:
@@ -366,6 +377,8 @@ class MailService:
             key: the mail key; the same key again is a replay of the same question.
             timeout_s: the longest the whole call (send and wait) takes.
             priority: the question's priority among the session's queued jobs.
+            kind: ``task`` (None: the default) or ``escalation``; an informational kind
+                is refused before anything is written.
             send_timeout_s: the longest the send waits for a database connection
                 (default ``timeout_s``).
             on_key: told the question's key (a fresh one when ``key`` is None) before it
@@ -386,6 +399,7 @@ class MailService:
             SpoolFailed: the database is unreachable and the spool cannot be written.
         """
         deadline = Deadline(timeout_s)
+        check_interactive(parse_kind(kind))
         if key is None:
             key = self.new_key(asking=True)
         if on_key is not None:
@@ -398,6 +412,7 @@ class MailService:
                 key=key,
                 timeout_s=timeout_s if send_timeout_s is None else send_timeout_s,
                 priority=priority,
+                kind=kind,
             )
         )
         try:
@@ -427,6 +442,7 @@ class MailService:
         key: str | None = None,
         timeout_s: float = DEFAULT_ASK_TIMEOUT_S,
         priority: int = 0,
+        kind: Kind | str | None = None,
     ) -> str:
         """Ask an agent session a question and wait for its answer, durably.
 
@@ -441,6 +457,7 @@ class MailService:
             key: the mail key; the same key again is a replay of the same question.
             timeout_s: the longest the call takes.
             priority: the question's priority among the session's queued jobs.
+            kind: ``task`` (None: the default) or ``escalation``.
 
         Returns:
             The answer's content, when the work completed.
@@ -459,7 +476,13 @@ class MailService:
             SpoolFailed: the database is unreachable and the spool cannot be written.
         """
         question = await self.pose(
-            to=to, from_=from_, content=content, key=key, timeout_s=timeout_s, priority=priority
+            to=to,
+            from_=from_,
+            content=content,
+            key=key,
+            timeout_s=timeout_s,
+            priority=priority,
+            kind=kind,
         )
         return await question.answer()
 

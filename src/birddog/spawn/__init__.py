@@ -44,7 +44,7 @@ process group), :mod:`~birddog.spawn.running` (:func:`run_command`),
 from __future__ import annotations
 
 from birddog.core.turns import DEFAULT_KILL_GRACE_S
-from birddog.spawn.command import command_argv, command_handler
+from birddog.spawn.command import command_argv, command_handler, command_turn_handler
 from birddog.spawn.environment import (
     AGENT_ENVIRONMENT,
     agent_environment,
@@ -73,6 +73,7 @@ __all__ = [
     "check_passed_names",
     "command_argv",
     "command_handler",
+    "command_turn_handler",
     "describe_exit",
     "end_leftover_turn",
     "end_leftover_turns",

@@ -19,7 +19,7 @@ from birddog.spawn.environment import agent_environment
 from birddog.spawn.errors import CommandNotFound
 from birddog.spawn.users import RunAs
 from birddog.supervisor import EXIT_CANNOT_START, boot_id, process_start_ticks, supervisor_argv
-from birddog.worker import report_turn
+from birddog.turns import report_turn
 
 __all__ = ["POLL_S", "SUPERVISOR_SLACK_S", "ProcessGroup", "process_group"]
 

@@ -211,20 +211,47 @@ class InMemoryJobs:
         lease_s: float = 60.0,
         worker_id: str = "",
         limit: int = 1,
+        batch: int = 1,
     ) -> list[ClaimedJob]:
-        """Claim up to ``limit`` jobs, one :meth:`claim` after another, in claim order.
+        """Claim up to ``limit`` turns, one :meth:`claim` after another, in claim order.
+
+        With ``batch`` above 1, each head claimed takes up to ``batch - 1`` more queued
+        jobs of its queue that may be claimed now, in claim order (see the port).
 
         Returns:
-            The claimed jobs; fewer than ``limit`` when no other head could be claimed.
+            The claimed jobs, each turn's together; fewer than ``limit`` turns when no
+            other head could be claimed.
         """
         taken: list[ClaimedJob] = []
-        while len(taken) < limit:
+        turns = 0
+        while turns < limit:
             claimed = await self.claim(
                 queues=queues, agents=agents, lease_s=lease_s, worker_id=worker_id
             )
             if claimed is None:
                 break
+            turns += 1
             taken.append(claimed)
+            taken += self._followers(claimed, batch - 1, lease_s=lease_s)
+        return taken
+
+    def _followers(self, head: ClaimedJob, count: int, *, lease_s: float) -> list[ClaimedJob]:
+        """Up to ``count`` more queued jobs of ``head``'s queue, claimed behind it."""
+        now = self.clock.now()
+        until = self._lease_until(lease_s)
+        behind = [
+            stored
+            for stored in sorted(self.jobs.values(), key=_claim_order)
+            if stored.job.state is JobState.QUEUED
+            and stored.job.queue == head.job.queue
+            and _may_claim_at(stored, now)
+        ][: max(0, count)]
+        taken = []
+        for stored in behind:
+            stored.job = stored.job.model_copy(update={"state": RUNNING})
+            stored.claim_token = uuid.uuid4().hex
+            stored.lease_expires_at = until
+            taken.append(ClaimedJob(stored.job, stored.claim_token, until, stored.recovery_count))
         return taken
 
     async def heartbeat(self, *, job_id: str, claim_token: str, lease_s: float) -> bool:

@@ -28,7 +28,7 @@ from birddog.core.errors import (
     StoreUnavailable,
     StoreUnreachable,
 )
-from birddog.core.jobs import Job, JobState, decode_agent_job
+from birddog.core.jobs import AgentJobPayload, Job, JobState, decode_agent_job
 from birddog.core.mail import AgentAddress, Mail, Reply
 from birddog.core.mailbox import MailboxEntry
 from birddog.core.spool import Outgoing, with_created_at
@@ -244,7 +244,8 @@ class InMemoryAsks:
             JobConflict: the key was sent before with another mail, or the job id.
             InvalidInput: a mailbox route asked for an agent other than the sender.
         """
-        mail = decode_agent_job(job).mail
+        sending = decode_agent_job(job)
+        mail = sending.mail
         if mail is None:
             raise InvalidJobPayload("a mail to send carries mail", field="mail")
         route = None if mailbox_for is None else await self.routes.route(mailbox_for.agent_id)
@@ -255,7 +256,9 @@ class InMemoryAsks:
             raise unknown_target(mail.to)
         stored = self._stored_mail(mail.key)
         if stored is not None:
-            differing = replay_conflicts(stored, mail)
+            differing = replay_conflicts(stored.mail, mail) if stored.mail else ["content"]
+            if stored.kind != sending.kind:
+                differing.append("kind")
             if differing:
                 raise key_conflict(mail.key, differing)
             return Posted(replay=True, mailbox_added=False)
@@ -322,7 +325,8 @@ class InMemoryAsks:
     async def mail(self, key: str, *, timeout_s: float) -> Mail | None:
         """The mail sent under ``key`` (the first job carrying it), or None."""
         _reach(self.away)
-        return self._stored_mail(key)
+        stored = self._stored_mail(key)
+        return None if stored is None else stored.mail
 
     async def facts(self, key: str, asker: AgentAddress, *, timeout_s: float) -> AskFacts:
         """Where the ask with mail ``key`` stands for ``asker``: its job, its reply."""
@@ -366,11 +370,11 @@ class InMemoryAsks:
             return True
         return any(stored.job.queue == target.session_id for stored in self.jobs.jobs.values())
 
-    def _stored_mail(self, key: str) -> Mail | None:
+    def _stored_mail(self, key: str) -> AgentJobPayload | None:
         for stored in self._by_order():
             mail = mail_of(stored.job)
             if mail is not None and mail.key == key:
-                return mail
+                return decode_agent_job(stored.job)
         return None
 
     def _by_order(self) -> list[StoredJob]:

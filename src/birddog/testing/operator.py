@@ -16,6 +16,7 @@ from birddog.core.delivery import OutboxRow, RowState
 from birddog.core.egress import shown_url
 from birddog.core.errors import InvalidInput
 from birddog.core.jobs import JobState, decode_agent_job
+from birddog.core.kinds import DEFAULT_KIND
 from birddog.core.mail import AgentAddress, Mail, mail_key_of
 from birddog.core.tasks import SentJob
 from birddog.ports import JOB_STATES, PENDING_STATUSES, PREVIEW_CHARS, Listing, Overview, Story
@@ -335,6 +336,7 @@ def _job_row(stored: StoredJob, *, story: bool = False) -> dict[str, Any]:
         "lane": job.lane,
         "priority": job.priority,
         "state": job.state.value,
+        "kind": str(job.payload.get("kind", DEFAULT_KIND)),
         "outcome": None if job.outcome is None else job.outcome.value,
         "created_at": stored.created_at,
         "recovery_count": stored.recovery_count,

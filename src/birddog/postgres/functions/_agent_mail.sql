@@ -19,8 +19,15 @@ BEGIN
     -- mail key 1 to 512, none with a control character; no field a model does not know.
     IF jsonb_typeof(p_payload) IS DISTINCT FROM 'object'
        OR (p_payload - ARRAY['sessionId', 'session_id', 'commandFactId', 'command_fact_id',
-                             'mail']) <> '{}' THEN
+                             'mail', 'kind']) <> '{}' THEN
         problem := 'payload';
+        RETURN;
+    END IF;
+    -- The kind beside the mail (birddog.core.kinds): one of the four, when given.
+    IF p_payload ? 'kind' AND coalesce(p_payload ->> 'kind', '') <> ALL (
+        ARRAY['task', 'escalation', 'report', 'receipt']
+    ) THEN
+        problem := 'kind';
         RETURN;
     END IF;
     v_session := CASE WHEN p_payload ? 'sessionId' THEN p_payload -> 'sessionId'

@@ -1,4 +1,4 @@
-CREATE OR REPLACE FUNCTION birddog.claim(p_queues text[], p_limit integer, p_lease_until timestamp with time zone, p_worker_id text, p_slots integer, p_started_at timestamp with time zone, p_reserved_prefix text, p_agents text[] DEFAULT NULL::text[])
+CREATE OR REPLACE FUNCTION birddog.claim(p_queues text[], p_limit integer, p_lease_until timestamp with time zone, p_worker_id text, p_slots integer, p_started_at timestamp with time zone, p_reserved_prefix text, p_agents text[] DEFAULT NULL::text[], p_batch integer DEFAULT 1)
  RETURNS TABLE(job_id text, queue text, lane text, priority smallint, state text, payload text, recovery text, outcome text, claim_token uuid, lease_expires_at timestamp with time zone, recovery_count integer, cancel_requested_at timestamp with time zone, cancel_content text, created_at timestamp with time zone, traceparent text, not_before timestamp with time zone, expires_at timestamp with time zone)
  LANGUAGE plpgsql
  SECURITY DEFINER
@@ -14,6 +14,8 @@ DECLARE
     v_tried text[] := '{}';
     v_taken integer;
     v_total integer := 0;
+    v_leads text[];
+    v_followers text[];
 BEGIN
     -- The head of each queue (priority, age, id) that may be claimed at p_started_at (its
     -- not-before passed, not expired) with a free slot: of every queue but the reserved
@@ -65,7 +67,6 @@ BEGIN
         END IF;
         EXIT WHEN cardinality(v_queues) = 0;
         v_tried := v_tried || v_queues;
-        RETURN QUERY
         WITH picked AS (
             -- Each candidate's first job that may be claimed now, read from the jobs: a head
             -- another transaction holds is skipped, never the job behind it taken instead.
@@ -99,18 +100,63 @@ BEGIN
             ) AS slot
             FROM picked p
         )
-        UPDATE birddog.jobs j
-        SET state = 'running', slot = s.slot, claim_token = gen_random_uuid(),
-            lease_expires_at = p_lease_until, worker_id = p_worker_id,
-            started_at = p_started_at, updated_at = now()
-        FROM slotted s
-        WHERE j.job_id = s.job_id AND s.slot IS NOT NULL
-        RETURNING
+        , taken AS (
+            UPDATE birddog.jobs j
+            SET state = 'running', slot = s.slot, claim_token = gen_random_uuid(),
+                lease_expires_at = p_lease_until, worker_id = p_worker_id,
+                started_at = p_started_at, updated_at = now()
+            FROM slotted s
+            WHERE j.job_id = s.job_id AND s.slot IS NOT NULL
+            RETURNING j.job_id
+        )
+        SELECT coalesce(array_agg(t.job_id), '{}') INTO v_leads FROM taken t;
+        v_taken := cardinality(v_leads);
+        v_followers := '{}';
+        IF p_batch > 1 AND v_taken > 0 THEN
+            -- A batched turn: behind each head taken, up to p_batch - 1 more jobs of its
+            -- queue that may be claimed now, in claim order, running with no slot of their
+            -- own (the head's slot is the turn's: the worker settles the head last).
+            WITH behind AS (
+                SELECT q.job_id
+                FROM birddog.jobs l
+                CROSS JOIN LATERAL (
+                    SELECT f.job_id FROM birddog.jobs f
+                    WHERE f.state = 'queued' AND f.queue_key = l.queue_key
+                      AND (f.not_before IS NULL OR f.not_before <= p_started_at)
+                      AND (f.expires_at IS NULL OR f.expires_at > p_started_at)
+                      AND (p_agents IS NULL OR f.queue = ANY(p_queues)
+                           OR f.agent_id = ANY(p_agents))
+                      AND (v_agent IS NULL OR f.agent_id = v_agent)
+                      AND NOT birddog._live_hold(f.queue_key, f.created_at, p_worker_id,
+                                                 p_started_at)
+                    ORDER BY f.priority DESC, f.created_at, f.job_id
+                    LIMIT p_batch - 1
+                ) q
+                WHERE l.job_id = ANY(v_leads)
+            ), locked AS (
+                SELECT j.job_id FROM birddog.jobs j
+                WHERE j.job_id IN (SELECT b.job_id FROM behind b) AND j.state = 'queued'
+                FOR UPDATE OF j SKIP LOCKED
+            ), followed AS (
+                UPDATE birddog.jobs j
+                SET state = 'running', slot = NULL, claim_token = gen_random_uuid(),
+                    lease_expires_at = p_lease_until, worker_id = p_worker_id,
+                    started_at = p_started_at, updated_at = now()
+                FROM locked k
+                WHERE j.job_id = k.job_id
+                RETURNING j.job_id
+            )
+            SELECT coalesce(array_agg(f.job_id), '{}') INTO v_followers FROM followed f;
+        END IF;
+        RETURN QUERY
+        SELECT
             j.job_id, j.queue, j.lane, j.priority, j.state, j.payload::text, j.recovery::text,
             j.outcome, j.claim_token, j.lease_expires_at, j.recovery_count,
             j.cancel_requested_at, j.cancel_content, j.created_at, j.traceparent, j.not_before,
-            j.expires_at;
-        GET DIAGNOSTICS v_taken = ROW_COUNT;
+            j.expires_at
+        FROM birddog.jobs j
+        WHERE j.job_id = ANY(v_leads || v_followers)
+        ORDER BY j.queue_key, j.slot NULLS LAST, j.priority DESC, j.created_at, j.job_id;
         PERFORM birddog._queue_heads_refresh(v_queues);
         v_total := v_total + v_taken;
         EXIT WHEN v_total >= p_limit;

@@ -32,14 +32,17 @@ BEGIN
     -- The agent the mail is addressed to (NULL: no mail, or not BirdDog's).
     v_to := birddog._address(v_payload -> 'mail' -> 'to') ->> 'agentId';
     -- A queued job, nothing else: state, lease and claim are not the caller's to give. The
-    -- login that enqueued it is kept (sent_by): a sender reads the jobs it sent.
+    -- login that enqueued it is kept (sent_by): a sender reads the jobs it sent. A mail's
+    -- kind is the payload's (a task when it names none: the TypeScript BirdDog's mail); a
+    -- job that is not BirdDog mail is a task, whatever its own payload calls a kind.
     INSERT INTO birddog.jobs AS j (
         job_id, queue, lane, priority, state, payload, recovery, created_at, traceparent,
-        sent_by, agent_id, not_before, expires_at
+        sent_by, agent_id, not_before, expires_at, kind
     )
     VALUES (
         p_job_id, p_queue, p_lane, p_priority, 'queued', v_payload, v_recovery,
-        v_created, p_traceparent, session_user, v_to, p_not_before, v_created + v_expires
+        v_created, p_traceparent, session_user, v_to, p_not_before, v_created + v_expires,
+        CASE WHEN v_to IS NULL THEN 'task' ELSE coalesce(v_payload ->> 'kind', 'task') END
     )
     ON CONFLICT (job_id) DO NOTHING
     RETURNING j.queue_key INTO v_queue_key;
