@@ -97,6 +97,7 @@ async def test_a_live_session_that_left_or_lapsed_holds_nothing(
     second = await eventually(
         lambda: jobs.claim(queues=["s-2"], worker_id=WORKER), "the lapsed session's job", within_s=5
     )
+    assert second is not None
     assert second.job.job_id == "j2"
     assert await live.live() == []
 
