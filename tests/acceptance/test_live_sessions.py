@@ -21,13 +21,10 @@ from typing import Any
 import pytest
 
 from birddog import AgentAddress, AgentWork, Job, Mail, agent_job
-from birddog.clock import SystemClock
 from birddog.core.jobs import Recovery
-from birddog.postgres.live import PostgresLiveSessions
 from birddog.postgres.pool import Pool, create_pool
-from birddog.postgres.routes import PostgresRoutes
 from tests.support import enqueue, eventually
-from tests.support.cli import Daemon
+from tests.support.cli import Daemon, cli
 from tests.support.mcp import call, http_session, json_errlog, server_url, stdio_mcp
 
 BOB = "bob:s-bob"
@@ -54,9 +51,11 @@ def mail_job(job_id: str, content: str = "hello", *, recoveries: int | None = No
 @pytest.fixture
 async def pool(database_url: str) -> AsyncIterator[Pool]:
     """A pool on the test database, bob's route a mailbox with a two-second live grace."""
+    added = await cli(database_url, "route", "add", "bob", "--mailbox", "--live-grace", "2s")
+    assert added.returncode == 0, added.stderr
+    assert "live grace 2s" in added.stdout
     made = await create_pool(database_url, max_size=4)
-    await PostgresRoutes(made, clock=SystemClock()).add("bob", kind="mailbox")
-    await PostgresLiveSessions(made).set_grace("bob", GRACE_S)
+    assert await made.fetchval("SELECT live_grace_s FROM birddog.routes") == GRACE_S
     yield made
     await made.close()
 
@@ -208,3 +207,24 @@ async def test_a_killed_live_server_stops_counting_and_its_task_is_recovered(
     assert (answered["outcome"], answered["result_content"]) == ("completed", "TAKE ME")
     assert answered["worker_id"] != holder
     assert spawned(spawns) == 1
+
+
+async def test_the_live_grace_is_set_put_back_and_checked_by_route_update(
+    database_url: str, pool: Pool
+) -> None:
+    """Route update --live-grace sets it, 'default' puts 30s back; a bad value or route is one line."""
+    changed = await cli(database_url, "route", "update", "bob", "--live-grace", "90s")
+    assert (changed.returncode, changed.stdout.strip()) == (0, "route bob: live grace 1m 30s")
+    assert await pool.fetchval("SELECT live_grace_s FROM birddog.routes") == 90
+    back = await cli(database_url, "route", "update", "bob", "--live-grace", "default")
+    assert back.stdout.strip() == "route bob: live grace 30s"
+    assert await pool.fetchval("SELECT live_grace_s FROM birddog.routes") is None
+    for args in (
+        ("bob", "--live-grace", "-1s"),
+        ("bob", "--live-grace", "2d"),
+        ("nobody", "--live-grace", "1s"),
+    ):
+        refused = await cli(database_url, "route", "update", *args)
+        assert refused.returncode != 0, refused.stdout
+        assert "Traceback" not in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) <= 3, refused.stderr
