@@ -911,11 +911,12 @@ ORDER BY dead_at DESC
 LIMIT $2;
 
 -- name: check_stale_queued
--- Jobs queued longer than a limit (no worker claimed them), oldest first (for `birddog check`).
+-- Interactive jobs (tasks, escalations) queued longer than a limit (nobody claimed them), oldest first (for `birddog check`); informational mail (reports, receipts) waits for its digest and is not counted.
 -- params: $1 older_than_s float8, $2 limit int4
-SELECT job_id, queue, priority, created_at
+SELECT job_id, queue, priority, created_at, kind
 FROM birddog.jobs
-WHERE state = 'queued' AND created_at < now() - make_interval(secs => $1)
+WHERE state = 'queued' AND kind IN ('task', 'escalation')
+  AND created_at < now() - make_interval(secs => $1)
 ORDER BY created_at, job_id
 LIMIT $2;
 
