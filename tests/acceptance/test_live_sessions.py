@@ -228,3 +228,35 @@ async def test_the_live_grace_is_set_put_back_and_checked_by_route_update(
         assert refused.returncode != 0, refused.stdout
         assert "Traceback" not in refused.stderr
         assert len(refused.stderr.strip().splitlines()) <= 3, refused.stderr
+
+
+async def test_a_live_worker_gets_its_sessions_mail_before_another_worker(
+    database_url: str, pool: Pool, worker: Daemon, spawns: Path, tmp_path: Path
+) -> None:
+    """A worker --live bob:s-bob answers bob's mail; stopped, it leaves, and the other worker answers."""
+    live_spawns = tmp_path / "live-spawns"
+    live = Daemon(
+        database_url,
+        "--command",
+        f"sh -c 'echo $$ >> {live_spawns}; rev'",
+        "--live",
+        BOB,
+        command="worker",
+    )
+    try:
+        [holder] = await eventually(lambda: live_holders(pool), "the live worker", within_s=30)
+        assert not holder.startswith("mcp:")
+        for n in range(3):
+            await enqueue(pool, mail_job(f"live-{n}", "abc"))
+        for n in range(3):
+            answered = await settled(pool, f"live-{n}")
+            assert (answered["result_content"], answered["worker_id"]) == ("cba", holder)
+        assert (spawned(live_spawns), spawned(spawns)) == (3, 0)
+    finally:
+        code, log = live.terminate()
+    assert code == 0, log
+    assert await live_holders(pool) == []
+    await enqueue(pool, mail_job("after", "abc"))
+    answered = await settled(pool, "after", within_s=15)
+    assert answered["result_content"] == "ABC"
+    assert spawned(spawns) == 1
