@@ -214,8 +214,14 @@ class Settings(BaseSettings):
     check_dead_s: float = Field(
         3600.0, gt=0, description="`check` fails when a dead letter is newer."
     )
-    check_job_queued_s: float = Field(
-        7200.0, gt=0, description="`check` fails when a job is queued longer."
+    stale_interactive_s: float = Field(
+        7200.0,
+        gt=0,
+        description="`check` fails when interactive mail (a task, an escalation) is queued "
+        "longer; informational mail is not counted.",
+    )
+    check_job_queued_s: float | None = Field(
+        None, gt=0, description="The former name of BIRDDOG_STALE_INTERACTIVE_S (wins when set)."
     )
     check_lease_overdue_s: float = Field(
         60.0, ge=0, description="`check` fails when a job runs this long past its lease."

@@ -6,6 +6,7 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from birddog import AgentWork, agent_job, decode_agent_job
 from birddog.clock import SystemClock
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool
@@ -65,7 +66,7 @@ async def test_check_names_every_kind_of_problem_one_line_each(
         "held too long",
         "replies due and no daemon running for 2m 00s",
     ]
-    assert "unserved in queue s-nobody" in lines[0]
+    assert "unserved (task) in queue s-nobody" in lines[0]
     assert "orphan in queue s-orphan on gone:1" in lines[1]
     assert "frozen since" in lines[2]
     assert "2 replies waiting" in lines[2]
@@ -93,6 +94,29 @@ async def test_check_names_every_kind_of_problem_one_line_each(
         "--hold-s", "999999", "--daemon-s", "999999", "--json",
     )  # fmt: skip
     assert json.loads(flags.stdout) == {"ok": True, "problems": []}
+
+
+async def test_only_interactive_mail_is_stale(database_url: str, pg_pool: Pool) -> None:
+    """A task and an escalation queued past BIRDDOG_STALE_INTERACTIVE_S are flagged; a report or receipt is not."""
+    long_ago = datetime.now(UTC) - timedelta(minutes=10)
+    for kind in ("task", "escalation", "report", "receipt"):
+        mail = make_job(f"old-{kind}", session=f"s-{kind}")
+        job = agent_job(
+            AgentWork(job_id=mail.job_id, session_id=f"s-{kind}", command_fact_id=kind),
+            decode_agent_job(mail).mail,
+            kind=kind,
+        )
+        await enqueue(pg_pool, job, created_at=long_ago)
+    others = {k: v for k, v in RELAXED.items() if k != "BIRDDOG_CHECK_JOB_QUEUED_S"}
+    checked = await cli(
+        database_url, "check", "--json", variables={**others, "BIRDDOG_STALE_INTERACTIVE_S": "300"}
+    )
+    flagged = [p["job_id"] for p in json.loads(checked.stdout)["problems"]]
+    assert (checked.returncode, flagged) == (1, ["old-escalation", "old-task"])
+    relaxed = await cli(
+        database_url, "check", variables={**others, "BIRDDOG_STALE_INTERACTIVE_S": "3600"}
+    )
+    assert relaxed.stdout.strip() == "ok", relaxed.stdout
 
 
 async def test_a_daemon_that_beat_lately_silences_the_no_daemon_check(

@@ -27,6 +27,7 @@ TABLES = {
     "agent_tokens",
     "agent_logins",
     "queue_heads",
+    "live_sessions",
 }
 VIEWS = {"pending", "dead_letters"}
 

@@ -21,6 +21,7 @@ from birddog.testing import (
     InMemoryAsks,
     InMemoryJobAdmin,
     InMemoryJobs,
+    InMemoryLiveSessions,
     InMemoryMailbox,
     InMemoryOutbox,
     InMemoryOutboxAdmin,
@@ -60,6 +61,7 @@ class FakeServices:
         )
         self.admin = InMemoryAdmin(outbox=self.store, jobs=self.job_store, routes=self.routes)
         self.agents = InMemoryAgents(routes=self.routes, clock=clock)
+        self.live = InMemoryLiveSessions(clock=clock, routes=self.routes)
         self.wake = ManualWake()
         self.room = MailRoom(
             outbox=self.store, transport=RecordingTransport(), wake=self.wake, clock=clock

@@ -19,6 +19,7 @@ from birddog.postgres.admin import PostgresAdmin
 from birddog.postgres.agents import PostgresAgents
 from birddog.postgres.asks import PostgresAsks
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
+from birddog.postgres.live import PostgresLiveSessions
 from birddog.postgres.locate import (
     Announce,
     data_location,
@@ -82,6 +83,7 @@ class Adapters:
         retention: deletes what the retention settings no longer keep.
         admin: the operator's pages (console, jobs, show).
         agents: the agents and their bearer tokens (``birddog agent``, HTTP endpoints).
+        live: the live sessions (MCP servers and ``worker --live`` announce theirs).
         embedded: the embedded server, when no ``DATABASE_URL`` was given.
 
     The delivering side (:attr:`transport`, :attr:`room`, :attr:`metrics`) is built on
@@ -107,6 +109,7 @@ class Adapters:
     retention: PostgresRetention
     admin: PostgresAdmin
     agents: PostgresAgents
+    live: PostgresLiveSessions
     embedded: EmbeddedPostgres | None = None
     _metrics: Metrics | None = field(default=None, init=False, repr=False)
     _transport: HttpTransport | None = field(default=None, init=False, repr=False)
@@ -296,6 +299,7 @@ async def open_adapters(
             retention=PostgresRetention(pool, clock=clock),
             admin=PostgresAdmin(pool, heartbeat_s=HEARTBEAT_S),
             agents=PostgresAgents(pool),
+            live=PostgresLiveSessions(pool),
             embedded=embedded,
         )
         yield adapters

@@ -8,6 +8,8 @@ the listeners, alerts and daemon row around them. Running them is
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from birddog.http.alerts import AlertCoalescer
     from birddog.mcp.tools import AgentTools
     from birddog.metrics import WorkerMetrics
+    from birddog.service.live import LiveAnnouncer
     from birddog.turns import TurnHandler
     from birddog.worker import Handler, Worker
 
@@ -236,6 +239,7 @@ def build_agent_tools(adapters: Adapters) -> AgentTools:
     """
     from birddog.mcp.tools import AgentTools, Services  # noqa: PLC0415 - the MCP server only
 
+    live = build_live_announcer(adapters, holder=f"mcp:{socket.gethostname()}:{os.getpid()}")
     return AgentTools(
         Services(
             sender=adapters.sender,
@@ -247,8 +251,25 @@ def build_agent_tools(adapters: Adapters) -> AgentTools:
             notices=adapters.notices,
             lease_s=adapters.settings.job_lease_s,
             max_content_bytes=adapters.settings.max_content_bytes,
+            live=live,
         )
     )
+
+
+def build_live_announcer(adapters: Adapters, *, holder: str) -> LiveAnnouncer:
+    """The live sessions a process announces, as ``holder`` (its claims' worker id).
+
+    Args:
+        adapters: the open adapters.
+        holder: the process's claimer id.
+
+    Returns:
+        The announcer; the process beats it (:meth:`LiveAnnouncer.beat`) and leaves at
+        its end (:meth:`LiveAnnouncer.leave_all`).
+    """
+    from birddog.service.live import LiveAnnouncer  # noqa: PLC0415 - live processes only
+
+    return LiveAnnouncer(adapters.live, holder=holder)
 
 
 # ---- the HTTP endpoints' callers ---------------------------------------------------------

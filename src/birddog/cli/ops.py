@@ -124,7 +124,7 @@ class CheckLimits:
     Attributes:
         pending_s: a reply pending (or deferred) longer.
         dead_s: a dead letter newer.
-        job_queued_s: a job queued longer (no worker claimed it).
+        job_queued_s: interactive mail queued longer (nobody claimed it).
         lease_overdue_s: a job running this long past its lease (its worker is gone and
             no reaper handled it).
         hold_s: a recipient held longer.
@@ -253,8 +253,9 @@ async def check_report(adapters: Services, limits: CheckLimits) -> list[dict[str
     for row in await reports.stale_queued(older_than_s=limits.job_queued_s, limit=PROBLEMS_SHOWN):
         problem(
             "job_queued",
-            f"job queued too long: {printable(row['job_id'])} in queue {printable(row['queue'])} "
-            f"since {_at(row['created_at'])}; is a worker serving this session?",
+            f"job queued too long: {printable(row['job_id'])} ({row['kind']}) in queue "
+            f"{printable(row['queue'])} since {_at(row['created_at'])}; is a worker or a live "
+            "session serving this session?",
             row,
         )
     for row in await reports.overdue_running(grace_s=limits.lease_overdue_s, limit=PROBLEMS_SHOWN):
@@ -375,7 +376,11 @@ def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
     "--dead-s", type=duration, default=None, help="Alarm on a dead letter this new (3600)."
 )
 @click.option(
-    "--job-queued-s", type=duration, default=None, help="Alarm when a job is queued longer (7200)."
+    "--job-queued-s",
+    type=duration,
+    default=None,
+    help="Alarm when interactive mail (a task, an escalation) is queued longer "
+    "(BIRDDOG_STALE_INTERACTIVE_S, 7200); reports and receipts are not counted.",
 )
 @click.option(
     "--lease-overdue-s",
@@ -429,7 +434,12 @@ def check(
     limits = CheckLimits(
         pending_s=given(pending_s, settings.check_pending_s),
         dead_s=given(dead_s, settings.check_dead_s),
-        job_queued_s=given(job_queued_s, settings.check_job_queued_s),
+        job_queued_s=given(
+            job_queued_s,
+            settings.check_job_queued_s
+            if settings.check_job_queued_s is not None
+            else settings.stale_interactive_s,
+        ),
         lease_overdue_s=given(lease_overdue_s, settings.check_lease_overdue_s),
         hold_s=given(hold_s, settings.check_hold_s),
         daemon_s=given(daemon_s, settings.check_daemon_s),

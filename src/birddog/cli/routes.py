@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,6 +15,9 @@ from birddog.core.errors import InvalidInput
 from birddog.core.policy import RoutePolicy
 from birddog.ports import Route
 
+if TYPE_CHECKING:
+    from birddog.service.entry import Services
+
 BATCH_HELP = (
     "Put up to N due replies in one signed POST, acknowledged per key (1 to 1000; "
     "1: one reply per POST). The recipient must take batches: see the README."
@@ -23,6 +26,36 @@ BATCH_HELP = (
 
 DEFAULT = "default"
 """The value of a policy option that puts the daemon's default back."""
+
+LIVE_GRACE_HELP = (
+    "How long mail waits for a live session of this agent (an MCP server --as it, a worker "
+    "--live) before another worker may take it, e.g. 2s (0: no wait). Default: 30s. "
+    f"'{DEFAULT}' puts it back."
+)
+
+
+def _live_grace(value: str | None) -> float | None:
+    """``--live-grace``: the seconds given, None for ``default`` (or when not given).
+
+    Raises:
+        click.BadParameter: not a time from 0 to 24h.
+    """
+    if value is None or value == DEFAULT:
+        return None
+    from birddog.core.live import check_grace  # noqa: PLC0415 - keeps --help fast
+
+    try:
+        return check_grace(parse_duration(value, field="--live-grace"))
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), param_hint="--live-grace") from None
+
+
+async def _set_live_grace(adapters: Services, agent_id: str, value: str | None) -> str:
+    """Set the route's live grace when ``--live-grace`` was given; ``, live grace 2s`` or ""."""
+    if value is None:
+        return ""
+    grace_s = await adapters.live.set_grace(agent_id, _live_grace(value))
+    return f", live grace {format_age(grace_s)}"
 
 
 def _policy_options(command: Callable[..., None]) -> Callable[..., None]:
@@ -122,6 +155,7 @@ def route() -> None:
 @click.option("--secret", default=None, help="whsec_... signing secret; generated when unset.")
 @click.option("--held", is_flag=True, help="Add it held (replies wait until released).")
 @click.option("--batch", "batch_size", type=int, default=1, show_default=True, help=BATCH_HELP)
+@click.option("--live-grace", "live_grace", default=None, metavar="DURATION", help=LIVE_GRACE_HELP)
 @_policy_options
 @click.pass_context
 def route_add(
@@ -132,6 +166,7 @@ def route_add(
     secret: str | None,
     held: bool,
     batch_size: int,
+    live_grace: str | None,
     post_timeout: str | None,
     max_age: str | None,
     max_attempts: str | None,
@@ -143,28 +178,35 @@ def route_add(
     """
     state = "held" if held else "enabled"
     policy, _ = _policy(post_timeout, max_age, max_attempts)
+    _live_grace(live_grace)  # refused before anything is written
     if mailbox:
         if url is not None or secret is not None or batch_size != 1:
             raise click.UsageError("a --mailbox route takes no URL, no --secret and no --batch")
-        added = with_services(
-            ctx,
-            lambda s: s.routes.add(agent_id, enabled=not held, kind="mailbox", policy=policy),
-        )
+
+        async def add_mailbox(adapters: Services) -> tuple[Route, str]:
+            made = await adapters.routes.add(
+                agent_id, enabled=not held, kind="mailbox", policy=policy
+            )
+            return made, await _set_live_grace(adapters, agent_id, live_grace)
+
+        added, grace = with_services(ctx, add_mailbox)
         click.echo(
-            f"route {agent_id} -> mailbox ({state}){_with_policy(added)}; "
+            f"route {agent_id} -> mailbox ({state}{grace}){_with_policy(added)}; "
             f"read it with: birddog inbox {agent_id}"
         )
         return
     if url is None:
         raise click.UsageError("give the inbox URL, or --mailbox")
-    added = with_services(
-        ctx,
-        lambda s: s.routes.add(
+
+    async def add_http(adapters: Services) -> tuple[Route, str]:
+        made = await adapters.routes.add(
             agent_id, url, secret=secret, enabled=not held, batch_size=batch_size, policy=policy
-        ),
-    )
+        )
+        return made, await _set_live_grace(adapters, agent_id, live_grace)
+
+    added, grace = with_services(ctx, add_http)
     click.echo(
-        f"route {added.agent_id} -> {shown_url(added.url)} ({state}{_batched(added)})"
+        f"route {added.agent_id} -> {shown_url(added.url)} ({state}{_batched(added)}{grace})"
         f"{_with_policy(added)}"
     )
     click.echo(f"signing secret: {added.secret}")
@@ -175,6 +217,7 @@ def route_add(
 @click.option("--url", default=None, help="The new inbox URL.")
 @click.option("--secret", default=None, help="The new whsec_... signing secret.")
 @click.option("--batch", "batch_size", type=int, default=None, help=BATCH_HELP)
+@click.option("--live-grace", "live_grace", default=None, metavar="DURATION", help=LIVE_GRACE_HELP)
 @_policy_options
 @click.pass_context
 def route_update(
@@ -183,31 +226,42 @@ def route_update(
     url: str | None,
     secret: str | None,
     batch_size: int | None,
+    live_grace: str | None,
     post_timeout: str | None,
     max_age: str | None,
     max_attempts: str | None,
 ) -> None:
-    """Change AGENT_ID's inbox URL, signing secret, batch size or delivery policy."""
+    """Change AGENT_ID's inbox URL, signing secret, batch size, live grace or delivery policy."""
     policy, cleared = _policy(post_timeout, max_age, max_attempts)
-    if url is None and secret is None and batch_size is None and policy.empty and not cleared:
+    _live_grace(live_grace)  # refused before anything is written
+    routed = url is not None or secret is not None or batch_size is not None
+    if not routed and policy.empty and not cleared and live_grace is None:
         raise click.UsageError(
-            "nothing to change: give --url, --secret, --batch, --post-timeout, --max-age "
-            "or --max-attempts"
+            "nothing to change: give --url, --secret, --batch, --live-grace, --post-timeout, "
+            "--max-age or --max-attempts"
         )
-    updated = with_services(
-        ctx,
-        lambda s: s.routes.update(
-            agent_id,
-            url=url,
-            secret=secret,
-            batch_size=batch_size,
-            policy=policy,
-            cleared=cleared,
-        ),
-    )
+
+    async def update(adapters: Services) -> tuple[Route | None, str]:
+        changed = None
+        if routed or not policy.empty or cleared:
+            changed = await adapters.routes.update(
+                agent_id,
+                url=url,
+                secret=secret,
+                batch_size=batch_size,
+                policy=policy,
+                cleared=cleared,
+            )
+        return changed, await _set_live_grace(adapters, agent_id, live_grace)
+
+    updated, grace = with_services(ctx, update)
+    if updated is None:
+        click.echo(f"route {agent_id}: {grace.removeprefix(', ')}")
+        return
     where = shown_url(updated.url) if updated.kind == "http" else "mailbox"
     click.echo(
         f"route {updated.agent_id} -> {where}{_batched(updated, ' (')}{_with_policy(updated)}"
+        f"{grace}"
     )
 
 

@@ -13,6 +13,7 @@ from birddog.core.errors import BirdDogError
 from birddog.runtime import quiet_until_started
 
 if TYPE_CHECKING:
+    from birddog.core.mail import AgentAddress
     from birddog.worker import Handler
 
 
@@ -94,6 +95,14 @@ if TYPE_CHECKING:
     "content, optional outcome and diagnostic).",
 )
 @click.option(
+    "--live",
+    default=None,
+    metavar="AGENT:SESSION",
+    help="Announce this agent session as live while the worker runs (a program that stays "
+    "up): its mail is offered to this worker first, other workers take it only after the "
+    "route's live grace. Without --agent or --queue, the worker serves this session only.",
+)
+@click.option(
     "--once",
     is_flag=True,
     help="Run jobs until none it may take is queued or running (checked after its last "
@@ -113,6 +122,7 @@ def worker(
     queues: tuple[str, ...],
     concurrency: int | None,
     batch: int | None,
+    live: str | None,
     once: bool,
 ) -> None:
     """Run agent jobs with --handler, --command or --a2a, settling and fanning out each one.
@@ -139,6 +149,9 @@ def worker(
         raise click.UsageError("--env, --cwd and --user go with --command")
     if a2a_url is not None and batch not in {None, 1}:
         raise click.UsageError("--batch goes with --handler or --command")
+    live_session = None if live is None else _live_session(live)
+    if live_session is not None and not agents and not queues:
+        queues = (live_session.session_id,)
     settings = settings_of(ctx)
     if concurrency is not None:
         settings = settings.model_copy(update={"worker_concurrency": concurrency})
@@ -174,6 +187,7 @@ def worker(
             once=once,
             announce=announcer(ctx),
             batch=batch if batch is not None else (DEFAULT_BATCH if handler else 1),
+            live=live_session,
         )
     )
     if once:
@@ -188,6 +202,16 @@ EVERY_QUEUE_NOTICE = (
     "give --agent AGENT to serve one agent's sessions"
 )
 """What a worker given neither --agent nor --queue says at start."""
+
+
+def _live_session(value: str) -> AgentAddress:
+    """``--live AGENT:SESSION`` as an address (a usage error otherwise)."""
+    from birddog.core.ask import parse_address  # noqa: PLC0415 - keeps --help fast
+
+    try:
+        return parse_address(value, "--live")
+    except BirdDogError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def _remote_agent(url: str, token: str | None) -> Handler:

@@ -222,7 +222,7 @@ async def http_app(
     if insecure_as is not None:
         check_test_mode(host)
     url = f"http://{host}:{port}" if ":" not in host else f"http://[{host}]:{port}"
-    server = build_server(agent_tools, token_identity, channel=channel)
+    server = build_server(agent_tools, token_identity, channel=channel, live_callers=True)
     sessions = CallerSessions(
         server,
         per_caller=sessions_per_caller,

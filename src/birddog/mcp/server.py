@@ -43,6 +43,7 @@ from birddog.mcp.schemas import TOOLS, input_schema, output_schema
 from birddog.mcp.texts import ToolResult
 from birddog.mcp.tools import AgentTools
 from birddog.runtime import stop_task, wait_event
+from birddog.service.live import LiveAnnouncer
 
 log = structlog.get_logger("birddog.mcp")
 
@@ -74,7 +75,11 @@ class ChannelNotification(types.Notification[ChannelParams, str]):
 
 
 def build_server(
-    agent_tools: AgentTools, identify: Identify, *, channel: bool = False
+    agent_tools: AgentTools,
+    identify: Identify,
+    *,
+    channel: bool = False,
+    live_callers: bool = False,
 ) -> Server[Any]:
     """The SDK server with BirdDog's tools.
 
@@ -82,6 +87,8 @@ def build_server(
         agent_tools: what the tools do.
         identify: who calls, for each request.
         channel: declare ``claude/channel`` and push replies and tasks as they arrive.
+        live_callers: hold each caller's session live while a connection of it lives
+            (HTTP; over stdio the process holds its one identity live itself).
 
     Returns:
         The low-level server, ready to run over a transport.
@@ -163,6 +170,9 @@ def build_server(
         on_call_tool=call_tool,
     )
     server.middleware.append(_Instructions(agent_tools, identify))
+    live = agent_tools.services.live
+    if live_callers and live is not None:
+        server.middleware.append(_LiveCallers(live, identify))
     if pushes is not None:
         server.middleware.append(pushes)
     return server
@@ -211,6 +221,35 @@ class _Instructions:
         if caller is not None:
             result = {**result, "instructions": await self.agent_tools.instructions(caller)}
         return result
+
+
+class _LiveCallers:
+    """Holds each caller's session live while a connection of it lives (MCP over HTTP).
+
+    The hold starts with the connection's first request (initialize included) and is
+    released when the connection ends (the client's DELETE, or the session's idle end).
+    """
+
+    def __init__(self, live: LiveAnnouncer, identify: Identify) -> None:
+        self.live = live
+        self.identify = identify
+        self._held: set[int] = set()
+
+    async def __call__(
+        self, ctx: ServerRequestContext[Any, Any], call_next: CallNext
+    ) -> HandlerResult:
+        caller = self.identify(ctx)
+        connection = _connection_of(ctx.session)
+        if caller is not None and connection is not None and id(connection) not in self._held:
+            self._held.add(id(connection))
+            await self.live.hold(caller)
+
+            async def release() -> None:
+                self._held.discard(id(connection))
+                await self.live.release(caller)
+
+            connection.exit_stack.push_async_callback(release)
+        return await call_next(ctx)
 
 
 class _Pushes:

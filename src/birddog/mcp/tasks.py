@@ -1,9 +1,11 @@
 """The tasks callers took with ``next_task``: their claims, leases renewed, settled by ``answer``.
 
 A live MCP session is a worker for its own queue: ``next_task`` claims the oldest job
-queued for the caller's session with a lease renewed every third of it while the MCP
-connection that took it lives; ``answer`` settles it (a recorded cancellation wins), its
-replies fanned out in the same transaction. One turn at a time per caller.
+queued for the caller's session (as the holder of the server's live sessions, so a job
+the workers' claims leave to them is its to take) with a lease renewed every third of it
+while the MCP connection that took it lives; ``answer`` settles it (a recorded
+cancellation wins), its replies fanned out in the same transaction. One turn at a time
+per caller.
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ class TakenTasks:
         notices: the process's listening connection (new tasks).
         lease_s: the lease a taken task holds between renewals.
         max_content_bytes: the largest answer accepted.
+        holder: the worker id its claims carry: the holder of the live sessions this
+            process announces (their jobs are never held back from it); None:
+            ``mcp:SESSION``.
     """
 
     def __init__(
@@ -60,7 +65,9 @@ class TakenTasks:
         notices: Notices,
         lease_s: float,
         max_content_bytes: int,
+        holder: str | None = None,
     ) -> None:
+        self.holder = holder
         self.jobs = jobs
         self.notices = notices
         self.lease_s = lease_s
@@ -113,11 +120,12 @@ class TakenTasks:
     async def _claim(self, caller: AgentAddress, wait_s: float) -> ClaimedJobLike | None:
         jobs = self.jobs
         queue = caller.session_id
+        worker_id = self.holder or f"mcp:{queue}"
         deadline = Deadline(wait_s)
         with self.notices.subscribe("birddog_jobs", queue) as queued:
             while True:
                 claimed = await jobs.claim(
-                    queues=[queue], lease_s=self.lease_s, worker_id=f"mcp:{queue}"
+                    queues=[queue], lease_s=self.lease_s, worker_id=worker_id
                 )
                 if claimed is not None or deadline.passed:
                     return claimed

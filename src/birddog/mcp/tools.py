@@ -58,6 +58,7 @@ from birddog.mcp.texts import ToolResult, plural
 
 if TYPE_CHECKING:
     from birddog.ports import Admin, AskStore, JobStore, Mailbox, Notices, RouteList
+    from birddog.service.live import LiveAnnouncer
     from birddog.service.mail import MailService
     from birddog.service.waiting import Wait
 
@@ -89,6 +90,9 @@ class Services:
         notices: the process's listening connection (new tasks).
         lease_s: the lease a taken task holds between renewals.
         max_content_bytes: the largest content accepted.
+        live: the live sessions this server announces (its ``--as`` session, each HTTP
+            caller's while a connection of it lives); its holder is the worker id of the
+            tasks taken, so their claims are never held back from them (None: none).
     """
 
     sender: MailService
@@ -100,6 +104,7 @@ class Services:
     notices: Notices
     lease_s: float = 60.0
     max_content_bytes: int = 1_048_576
+    live: LiveAnnouncer | None = None
 
 
 async def _no_progress(_done: float, _total: float, _message: str) -> None:
@@ -120,6 +125,7 @@ class AgentTools:
             notices=services.notices,
             lease_s=services.lease_s,
             max_content_bytes=services.max_content_bytes,
+            holder=None if services.live is None else services.live.holder,
         )
 
     async def call(

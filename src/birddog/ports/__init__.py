@@ -4,7 +4,8 @@ Each is a small ``Protocol`` with keyword-only arguments, in a module by concept
 :mod:`~birddog.ports.delivery` (outbox, transports, wake, clock, listener),
 :mod:`~birddog.ports.routes` (routes, their edits and holds, tokens, their administration),
 :mod:`~birddog.ports.mail` (the ask store, mailboxes, notices, sent jobs, the spool),
-:mod:`~birddog.ports.jobs` (the job store and what goes with it) and
+:mod:`~birddog.ports.jobs` (the job store and what goes with it),
+:mod:`~birddog.ports.live` (live sessions) and
 :mod:`~birddog.ports.operator` (the console's and commands' reads and actions, with the
 values its pages carry: reports, retention, agents' accounts). Every name is importable
 from here. ``birddog.testing`` has a fake for every port; ``birddog.postgres``,
@@ -37,6 +38,7 @@ from birddog.ports.jobs import (
     JobStore,
     TurnRecords,
 )
+from birddog.ports.live import LiveSessions
 from birddog.ports.mail import (
     Answers,
     AskStore,
@@ -95,6 +97,7 @@ __all__ = [
     "JobStore",
     "Listener",
     "Listing",
+    "LiveSessions",
     "Mailbox",
     "MailboxFeed",
     "Notices",

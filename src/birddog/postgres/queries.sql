@@ -911,11 +911,12 @@ ORDER BY dead_at DESC
 LIMIT $2;
 
 -- name: check_stale_queued
--- Jobs queued longer than a limit (no worker claimed them), oldest first (for `birddog check`).
+-- Interactive jobs (tasks, escalations) queued longer than a limit (nobody claimed them), oldest first (for `birddog check`); informational mail (reports, receipts) waits for its digest and is not counted.
 -- params: $1 older_than_s float8, $2 limit int4
-SELECT job_id, queue, priority, created_at
+SELECT job_id, queue, priority, created_at, kind
 FROM birddog.jobs
-WHERE state = 'queued' AND created_at < now() - make_interval(secs => $1)
+WHERE state = 'queued' AND kind IN ('task', 'escalation')
+  AND created_at < now() - make_interval(secs => $1)
 ORDER BY created_at, job_id
 LIMIT $2;
 
@@ -1314,6 +1315,37 @@ WHERE j.state = 'queued'
           OR (j.agent_id = ANY($3::text[]) AND NOT starts_with(j.queue, $2::text))
   END;
 
+-- name: live_heartbeat
+-- Keep holder $3's live session of agent $1's session $2 live for $4 seconds more, bounded by the server (birddog.live_heartbeat); when it expires.
+-- params: $1 agent_id text, $2 session text, $3 holder text, $4 ttl_s float8
+SELECT birddog.live_heartbeat($1::text, $2::text, $3::text, $4::float8) AS expires_at,
+       now() AS at;
+
+-- name: live_leave
+-- End holder $3's live session of agent $1's session $2 (birddog.live_leave); whether it had one.
+-- params: $1 agent_id text, $2 session text, $3 holder text
+SELECT birddog.live_leave($1::text, $2::text, $3::text);
+
+-- name: live_list
+-- The live sessions (of agent $1, or all when null), by agent, session and holder.
+-- params: $1 agent_id text (null: every agent)
+SELECT l.agent_id, l.session, l.holder, l.started_at, l.expires_at
+FROM birddog.live_sessions l
+WHERE l.expires_at > now() AND ($1::text IS NULL OR l.agent_id = $1::text)
+ORDER BY l.agent_id, l.session, l.holder;
+
+-- name: live_grace_get
+-- The live grace of agent $1's route (null: no route, or the default).
+-- params: $1 agent_id text
+SELECT r.live_grace_s FROM birddog.routes r WHERE r.agent_id = $1::text;
+
+-- name: live_grace_set
+-- Set agent $1's route's live grace ($2 null: the default); the agent id, none without a route.
+-- params: $1 agent_id text, $2 live_grace_s float8 (null: the default)
+UPDATE birddog.routes r SET live_grace_s = $2::float8, updated_at = now()
+WHERE r.agent_id = $1::text
+RETURNING r.agent_id;
+
 -- name: demo_database_drop
 -- Drop the demo's own database (left by an earlier demo, or at the end of this one).
 -- params: none
@@ -1481,7 +1513,7 @@ BEGIN
     -- jobs cancel, the console): every row, no DDL.
     GRANT SELECT, INSERT, UPDATE, DELETE ON
         birddog.outbox, birddog.receipts, birddog.wake, birddog.routes, birddog.jobs,
-        birddog.mailbox, birddog.daemons, birddog.queue_heads
+        birddog.mailbox, birddog.daemons, birddog.queue_heads, birddog.live_sessions
         TO birddog_daemon;
     GRANT SELECT ON birddog.pending, birddog.dead_letters TO birddog_daemon;
     -- The operator's `birddog agent` commands: agents and their tokens (digests only).
@@ -1515,8 +1547,11 @@ BEGIN
                           double precision),
         birddog.session_known(text, text),
         birddog.ensure_mailbox(text),
-        birddog.queue_heads_repair()
+        birddog.queue_heads_repair(),
+        birddog.live_heartbeat(text, text, text, double precision),
+        birddog.live_leave(text, text, text)
         TO birddog_worker;
+    GRANT SELECT ON birddog.live_sessions TO birddog_worker;
     -- The sender (send, ask, inbox, the library's enqueue): enqueues queued jobs (with a
     -- mailbox route for an asker without a route) and acknowledges replies through the
     -- functions; reads the jobs its login sent and the replies to them (row-level security,
@@ -1540,7 +1575,9 @@ BEGIN
         birddog.ensure_mailbox(text),
         birddog.ask_standing(text, text, text, double precision),
         birddog.a2a_reply_to_add(text, jsonb, text),
-        birddog.a2a_reply_to_remove(text, jsonb, text)
+        birddog.a2a_reply_to_remove(text, jsonb, text),
+        birddog.live_heartbeat(text, text, text, double precision),
+        birddog.live_leave(text, text, text)
         TO birddog_sender;
     -- An agent's own login (birddog agent add AGENT --login): what a sender may, for its
     -- own agent only (mail from itself, its own mailbox, the jobs it sent or serves), and
@@ -1570,7 +1607,9 @@ BEGIN
                           double precision),
         birddog.session_known(text, text),
         birddog.ensure_mailbox(text),
-        birddog.ask_standing(text, text, text, double precision)
+        birddog.ask_standing(text, text, text, double precision),
+        birddog.live_heartbeat(text, text, text, double precision),
+        birddog.live_leave(text, text, text)
         TO birddog_agent;
     -- Mailboxes and jobs are private (row-level security; the owner, whose functions
     -- write them, is not bound by it): operators see every row, a sender the jobs its
@@ -1593,6 +1632,8 @@ BEGIN
     -- The reader (status, check, pending, dead): the views and counts; no content, no
     -- secret, no URL.
     GRANT SELECT ON birddog.pending, birddog.dead_letters, birddog.daemons TO birddog_reader;
+    -- Live sessions: who serves which agent session now (no content).
+    GRANT SELECT ON birddog.live_sessions TO birddog_reader;
     GRANT SELECT (
         key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome, state,
         attempts, deferrals, due_at, created_at, updated_at, last_error, dead_reason, dead_at,

@@ -74,14 +74,17 @@ class PostgresReports:
         return await self._rows("check_new_dead", within_s, limit)
 
     async def stale_queued(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
-        """Jobs queued more than ``older_than_s`` ago (no worker claimed them), oldest first.
+        """Interactive jobs queued over ``older_than_s`` (nobody claimed them), oldest first.
+
+        Informational mail (reports, receipts) waits for a live session or its digest and
+        is not counted.
 
         Args:
             older_than_s: the age that counts as too long.
             limit: the most rows to return.
 
         Returns:
-            One dict per job: ``job_id``, ``queue``, ``priority``, ``created_at``.
+            One dict per job: ``job_id``, ``queue``, ``priority``, ``created_at``, ``kind``.
         """
         return await self._rows("check_stale_queued", older_than_s, limit)
 

@@ -134,6 +134,9 @@ routes = sa.Table(
     sa.Column("post_timeout_s", sa.Float, nullable=True),
     sa.Column("max_age_s", sa.Float, nullable=True),
     sa.Column("max_attempts", sa.Integer, nullable=True),
+    # How long an interactive job waits for its session's live session before a worker may
+    # take it (NULL: 30 s; birddog._live_hold).
+    sa.Column("live_grace_s", sa.Float, nullable=True),
     sa.CheckConstraint("kind IN ('http', 'mailbox', 'a2a')", name="routes_kind_check"),
     sa.CheckConstraint(
         "kind = 'mailbox' OR (url IS NOT NULL AND secret IS NOT NULL)", name="routes_http_check"
@@ -144,6 +147,9 @@ routes = sa.Table(
     ),
     sa.CheckConstraint("max_age_s > 0 AND max_age_s < 'infinity'", name="routes_max_age_check"),
     sa.CheckConstraint("max_attempts BETWEEN 1 AND 100000", name="routes_max_attempts_check"),
+    sa.CheckConstraint(
+        "live_grace_s >= 0 AND live_grace_s <= 86400", name="routes_live_grace_check"
+    ),
 )
 """Where each agent's replies go: an inbox URL (``http``), the ``mailbox`` table, or an A2A
 push config's URL (``a2a``: its secret is the sealed ``Authorization`` and token).
@@ -286,6 +292,31 @@ queue_heads = sa.Table(
 """One row per queue (``jobs.queue_key``, migration 0023) with queued or running jobs: its
 head, when it is due, its turns (migration 0012); kept by the job functions, read by the
 claim."""
+
+live_sessions = sa.Table(
+    "live_sessions",
+    metadata,
+    sa.Column(
+        "queue_key",
+        sa.Text,
+        sa.Computed("agent_id || E'\\x1f' || session", persisted=True),
+        nullable=False,
+    ),
+    # Who announces it: the claimer id its own claims carry (an MCP server, a worker --live).
+    sa.Column("holder", sa.Text, nullable=False),
+    sa.Column("agent_id", sa.Text, nullable=False),
+    sa.Column("session", sa.Text, nullable=False),
+    _ts("started_at", now=True),
+    _ts("seen_at", now=True),
+    _ts("expires_at"),
+    sa.PrimaryKeyConstraint("queue_key", "holder", name="live_sessions_pkey"),
+    sa.Index("live_sessions_expires_at_idx", "expires_at"),
+)
+"""Agent sessions a live process serves now (an MCP server ``--as`` it, a caller's HTTP
+connection, ``worker --live``), one row per holder, renewed by ``birddog.live_heartbeat``
+before ``expires_at`` (a few seconds) and removed by ``birddog.live_leave``; a row past
+``expires_at`` no longer counts. Their queue's jobs are offered to them first
+(``birddog._live_hold``)."""
 
 mailbox = sa.Table(
     "mailbox",

@@ -5,7 +5,9 @@
 (:mod:`birddog.mcp.server`): over stdio until the
 client closes stdin, or over streamable HTTP on 127.0.0.1 until SIGTERM/SIGINT. The
 identity gets a mailbox route when it has none; a task it took stops being renewed when
-the server stops, so recovery applies. The server starts even while the database is
+the server stops, so recovery applies. The identity's session is live while the server
+runs, and each HTTP caller's while a connection of it lives (:mod:`birddog.service.live`):
+its tasks are offered to it before any worker. The server starts even while the database is
 unreachable (send and ask spool then), and forwards this host's spool beside serving
 (:func:`~birddog.processes.sides.forward_spool`).
 """
@@ -24,6 +26,7 @@ from birddog.core.mail import AgentAddress
 from birddog.ports import TokenBook
 from birddog.processes.sides import ProcessTasks, forward_spool
 from birddog.runtime import stop_on_signals
+from birddog.service.live import LiveAnnouncer
 from birddog.settings import Settings
 
 log = structlog.get_logger("birddog.processes.mcp")
@@ -80,13 +83,14 @@ async def run_mcp(
         ProcessTasks(stop=done) as sides,
     ):
         agent_tools = build_agent_tools(adapters)
+        services = agent_tools.services
         if identity is not None:
             try:
                 if await agent_tools.prepare(identity):
                     log.info("mcp_mailbox_added", agent_id=identity.agent_id)
             except StoreUnavailable as exc:
                 log.warning("mcp_database_unavailable", error=type(exc).__name__)
-        services = agent_tools.services
+        await _announce_live(sides, services.live, identity)
         # The process's one listening connection says when the database is back.
         with services.notices.reconnects(asyncio.Event()) as back:
             forward_spool(sides, services.sender, every_s=settings.spool_forward_s, back=back)
@@ -132,6 +136,23 @@ async def run_mcp(
             finally:
                 done.set()
                 await agent_tools.close()
+
+
+async def _announce_live(
+    sides: ProcessTasks, live: LiveAnnouncer | None, identity: AgentAddress | None
+) -> None:
+    """Keep the sessions this server serves live while it runs, and leave them at its end.
+
+    Its identity (``--as``, the test mode's) for its whole life; an HTTP caller's while a
+    connection of it lives (the server's middleware holds those). Beaten until the body
+    ends, left as the last word, before the leases of the tasks taken lapse.
+    """
+    if live is None:
+        return
+    sides.every("live_sessions", live.every_s, live.beat, finish=True)
+    sides.at_end(live.leave_all)
+    if identity is not None:
+        await live.hold(identity)
 
 
 def _warn_test_mode(caller: AgentAddress, announce: Announce) -> None:

@@ -4,7 +4,8 @@
 birddog_jobs`` connection and the worker's metrics server, and runs the worker
 (:class:`birddog.worker.Worker`, wired by :func:`birddog.bootstrap.build_worker`) with its
 side tasks beside it (:class:`~birddog.processes.sides.ProcessTasks`): the heartbeat of its
-row in ``birddog.daemons``, the lease reaper, the queue gauges and the spool's forwarder.
+row in ``birddog.daemons``, the lease reaper, the queue gauges, the spool's forwarder and,
+with ``--live``, the beats of the live session it serves.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from birddog.bootstrap import (
     StoppedBeforeStart,
     build_daemon_row,
     build_jobs_listener,
+    build_live_announcer,
     build_worker,
     open_adapters,
 )
 from birddog.cancels import CancelHints
 from birddog.core.errors import StoreUnavailable
+from birddog.core.mail import AgentAddress
 from birddog.metrics import WorkerMetrics
 from birddog.ports import Clock, JobBacklog
 from birddog.processes.sides import (
@@ -73,6 +76,7 @@ async def run_worker(
     announce: Announce | None = None,
     agents: Sequence[str] | None = None,
     batch: int = 1,
+    live: AgentAddress | None = None,
 ) -> WorkerRun:
     """Run agent jobs with ``handler`` until SIGTERM/SIGINT (or, with ``once``, idle).
 
@@ -84,6 +88,8 @@ async def run_worker(
         announce: told the embedded server's DSN.
         agents: every session of these agents as well.
         batch: the most jobs of one session one turn takes (:mod:`birddog.turns`).
+        live: announce this agent session as live while the worker runs, as its holder
+            (``worker --live``): its jobs are this worker's before any other's.
 
     Returns:
         How the jobs this worker handled ended and, with ``once``, what it left queued.
@@ -142,6 +148,13 @@ async def run_worker(
                 sides.every("gauges", QUEUE_GAUGES_S, gauges)
                 forward_spool(sides, adapters.sender, every_s=settings.spool_forward_s, back=back)
                 sides.every("queue_heads", QUEUE_HEADS_CHECK_S, adapters.jobs.repair_queue_heads)
+                if live is not None:
+                    # Live while the worker runs; left (the last word but the row's) before
+                    # the row is marked stopped.
+                    announcer = build_live_announcer(adapters, holder=worker.worker_id)
+                    await announcer.hold(live)
+                    sides.every("live_sessions", announcer.every_s, announcer.beat, finish=True)
+                    sides.at_end(announcer.leave_all)
                 # The row is marked stopped by ProcessTasks once the heartbeat has ended: a beat
                 # after the mark would bring the row back, and the worker would read healthy.
                 sides.at_end(lambda: mark_stopped(row))

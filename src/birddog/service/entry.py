@@ -16,6 +16,7 @@ from birddog.ports import (
     Clock,
     DeadLetterReplay,
     JobAdmin,
+    LiveSessions,
     MailboxFeed,
     OutboxAdmin,
     Reports,
@@ -98,6 +99,11 @@ class Services(Protocol):
     @property
     def agents(self) -> AgentAccounts:
         """Agents that act as themselves and their bearer tokens."""
+        ...
+
+    @property
+    def live(self) -> LiveSessions:
+        """The live sessions (a route's live grace is set here)."""
         ...
 
     @property

@@ -14,7 +14,8 @@ every port (a unit test fails when a port has none).
   the mailboxes; :class:`InMemoryRoutes` (``routes``): the route book and its edits;
   :class:`InMemorySpool` (``rows``): the local spool; :class:`InMemoryTokenBook`.
 - :class:`InMemoryAdmin`: the operator's pages over those fakes; :class:`InMemorySentJobs`:
-  sent jobs read back (A2A tasks); :class:`InMemoryDaemonRow`: a process's row.
+  sent jobs read back (A2A tasks); :class:`InMemoryDaemonRow`: a process's row;
+  :class:`InMemoryLiveSessions` (``sessions``): live sessions.
 - The operator's commands: :class:`InMemoryOutboxAdmin` (outbox counts and lists),
   :class:`InMemoryJobAdmin` (job counts, cancels), :class:`InMemoryReports` (``daemons``:
   the processes seen; status and check), :class:`InMemoryRetention` (prune) and
@@ -36,6 +37,7 @@ from birddog.testing.admin import (
 from birddog.testing.clock import FrozenClock, ManualWake
 from birddog.testing.jobs import InMemoryJobs, StoredJob
 from birddog.testing.listening import ManualListener, ManualNotices
+from birddog.testing.live import InMemoryLiveSessions
 from birddog.testing.mail import InMemoryAsks, InMemoryMailbox
 from birddog.testing.operator import InMemoryAdmin, InMemoryDaemonRow, InMemorySentJobs
 from birddog.testing.outbox import InMemoryOutbox
@@ -61,6 +63,7 @@ __all__ = [
     "InMemoryDaemonRow",
     "InMemoryJobAdmin",
     "InMemoryJobs",
+    "InMemoryLiveSessions",
     "InMemoryMailbox",
     "InMemoryOutbox",
     "InMemoryOutboxAdmin",
@@ -116,5 +119,6 @@ FAKES: Final[dict[str, type]] = {
     "AgentAccounts": InMemoryAgents,
     "RouteAdmin": InMemoryRoutes,
     "MailboxFeed": InMemoryMailbox,
+    "LiveSessions": InMemoryLiveSessions,
 }
 """The fake of every port, by the port's name in :mod:`birddog.ports`."""

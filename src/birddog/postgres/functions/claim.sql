@@ -21,6 +21,7 @@ BEGIN
     -- not-before passed, not expired) with a free slot: of every queue but the reserved
     -- ones, or of the queues p_queues names and the sessions of the agents p_agents names.
     -- An agent's login claims only its own jobs, from the sessions or agent it names.
+    -- A queue a live session serves is left to it for a grace (birddog._live_hold).
     IF v_agent IS NOT NULL AND p_queues IS NULL
        AND (p_agents IS NULL OR EXISTS (
            SELECT 1 FROM unnest(p_agents) AS a(agent) WHERE a.agent IS DISTINCT FROM v_agent
@@ -42,6 +43,7 @@ BEGIN
                   AND (h.due_at IS NULL OR h.due_at <= p_started_at)
                   AND h.running < p_slots AND NOT starts_with(h.queue, p_reserved_prefix)
                   AND NOT (h.queue_key = ANY(v_tried))
+                  AND NOT birddog._live_hold(h.queue_key, h.created_at, p_worker_id, p_started_at)
                 ORDER BY h.priority DESC, h.created_at, h.job_id
                 LIMIT p_limit - v_total
                 FOR UPDATE SKIP LOCKED
@@ -57,6 +59,7 @@ BEGIN
                            AND NOT starts_with(h.queue, p_reserved_prefix)))
                   AND (v_agent IS NULL OR h.agent_id = v_agent)
                   AND NOT (h.queue_key = ANY(v_tried))
+                  AND NOT birddog._live_hold(h.queue_key, h.created_at, p_worker_id, p_started_at)
                 ORDER BY h.priority DESC, h.created_at, h.job_id
                 LIMIT p_limit - v_total
                 FOR UPDATE SKIP LOCKED
@@ -81,6 +84,7 @@ BEGIN
             WHERE j.state = 'queued'
               AND (p_agents IS NULL OR j.queue = ANY(p_queues) OR j.agent_id = ANY(p_agents))
               AND (v_agent IS NULL OR j.agent_id = v_agent)
+              AND NOT birddog._live_hold(j.queue_key, j.created_at, p_worker_id, p_started_at)
             ORDER BY c.n
             FOR UPDATE OF j SKIP LOCKED
         ),
@@ -123,6 +127,8 @@ BEGIN
                       AND (p_agents IS NULL OR f.queue = ANY(p_queues)
                            OR f.agent_id = ANY(p_agents))
                       AND (v_agent IS NULL OR f.agent_id = v_agent)
+                      AND NOT birddog._live_hold(f.queue_key, f.created_at, p_worker_id,
+                                                 p_started_at)
                     ORDER BY f.priority DESC, f.created_at, f.job_id
                     LIMIT p_batch - 1
                 ) q
