@@ -390,8 +390,10 @@ async def test_the_reports_name_stale_pending_new_dead_and_long_holds(backend: B
 
 
 async def test_the_reports_name_stale_queued_and_overdue_running_jobs(backend: Backend) -> None:
-    """A job queued past the limit, and one running past its lease and the grace."""
+    """An interactive job queued past the limit (not a report), one running past its lease."""
     await backend.enqueue(make_job("j-run", session="s-2"))
+    await backend.enqueue(make_job("j-report", session="s-4", kind="report"))
+    await backend.age_created("j-report", 3 * HOUR_S)
     await backend.age_created("j-run", 4 * HOUR_S)
     await backend.enqueue(make_job("j-old"))
     await backend.enqueue(make_job("j-new", session="s-3"))
@@ -399,7 +401,9 @@ async def test_the_reports_name_stale_queued_and_overdue_running_jobs(backend: B
     claimed = await backend.jobs.claim(queues=["s-2"], lease_s=30, worker_id="w-1")
     assert claimed is not None
     queued = await backend.reports.stale_queued(older_than_s=HOUR_S, limit=5)
-    assert [(row["job_id"], row["queue"]) for row in queued] == [("j-old", "s-bob")]
+    assert [(row["job_id"], row["queue"], row["kind"]) for row in queued] == [
+        ("j-old", "s-bob", "task")
+    ]
     assert await backend.reports.overdue_running(grace_s=60, limit=5) == []
     await backend.age_lease("j-run", 600)
     [overdue] = await backend.reports.overdue_running(grace_s=60, limit=5)

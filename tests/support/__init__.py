@@ -101,6 +101,7 @@ def make_job(
     reply_to: Sequence[AgentAddress] = (ALICE, CAROL),
     with_mail: bool = True,
     max_recoveries: int | None = None,
+    kind: str | None = None,
 ) -> Job:
     """An agent job for ``agent``'s ``session`` whose mail (key ``mail-<job_id>``) asks for ``reply_to``."""
     mail = Mail(
@@ -117,7 +118,7 @@ def make_job(
         command_fact_id=f"cmd-{job_id}",
         recovery=None if max_recoveries is None else Recovery(max_recoveries=max_recoveries),
     )
-    job = agent_job(work, mail if with_mail else None)
+    job = agent_job(work, mail if with_mail else None, kind=kind)
     return job if priority == 0 else job.model_copy(update={"priority": priority})
 
 

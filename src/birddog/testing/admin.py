@@ -15,7 +15,7 @@ from typing import Any
 
 from birddog.core.delivery import OutboxRow, RowState
 from birddog.core.jobs import Job, JobState
-from birddog.core.kinds import DEFAULT_KIND
+from birddog.core.kinds import DEFAULT_KIND, INTERACTIVE_KINDS
 from birddog.core.mail import Outcome
 from birddog.core.retention import PruneReport, RetentionPolicy
 from birddog.ports import JOB_STATES, Clock
@@ -307,12 +307,14 @@ class InMemoryReports:
         ]
 
     async def stale_queued(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
-        """Jobs queued more than ``older_than_s`` ago, oldest first."""
+        """Interactive jobs queued more than ``older_than_s`` ago, oldest first."""
         before = self._ago(older_than_s)
         queued = [
             stored
             for stored in self.job_store.jobs.values()
-            if stored.job.state is JobState.QUEUED and stored.created_at < before
+            if stored.job.state is JobState.QUEUED
+            and stored.created_at < before
+            and _kind_of(stored.job) in INTERACTIVE_KINDS
         ]
         queued.sort(key=lambda stored: (stored.created_at, stored.job.job_id))
         return [
@@ -321,6 +323,7 @@ class InMemoryReports:
                 "queue": stored.job.queue,
                 "priority": stored.job.priority,
                 "created_at": stored.created_at,
+                "kind": _kind_of(stored.job),
             }
             for stored in queued[:limit]
         ]
