@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import re
+
 import asyncpg
 
 from birddog import Outcome
+from birddog.postgres.roles import install_roles
+from birddog.postgres.sql import queries
 from tests.support.cli import cli
 from tests.support.inbox import TestInbox
 from tests.support.stacks import Harness
+from tests.support.waiting import eventually
 
 
 async def refused(dsn: str, statement: str) -> bool:
@@ -129,3 +135,59 @@ async def test_every_definer_function_pins_its_path_and_is_granted_per_role(
     for name in ("a2a_reply_to_add", "a2a_reply_to_remove"):
         row = shown[f"birddog.{name}(text,jsonb,text)"]
         assert (row["sender"], row["worker"], row["reader"]) == (True, False, False), name
+
+
+async def test_installing_the_roles_beside_a_busy_reader_survives_the_deadlock_it_meets(
+    database_url: str, pg_conn: asyncpg.Connection
+) -> None:
+    """Giving the tables to the owner locks them one by one; a reader of two meets it.
+
+    The reader holds one table the installer has yet to reach, then asks for one the
+    installer already holds: a deadlock, which PostgreSQL breaks by aborting the side
+    that waited first, the installer (its deadlock_timeout fires while both wait; the
+    reader's would fire much later). The role transaction runs again and succeeds.
+    """
+    # The installer's own loop, to know which table it reaches last.
+    loop = re.search(r"FOR item IN\s+(SELECT c\.relname.*?)\s+LOOP", queries["roles_own"], re.S)
+    assert loop is not None
+    last = [row["relname"] for row in await pg_conn.fetch(loop[1]) if row["kind"] == "TABLE"][-1]
+    reader = await asyncpg.connect(database_url)
+    installer = await asyncpg.connect(database_url)
+    try:
+        await reader.execute("SET deadlock_timeout = '20s'")
+        await reader.execute("BEGIN")
+        await reader.execute(f"SELECT 1 FROM birddog.{last} LIMIT 0")  # noqa: S608 - pg_class's
+        await installer.execute("SET deadlock_timeout = '1s'")
+        installer_pid = installer.get_server_pid()
+        installing = asyncio.create_task(install_roles(installer))
+
+        async def held_and_waiting() -> list[str]:
+            return [
+                row["relname"]
+                for row in await pg_conn.fetch(
+                    "SELECT c.relname FROM pg_locks l JOIN pg_class c ON c.oid = l.relation"
+                    " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE l.pid = $1 AND n.nspname = 'birddog' AND l.granted"
+                    " AND l.mode = 'AccessExclusiveLock' AND c.relkind IN ('r', 'p')"
+                    " AND EXISTS (SELECT 1 FROM pg_locks w WHERE w.pid = $1 AND NOT w.granted)",
+                    installer_pid,
+                )
+            ]
+
+        held = await eventually(held_and_waiting, "the installer holding a table and waiting")
+        reader_outcome = "read"
+        try:
+            await reader.execute(f"SELECT 1 FROM birddog.{held[0]} LIMIT 0")  # noqa: S608
+        except asyncpg.DeadlockDetectedError:
+            reader_outcome = "aborted"
+        await reader.execute("ROLLBACK")
+        await asyncio.wait_for(installing, 30)
+        owners = await pg_conn.fetch(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'birddog' AND pg_get_userbyid(c.relowner) <> 'birddog_owner'"
+            " AND c.relkind IN ('r', 'p', 'v')"
+        )
+        assert owners == [], (reader_outcome, owners)
+    finally:
+        await reader.close()
+        await installer.close()

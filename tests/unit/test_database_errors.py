@@ -12,7 +12,9 @@ from birddog.postgres.pool import (
     connect_errors,
     describe_database,
     failure_reason,
+    refusal_reason,
     store_errors,
+    transient_reason,
     url_problem,
 )
 
@@ -118,3 +120,14 @@ def test_a_connection_the_driver_finds_in_a_broken_state_is_unavailable() -> Non
         raise asyncpg.InternalClientError(
             "cannot switch to state 12; another operation (2) is in progress"
         )
+
+
+def test_a_statement_the_server_gave_up_is_one_line_saying_to_run_it_again() -> None:
+    """A deadlock (a transient error) is named with its SQLSTATE; a refusal is not transient."""
+    deadlock = asyncpg.DeadlockDetectedError("deadlock detected")
+    assert transient_reason(StoreUnavailable("lost")) is None
+    assert transient_reason(deadlock) == (
+        "deadlock detected (SQLSTATE 40P01); it may succeed when run again"
+    )
+    assert transient_reason(asyncpg.UniqueViolationError("duplicate key")) is None
+    assert refusal_reason(deadlock) is None

@@ -284,6 +284,7 @@ CLI_BOOTSTRAP_NAMES = frozenset(
         "psql_session",
         "refusal_reason",
         "running_database",
+        "transient_reason",
     }
 )
 """What a command may take from the composition root besides the services: wiring that

@@ -55,7 +55,7 @@ from birddog.postgres.locate import (
     psql_session,
     running_database,
 )
-from birddog.postgres.pool import refusal_reason
+from birddog.postgres.pool import refusal_reason, transient_reason
 
 __all__ = [
     "A2A_POOL_SIZE",
@@ -86,4 +86,5 @@ __all__ = [
     "refusal_reason",
     "running_database",
     "token_book",
+    "transient_reason",
 ]

@@ -187,7 +187,8 @@ def run(coro: Coroutine[Any, Any, T], *, resident: Settings | None = None) -> T:
     A :class:`DatabaseRefused` or :class:`InvalidSetting` exits 2 (fix the
     configuration); any other :class:`BirdDogError` exits 1, and so does a statement the
     database refused (a missing grant, say), with the server's reason instead of a
-    traceback.
+    traceback; so does one it gave up for its own state (a deadlock), saying to run it
+    again.
 
     Args:
         coro: what to run.
@@ -217,10 +218,13 @@ def _refused(exc: BaseException) -> str | None:
     The database adapter knows a refusal and the server's reason; the command line knows
     only that it gets one line, not a traceback.
     """
-    from birddog.bootstrap import refusal_reason  # noqa: PLC0415 - keeps --help fast
+    from birddog.bootstrap import refusal_reason, transient_reason  # noqa: PLC0415 - --help
 
-    reason = refusal_reason(exc)
-    return None if reason is None else f"the database refused: {reason}"
+    if (reason := refusal_reason(exc)) is not None:
+        return f"the database refused: {reason}"
+    if (reason := transient_reason(exc)) is not None:
+        return f"the database gave up: {reason}"
+    return None
 
 
 def with_services(

@@ -525,6 +525,23 @@ def refusal_reason(exc: BaseException) -> str | None:
     return printable(f"{cause} (SQLSTATE {state})" if state else str(cause))
 
 
+def transient_reason(exc: BaseException) -> str | None:
+    """The server's reason for a statement it gave up for its own state, else None.
+
+    A deadlock, a serialization failure, a lock or statement timeout, a full disk: the
+    command may succeed when run again, and says so in one line instead of a traceback.
+
+    Args:
+        exc: the error caught: a driver error, or a :class:`StoreUnavailable` from one.
+    """
+    cause = exc.__cause__ if isinstance(exc, StoreUnavailable) else exc
+    if not isinstance(cause, _TRANSIENT):
+        return None
+    state = getattr(cause, "sqlstate", None)
+    said = f"{cause} (SQLSTATE {state})" if state else str(cause)
+    return printable(f"{said}; it may succeed when run again")
+
+
 def is_refusal(exc: BaseException) -> bool:
     """Whether ``exc`` (or the driver error behind it) is a statement the server refused.
 

@@ -39,7 +39,11 @@ applies the privileges again, so a new table is covered at once.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
+
+import asyncpg
 
 from birddog.postgres.sql import queries
 
@@ -47,6 +51,14 @@ MIGRATION_LOCK_ID: Final = 0x42_69_72_64_44_6F_67
 """The advisory lock migrations hold; grants take it too (see ``birddog.postgres``)."""
 
 OWNER: Final = "birddog_owner"
+
+ROLE_TRIES: Final = 5
+"""How often a role transaction is tried when PostgreSQL breaks a deadlock with it.
+
+Giving a table to ``birddog_owner`` takes its ``ACCESS EXCLUSIVE`` lock one table after
+another, so a daemon or worker reading two of them in one transaction meanwhile can
+deadlock with it; PostgreSQL then aborts one side, and the transaction runs again.
+"""
 
 ROLES: Final = {
     "owner": OWNER,
@@ -74,12 +86,16 @@ async def install_roles(conn: Any) -> None:
         asyncpg.InsufficientPrivilegeError: this login may not create roles or change
             the schema's owner.
     """
-    async with conn.transaction():
-        await conn.execute(queries["roles_lock"], MIGRATION_LOCK_ID)
-        await conn.execute(queries["roles_create"])
-        await conn.execute(queries["roles_own"])
-        await conn.execute(queries["roles_act_as_owner"])
-        await conn.execute(queries["roles_grant"])
+
+    async def install() -> None:
+        async with conn.transaction():
+            await conn.execute(queries["roles_lock"], MIGRATION_LOCK_ID)
+            await conn.execute(queries["roles_create"])
+            await conn.execute(queries["roles_own"])
+            await conn.execute(queries["roles_act_as_owner"])
+            await conn.execute(queries["roles_grant"])
+
+    await _past_deadlocks(install)
 
 
 async def refresh_grants(conn: Any) -> bool:
@@ -94,9 +110,26 @@ async def refresh_grants(conn: Any) -> bool:
     state = await conn.fetchrow(queries["roles_installed"])
     if not state["installed"]:
         return False
-    async with conn.transaction():
-        await conn.execute(queries["roles_lock"], MIGRATION_LOCK_ID)
-        if state["member"]:
-            await conn.execute(queries["roles_act_as_owner"])
-        await conn.execute(queries["roles_grant"])
+
+    async def refresh() -> None:
+        async with conn.transaction():
+            await conn.execute(queries["roles_lock"], MIGRATION_LOCK_ID)
+            if state["member"]:
+                await conn.execute(queries["roles_act_as_owner"])
+            await conn.execute(queries["roles_grant"])
+
+    await _past_deadlocks(refresh)
     return True
+
+
+async def _past_deadlocks(transaction: Callable[[], Awaitable[None]]) -> None:
+    """Run one role transaction, again when PostgreSQL chose it to break a deadlock."""
+    for attempt in range(1, ROLE_TRIES + 1):
+        try:
+            await transaction()
+        except asyncpg.DeadlockDetectedError:
+            if attempt == ROLE_TRIES:
+                raise
+            await asyncio.sleep(0.05 * attempt)
+        else:
+            return
