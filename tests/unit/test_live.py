@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from birddog import AgentAddress
-from birddog.core.errors import StoreUnavailable
+from birddog.core.errors import StoreRefused, StoreUnavailable
 from birddog.core.live import clamp_ttl
 from birddog.service.live import LiveAnnouncer
 from birddog.testing import FrozenClock, InMemoryLiveSessions
@@ -75,6 +75,38 @@ async def test_a_failed_beat_is_no_crash() -> None:
     await announcer.beat()
     await announcer.release(BOB)
     assert announcer.beats == 0
+
+
+async def test_a_refused_session_is_asked_once_and_the_others_still_beat() -> None:
+    """A login that may not announce carol's session: one try, no leave; bob's goes on."""
+
+    class OnlyBob(InMemoryLiveSessions):
+        tries: int = 0
+
+        async def beat(self, *, agent_id: str, session: str, holder: str, ttl_s: float) -> float:
+            if agent_id != "bob":
+                self.tries += 1
+                raise StoreRefused("database refused live heartbeat: InsufficientPrivilegeError")
+            return await super().beat(
+                agent_id=agent_id, session=session, holder=holder, ttl_s=ttl_s
+            )
+
+        async def leave(self, *, agent_id: str, session: str, holder: str) -> bool:
+            assert agent_id == "bob", "a refused session is never left"
+            return await super().leave(agent_id=agent_id, session=session, holder=holder)
+
+    store = OnlyBob()
+    announcer = LiveAnnouncer(store, holder="w")
+    await announcer.hold(CAROL)
+    await announcer.hold(BOB)
+    for _ in range(3):
+        await announcer.beat()
+    assert (store.tries, announcer.beats) == (1, 4)
+    assert [s.agent_id for s in await store.live()] == ["bob"]
+    await announcer.release(CAROL)
+    await announcer.leave_all()
+    assert await store.live() == []
+    assert announcer.refused == set()
 
 
 def test_a_beat_must_come_before_the_ttl_ends() -> None:

@@ -63,6 +63,7 @@ async def test_the_status_report_counts_replies_jobs_and_daemons_seen() -> None:
     )
     seen(services, "d-1", "drain", 5)
     seen(services, "w-old", "worker", 3600)
+    await services.live.beat(agent_id="bob", session="s-bob", holder="mcp:h:1", ttl_s=5)
     report = await status_report(services)
     assert report["replies"] == {
         "pending": 2,
@@ -76,6 +77,15 @@ async def test_the_status_report_counts_replies_jobs_and_daemons_seen() -> None:
     assert report["jobs_not_yet_due"] == {"jobs": 1, "next_at": later}
     assert report["daemons"] == [
         {"kind": "drain", "host": "host-1", "pid": 7, "seen_at": T0 - timedelta(seconds=5)}
+    ]
+    assert report["live_sessions"] == [
+        {
+            "agent_id": "bob",
+            "session": "s-bob",
+            "holder": "mcp:h:1",
+            "started_at": T0,
+            "expires_at": T0 + timedelta(seconds=5),
+        }
     ]
 
 

@@ -36,7 +36,9 @@ async def status_report(adapters: Services) -> dict[str, Any]:
         ``oldest_pending_age_s``, ``next_wake_in_s``), ``jobs`` (counts by state),
         ``jobs_not_yet_due`` (``jobs`` queued with a later not-before, ``next_at`` the
         earliest), ``turns`` (the last hour's settled turns by first mail's ``kind`` and
-        ``how`` they ran, with ``turns``, ``mails`` and ``mails_per_turn``) and
+        ``how`` they ran, with ``turns``, ``mails`` and ``mails_per_turn``),
+        ``live_sessions`` (``agent_id``, ``session``, ``holder``, ``started_at``,
+        ``expires_at`` of each agent session a process serves now: metadata, no mail) and
         ``daemons`` (``kind``, ``host``, ``pid``, ``seen_at`` of each process seen
         lately).
     """
@@ -49,6 +51,7 @@ async def status_report(adapters: Services) -> dict[str, Any]:
     daemons = await adapters.reports.daemons_seen(within_s=DAEMONS_SEEN_BEATS * HEARTBEAT_S)
     later, next_at = await adapters.jobs.not_yet_due()
     turns = await adapters.jobs.turns_since(now - timedelta(seconds=TURNS_WINDOW_S))
+    live = await adapters.live.live()
     return {
         "replies": {
             **{k: v for k, v in counts.items() if k not in {"oldest_pending_at", "next_due_at"}},
@@ -60,6 +63,16 @@ async def status_report(adapters: Services) -> dict[str, Any]:
         "turns": [
             {**row, "mails_per_turn": round(row["mails"] / row["turns"], 1)} for row in turns
         ],
+        "live_sessions": [
+            {
+                "agent_id": session.agent_id,
+                "session": session.session,
+                "holder": session.holder,
+                "started_at": session.started_at,
+                "expires_at": session.expires_at,
+            }
+            for session in live
+        ],
         "daemons": [
             {key: daemon[key] for key in ("kind", "host", "pid", "seen_at")} for daemon in daemons
         ],
@@ -67,7 +80,7 @@ async def status_report(adapters: Services) -> dict[str, Any]:
 
 
 def render_status(report: dict[str, Any]) -> str:
-    """The status report as three short tables: replies, jobs, daemons seen.
+    """The status report as short tables: replies, jobs, turns, live sessions, daemons seen.
 
     Args:
         report: from :func:`status_report`.
@@ -99,6 +112,12 @@ def render_status(report: dict[str, Any]) -> str:
                 report["turns"],
                 ["kind", "how", "turns", "mails", "mails_per_turn"],
                 headers=["first mail", "ran by", "turns", "mails", "mails per turn"],
+            ),
+            "live sessions (served now, before any worker)\n"
+            + render_table(
+                report["live_sessions"],
+                ["agent_id", "session", "holder", "started_at"],
+                headers=["agent", "session", "holder", "live since"],
             ),
             f"daemons and workers seen in the last {within}\n"
             + render_table(report["daemons"], ["kind", "host", "pid", "seen_at"]),

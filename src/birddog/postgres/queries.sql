@@ -1526,8 +1526,9 @@ BEGIN
     GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA birddog TO birddog_daemon;
     -- The worker: claims, heartbeats and settles jobs and reaps lost ones, only through
     -- the functions (the claim token checked, the replies derived from the job's stored
-    -- mail), and enqueues what a handler sends on; reads jobs; no outbox, route, mailbox
-    -- or wake row of its own making.
+    -- mail), and enqueues what a handler sends on; reads jobs; announces and ends the live
+    -- sessions it serves (worker --live, an MCP server's); no outbox, route, mailbox or
+    -- wake row of its own making.
     GRANT SELECT ON birddog.jobs TO birddog_worker;
     GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.daemons TO birddog_worker;
     GRANT EXECUTE ON FUNCTION
@@ -1556,7 +1557,8 @@ BEGIN
     -- mailbox route for an asker without a route) and acknowledges replies through the
     -- functions; reads the jobs its login sent and the replies to them (row-level security,
     -- below), and which agents have a route; never a secret or a URL, and no row of its own
-    -- making. It may set and delete a push config's reply address on the unsettled jobs
+    -- making. It announces no live session: it serves none, and a live session it named
+    -- would hold that agent's mail back from its workers for the grace. It may set and delete a push config's reply address on the unsettled jobs
     -- its login sent, for the agent the mail is from (the A2A server's only job writes).
     GRANT SELECT ON birddog.jobs TO birddog_sender;
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
@@ -1575,13 +1577,12 @@ BEGIN
         birddog.ensure_mailbox(text),
         birddog.ask_standing(text, text, text, double precision),
         birddog.a2a_reply_to_add(text, jsonb, text),
-        birddog.a2a_reply_to_remove(text, jsonb, text),
-        birddog.live_heartbeat(text, text, text, double precision),
-        birddog.live_leave(text, text, text)
+        birddog.a2a_reply_to_remove(text, jsonb, text)
         TO birddog_sender;
     -- An agent's own login (birddog agent add AGENT --login): what a sender may, for its
     -- own agent only (mail from itself, its own mailbox, the jobs it sent or serves), and
-    -- claim, heartbeat and settle its own jobs; never another claim's token.
+    -- claim, heartbeat and settle its own jobs and announce and end its own live sessions
+    -- (live_heartbeat and live_leave check the agent); never another claim's token.
     GRANT SELECT (
         job_id, queue, lane, priority, state, payload, recovery, outcome, lease_expires_at,
         recovery_count, cancel_requested_at, cancel_content, result_content, diagnostic,

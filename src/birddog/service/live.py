@@ -10,7 +10,9 @@ renews every held session, the last release leaves it at once, and
 
 Nothing here ends the process: a beat the database does not take is logged
 (``live_beat_failed``) and the next one tries again; the session simply stops counting
-when its TTL passes, which is also what a process that dies leaves behind.
+when its TTL passes, which is also what a process that dies leaves behind. A beat the
+database refuses (a login that may not announce that session: another agent's, or a
+sender's) is logged once (``live_session_refused``) and not tried again for that session.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections import Counter
 import structlog
 
 from birddog.core.ask import address_text
-from birddog.core.errors import BirdDogError
+from birddog.core.errors import BirdDogError, StoreRefused
 from birddog.core.live import LIVE_BEAT_S, LIVE_TTL_S
 from birddog.core.mail import AgentAddress
 from birddog.ports import LiveSessions
@@ -42,6 +44,8 @@ class LiveAnnouncer:
 
     Attributes:
         held: the holds on each session now.
+        refused: the sessions the store refused to announce for this process's login
+            (never beaten again).
         beats: beats the store took.
     """
 
@@ -60,6 +64,7 @@ class LiveAnnouncer:
         self.ttl_s = ttl_s
         self.every_s = every_s
         self.held: Counter[AgentAddress] = Counter()
+        self.refused: set[AgentAddress] = set()
         self.beats = 0
 
     async def hold(self, address: AgentAddress) -> None:
@@ -90,6 +95,8 @@ class LiveAnnouncer:
             await self._leave_one(address)
 
     async def _beat_one(self, address: AgentAddress) -> None:
+        if address in self.refused:
+            return
         try:
             await self.live.beat(
                 agent_id=address.agent_id,
@@ -97,12 +104,21 @@ class LiveAnnouncer:
                 holder=self.holder,
                 ttl_s=self.ttl_s,
             )
+        except StoreRefused as exc:  # this login may not announce it: asking again is noise
+            self.refused.add(address)
+            log.warning(
+                "live_session_refused", session=address_text(address), error=type(exc).__name__
+            )
+            return
         except BirdDogError as exc:  # the session stops counting at its TTL; next beat retries
             log.warning("live_beat_failed", session=address_text(address), error=type(exc).__name__)
             return
         self.beats += 1
 
     async def _leave_one(self, address: AgentAddress) -> None:
+        if address in self.refused:  # never announced: nothing to leave
+            self.refused.discard(address)
+            return
         try:
             await self.live.leave(
                 agent_id=address.agent_id, session=address.session_id, holder=self.holder
