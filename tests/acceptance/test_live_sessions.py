@@ -6,6 +6,8 @@ database, bob's route's live grace set to two seconds. The live session takes it
 through ``next_task`` with no spawn; mail it leaves untaken past the grace goes to the
 worker, never while the session's turn runs; a SIGKILLed MCP server stops counting within
 its TTL, and the task it held is recovered by the usual policy and answered by the worker.
+Over HTTP without ``--as``, each token's caller is live from its first request until its MCP
+session closes (the client's DELETE) or idles out.
 """
 
 from __future__ import annotations
@@ -24,8 +26,15 @@ from birddog import AgentAddress, AgentWork, Job, Mail, agent_job
 from birddog.core.jobs import Recovery
 from birddog.postgres.pool import Pool, create_pool
 from tests.support import enqueue, eventually
-from tests.support.cli import Daemon, cli
-from tests.support.mcp import call, http_session, json_errlog, server_url, stdio_mcp
+from tests.support.cli import Daemon, cli, token_of
+from tests.support.mcp import (
+    call,
+    http_client,
+    http_session,
+    json_errlog,
+    server_url,
+    stdio_mcp,
+)
 
 BOB = "bob:s-bob"
 ALICE = AgentAddress(agent_id="alice", session_id="s-alice")
@@ -33,6 +42,17 @@ GRACE_S = 2.0
 GRACE_DELTA = timedelta(seconds=GRACE_S + 0.5)
 LEASE_S = 3.0
 TOKEN = "tok-" + "b" * 40
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "birddog-tests", "version": "1"},
+    },
+}
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 
@@ -260,3 +280,87 @@ async def test_a_live_worker_gets_its_sessions_mail_before_another_worker(
     answered = await settled(pool, "after", within_s=15)
     assert answered["result_content"] == "ABC"
     assert spawned(spawns) == 1
+
+
+@contextlib.contextmanager
+def token_server(database_url: str, **env: str) -> Iterator[Daemon]:
+    """``birddog mcp --http`` for the agents' tokens (no ``--as``), stopped by its pid."""
+    server = Daemon(
+        database_url,
+        "--http",
+        "--port",
+        "0",
+        command="mcp",
+        BIRDDOG_JOB_LEASE_S=str(LEASE_S),
+        **env,
+    )
+    try:
+        yield server
+    finally:
+        code, log = server.terminate()
+        assert code == 0, log
+
+
+async def bobs_token(database_url: str) -> str:
+    """A token for bob:s-bob (``birddog agent add``)."""
+    added = await cli(database_url, "agent", "add", BOB)
+    assert added.returncode == 0, added.stderr
+    return token_of(added.stdout)
+
+
+async def test_each_http_caller_is_live_while_its_mcp_session_lives(
+    database_url: str, pool: Pool, worker: Daemon, spawns: Path
+) -> None:
+    """A token's caller: live from its first request, next_task first, the worker after the grace, gone on close."""
+    token = await bobs_token(database_url)
+    with token_server(database_url) as server:
+        url = await server_url(server)
+        assert await live_holders(pool) == []  # nobody has called yet
+        async with http_session(url, token) as bob:
+            [holder] = await eventually(lambda: live_holders(pool), "bob's caller live")
+            assert holder.startswith("mcp:")
+            await enqueue(pool, mail_job("first"))
+            task, text, _ = await call(bob, "next_task", wait_s=30)
+            assert task["job_id"] == "first", text
+            _, text, is_error = await call(bob, "answer", job_id="first", content="done by bob")
+            assert not is_error, text
+            # Bob stays connected but takes nothing: the worker waits out the grace.
+            await enqueue(pool, mail_job("second", "shout this"))
+            answered = await settled(pool, "second")
+            assert answered["worker_id"] != holder
+            assert answered["started_at"] - answered["created_at"] >= timedelta(seconds=GRACE_S)
+            assert await live_holders(pool) == [holder]
+        # The client closed its session (DELETE): bob stops counting at once.
+        await eventually(
+            lambda: live_holders(pool),
+            "bob's caller left",
+            until=lambda holders: holders == [],
+            within_s=5,
+            every_s=0.1,
+        )
+        await enqueue(pool, mail_job("third", "now"))
+        after = await settled(pool, "third")
+    assert (await job(pool, "first"))["worker_id"] == holder
+    assert after["result_content"] == "NOW"
+    assert after["started_at"] - after["created_at"] < timedelta(seconds=GRACE_S)
+    assert spawned(spawns) == 2
+
+
+async def test_an_http_callers_session_that_expires_stops_counting(
+    database_url: str, pool: Pool
+) -> None:
+    """A caller that initializes and goes silent: live until its idle session ends, then not."""
+    token = await bobs_token(database_url)
+    with token_server(database_url, BIRDDOG_MCP_SESSION_IDLE_S="2") as server:
+        url = await server_url(server)
+        async with http_client(token) as client:
+            opened = await client.post(url, json=INITIALIZE, headers=ACCEPT)
+            assert opened.status_code == 200, opened.text
+            await eventually(lambda: live_holders(pool), "bob's caller live")
+            await eventually(
+                lambda: live_holders(pool),
+                "bob's idle session ended and left",
+                until=lambda holders: holders == [],
+                within_s=15,
+                every_s=0.2,
+            )
