@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from typing import Any
 
 from aiohttp import web
 from prometheus_client import (
@@ -81,6 +82,26 @@ class Metrics(Registry):
             registry=r,
         )
         self.drains = Counter("birddog_drains", "Drain passes.", registry=r)
+        labels = ["kind", "how"]
+        self.recent_turns = Gauge(
+            "birddog_turns_last_hour",
+            "Turns settled in the last hour by any process (workers, live sessions), by the "
+            "kind of their first mail and how they ran (live, worker).",
+            labels,
+            registry=r,
+        )
+        self.recent_turn_mails = Gauge(
+            "birddog_turn_mails_last_hour",
+            "Mails (jobs) of the turns settled in the last hour, by kind and how.",
+            labels,
+            registry=r,
+        )
+        self.recent_spawns = Gauge(
+            "birddog_spawns_last_hour",
+            "Agent processes started by the turns settled in the last hour, by kind and how.",
+            labels,
+            registry=r,
+        )
 
     def record(self, report: DrainReport) -> None:
         """Count a drain's outcomes."""
@@ -97,6 +118,23 @@ class Metrics(Registry):
         """Set the pending gauges."""
         self.pending.set(pending)
         self.oldest_pending_age.set(_age_s(oldest, now))
+
+    def observe_turns(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Set the last hour's turn gauges from the settled turns' groups (``turns_since``).
+
+        Each row has ``kind``, ``how``, ``turns``, ``mails`` and ``spawns``; a group gone
+        from the window is gone from the gauges.
+        """
+        gauges = (
+            (self.recent_turns, "turns"),
+            (self.recent_turn_mails, "mails"),
+            (self.recent_spawns, "spawns"),
+        )
+        for gauge, _ in gauges:
+            gauge.clear()
+        for row in rows:
+            for gauge, field in gauges:
+                gauge.labels(row["kind"], row["how"]).set(row[field])
 
 
 class WorkerMetrics(Registry):
@@ -135,7 +173,7 @@ class WorkerMetrics(Registry):
         self.turns = Counter(
             "birddog_turns",
             "Turns this worker ran, by the kind of their first mail and how they ran "
-            "(worker; live and digest for live sessions and digests).",
+            "(live: a worker --live; worker: any other).",
             ["kind", "how"],
             registry=r,
         )

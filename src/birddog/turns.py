@@ -108,6 +108,7 @@ class TurnWorker(Protocol):
     handler_timeout_s: float
     shutdown_grace_s: float
     metrics: Any
+    how: str
 
     async def finish_job(self, claimed: ClaimedJobLike, event: ClaimEvent, bound: Any) -> Any:
         """Report how a job ended."""
@@ -184,7 +185,7 @@ class TurnRunner:
         if not mails:
             return
         turn = MailTurn(claimed[0].job.queue, tuple(mails))
-        worker.metrics.turn(mails=len(mails), kind=mails[0].kind.value)
+        worker.metrics.turn(mails=len(mails), kind=mails[0].kind.value, how=worker.how)
         self._held = by_id
         bound = log.bind(queue=turn.session_id, jobs=len(mails))
         bound.info("turn_started")
@@ -348,7 +349,8 @@ class TurnRunner:
         """Record where the turn's processes run on every job it holds; count the spawn."""
         held = list(self._held.values())
         if held:
-            self.worker.metrics.spawn(kind=decode_agent_job(held[0].job).kind.value)
+            first = decode_agent_job(held[0].job)
+            self.worker.metrics.spawn(kind=first.kind.value, how=self.worker.how)
         for claimed in held:
             await self.worker.record_turn_of(claimed, turn)
 

@@ -47,6 +47,7 @@ from birddog.core.lifecycle import (
     SettleRequested,
     WorkerStopped,
 )
+from birddog.core.live import turn_ran_by
 from birddog.core.mail import Outcome
 from birddog.core.turns import Turn
 from birddog.metrics import WorkerMetrics
@@ -118,8 +119,12 @@ class Worker:
             running job's heartbeat is sent at once on one, so a cancellation ends the
             turn now, not at the next beat (None: at the next beat).
         batch: the most jobs of one session one turn takes (1: a turn per job).
+        live: this worker serves a live session (``worker --live``): its id starts with
+            ``live:``, so its turns count as live ones.
 
     Attributes:
+        worker_id: the claimer id its claims carry (``[live:]HOST:PID``).
+        how: how its turns ran (``live`` or ``worker``), the label of its turn metrics.
         finished: how the jobs this worker handled ended, by outcome (and ``requeued``).
         left: after a run with ``once``, how many jobs were still queued in its queues
             when it returned (None: not known, the database was away).
@@ -142,6 +147,7 @@ class Worker:
         agents: Sequence[str] | None = None,
         cancel_hints: CancelHints | None = None,
         batch: int = 1,
+        live: bool = False,
     ) -> None:
         self.jobs = jobs
         self.batch = max(1, batch)
@@ -156,7 +162,9 @@ class Worker:
         self.shutdown_grace_s = shutdown_grace_s
         self.backstop_s = backstop_s
         self.stop = stop or asyncio.Event()
-        self.worker_id = f"{socket.gethostname()}:{os.getpid()}"
+        # A worker --live's claims say so: its turns ran live (status, the metrics).
+        self.worker_id = ("live:" if live else "") + f"{socket.gethostname()}:{os.getpid()}"
+        self.how = turn_ran_by(self.worker_id)
         self.finished: Counter[str] = Counter()
         self.metrics = metrics if metrics is not None else WorkerMetrics()
         self.left: int | None = None
@@ -326,7 +334,7 @@ class Worker:
         """Run the handler in a task of its own for the job, timed, in its span if traced."""
         set_current_job(claimed.job)  # the task's own context: no reset needed
         set_turn_recorder(lambda turn: _spawned(self, claimed, payload, turn))
-        self.metrics.turn(mails=1, kind=payload.kind.value)
+        self.metrics.turn(mails=1, kind=payload.kind.value, how=self.how)
         began = time.perf_counter()
         try:
             ids = {"job_id": claimed.job.job_id}
@@ -515,7 +523,7 @@ async def _spawned(
     worker: Worker, claimed: ClaimedJobLike, payload: AgentJobPayload, turn: Turn
 ) -> None:
     """A one-job turn started a process: count it and record where it runs."""
-    worker.metrics.spawn(kind=payload.kind.value)
+    worker.metrics.spawn(kind=payload.kind.value, how=worker.how)
     await worker.record_turn_of(claimed, turn)
 
 

@@ -241,8 +241,22 @@ async def test_status_counts_the_last_hours_turns_by_kind_with_mails_per_turn(
     shown = await cli(database_url, "status", "--json")
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["turns"] == [
-        {"kind": "report", "how": "worker", "turns": 1, "mails": 3, "mails_per_turn": 3.0},
-        {"kind": "task", "how": "worker", "turns": 2, "mails": 2, "mails_per_turn": 1.0},
+        {
+            "kind": "report",
+            "how": "worker",
+            "turns": 1,
+            "mails": 3,
+            "spawns": 0,
+            "mails_per_turn": 3.0,
+        },
+        {
+            "kind": "task",
+            "how": "worker",
+            "turns": 2,
+            "mails": 2,
+            "spawns": 0,
+            "mails_per_turn": 1.0,
+        },
     ]
     table = (await cli(database_url, "status")).stdout
     assert "turns settled in the last 1h 00m" in table

@@ -23,6 +23,7 @@ from birddog.core.errors import AgentNotFound, InvalidInput, JobNotFound, RouteN
 from birddog.core.lifecycle import SettleRequested
 from birddog.core.mail import Outcome, Reply
 from birddog.core.retention import RetentionPolicy
+from birddog.core.turns import Turn
 from birddog.ports import (
     AgentAccounts,
     JobAdmin,
@@ -338,15 +339,23 @@ async def test_job_counts_later_jobs_and_a_cancel(backend: Backend) -> None:
 
 
 async def test_turns_are_counted_by_kind_and_how_they_ran(backend: Backend) -> None:
-    """Two jobs one claim took are one worker turn; an MCP server's claim is a live turn."""
+    """Two jobs one claim took are one worker turn, one spawn; an MCP server's or a live worker's claim is a live turn."""
     await backend.enqueue(make_job("j-1"))
     await backend.enqueue(make_job("j-2"))
     await backend.enqueue(make_job("j-3", session="s-3"))
+    await backend.enqueue(make_job("j-4", session="s-4"))
     batch = await backend.jobs.claim_many(queues=["s-bob"], worker_id="w-1", batch=2, lease_s=30)
     assert sorted(claimed.job.job_id for claimed in batch) == ["j-1", "j-2"]
     live = await backend.jobs.claim(queues=["s-3"], worker_id="mcp:session", lease_s=30)
+    live_worker = await backend.jobs.claim(queues=["s-4"], worker_id="live:h:1", lease_s=30)
     assert live is not None
-    for claimed in [*batch, live]:
+    assert live_worker is not None
+    turn = Turn(host="h", boot_id="b", pid=7, start_ticks=1)
+    for claimed in [*batch, live_worker]:
+        await backend.jobs.record_turn(
+            job_id=claimed.job.job_id, claim_token=claimed.claim_token, turn=turn
+        )
+    for claimed in [*batch, live, live_worker]:
         await backend.jobs.finish(
             job_id=claimed.job.job_id,
             claim_token=claimed.claim_token,
@@ -354,8 +363,8 @@ async def test_turns_are_counted_by_kind_and_how_they_ran(backend: Backend) -> N
         )
     since = backend.clock.now() - timedelta(hours=1)
     assert await backend.job_admin.turns_since(since) == [
-        {"kind": "task", "how": "live", "turns": 1, "mails": 1},
-        {"kind": "task", "how": "worker", "turns": 1, "mails": 2},
+        {"kind": "task", "how": "live", "turns": 2, "mails": 2, "spawns": 1},
+        {"kind": "task", "how": "worker", "turns": 1, "mails": 2, "spawns": 1},
     ]
     assert await backend.job_admin.turns_since(backend.clock.now() + timedelta(hours=1)) == []
 

@@ -158,6 +158,7 @@ def build_worker(
     agents: Sequence[str] | None = None,
     cancel_hints: CancelHints | None = None,
     batch: int = 1,
+    live: bool = False,
 ) -> Worker:
     """Wire a job worker over the adapters' job store.
 
@@ -171,6 +172,7 @@ def build_worker(
         agents: every session of these agents as well.
         cancel_hints: the hints ``listener`` hears (:func:`build_jobs_listener`).
         batch: the most jobs of one session one turn takes.
+        live: the worker serves a live session (``worker --live``; its turns ran live).
 
     Returns:
         The worker, ready to ``run``.
@@ -192,6 +194,7 @@ def build_worker(
         metrics=metrics,
         cancel_hints=cancel_hints,
         batch=batch,
+        live=live,
     )
 
 

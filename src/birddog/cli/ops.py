@@ -11,6 +11,7 @@ import click
 
 from birddog.cli import EXIT_ALARM, EXIT_OK, duration, main, print_rows, settings_of, with_services
 from birddog.core.text import printable, shown_key
+from birddog.core.turns import TURNS_WINDOW_S
 
 if TYPE_CHECKING:
     from birddog.service.entry import Services
@@ -20,9 +21,6 @@ LIST_LIMIT_MAX = 10_000
 
 DAEMONS_SEEN_BEATS = 3
 """A process counts as running while it beat within this many heartbeats."""
-
-TURNS_WINDOW_S = 3600.0
-"""How far back ``status`` counts settled turns (mails per turn, by kind and runner)."""
 
 PROBLEMS_SHOWN = 5
 """How many stale or dead replies of each kind ``check`` names."""
@@ -36,7 +34,8 @@ async def status_report(adapters: Services) -> dict[str, Any]:
         ``oldest_pending_age_s``, ``next_wake_in_s``), ``jobs`` (counts by state),
         ``jobs_not_yet_due`` (``jobs`` queued with a later not-before, ``next_at`` the
         earliest), ``turns`` (the last hour's settled turns by first mail's ``kind`` and
-        ``how`` they ran, with ``turns``, ``mails`` and ``mails_per_turn``),
+        ``how`` they ran, ``live`` or ``worker``, with ``turns``, ``mails``,
+        ``mails_per_turn`` and ``spawns``: agent processes started),
         ``live_sessions`` (``agent_id``, ``session``, ``holder``, ``started_at``,
         ``expires_at`` of each agent session a process serves now: metadata, no mail) and
         ``daemons`` (``kind``, ``host``, ``pid``, ``seen_at`` of each process seen
@@ -110,8 +109,8 @@ def render_status(report: dict[str, Any]) -> str:
             f"turns settled in the last {format_age(TURNS_WINDOW_S)}\n"
             + render_table(
                 report["turns"],
-                ["kind", "how", "turns", "mails", "mails_per_turn"],
-                headers=["first mail", "ran by", "turns", "mails", "mails per turn"],
+                ["kind", "how", "turns", "mails", "mails_per_turn", "spawns"],
+                headers=["first mail", "ran by", "turns", "mails", "mails per turn", "spawns"],
             ),
             "live sessions (served now, before any worker)\n"
             + render_table(

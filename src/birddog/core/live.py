@@ -23,6 +23,7 @@ from birddog.core.errors import InvalidInput
 __all__ = [
     "DEFAULT_LIVE_GRACE_S",
     "LIVE_BEAT_S",
+    "LIVE_CLAIMERS",
     "LIVE_GRACE_MAX_S",
     "LIVE_TTL_MAX_S",
     "LIVE_TTL_MIN_S",
@@ -32,6 +33,7 @@ __all__ = [
     "check_grace",
     "check_live_ids",
     "clamp_ttl",
+    "turn_ran_by",
 ]
 
 LIVE_TTL_S: Final = 5.0
@@ -52,6 +54,10 @@ DEFAULT_LIVE_GRACE_S: Final = 30.0
 LIVE_GRACE_MAX_S: Final = 86400.0
 """The longest grace a route may give its live sessions."""
 
+LIVE_CLAIMERS: Final = ("mcp:", "live:")
+"""How the claimer ids of live sessions' processes begin: an MCP server's (its ``--as``
+session, its HTTP callers'), a ``worker --live``'s. Their turns ran ``live``."""
+
 MAX_ID_CHARS: Final = 256
 """The longest agent id, session id or holder a live session has (the contract's ids)."""
 
@@ -59,6 +65,15 @@ MAX_ID_CHARS: Final = 256
 def clamp_ttl(ttl_s: float) -> float:
     """The TTL the database grants for ``ttl_s`` (what ``birddog.live_heartbeat`` does)."""
     return min(max(ttl_s, LIVE_TTL_MIN_S), LIVE_TTL_MAX_S)
+
+
+def turn_ran_by(claimer: str) -> str:
+    """How a turn its claimer took ran: ``live`` for a live session's process, else ``worker``.
+
+    ``birddog status``, the ``jobs_turns_since`` query and the worker's metrics all count
+    a turn's ``how`` this way (digests, later, will be a third).
+    """
+    return "live" if claimer.startswith(LIVE_CLAIMERS) else "worker"
 
 
 def check_grace(grace_s: float) -> float:

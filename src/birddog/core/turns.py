@@ -12,12 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["DEFAULT_KILL_GRACE_S", "Turn"]
+__all__ = ["DEFAULT_KILL_GRACE_S", "TURNS_WINDOW_S", "Turn"]
 
 DEFAULT_KILL_GRACE_S: Final = 5.0
 """How long a turn's processes get between ``SIGTERM`` and ``SIGKILL``
 (``BIRDDOG_KILL_GRACE_S``); a job whose lease ended is recovered only this long after,
 when the supervisor of a killed worker has ended them."""
+
+
+TURNS_WINDOW_S: Final = 3600.0
+"""How far back ``birddog status`` and the daemon's turn gauges count settled turns (turns,
+mails per turn and spawns, by kind and how they ran)."""
 
 
 @dataclass(frozen=True, slots=True)

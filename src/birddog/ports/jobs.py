@@ -191,8 +191,10 @@ class JobAdmin(JobCancels, Protocol):
     async def turns_since(self, since: datetime) -> list[dict[str, Any]]:
         """The turns settled since ``since``, by first mail's ``kind`` and ``how`` they ran.
 
-        A turn is the jobs one claim took together; ``how`` is ``live`` for an MCP
-        server's claims (claimer ``mcp:...``), else ``worker``. Each row: ``kind``,
-        ``how``, ``turns`` and ``mails``, by kind then how.
+        A turn is the jobs one claim took together; ``how`` is ``live`` for a live
+        session's process's claims (claimer ``mcp:...`` or ``live:...``:
+        :func:`birddog.core.live.turn_ran_by`), else ``worker``; a turn that recorded a
+        process it started (a ``--command`` agent, :mod:`birddog.spawn`) spawned one.
+        Each row: ``kind``, ``how``, ``turns``, ``mails`` and ``spawns``, by kind then how.
         """
         ...

@@ -134,7 +134,8 @@ class PostgresJobOperations:
             since: the start of the window.
 
         Returns:
-            ``kind``, ``how`` (``worker`` or ``live``), ``turns`` and ``mails`` per group.
+            ``kind``, ``how`` (``worker`` or ``live``), ``turns``, ``mails`` and
+            ``spawns`` (agent processes started) per group.
         """
         with store_errors("turns_since"):
             rows = await self.settings.pool.fetch(queries["jobs_turns_since"], since)

@@ -1287,18 +1287,22 @@ FROM birddog.jobs j
 WHERE j.state = 'queued' AND j.not_before > $1::timestamptz;
 
 -- name: jobs_turns_since
--- The turns settled since $1, by the kind of their first mail and how they ran: one turn is the jobs one claim took together (a queue, a claimer, a start); an MCP server's claims (claimer mcp:...) are a live session's, the rest a worker's.
+-- The turns settled since $1, by the kind of their first mail and how they ran, and the agent processes they started: one turn is the jobs one claim took together (a queue, a claimer, a start); a live session's process's claims (claimer mcp:... for an MCP server, live:... for a worker --live) ran live, the rest a worker's; a turn that recorded a process (turn_pid: a --command agent, birddog.spawn) spawned one.
 -- params: $1 since timestamptz
 WITH turns AS (
     SELECT
         (array_agg(j.kind ORDER BY j.priority DESC, j.created_at, j.job_id))[1] AS kind,
-        CASE WHEN starts_with(j.worker_id, 'mcp:') THEN 'live' ELSE 'worker' END AS how,
-        count(*)::int AS mails
+        CASE WHEN starts_with(j.worker_id, 'mcp:') OR starts_with(j.worker_id, 'live:')
+             THEN 'live' ELSE 'worker' END AS how,
+        count(*)::int AS mails,
+        -- An MCP server never starts one (a recovered job keeps its former turn's pid).
+        bool_or(j.turn_pid IS NOT NULL AND NOT starts_with(j.worker_id, 'mcp:')) AS spawned
     FROM birddog.jobs j
     WHERE j.state = 'settled' AND j.settled_at >= $1::timestamptz AND j.started_at IS NOT NULL
     GROUP BY j.queue_key, j.worker_id, j.started_at
 )
-SELECT t.kind, t.how, count(*)::int AS turns, sum(t.mails)::int AS mails
+SELECT t.kind, t.how, count(*)::int AS turns, sum(t.mails)::int AS mails,
+       count(*) FILTER (WHERE t.spawned)::int AS spawns
 FROM turns t
 GROUP BY t.kind, t.how
 ORDER BY t.kind, t.how;
@@ -1644,7 +1648,7 @@ BEGIN
     GRANT SELECT (
         job_id, queue, lane, priority, state, outcome, recovery_count, lease_expires_at,
         cancel_requested_at, worker_id, created_at, updated_at, settled_at, started_at, slot,
-        agent_id, not_before, expires_at, queue_key, kind
+        agent_id, not_before, expires_at, queue_key, kind, turn_pid
     ) ON birddog.jobs TO birddog_reader;
 END
 $grant$;

@@ -4,15 +4,17 @@
 connection, the metrics server and this process's row in ``birddog.daemons``, prints the
 ready line, and runs the drain loop (:class:`birddog.daemon.DrainDaemon`, wired by
 :func:`birddog.bootstrap.build_daemon`) with its side tasks beside it
-(:class:`~birddog.processes.sides.ProcessTasks`): heartbeat, backlog gauges, the lease
-reaper, the queued-job reaper, the spool's forwarder and, when retention is set, prune.
+(:class:`~birddog.processes.sides.ProcessTasks`): heartbeat, backlog gauges, the last
+hour's turn gauges (every runner's turns, live sessions' included), the lease reaper,
+the queued-job reaper, the spool's forwarder and, when retention is set, prune.
 If a side task dies, the daemon stops loudly. With ``once`` the spool is forwarded first.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, NamedTuple
+from datetime import timedelta
+from typing import Any, Final, NamedTuple
 
 import structlog
 
@@ -28,6 +30,7 @@ from birddog.bootstrap import (
     open_adapters,
 )
 from birddog.core.errors import BirdDogError
+from birddog.core.turns import TURNS_WINDOW_S
 from birddog.ports import DaemonRow
 from birddog.processes.sides import (
     QUEUE_HEADS_CHECK_S,
@@ -43,7 +46,10 @@ from birddog.settings import Settings
 
 log = structlog.get_logger("birddog.processes.daemon")
 
-__all__ = ["DaemonRun", "ready_line", "run_daemon"]
+__all__ = ["TURN_GAUGES_S", "DaemonRun", "ready_line", "run_daemon"]
+
+TURN_GAUGES_S: Final = 15.0
+"""How often the daemon refreshes its turn gauges (one query over the last hour's jobs)."""
 
 
 class DaemonRun(NamedTuple):
@@ -137,7 +143,7 @@ async def _forward_first(adapters: Adapters) -> None:
 def _start_side_tasks(
     sides: ProcessTasks, adapters: Adapters, *, row: DaemonRow, back: asyncio.Event
 ) -> None:
-    """The daemon's side tasks: heartbeat, gauges, reapers, the spool and (if set) prune.
+    """The daemon's side tasks: heartbeat, gauges, turn gauges, reapers, the spool, prune (if set).
 
     ``back`` is set when the wake listener reconnects: the spool is forwarded then.
     """
@@ -155,6 +161,10 @@ def _start_side_tasks(
             oldest=counts.get("oldest_pending_at"),
             now=adapters.clock.now(),
         )
+
+    async def turn_gauges() -> None:
+        since = adapters.clock.now() - timedelta(seconds=TURNS_WINDOW_S)
+        adapters.metrics.observe_turns(await adapters.jobs.turns_since(since))
 
     async def reap() -> None:
         await reap_expired_jobs(adapters.jobs)
@@ -179,6 +189,7 @@ def _start_side_tasks(
     every_s = reap_every_s(settings.job_lease_s)
     sides.every("heartbeat", HEARTBEAT_S, heartbeat, finish=True)
     sides.every("gauges", HEARTBEAT_S, gauges)
+    sides.every("turn_gauges", TURN_GAUGES_S, turn_gauges)
     sides.every("reaper", every_s, reap)
     sides.every("queued_reaper", every_s, bounce)
     forward_spool(sides, adapters.sender, every_s=settings.spool_forward_s, back=back)

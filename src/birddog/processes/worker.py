@@ -121,6 +121,7 @@ async def run_worker(
                     metrics=metrics,
                     cancel_hints=hints,
                     batch=batch,
+                    live=live is not None,
                 )
                 # No job runs again here while a turn of it, whose worker died, still does.
                 await end_leftover_turns(adapters.jobs, grace_s=settings.kill_grace_s)

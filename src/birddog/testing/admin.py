@@ -16,6 +16,7 @@ from typing import Any
 from birddog.core.delivery import OutboxRow, RowState
 from birddog.core.jobs import Job, JobState
 from birddog.core.kinds import DEFAULT_KIND, INTERACTIVE_KINDS
+from birddog.core.live import turn_ran_by
 from birddog.core.mail import Outcome
 from birddog.core.retention import PruneReport, RetentionPolicy
 from birddog.ports import JOB_STATES, Clock
@@ -161,7 +162,7 @@ class InMemoryJobAdmin:
         return len(later), min(later, default=None)
 
     async def turns_since(self, since: datetime) -> list[dict[str, Any]]:
-        """The turns settled since ``since`` (jobs of one claim), by first kind and how."""
+        """The turns settled since ``since`` (jobs of one claim), by first kind and how; spawns."""
         turns: dict[tuple[object, ...], list[StoredJob]] = {}
         for stored in self.job_store.jobs.values():
             if (
@@ -175,14 +176,19 @@ class InMemoryJobAdmin:
         groups: dict[tuple[str, str], list[int]] = {}
         for jobs in turns.values():
             first = min(jobs, key=lambda s: (-s.job.priority, s.created_at, s.job.job_id))
-            how = "live" if first.worker_id.startswith("mcp:") else "worker"
-            counts = groups.setdefault((_kind_of(first.job), how), [0, 0])
+            counts = groups.setdefault((_kind_of(first.job), turn_ran_by(first.worker_id)), [0] * 3)
             counts[0] += 1
             counts[1] += len(jobs)
+            counts[2] += _spawned(jobs)
         return [
-            {"kind": kind, "how": how, "turns": turns_, "mails": mails}
-            for (kind, how), (turns_, mails) in sorted(groups.items())
+            {"kind": kind, "how": how, "turns": turns_, "mails": mails, "spawns": spawns}
+            for (kind, how), (turns_, mails, spawns) in sorted(groups.items())
         ]
+
+
+def _spawned(jobs: list[StoredJob]) -> int:
+    """1 when a turn recorded a process it started (an MCP server's never does), else 0."""
+    return int(any(s.turn is not None and not s.worker_id.startswith("mcp:") for s in jobs))
 
 
 def _agent_of(job: Job) -> str:
