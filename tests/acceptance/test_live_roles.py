@@ -23,9 +23,8 @@ from birddog.postgres.agents import AgentLogin, PostgresAgents
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.live import PostgresLiveSessions
 from birddog.postgres.pool import Pool, create_pool
-from tests.acceptance.test_private_mailboxes import drop_agent_logins
 from tests.support import enqueue, eventually
-from tests.support.cli import Daemon, cli
+from tests.support.cli import Daemon, cli, drop_agent_logins
 
 ALICE = AgentAddress(agent_id="alice", session_id="s-alice")
 BOB = AgentAddress(agent_id="bob", session_id="s-bob")

@@ -261,6 +261,18 @@ KINDS = ("owner", "daemon", "worker", "sender", "reader")
 """The kinds of process, one role each (``birddog migrate --roles``)."""
 
 
+async def drop_agent_logins(database_url: str) -> None:
+    """Drop every agent login this database made (roles outlive the test's database)."""
+    import asyncpg  # noqa: PLC0415 - only the role tests need it
+
+    conn = await asyncpg.connect(database_url)
+    try:
+        for row in await conn.fetch("SELECT login FROM birddog.agent_logins"):
+            await conn.execute(f'DROP ROLE IF EXISTS "{row["login"]}"')
+    finally:
+        await conn.close()
+
+
 def as_login(dsn: str, user: str, password: str) -> str:
     """The same database, logged in as another user with a password."""
     parts = urlsplit(dsn)
