@@ -210,7 +210,8 @@ class MailService:
                 The same key again is a replay.
             reply_to: who gets the replies (None: the sender; empty: nobody).
             timeout_s: the longest wait for a free database connection.
-            mailbox_required: refuse a sender whose route posts to an inbox URL (an ask).
+            mailbox_required: an ask: the reply to the sender lands in its mailbox, whatever
+                its route (the job is marked ``askerMailbox`` when the route posts to a URL).
             priority: -32768 to 32767, higher first among the session's queued jobs.
             kind: what the mail is for: ``task`` (None: the default), ``escalation``,
                 ``report`` or ``receipt`` (an ask: ``task`` or ``escalation`` only).
