@@ -100,6 +100,7 @@ async def test_an_ask_is_answered_by_a_command_agent(room: str, errlog: Any) -> 
     """Ask returns the command agent's output as the answer; the instructions name the caller."""
     async with mcp_session(room, "me:s-me", errlog) as session:
         assert "me:s-me" in (session.instructions or "")
+        assert "inbox URL" not in (session.instructions or "")
         structured, text, is_error = await call(
             session, "ask", to="upper:s-upper", content="what is due?"
         )
@@ -122,6 +123,7 @@ async def test_an_agent_with_an_inbox_route_asks_and_its_other_replies_are_poste
     assert route.secret is not None
     inbox.secrets["poster"] = Inbox(route.secret)
     async with mcp_session(room, "poster:s-poster", errlog) as session:
+        assert "Your route posts to an inbox URL" in (session.instructions or "")
         answered, text, is_error = await call(
             session, "ask", to="upper:s-upper", content="what is due?"
         )

@@ -175,6 +175,7 @@ class AgentTools:
         try:
             unread = await self.services.mailbox.unread_count(caller, timeout_s=STEP_TIMEOUT_S)
             queued, _oldest = await self.services.jobs.queued_backlog(queues=[caller.session_id])
+            posted = await self._posts_to_url(caller)
         except StoreUnavailable:
             return (
                 f"You are {text} on BirdDog, a durable mail room for agents. The database "
@@ -187,7 +188,18 @@ class AgentTools:
             "ask waits for an answer at most wait_s, then gives status pending and the key: "
             "the answer still lands in your mailbox (wait with the key, or inbox). A tool "
             "error is never an answer."
+            + (
+                " Your route posts to an inbox URL: the replies to what you send go there, "
+                "while the answer to an ask comes to this mailbox."
+                if posted
+                else ""
+            )
         )
+
+    async def _posts_to_url(self, caller: AgentAddress) -> bool:
+        """Whether ``caller``'s route posts its replies to an inbox URL (not a mailbox)."""
+        routes = await self.services.routes.list()
+        return any(r.agent_id == caller.agent_id and r.kind != "mailbox" for r in routes)
 
     async def prepare(self, caller: AgentAddress) -> bool:
         """Give ``caller`` a mailbox route when it has none; True when one was added."""
