@@ -236,8 +236,8 @@ class AgentTools:
         status = "already sent" if sent.replay else "sent"
         return ToolResult(
             {"status": status, "key": sent.key, "job_id": sent.job_id},
-            f"{status}: {sent.key} to {address_text(sent.to)} (its replies: inbox, or wait "
-            "with the key)",
+            f"{status}: {sent.key} to {address_text(sent.to)} (its replies follow your "
+            "route: with a mailbox, inbox or wait with the key; an inbox URL has them posted)",
         )
 
     async def _ask(
