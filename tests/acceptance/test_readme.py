@@ -28,11 +28,14 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.support import eventually, free_port
-from tests.support.cli import BIRDDOG, ROOT, Daemon
+from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env
 from tests.support.inbox import TestInbox
-from tests.support.mcp import json_errlog, stdio_mcp
+from tests.support.mcp import call, command_agents, json_errlog, stdio_mcp
 from tests.support.stacks import Harness
 from tests.support.transcript import play, steps_of
 
@@ -290,3 +293,43 @@ async def test_the_two_agents_transcript_of_docs_agents_plays_as_written(
         within_s=60,
     )
     assert posted == ["Noted."]
+
+
+def mcp_configs(text: str) -> list[dict[str, Any]]:
+    """Every MCP server a ``json`` block of ``text`` configures (``mcpServers`` entries)."""
+    blocks = re.findall(r"^```json\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+    return [
+        server
+        for block in blocks
+        if "mcpServers" in block
+        for server in json.loads(block)["mcpServers"].values()
+    ]
+
+
+async def test_the_readme_mcp_config_starts_a_server_that_asks_as_written(
+    database_url: str,
+) -> None:
+    """The README's MCP JSON config, run as a client runs it: its ask gets its answer.
+
+    The command is the README's (``birddog``, the venv's), its arguments as written; the
+    README's tour's question (``ask upper:s-upper what is due``) goes to a command agent.
+    """
+    [server] = mcp_configs(README.read_text(encoding="utf-8"))
+    assert server["command"] == "birddog"
+    params = StdioServerParameters(
+        command=BIRDDOG, args=server["args"], env=cli_env(database_url, **server.get("env", {}))
+    )
+    with json_errlog() as errlog:
+        async with (
+            command_agents(database_url, slow_s=1, lease_s=60),
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            assert "me:s-me" in (session.instructions or "")
+            await session.list_tools()
+            answered, text, is_error = await call(
+                session, "ask", to="upper:s-upper", content="what is due?"
+            )
+    assert not is_error, text
+    assert answered["content"] == "WHAT IS DUE?"
