@@ -95,7 +95,9 @@ def test_an_ask_marked_asker_mailbox_says_so_beside_the_mail_and_reads_back() ->
     assert "askerMailbox" not in job.payload
     marked = with_asker_mailbox(job)
     assert marked.payload["askerMailbox"] is True
-    assert "askerMailbox" not in marked.payload["mail"]
+    mail = marked.payload["mail"]
+    assert isinstance(mail, dict)
+    assert "askerMailbox" not in mail
     decoded = decode_agent_job(marked)
     assert decoded.asker_mailbox is True
     assert decoded.as_payload() == marked.payload
