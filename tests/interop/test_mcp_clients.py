@@ -23,7 +23,7 @@ from birddog.http.inbox import Inbox
 from birddog.postgres.pool import create_pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support.cli import ROOT, Daemon, cli, cli_env, command_line, token_of
-from tests.support.inbox import TestInbox
+from tests.support.inbox import TestInbox, serving
 from tests.support.mcp import agents_room, facts_of, server_url, summary_of
 from tests.support.node import NODE, run_tour
 from tests.support.waiting import eventually
@@ -203,43 +203,45 @@ async def until_posted(inbox: TestInbox, steps: dict[str, Any]) -> None:
     assert posted == [(key, "SENT FROM AN INBOX ROUTE")]
 
 
-async def test_the_ts_sdk_client_over_stdio_reads_every_result(room: str, inbox: TestInbox) -> None:
+async def test_the_ts_sdk_client_over_stdio_reads_every_result(room: str) -> None:
     """Over stdio, a TS SDK client sees every answer, reply, task and error reason in text."""
-    await route_to(room, inbox, "carol")
-    steps = await tour(
-        {
-            "transport": "stdio",
-            "alice": stdio_side(room, "alice:s-alice"),
-            "bob": stdio_side(room, "bob:s-bob"),
-            "poster": stdio_side(room, "carol:s-carol"),
-        }
-    )
-    assert_tour(steps)
-    await until_posted(inbox, steps)
-
-
-async def test_the_ts_sdk_client_over_http_reads_every_result(room: str, inbox: TestInbox) -> None:
-    """Over streamable HTTP with bearer headers, the same tour reads the same."""
-    await route_to(room, inbox, "dave")
-    tokens = {}
-    for address in ("alice:s-alice", "bob:s-bob", "dave:s-dave"):
-        added = await cli(room, "agent", "add", address)
-        assert added.returncode == 0, added.stderr
-        tokens[address.split(":")[0]] = token_of(added.stdout)
-    server = Daemon(room, "--http", "--port", "0", command="mcp", **ENV)
-    try:
-        url = await server_url(server)
+    async with serving(TestInbox()) as inbox:
+        await route_to(room, inbox, "carol")
         steps = await tour(
             {
-                "transport": "http",
-                "url": url,
-                "alice": {"token": tokens["alice"]},
-                "bob": {"token": tokens["bob"]},
-                "poster": {"token": tokens["dave"]},
+                "transport": "stdio",
+                "alice": stdio_side(room, "alice:s-alice"),
+                "bob": stdio_side(room, "bob:s-bob"),
+                "poster": stdio_side(room, "carol:s-carol"),
             }
         )
-    finally:
-        code, log = server.terminate()
-    assert code == 0, log
-    assert_tour(steps)
-    await until_posted(inbox, steps)
+        assert_tour(steps)
+        await until_posted(inbox, steps)
+
+
+async def test_the_ts_sdk_client_over_http_reads_every_result(room: str) -> None:
+    """Over streamable HTTP with bearer headers, the same tour reads the same."""
+    async with serving(TestInbox()) as inbox:
+        await route_to(room, inbox, "dave")
+        tokens = {}
+        for address in ("alice:s-alice", "bob:s-bob", "dave:s-dave"):
+            added = await cli(room, "agent", "add", address)
+            assert added.returncode == 0, added.stderr
+            tokens[address.split(":")[0]] = token_of(added.stdout)
+        server = Daemon(room, "--http", "--port", "0", command="mcp", **ENV)
+        try:
+            url = await server_url(server)
+            steps = await tour(
+                {
+                    "transport": "http",
+                    "url": url,
+                    "alice": {"token": tokens["alice"]},
+                    "bob": {"token": tokens["bob"]},
+                    "poster": {"token": tokens["dave"]},
+                }
+            )
+        finally:
+            code, log = server.terminate()
+        assert code == 0, log
+        assert_tour(steps)
+        await until_posted(inbox, steps)
