@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 from collections.abc import Callable
 
@@ -231,6 +232,36 @@ async def test_an_asker_with_an_inbox_url_gets_its_answer_and_its_other_replies_
     route = await PostgresRoutes(pg_pool, clock=SystemClock()).route("poster")
     assert route is not None
     assert route.kind == "http"
+
+
+@pytest.mark.usefixtures("upper")
+async def test_an_agents_own_login_asks_with_an_inbox_url_route(
+    database_url: str, pg_pool: Pool, logins: dict[str, str]
+) -> None:
+    """Under the least-privilege roles, an agent's own login whose route posts to a URL asks."""
+    await pg_pool.execute(
+        "INSERT INTO birddog.routes (agent_id, url, secret, kind) "
+        "VALUES ('poster', 'http://127.0.0.1:9/inbox', 'whsec_c2VjcmV0', 'http')"
+    )
+    added = await cli(database_url, "agent", "add", "poster:s-p", "--login")
+    assert added.returncode == 0, added.stderr
+    [own] = re.findall(r"^DATABASE_URL=(\S+)$", added.stdout, re.M)
+    asking = asyncio.create_task(
+        run_ask(own, "--to", TARGET, "--from", "poster:s-p", "--timeout", "60", "hello")
+    )
+    await until_a_job_is_queued(pg_pool)
+    worked = await cli(logins["worker"], "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    answered = await asking
+    assert (answered.returncode, answered.stdout) == (0, "HELLO\n"), answered.stderr
+    # The answer was in poster's own mailbox (read by the ask); nothing owed to its URL.
+    assert (
+        await pg_pool.fetchval(
+            "SELECT count(*) FROM birddog.mailbox WHERE agent_id = 'poster' AND read_at IS NOT NULL"
+        )
+        == 1
+    )
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox") == 0
 
 
 @pytest.mark.usefixtures("upper", "mailbox_delivery")
