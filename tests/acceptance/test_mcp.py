@@ -133,6 +133,13 @@ async def test_an_agent_with_an_inbox_route_asks_and_its_other_replies_are_poste
         assert [reply["in_reply_to"] for reply in listed["replies"]] == [answered["key"]]
         sent, text, is_error = await call(session, "send", to="upper:s-upper", content="fyi")
         assert not is_error, text
+        # wait sees the mailbox only: for the send, it says where the reply goes instead.
+        _, text, is_error = await call(session, "wait", key=sent["key"], wait_s=1)
+        assert is_error
+        assert "posted to your inbox URL" in text
+        again, text, is_error = await call(session, "wait", key=answered["key"], wait_s=1)
+        assert not is_error, text
+        assert again["content"] == "WHAT IS DUE?"
     await eventually(
         lambda: [reply.content for reply in inbox.replies],
         "the send's reply posted to poster's inbox URL",

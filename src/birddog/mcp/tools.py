@@ -32,13 +32,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from birddog.core.ask import address_text, parse_address
+from birddog.core.ask import address_text, ask_job_id, parse_address
 from birddog.core.errors import (
     AskFailed,
     AskTimedOut,
     BirdDogError,
     InvalidInput,
     JobConflict,
+    JobNotFound,
     StoreUnavailable,
 )
 from birddog.core.mail import AgentAddress
@@ -196,6 +197,26 @@ class AgentTools:
             )
         )
 
+    async def _reply_comes_here(self, key: str, caller: AgentAddress) -> bool:
+        """Whether the reply to ``key`` is (or will be) in ``caller``'s mailbox.
+
+        Yes when the caller's route is a mailbox, when the reply is there already, or
+        when the mail is an ask marked ``askerMailbox``; otherwise it is posted to the
+        caller's inbox URL, where no wait here can see it. With the database away it
+        cannot be told: the wait then goes on (and says where the mail stands).
+        """
+        try:
+            if not await self._posts_to_url(caller):
+                return True
+            if await self.services.mailbox.wait(key, 0, owner=caller) is not None:
+                return True
+            job = await self.services.jobs.get(ask_job_id(key))
+        except StoreUnavailable:
+            return True
+        except JobNotFound:
+            return False
+        return job.payload.get("askerMailbox") is True
+
     async def _posts_to_url(self, caller: AgentAddress) -> bool:
         """Whether ``caller``'s route posts its replies to an inbox URL (not a mailbox)."""
         routes = await self.services.routes.list()
@@ -281,6 +302,11 @@ class AgentTools:
         if mail is None or caller not in mail.reply_to:
             raise ToolRefused(
                 f"key: no mail with key {key!r} owes you a reply (send or ask gives a key)"
+            )
+        if not await self._reply_comes_here(key, caller):
+            raise ToolRefused(
+                f"key: the reply to {key!r} is posted to your inbox URL (your route), not "
+                "kept in your mailbox, so wait cannot see it; only an ask's answer comes here"
             )
         return await _answer_of(
             self.services.sender.awaiting(key, caller, timeout_s=wait_s), progress
