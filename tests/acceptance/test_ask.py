@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 from collections.abc import Callable
 
@@ -20,6 +21,8 @@ from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support import eventually, until_listening
 from tests.support.cli import BIRDDOG, ROOT, Daemon, Finished, cli, cli_env, run_to_end
+from tests.support.inbox import TestInbox
+from tests.support.stacks import Harness
 
 ASKER = "asker:s-ask"
 TARGET = "upper:s-upper"
@@ -179,7 +182,6 @@ async def test_two_asks_with_the_same_key_make_one_job(database_url: str, pg_poo
     ("args", "stdin", "says"),
     [
         (["--to", "nobody:s-x", "--from", ASKER, "hi"], None, "unknown agent session nobody:s-x"),
-        (["--to", TARGET, "--from", "poster:s-p", "hi"], None, "ask waits on mailboxes only"),
         (["--to", TARGET, "--from", ASKER], b"", "stdin was empty"),
         (["--to", "no-colon", "--from", ASKER, "hi"], None, "AGENT_ID:SESSION_ID"),
         (["--to", TARGET, "hi"], None, "Missing option '--from'"),
@@ -189,18 +191,77 @@ async def test_two_asks_with_the_same_key_make_one_job(database_url: str, pg_poo
 async def test_refusals_exit_3_in_one_line_with_nothing_written(
     database_url: str, pg_pool: Pool, args: list[str], stdin: bytes | None, says: str
 ) -> None:
-    """Unknown target, an asker with an inbox URL, empty content, bad input: exit 3, one line."""
-    await pg_pool.execute(
-        "INSERT INTO birddog.routes (agent_id, url, secret, kind) "
-        "VALUES ('poster', 'http://127.0.0.1:9/inbox', 'whsec_c2VjcmV0', 'http')"
-    )
+    """Unknown target, empty content, bad input: exit 3, one line, nothing written."""
     refused = await run_ask(database_url, *args, stdin=stdin)
     assert refused.returncode == 3, refused.stderr
     [error] = [line for line in refused.stderr.splitlines() if line.startswith("Error:")]
     assert says in error
     assert "Traceback" not in refused.stderr
     assert await job_count(pg_pool) == 0
-    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.routes") == 2
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.routes") == 1
+
+
+@pytest.mark.usefixtures("upper")
+async def test_an_asker_with_an_inbox_url_gets_its_answer_and_its_other_replies_are_posted(
+    database_url: str, pg_pool: Pool, harness: Harness, inbox: TestInbox
+) -> None:
+    """An agent whose route posts to a URL asks: the answer comes; a send's reply is posted.
+
+    The ask's reply lands in the asker's mailbox (no daemon needed); the reply to a plain
+    send from the same agent is posted to its inbox URL by the drain, as before.
+    """
+    await harness.add_agent("poster")
+    asking = asyncio.create_task(
+        run_ask(database_url, "--to", TARGET, "--from", "poster:s-p", "--timeout", "60", "hello")
+    )
+    await until_a_job_is_queued(pg_pool)
+    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    answered = await asking
+    assert (answered.returncode, answered.stdout) == (0, "HELLO\n"), answered.stderr
+    sent = await cli(
+        database_url, "send", "--to", TARGET, "--from", "poster:s-p", "--reply-to", "poster:s-p",
+        "--content", "fyi",
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    ran = await cli(database_url, "run", "--once")
+    assert ran.returncode == 0, ran.stderr
+    assert [reply.content for reply in inbox.replies] == ["FYI"], ran.stdout
+    route = await PostgresRoutes(pg_pool, clock=SystemClock()).route("poster")
+    assert route is not None
+    assert route.kind == "http"
+
+
+@pytest.mark.usefixtures("upper")
+async def test_an_agents_own_login_asks_with_an_inbox_url_route(
+    database_url: str, pg_pool: Pool, logins: dict[str, str]
+) -> None:
+    """Under the least-privilege roles, an agent's own login whose route posts to a URL asks."""
+    await pg_pool.execute(
+        "INSERT INTO birddog.routes (agent_id, url, secret, kind) "
+        "VALUES ('poster', 'http://127.0.0.1:9/inbox', 'whsec_c2VjcmV0', 'http')"
+    )
+    added = await cli(database_url, "agent", "add", "poster:s-p", "--login")
+    assert added.returncode == 0, added.stderr
+    [own] = re.findall(r"^DATABASE_URL=(\S+)$", added.stdout, re.M)
+    asking = asyncio.create_task(
+        run_ask(own, "--to", TARGET, "--from", "poster:s-p", "--timeout", "60", "hello")
+    )
+    await until_a_job_is_queued(pg_pool)
+    worked = await cli(logins["worker"], "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    answered = await asking
+    assert (answered.returncode, answered.stdout) == (0, "HELLO\n"), answered.stderr
+    # The answer was in poster's own mailbox (read by the ask); nothing owed to its URL.
+    assert (
+        await pg_pool.fetchval(
+            "SELECT count(*) FROM birddog.mailbox WHERE agent_id = 'poster' AND read_at IS NOT NULL"
+        )
+        == 1
+    )
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox") == 0
 
 
 @pytest.mark.usefixtures("upper", "mailbox_delivery")

@@ -22,10 +22,13 @@ from mcp.shared.exceptions import MCPError
 from pydantic import BaseModel
 
 from birddog.clock import SystemClock
+from birddog.http.inbox import Inbox
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, create_pool
+from birddog.postgres.routes import PostgresRoutes
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
 from tests.support.cli import Daemon, cli, cli_env, token_of
+from tests.support.inbox import TestInbox
 from tests.support.mcp import (
     agents_room,
     call,
@@ -97,6 +100,7 @@ async def test_an_ask_is_answered_by_a_command_agent(room: str, errlog: Any) -> 
     """Ask returns the command agent's output as the answer; the instructions name the caller."""
     async with mcp_session(room, "me:s-me", errlog) as session:
         assert "me:s-me" in (session.instructions or "")
+        assert "inbox URL" not in (session.instructions or "")
         structured, text, is_error = await call(
             session, "ask", to="upper:s-upper", content="what is due?"
         )
@@ -107,6 +111,42 @@ async def test_an_ask_is_answered_by_a_command_agent(room: str, errlog: Any) -> 
     # The text block alone carries the answer: a first line, then the result's JSON.
     assert summary_of(text) == f"answered: {structured['key']} (completed)"
     assert facts_of(text)["content"] == "WHAT IS DUE?"
+
+
+async def test_an_agent_with_an_inbox_route_asks_and_its_other_replies_are_posted(
+    room: str, room_pool: Pool, inbox: TestInbox, errlog: Any
+) -> None:
+    """As an agent whose route posts to a URL: ask answers; a send's reply goes to the URL."""
+    route = await PostgresRoutes(room_pool, cache_s=0, clock=SystemClock()).add(
+        "poster", inbox.url_for("poster")
+    )
+    assert route.secret is not None
+    inbox.secrets["poster"] = Inbox(route.secret)
+    async with mcp_session(room, "poster:s-poster", errlog) as session:
+        assert "Your route posts to an inbox URL" in (session.instructions or "")
+        answered, text, is_error = await call(
+            session, "ask", to="upper:s-upper", content="what is due?"
+        )
+        assert not is_error, text
+        assert (answered["status"], answered["content"]) == ("answered", "WHAT IS DUE?")
+        listed, _, _ = await call(session, "inbox", unread_only=False)
+        assert [reply["in_reply_to"] for reply in listed["replies"]] == [answered["key"]]
+        sent, text, is_error = await call(session, "send", to="upper:s-upper", content="fyi")
+        assert not is_error, text
+        # wait sees the mailbox only: for the send, it says where the reply goes instead.
+        _, text, is_error = await call(session, "wait", key=sent["key"], wait_s=1)
+        assert is_error
+        assert "posted to your inbox URL" in text
+        again, text, is_error = await call(session, "wait", key=answered["key"], wait_s=1)
+        assert not is_error, text
+        assert again["content"] == "WHAT IS DUE?"
+    await eventually(
+        lambda: [reply.content for reply in inbox.replies],
+        "the send's reply posted to poster's inbox URL",
+        until=lambda contents: contents == ["FYI"],
+        within_s=60,
+    )
+    assert inbox.replies[0].in_reply_to == sent["key"]
 
 
 async def test_a_slow_agent_is_pending_then_wait_gives_the_answer(room: str, errlog: Any) -> None:

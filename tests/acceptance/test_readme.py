@@ -25,16 +25,25 @@ import os
 import re
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.support import eventually, free_port
-from tests.support.cli import BIRDDOG, ROOT
+from tests.support.cli import BIRDDOG, ROOT, Daemon, cli_env
+from tests.support.inbox import TestInbox
+from tests.support.mcp import call, command_agents, json_errlog, stdio_mcp
+from tests.support.stacks import Harness
+from tests.support.transcript import play, steps_of
 
 README = ROOT / "README.md"
 SPOOL_DOC = ROOT / "docs" / "spool.md"
 AGENTS_DOC = ROOT / "docs" / "agents.md"
 RUN = "<!-- run by tests/acceptance/test_readme.py -->"
+PLAYED = "<!-- played by tests/acceptance/test_readme.py -->"
 SKIP = "<!-- not run by the README test"
 KEEPS_RUNNING = "(keeps running)"
 STOOD_IN_FOR = ("make run", "make test")
@@ -248,3 +257,79 @@ async def test_the_turns_session_of_docs_agents_runs_as_written_on_the_embedded_
     assert done.stdout.count("noted (3 mails in this turn, 2 of them reports)") == 2, done.stdout
     assert "on it: please rerun the flaky test" in done.stdout
     assert re.search(r"report\s+worker\s+1\s+3\s+3\.0", done.stdout), done.stdout
+
+
+def played_transcript(text: str) -> str:
+    """The ``text`` block right after the :data:`PLAYED` line of a docs page."""
+    after = text.split(PLAYED + "\n", 1)[1]
+    assert after.startswith("```text\n"), "the played transcript is a text block"
+    return after.removeprefix("```text\n").split("\n```", 1)[0]
+
+
+async def test_the_two_agents_transcript_of_docs_agents_plays_as_written(
+    database_url: str, harness: Harness, inbox: TestInbox, daemons: Callable[..., Daemon]
+) -> None:
+    """docs/agents.md's two agents, alice with an inbox URL route: every call as written.
+
+    Alice's route posts to an inbox URL, bob's is a mailbox, a drain daemon runs, and each
+    agent has its own ``birddog mcp --as`` over stdio. Every result is held to the
+    transcript; the reply to alice's send is then posted to her URL, and only that one.
+    """
+    steps = steps_of(played_transcript(AGENTS_DOC.read_text(encoding="utf-8")))
+    assert {step.tool for step in steps} >= {"ask", "next_task", "answer", "send", "result"}
+    await harness.add_agent("alice")
+    await harness.routes.add("bob", kind="mailbox")
+    daemons()
+    with json_errlog() as errlog:
+        async with (
+            stdio_mcp(database_url, "alice:s-alice", errlog) as alice,
+            stdio_mcp(database_url, "bob:s-bob", errlog) as bob,
+        ):
+            await play({"alice": alice, "bob": bob}, steps)
+    posted = await eventually(
+        lambda: [reply.content for reply in inbox.replies],
+        "the reply to alice's send, posted to her inbox URL",
+        until=bool,
+        within_s=60,
+    )
+    assert posted == ["Noted."]
+
+
+def mcp_configs(text: str) -> list[dict[str, Any]]:
+    """Every MCP server a ``json`` block of ``text`` configures (``mcpServers`` entries)."""
+    blocks = re.findall(r"^```json\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+    return [
+        server
+        for block in blocks
+        if "mcpServers" in block
+        for server in json.loads(block)["mcpServers"].values()
+    ]
+
+
+async def test_the_readme_mcp_config_starts_a_server_that_asks_as_written(
+    database_url: str,
+) -> None:
+    """The README's MCP JSON config, run as a client runs it: its ask gets its answer.
+
+    The command is the README's (``birddog``, the venv's), its arguments as written; the
+    README's tour's question (``ask upper:s-upper what is due``) goes to a command agent.
+    """
+    [server] = mcp_configs(README.read_text(encoding="utf-8"))
+    assert server["command"] == "birddog"
+    params = StdioServerParameters(
+        command=BIRDDOG, args=server["args"], env=cli_env(database_url, **server.get("env", {}))
+    )
+    with json_errlog() as errlog:
+        async with (
+            command_agents(database_url, slow_s=1, lease_s=60),
+            stdio_client(params, errlog=errlog) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            assert "me:s-me" in (session.instructions or "")
+            await session.list_tools()
+            answered, text, is_error = await call(
+                session, "ask", to="upper:s-upper", content="what is due?"
+            )
+    assert not is_error, text
+    assert answered["content"] == "WHAT IS DUE?"

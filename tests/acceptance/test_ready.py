@@ -91,3 +91,22 @@ async def test_uri_prints_the_database_in_use_and_psql_opens_it(database_url: st
     failed = await cli(database_url, "psql", "-c", "SELECT * FROM no_such_table")
     assert failed.returncode != 0
     assert "no_such_table" in failed.stderr
+
+
+async def test_a_daemon_says_at_start_that_pushes_may_reach_internal_addresses(
+    database_url: str, daemons: Callable[..., Daemon]
+) -> None:
+    """BIRDDOG_PUSH_EGRESS=internal is a warning at start (and an event); the default says none."""
+    opened = daemons(BIRDDOG_PUSH_EGRESS="internal", BIRDDOG_METRICS_PORT="0")
+    default = daemons(BIRDDOG_METRICS_PORT="0")
+    await eventually(lambda: _ready_lines(opened.log()), "the opened daemon's ready line")
+    await eventually(lambda: _ready_lines(default.log()), "the default daemon's ready line")
+    events = [json.loads(line) for line in opened.log().splitlines()]
+    [warning] = [event for event in events if event.get("event") == "push_egress_open"]
+    assert warning["mode"] == "internal"
+    assert any(
+        str(event.get("text", "")).startswith("WARNING: BIRDDOG_PUSH_EGRESS=internal")
+        for event in events
+    )
+    assert "push_egress_open" not in default.log()
+    assert "BIRDDOG_PUSH_EGRESS" not in default.log()

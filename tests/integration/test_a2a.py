@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -38,12 +39,15 @@ from birddog.bootstrap import (
     open_adapters,
 )
 from birddog.cancels import CancelHints
+from birddog.clock import SystemClock
 from birddog.core.jobs import AgentJobPayload
 from birddog.http import signing
 from birddog.http.server import listening_socket, serve_asgi, socket_url
 from birddog.postgres.caller_outbox import CallerOutbox
+from birddog.postgres.routes import PostgresRoutes
 from birddog.settings import Settings
 from tests.support import eventually, http_get_ok, job_row
+from tests.support.cli import cli, token_of
 from tests.support.inbox import posts_to
 
 AGENT = "helper"
@@ -170,6 +174,31 @@ async def test_a_message_is_answered_with_the_reply_as_artifact(
     assert task.context_id.startswith("ctx-")
     row = await job_row(served.pool, "ask:" + task.id)
     assert row["queue"] == task.context_id
+
+
+async def test_a_caller_whose_route_posts_to_a_url_gets_its_task_answered(
+    served: Served,
+) -> None:
+    """A caller with an inbox URL route: COMPLETED as any caller; its reply copy is posted."""
+    routes = PostgresRoutes(served.pool, cache_s=0, clock=SystemClock())
+    await routes.add("poster", "http://127.0.0.1:9/inbox")
+    added = await cli(served.dsn, "agent", "add", "poster:s-p")
+    assert added.returncode == 0, added.stderr
+    as_poster = dataclasses.replace(served, token=token_of(added.stdout))
+    async with client(as_poster) as a2a:
+        task = await send(a2a, pb.SendMessageRequest(message=message("from a url")))
+    assert task.status.state == pb.TASK_STATE_COMPLETED, task
+    assert text(task.status.message.parts) == "echo: from a url"
+    # The reply to the caller follows its route: owed to its URL, not put in a mailbox.
+    owed = await served.pool.fetchval(
+        "SELECT count(*) FROM birddog.outbox WHERE in_reply_to = $1 AND recipient_agent_id = $2",
+        task.id,
+        "poster",
+    )
+    assert owed == 1
+    route = await routes.route("poster")
+    assert route is not None
+    assert route.kind == "http"
 
 
 async def test_a_failing_agent_is_a_failed_task_with_its_diagnostic(served: Served) -> None:

@@ -19,7 +19,6 @@ from birddog import (
     AskTimedOut,
     InvalidInput,
     JobConflict,
-    NotAMailbox,
     Outcome,
     UnknownAgent,
     open_asking,
@@ -175,15 +174,48 @@ async def test_a_session_sent_work_before_can_be_asked(asking: Asking, pg_pool: 
 
 
 @pytest.mark.usefixtures("routes")
-async def test_an_asker_with_an_inbox_url_is_refused_before_anything_is_written(
-    asking: Asking, pg_pool: Pool, routes: PostgresRoutes
+async def test_an_asker_with_an_inbox_url_gets_its_answer_in_the_mailbox(
+    asking: Asking, pg_pool: Pool, jobs: PostgresJobs, routes: PostgresRoutes
 ) -> None:
-    """An asker whose replies are posted to a URL is refused: ask waits on mailboxes only."""
+    """An asker whose route posts to a URL asks anyway: the reply to it lands in its mailbox.
+
+    Its ask's job is marked ``askerMailbox``; the settlement delivers that reply with its
+    receipt, and no outbox row is left for the URL. The route stays what it was.
+    """
     await routes.add("poster", "http://127.0.0.1:9/inbox")
-    with pytest.raises(NotAMailbox) as caught:
-        await asking.ask(to=TARGET, from_="poster:s-p", content="hello", timeout_s=1)
-    assert caught.value.field == "from"
-    assert await counts(pg_pool) == (0, 2)
+    asked = asyncio.create_task(
+        asking.ask(to=TARGET, from_="poster:s-p", content="hello", key="k-url", timeout_s=60)
+    )
+    job_id = await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HELLO")
+    assert await asyncio.wait_for(asked, 60) == "HELLO"
+    payload = await pg_pool.fetchval(
+        "SELECT payload ->> 'askerMailbox' FROM birddog.jobs WHERE job_id = $1", job_id
+    )
+    assert payload == "true"
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox") == 0
+    route = await routes.route("poster")
+    assert route is not None
+    assert route.kind == "http"
+
+
+@pytest.mark.usefixtures("routes")
+async def test_other_replies_to_an_asker_with_an_inbox_url_still_go_to_its_url(
+    asking: Asking, pg_pool: Pool, jobs: PostgresJobs, routes: PostgresRoutes
+) -> None:
+    """A plain send from that agent is not marked: its reply waits in the outbox for the URL."""
+    await routes.add("poster", "http://127.0.0.1:9/inbox")
+    await asking.send(to=TARGET, from_="poster:s-p", content="fyi", key="k-send")
+    claimed = await jobs.claim(lease_s=30)
+    assert claimed is not None
+    assert "askerMailbox" not in claimed.job.payload
+    [key] = await jobs.settle(
+        job_id=claimed.job.job_id,
+        claim_token=claimed.claim_token,
+        outcome=Outcome.COMPLETED,
+        content="noted",
+    )
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox WHERE key = $1", key) == 1
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.mailbox") == 0
 
 
 @pytest.mark.usefixtures("routes")

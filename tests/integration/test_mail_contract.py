@@ -18,7 +18,6 @@ from birddog import (
     AgentWork,
     JobConflict,
     Mail,
-    NotAMailbox,
     Outcome,
     UnknownAgent,
     agent_job,
@@ -173,12 +172,21 @@ async def test_an_unknown_target_is_refused_and_nothing_written(backend: Backend
     assert await backend.routes.route("asker") is None
 
 
-async def test_an_asker_posting_to_a_url_is_not_a_mailbox(backend: Backend) -> None:
-    """An asker whose route posts to an inbox URL is refused when a mailbox is required."""
+async def test_an_asker_posting_to_a_url_gets_its_answer_in_its_mailbox(
+    backend: Backend,
+) -> None:
+    """An asker whose route posts to an inbox URL may ask: the reply lands in its mailbox."""
     poster = AgentAddress(agent_id="poster", session_id="s-p")
     await backend.routes.add("poster", "https://poster.example/inbox")
-    with pytest.raises(NotAMailbox):
-        await backend.asks.write(question(asker=poster), timeout_s=STEP_S)
+    posted = await backend.asks.write(question(asker=poster), timeout_s=STEP_S)
+    assert (posted.replay, posted.mailbox_added) == (False, False)
+    await backend.answer(Outcome.COMPLETED, "HI")
+    entry = await backend.mailbox.wait("k-1", STEP_S, owner=poster)
+    assert entry is not None
+    assert entry.content == "HI"
+    route = await backend.routes.route("poster")
+    assert route is not None
+    assert route.kind == "http"
 
 
 async def test_a_mailbox_is_given_once(backend: Backend) -> None:

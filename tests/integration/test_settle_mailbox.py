@@ -9,6 +9,7 @@ import pytest
 
 from birddog import Outcome, has_pending_delivery
 from birddog.clock import SystemClock
+from birddog.core.ask import with_asker_mailbox
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.mailbox import PostgresMailbox
 from birddog.postgres.pool import Pool
@@ -65,6 +66,24 @@ async def test_a_mailbox_reply_is_delivered_with_its_receipt_and_no_outbox_row(
     assert entry.reply is not None
     assert (entry.reply.content, entry.reply.to) == ("done", ALICE)
     assert await wake_at(pg_pool) == T0
+
+
+async def test_a_marked_ask_puts_only_the_askers_reply_in_its_mailbox(
+    jobs: PostgresJobs, pg_pool: Pool, routes: PostgresRoutes
+) -> None:
+    """askerMailbox: Alice's reply (she sent the mail) skips her URL; Carol's is still owed."""
+    await routes.add("alice", "http://127.0.0.1:9/alice")
+    await routes.add("carol", "http://127.0.0.1:9/carol")
+    await enqueue(pg_pool, with_asker_mailbox(make_job(reply_to=(ALICE, CAROL))))
+    token = (await claim(jobs)).claim_token
+    keys = await jobs.settle(
+        job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content="done"
+    )
+    assert keys == ["outbox:mail-job-1:reply:0", "outbox:mail-job-1:reply:1"]
+    assert [row["key"] for row in await outbox_rows(pg_pool)] == ["outbox:mail-job-1:reply:1"]
+    [entry] = await PostgresMailbox(pg_pool, clock=SystemClock()).read("alice")
+    assert (entry.key, entry.content) == ("outbox:mail-job-1:reply:0", "done")
+    assert await PostgresMailbox(pg_pool, clock=SystemClock()).read("carol") == []
 
 
 async def test_only_mailbox_replies_leave_nothing_owed_and_no_wake(

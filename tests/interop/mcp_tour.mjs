@@ -6,12 +6,14 @@
 // SDK validates each result's structured content against the tool's output schema.
 // Then: every tool's success, every kind of bad input, progress, a cancelled ask, and a
 // task taken and answered. What the model would see is read from the text block alone.
+// A third agent, "poster" (one whose route posts to an inbox URL), asks and sends.
 //
 // Usage: node mcp_tour.mjs '<config JSON>'
 //   {"transport": "stdio", "alice": {"command", "args", "env", "cwd"}, "bob": {...},
-//    "maxContentBytes": 4096}
+//    "poster": {...}, "maxContentBytes": 4096}
 //   {"transport": "http", "url": "http://127.0.0.1:PORT/mcp",
-//    "alice": {"token": "..."}, "bob": {"token": "..."}, "maxContentBytes": 4096}
+//    "alice": {"token": "..."}, "bob": {"token": "..."}, "poster": {"token": "..."},
+//    "maxContentBytes": 4096}
 // Prints one JSON object: {"steps": {label: observation}}; the pytest test asserts on it.
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -88,6 +90,7 @@ async function replyTo(client, key) {
 
 const alice = await connect("alice");
 const bob = await connect("bob");
+const poster = await connect("poster");
 try {
   const { tools } = await alice.listTools();
   await bob.listTools();
@@ -181,8 +184,21 @@ try {
   }
   steps.unknown_tool = await call(alice, "nonesuch", {});
   steps.after_errors = await call(alice, "agents", {});
+
+  // An agent whose route posts to an inbox URL asks like any other: the answer comes (its
+  // reply lands in its mailbox); the reply to its send goes to its URL (the test reads it).
+  await poster.listTools();
+  steps.poster_ask = await call(poster, "ask", {
+    to: "upper:s-upper",
+    content: "asked from an inbox route",
+  });
+  steps.poster_send = await call(poster, "send", {
+    to: "upper:s-upper",
+    content: "sent from an inbox route",
+  });
 } finally {
   await alice.close();
   await bob.close();
+  await poster.close();
 }
 process.stdout.write(JSON.stringify({ steps }) + "\n");

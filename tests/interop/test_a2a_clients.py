@@ -9,9 +9,7 @@ reason, where ``node`` or the installed ``node_modules`` (``make interop-deps``)
 
 from __future__ import annotations
 
-import asyncio
 import json
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,10 +18,10 @@ import pytest
 
 from tests.support.cli import Daemon, cli, token_of
 from tests.support.mcp import agents_room
+from tests.support.node import NODE, run_tour
 from tests.support.waiting import eventually
 
 HERE = Path(__file__).parent
-NODE = shutil.which("node")
 SDK = HERE / "node_modules" / "@a2a-js" / "sdk" / "package.json"
 SLOW_S = 30.0
 SIGNING_SECRET = "whsec_" + "aW50ZXJvcC1wdXNoLXNpZ25pbmctc2VjcmV0LTMyYnl0ZXM="
@@ -65,25 +63,8 @@ async def a2a_url(server: Daemon) -> str:
 
 
 async def tour(config: dict[str, Any]) -> dict[str, Any]:
-    """Run ``a2a_tour.mjs`` with ``config``; its steps (failing with its stderr if it fails)."""
-    assert NODE is not None
-    proc = await asyncio.create_subprocess_exec(
-        NODE,
-        str(HERE / "a2a_tour.mjs"),
-        json.dumps(config),
-        cwd=HERE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 240)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode == 0, err.decode()[-4000:]
-    steps: dict[str, Any] = json.loads(out)["steps"]
-    return steps
+    """Run ``a2a_tour.mjs`` with ``config``; its steps."""
+    return await run_tour(HERE / "a2a_tour.mjs", config)
 
 
 async def test_the_js_sdk_resolves_sends_cancels_and_verifies_a_push(room: str) -> None:

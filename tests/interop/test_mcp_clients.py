@@ -11,21 +11,24 @@ absent.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from birddog.clock import SystemClock
+from birddog.http.inbox import Inbox
+from birddog.postgres.pool import create_pool
+from birddog.postgres.routes import PostgresRoutes
 from tests.support.cli import ROOT, Daemon, cli, cli_env, command_line, token_of
+from tests.support.inbox import TestInbox, serving
 from tests.support.mcp import agents_room, facts_of, server_url, summary_of
+from tests.support.node import NODE, run_tour
+from tests.support.waiting import eventually
 
 HERE = Path(__file__).parent
-NODE = shutil.which("node")
 SDK = HERE / "node_modules" / "@modelcontextprotocol" / "sdk" / "package.json"
 MAX_CONTENT_BYTES = 4096
 LEASE_S = 3.0
@@ -51,25 +54,8 @@ async def room(database_factory: Any) -> AsyncIterator[str]:
 
 
 async def tour(config: dict[str, Any]) -> dict[str, Any]:
-    """Run ``mcp_tour.mjs`` with ``config``; its steps (failing with its stderr if it fails)."""
-    assert NODE is not None
-    proc = await asyncio.create_subprocess_exec(
-        NODE,
-        str(HERE / "mcp_tour.mjs"),
-        json.dumps({**config, "maxContentBytes": MAX_CONTENT_BYTES}),
-        cwd=HERE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 240)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode == 0, err.decode()[-4000:]
-    steps: dict[str, Any] = json.loads(out)["steps"]
-    return steps
+    """Run ``mcp_tour.mjs`` with ``config`` (and this module's content limit); its steps."""
+    return await run_tour(HERE / "mcp_tour.mjs", {**config, "maxContentBytes": MAX_CONTENT_BYTES})
 
 
 def stdio_side(dsn: str, identity: str) -> dict[str, Any]:
@@ -184,38 +170,78 @@ def assert_tour(steps: dict[str, Any]) -> None:
     assert "nonesuch" in steps["unknown_tool"]["thrown"]["message"]
     assert not steps["after_errors"]["isError"]
 
+    # The agent whose route posts to an inbox URL got its answer, in the text block.
+    asked = steps["poster_ask"]
+    assert not asked["isError"], asked
+    assert summary_of(asked["text"]).startswith("answered: ")
+    assert "ASKED FROM AN INBOX ROUTE" in asked["text"]
+    assert not steps["poster_send"]["isError"], steps["poster_send"]
+
+
+async def route_to(room: str, inbox: TestInbox, agent: str) -> None:
+    """Give ``agent`` an inbox URL route to ``inbox`` (its replies are posted, signed)."""
+    pool = await create_pool(room, max_size=1)
+    try:
+        route = await PostgresRoutes(pool, cache_s=0, clock=SystemClock()).add(
+            agent, inbox.url_for(agent)
+        )
+    finally:
+        await pool.close()
+    assert route.secret is not None
+    inbox.secrets[agent] = Inbox(route.secret)
+
+
+async def until_posted(inbox: TestInbox, steps: dict[str, Any]) -> None:
+    """The reply to the inbox-routed agent's send is posted to its URL; its ask's is not."""
+    key = facts_of(steps["poster_send"]["text"])["key"]
+    posted = await eventually(
+        lambda: [(reply.in_reply_to, reply.content) for reply in inbox.replies],
+        "the send's reply posted to the agent's inbox URL",
+        until=lambda seen: seen == [(key, "SENT FROM AN INBOX ROUTE")],
+        within_s=60,
+    )
+    assert posted == [(key, "SENT FROM AN INBOX ROUTE")]
+
 
 async def test_the_ts_sdk_client_over_stdio_reads_every_result(room: str) -> None:
     """Over stdio, a TS SDK client sees every answer, reply, task and error reason in text."""
-    steps = await tour(
-        {
-            "transport": "stdio",
-            "alice": stdio_side(room, "alice:s-alice"),
-            "bob": stdio_side(room, "bob:s-bob"),
-        }
-    )
-    assert_tour(steps)
+    async with serving(TestInbox()) as inbox:
+        await route_to(room, inbox, "carol")
+        steps = await tour(
+            {
+                "transport": "stdio",
+                "alice": stdio_side(room, "alice:s-alice"),
+                "bob": stdio_side(room, "bob:s-bob"),
+                "poster": stdio_side(room, "carol:s-carol"),
+            }
+        )
+        assert_tour(steps)
+        await until_posted(inbox, steps)
 
 
 async def test_the_ts_sdk_client_over_http_reads_every_result(room: str) -> None:
     """Over streamable HTTP with bearer headers, the same tour reads the same."""
-    tokens = {}
-    for address in ("alice:s-alice", "bob:s-bob"):
-        added = await cli(room, "agent", "add", address)
-        assert added.returncode == 0, added.stderr
-        tokens[address.split(":")[0]] = token_of(added.stdout)
-    server = Daemon(room, "--http", "--port", "0", command="mcp", **ENV)
-    try:
-        url = await server_url(server)
-        steps = await tour(
-            {
-                "transport": "http",
-                "url": url,
-                "alice": {"token": tokens["alice"]},
-                "bob": {"token": tokens["bob"]},
-            }
-        )
-    finally:
-        code, log = server.terminate()
-    assert code == 0, log
-    assert_tour(steps)
+    async with serving(TestInbox()) as inbox:
+        await route_to(room, inbox, "dave")
+        tokens = {}
+        for address in ("alice:s-alice", "bob:s-bob", "dave:s-dave"):
+            added = await cli(room, "agent", "add", address)
+            assert added.returncode == 0, added.stderr
+            tokens[address.split(":")[0]] = token_of(added.stdout)
+        server = Daemon(room, "--http", "--port", "0", command="mcp", **ENV)
+        try:
+            url = await server_url(server)
+            steps = await tour(
+                {
+                    "transport": "http",
+                    "url": url,
+                    "alice": {"token": tokens["alice"]},
+                    "bob": {"token": tokens["bob"]},
+                    "poster": {"token": tokens["dave"]},
+                }
+            )
+        finally:
+            code, log = server.terminate()
+        assert code == 0, log
+        assert_tour(steps)
+        await until_posted(inbox, steps)

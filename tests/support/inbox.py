@@ -98,3 +98,13 @@ class TestInbox(InboxServer):
                 return answer
         self.replies.append(received.reply)
         return web.json_response({"accepted": True})
+
+
+@contextlib.asynccontextmanager
+async def serving(box: TestInbox) -> AsyncIterator[TestInbox]:
+    """``box`` started on 127.0.0.1 for the block, stopped after it."""
+    await box.start()
+    try:
+        yield box
+    finally:
+        await box.stop()

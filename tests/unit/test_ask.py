@@ -7,7 +7,14 @@ from datetime import UTC, datetime
 import pytest
 
 from birddog import AgentAddress, InvalidInput, Mail, decode_agent_job
-from birddog.core.ask import ask_job, ask_job_id, new_ask_key, parse_address, replay_conflicts
+from birddog.core.ask import (
+    ask_job,
+    ask_job_id,
+    new_ask_key,
+    parse_address,
+    replay_conflicts,
+    with_asker_mailbox,
+)
 
 UPPER = AgentAddress(agent_id="upper", session_id="s-upper")
 ASKER = AgentAddress(agent_id="asker", session_id="s-ask")
@@ -78,3 +85,23 @@ def test_replay_conflicts_name_what_differs() -> None:
     assert replay_conflicts(mail, mail.model_copy(update={"created_at": 99})) == []
     other = mail.model_copy(update={"content": "ho", "to": ASKER})
     assert replay_conflicts(mail, other) == ["to", "content"]
+
+
+def test_an_ask_marked_asker_mailbox_says_so_beside_the_mail_and_reads_back() -> None:
+    """The mark sits beside the mail only when true and reads back; a non-boolean one fails."""
+    job = ask_job(
+        to=UPPER, asker=ASKER, content="hi", key="k-1", created_at_ms=1, max_content_bytes=64
+    )
+    assert "askerMailbox" not in job.payload
+    marked = with_asker_mailbox(job)
+    assert marked.payload["askerMailbox"] is True
+    mail = marked.payload["mail"]
+    assert isinstance(mail, dict)
+    assert "askerMailbox" not in mail
+    decoded = decode_agent_job(marked)
+    assert decoded.asker_mailbox is True
+    assert decoded.as_payload() == marked.payload
+    assert decode_agent_job(job).as_payload() == job.payload
+    bad = marked.model_copy(update={"payload": {**marked.payload, "askerMailbox": "yes"}})
+    with pytest.raises(InvalidInput):
+        decode_agent_job(bad)

@@ -20,7 +20,6 @@ from birddog import (
     AskTimedOut,
     InvalidInput,
     JobConflict,
-    NotAMailbox,
     Outcome,
     SpoolFailed,
     StoreUnavailable,
@@ -86,12 +85,13 @@ async def test_an_ask_to_an_unknown_session_writes_nothing(world: World) -> None
     assert await world.routes.route("asker") is None
 
 
-async def test_an_asker_with_an_inbox_url_is_refused(world: World) -> None:
-    """Ask waits on mailboxes only: an asker whose route posts to a URL gets NotAMailbox."""
+async def test_an_asker_with_an_inbox_url_asks_and_its_job_says_so(world: World) -> None:
+    """An asker whose route posts to a URL asks: its job is marked askerMailbox, a send's not."""
     await world.routes.add("poster", "https://poster.example/inbox")
-    with pytest.raises(NotAMailbox):
-        await world.mail.send_ask(to=UPPER, from_="poster:s-p", content="hi")
-    assert world.jobs.jobs == {}
+    asked = await world.mail.send_ask(to=UPPER, from_="poster:s-p", content="hi")
+    sent = await world.mail.send(to=UPPER, from_="poster:s-p", content="fyi")
+    assert world.jobs.jobs[asked.job_id].job.payload["askerMailbox"] is True
+    assert "askerMailbox" not in world.jobs.jobs[sent.job_id].job.payload
 
 
 async def test_the_same_key_again_is_a_replay_and_another_mail_a_conflict(world: World) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from birddog.core.errors import InvalidInput, JobConflict, NotAMailbox, UnknownAgent
+from birddog.core.errors import InvalidInput, JobConflict, UnknownAgent
 from birddog.core.jobs import AgentWork, Job, agent_job
 from birddog.core.kinds import DEFAULT_KIND, Kind
 from birddog.core.mail import AgentAddress, Mail
@@ -225,14 +225,17 @@ def key_conflict(key: str, differing: Sequence[str]) -> JobConflict:
     )
 
 
-def not_a_mailbox(owner: AgentAddress) -> NotAMailbox:
-    """The refusal of an asker whose route posts to an inbox URL (an ask waits on mailboxes).
+def with_asker_mailbox(job: Job) -> Job:
+    """``job`` marked ``askerMailbox``: its reply to the asker lands in the asker's mailbox.
+
+    What ``birddog.send_mail`` does to an ask from an agent whose route posts to an inbox
+    URL: the settlement then delivers the reply to the mail's ``from`` into its mailbox
+    (where the ask waits), and every other reply as its route says.
 
     Args:
-        owner: the asker.
+        job: an ask's agent job.
+
+    Returns:
+        The same job with ``askerMailbox: true`` beside the mail in its payload.
     """
-    return NotAMailbox(
-        f"the asker {owner.agent_id!r} has an inbox URL route; ask waits on mailboxes "
-        "only: ask from an agent without a route, or one added with --mailbox",
-        field="from",
-    )
+    return job.model_copy(update={"payload": {**job.payload, "askerMailbox": True}})

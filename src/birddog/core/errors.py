@@ -9,7 +9,7 @@ Every error BirdDog raises on purpose derives from one root::
     │   ├── InvalidSecret: a signing secret that is not ``whsec_<base64>``
     │   ├── InvalidSetting: a setting that cannot work as given (named, never echoed)
     │   ├── UnknownAgent: an ask to an agent session BirdDog has never heard of
-    │   └── NotAMailbox: an asker whose replies go to an inbox URL, not a mailbox
+    │   └── NotAMailbox: kept for callers that catch it; no longer raised
     ├── JobConflict: a replayed job id whose fields differ from the stored job
     ├── JobNotFound: no job with that id
     ├── StaleClaim: a claim token that no longer holds the job
@@ -121,7 +121,11 @@ class UnknownAgent(InvalidInput):
 
 
 class NotAMailbox(InvalidInput):
-    """The asker's replies are posted to an inbox URL; ask waits on mailboxes only."""
+    """Kept for callers that catch it; BirdDog no longer raises it.
+
+    An ask from an agent whose route posts to an inbox URL was refused with it; such an ask
+    is now marked so that its reply lands in the asker's mailbox (``askerMailbox``).
+    """
 
 
 class JobConflict(BirdDogError):

@@ -80,18 +80,24 @@ class AgentJobPayload(Model):
 
     ``kind`` is absent from the payload's JSON for a ``task`` (so a task's payload is the
     TypeScript BirdDog's), present for any other kind; it is never inside the mail.
+    ``asker_mailbox`` (``askerMailbox``, present only when true) marks an ask whose asker's
+    route posts to a URL: the settlement delivers the reply to the asker into its mailbox,
+    where the ask waits, whatever its route (``birddog.send_mail`` sets it).
     """
 
     session_id: Id
     command_fact_id: Id
     mail: Mail | None = None
     kind: Kind = DEFAULT_KIND
+    asker_mailbox: bool = Field(default=False, strict=True)
 
     def as_payload(self) -> dict[str, JsonValue]:
-        """The job payload's JSON: ``kind`` only when it is not ``task``, no ``null`` fields."""
-        fields = self.model_dump(mode="json", exclude_none=True, exclude={"kind"})
+        """The payload's JSON: ``kind`` unless ``task``, ``askerMailbox`` if true, no nulls."""
+        fields = self.model_dump(mode="json", exclude_none=True, exclude={"kind", "asker_mailbox"})
         if self.kind is not DEFAULT_KIND:
             fields["kind"] = self.kind.value
+        if self.asker_mailbox:
+            fields["askerMailbox"] = True
         return fields
 
 

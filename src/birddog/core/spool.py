@@ -102,7 +102,8 @@ class Outgoing(Model):
             replay rules, a mailbox route for ``mailbox_for``); False for a job enqueued as
             it is (``birddog send --job-id``: the job id's replay rules only).
         mailbox_for: give this agent a mailbox route when it has none (checked only).
-        require_mailbox: refuse when ``mailbox_for`` posts to an inbox URL (an ask).
+        require_mailbox: an ask: the reply to ``mailbox_for`` lands in its mailbox even
+            when its route posts to an inbox URL.
         keep_stored_time: unchecked only: a job already stored under this id lends its
             mail's ``createdAt``, so a retried send whose time was not pinned is a replay.
         destination: the database the mail was meant for (the spool stamps its own when

@@ -120,7 +120,8 @@ TOOLS: Final[dict[str, dict[str, Any]]] = {
     "send": {
         "title": "Send mail",
         "description": "Send mail to an agent session; its replies land in your mailbox "
-        "(or go to reply_to). Returns at once.",
+        "(posted instead when your route is an inbox URL; or they go to reply_to). "
+        "Returns at once.",
         "annotations": _hints(read_only=False, open_world=True),
         "input": {
             "properties": {

@@ -32,13 +32,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import structlog
 
-from birddog.core.ask import address_text, parse_address
+from birddog.core.ask import address_text, ask_job_id, parse_address
 from birddog.core.errors import (
     AskFailed,
     AskTimedOut,
     BirdDogError,
     InvalidInput,
     JobConflict,
+    JobNotFound,
     StoreUnavailable,
 )
 from birddog.core.mail import AgentAddress
@@ -175,6 +176,7 @@ class AgentTools:
         try:
             unread = await self.services.mailbox.unread_count(caller, timeout_s=STEP_TIMEOUT_S)
             queued, _oldest = await self.services.jobs.queued_backlog(queues=[caller.session_id])
+            posted = await self._posts_to_url(caller)
         except StoreUnavailable:
             return (
                 f"You are {text} on BirdDog, a durable mail room for agents. The database "
@@ -187,7 +189,38 @@ class AgentTools:
             "ask waits for an answer at most wait_s, then gives status pending and the key: "
             "the answer still lands in your mailbox (wait with the key, or inbox). A tool "
             "error is never an answer."
+            + (
+                " Your route posts to an inbox URL: the replies to what you send go there, "
+                "while the answer to an ask comes to this mailbox."
+                if posted
+                else ""
+            )
         )
+
+    async def _reply_comes_here(self, key: str, caller: AgentAddress) -> bool:
+        """Whether the reply to ``key`` is (or will be) in ``caller``'s mailbox.
+
+        Yes when the caller's route is a mailbox, when the reply is there already, or
+        when the mail is an ask marked ``askerMailbox``; otherwise it is posted to the
+        caller's inbox URL, where no wait here can see it. With the database away it
+        cannot be told: the wait then goes on (and says where the mail stands).
+        """
+        try:
+            if not await self._posts_to_url(caller):
+                return True
+            if await self.services.mailbox.wait(key, 0, owner=caller) is not None:
+                return True
+            job = await self.services.jobs.get(ask_job_id(key))
+        except StoreUnavailable:
+            return True
+        except JobNotFound:
+            return False
+        return job.payload.get("askerMailbox") is True
+
+    async def _posts_to_url(self, caller: AgentAddress) -> bool:
+        """Whether ``caller``'s route posts its replies to an inbox URL (not a mailbox)."""
+        routes = await self.services.routes.list()
+        return any(r.agent_id == caller.agent_id and r.kind != "mailbox" for r in routes)
 
     async def prepare(self, caller: AgentAddress) -> bool:
         """Give ``caller`` a mailbox route when it has none; True when one was added."""
@@ -224,8 +257,8 @@ class AgentTools:
         status = "already sent" if sent.replay else "sent"
         return ToolResult(
             {"status": status, "key": sent.key, "job_id": sent.job_id},
-            f"{status}: {sent.key} to {address_text(sent.to)} (its replies: inbox, or wait "
-            "with the key)",
+            f"{status}: {sent.key} to {address_text(sent.to)} (its replies follow your "
+            "route: with a mailbox, inbox or wait with the key; an inbox URL has them posted)",
         )
 
     async def _ask(
@@ -269,6 +302,11 @@ class AgentTools:
         if mail is None or caller not in mail.reply_to:
             raise ToolRefused(
                 f"key: no mail with key {key!r} owes you a reply (send or ask gives a key)"
+            )
+        if not await self._reply_comes_here(key, caller):
+            raise ToolRefused(
+                f"key: the reply to {key!r} is posted to your inbox URL (your route), not "
+                "kept in your mailbox, so wait cannot see it; only an ask's answer comes here"
             )
         return await _answer_of(
             self.services.sender.awaiting(key, caller, timeout_s=wait_s), progress

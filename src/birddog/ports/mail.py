@@ -52,7 +52,8 @@ class AskStore(Protocol):
         Args:
             job: the agent job carrying the mail.
             mailbox_for: give this agent a mailbox route when it has none.
-            require_mailbox: refuse when ``mailbox_for`` has an inbox URL route.
+            require_mailbox: an ask: its reply to ``mailbox_for`` lands in the mailbox
+                whatever ``mailbox_for``'s route (the job is marked ``askerMailbox``).
             timeout_s: the longest wait for a database connection.
         """
         ...

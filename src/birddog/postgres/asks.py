@@ -2,9 +2,10 @@
 
 One statement per mail (``birddog.send_mail``, its own transaction, one round trip): the
 key is locked (so two asks with one key cannot both write), the sender's route is looked
-at (an asker must take its replies from a mailbox; one without a route gets a mailbox
-route in the same transaction), the target must be known, and a key sent before is a
-replay when the mail is the same, a conflict otherwise. Only then is the job enqueued.
+at (an asker without a route gets a mailbox route in the same transaction; an ask from
+one whose route posts to a URL is marked so that its reply lands in the asker's mailbox
+anyway), the target must be known, and a key sent before is a replay when the mail is the
+same, a conflict otherwise. Only then is the job enqueued.
 A caller with a deadline waits for a pool connection no longer than its ``timeout_s``.
 
 :meth:`PostgresAsks.write` writes an :class:`~birddog.core.spool.Outgoing`: a send or an
@@ -22,7 +23,6 @@ from birddog.core.ask import (
     COMPARED,
     Posted,
     key_conflict,
-    not_a_mailbox,
     replay_conflicts,
     unknown_target,
 )
@@ -78,7 +78,8 @@ class PostgresAsks:
         Args:
             job: the agent job carrying the mail.
             mailbox_for: give this agent a mailbox route when it has none.
-            require_mailbox: refuse when ``mailbox_for`` has an inbox URL route.
+            require_mailbox: an ask: its reply to ``mailbox_for`` lands in the mailbox even
+                when ``mailbox_for``'s route posts to an inbox URL (the job is marked).
             timeout_s: the longest wait for a pool connection.
 
         Returns:
@@ -86,7 +87,6 @@ class PostgresAsks:
 
         Raises:
             UnknownAgent: the target has no route and its session was never sent work.
-            NotAMailbox: ``mailbox_for`` posts to an inbox URL and a mailbox is required.
             JobConflict: the key was sent before with another mail.
             StoreBusy: no pool connection was free within ``timeout_s``; nothing written.
             StoreUnavailable: the database is unreachable; nothing was written.
@@ -120,7 +120,7 @@ class PostgresAsks:
                     row = await conn.fetchrow(queries["ask_send"], *args)
         if row is None:  # the function returns one row
             raise StoreUnavailable("the database answered the send with no row")
-        return _sent(row, job, mail, mailbox_for, require_mailbox)
+        return _sent(row, job, mail)
 
     async def write(self, outgoing: Outgoing, *, timeout_s: float) -> Posted:
         """Write one mail as its sender asked: checked (:meth:`send`) or enqueued as it is.
@@ -134,7 +134,6 @@ class PostgresAsks:
 
         Raises:
             UnknownAgent: checked (or ``require_known``), and the target is not known.
-            NotAMailbox: checked, and the sender must take replies from a mailbox.
             JobConflict: the key (checked) or the job id was sent before with another mail.
             StoreBusy: no pool connection was free within ``timeout_s``; nothing written.
             StoreUnreachable: no connection could be opened; nothing reached the database.
@@ -271,13 +270,9 @@ async def _with_stored_time(conn: Connection, job: Job) -> Job:
     return with_created_at(job, payload.mail.created_at)
 
 
-def _sent(
-    row: Row, job: Job, mail: Mail, mailbox_for: AgentAddress | None, require_mailbox: bool
-) -> Posted:
+def _sent(row: Row, job: Job, mail: Mail) -> Posted:
     """What ``birddog.send_mail``'s answer says: posted, or the typed error of its check."""
     outcome = row["outcome"]
-    if outcome == "not_a_mailbox" and mailbox_for is not None:
-        _check_mailbox(row["route_kind"], mailbox_for, required=True)
     if outcome == "unknown":
         raise unknown_target(mail.to)
     if outcome == "stored":
@@ -300,13 +295,4 @@ def _sent(
     if outcome != "enqueued":
         raise StoreUnavailable(f"the database answered the send with {outcome!r}")
     result = enqueued(job, row)
-    if mailbox_for is not None and not result.mailbox_added:
-        # A route the sender had, or one another process added meanwhile: it must still do.
-        _check_mailbox(row["route_kind"], mailbox_for, required=require_mailbox)
     return Posted(replay=not result.inserted, mailbox_added=result.mailbox_added)
-
-
-def _check_mailbox(kind: str | None, owner: AgentAddress, *, required: bool) -> None:
-    """Refuse an asker whose route posts to an inbox URL (ask waits on mailboxes only)."""
-    if required and kind is not None and kind != "mailbox":
-        raise not_a_mailbox(owner)

@@ -16,7 +16,7 @@ import structlog
 
 from birddog.bootstrap import A2A_POOL_SIZE, Announce, a2a_services, open_adapters
 from birddog.http.server import listening_socket, serve_asgi, socket_url
-from birddog.processes.sides import ProcessTasks, forward_spool
+from birddog.processes.sides import ProcessTasks, forward_spool, warn_if_push_egress_open
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
 
@@ -55,13 +55,7 @@ async def run_a2a(
             ProcessTasks(stop=stop) as sides,
         ):
             services = a2a_services(adapters, wait_s=wait_s)
-            if settings.push_egress != "public":
-                # An operator opened pushes to private and loopback addresses: said loudly.
-                log.warning("push_egress_open", mode=settings.push_egress)
-                announce(
-                    "WARNING: BIRDDOG_PUSH_EGRESS=internal: A2A push configs may point "
-                    "at private and loopback addresses (this host, its network)"
-                )
+            warn_if_push_egress_open(settings, announce)
             app = a2a_app(services, public_url=url, version=version("birddog"))
 
             def ready(bound: str) -> None:

@@ -40,6 +40,7 @@ from birddog.processes.sides import (
     metrics_server,
     reap_every_s,
     reap_expired_jobs,
+    warn_if_push_egress_open,
 )
 from birddog.runtime import stop_on_signals
 from birddog.settings import Settings
@@ -88,6 +89,7 @@ async def run_daemon(
         InvalidSetting: the metrics port is taken (the message names the setting).
         DatabaseRefused: the database turned the connection away for good.
     """
+    warn_if_push_egress_open(settings, announce)
     with stop_on_signals() as stop:
         try:
             async with open_adapters(

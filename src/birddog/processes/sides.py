@@ -30,7 +30,7 @@ a statement whose caller was cancelled may still commit on the server after the 
 word, and bring the row back. An error of the body itself goes up unchanged.
 
 Side actions more than one process runs live here too (:func:`reap_expired_jobs`,
-:func:`forward_spool`, :func:`metrics_server`).
+:func:`forward_spool`, :func:`metrics_server`, :func:`warn_if_push_egress_open`).
 """
 
 from __future__ import annotations
@@ -333,3 +333,24 @@ async def metrics_server(
         yield f"http://{host}:{port}/metrics"
     finally:
         await runner.cleanup()
+
+
+def warn_if_push_egress_open(settings: Settings, announce: Callable[[str], None] | None) -> None:
+    """Say loudly at start that A2A pushes may reach private and loopback addresses.
+
+    ``BIRDDOG_PUSH_EGRESS=internal`` lets a caller's push config point at this host and
+    its network; the drain daemon (which posts the pushes) and ``birddog a2a`` (which
+    takes the configs) each say so, on stderr and in the log (``push_egress_open``).
+
+    Args:
+        settings: the process's settings.
+        announce: where the process's start lines go (None: the log only).
+    """
+    if settings.push_egress == "public":
+        return
+    log.warning("push_egress_open", mode=settings.push_egress)
+    if announce is not None:
+        announce(
+            "WARNING: BIRDDOG_PUSH_EGRESS=internal: A2A push configs may point at private "
+            "and loopback addresses (this host, its network)"
+        )

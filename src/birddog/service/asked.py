@@ -102,7 +102,8 @@ def compose(
             (:func:`~birddog.core.ask.new_mail_key`: ``ask-...`` for an ask, else
             ``mail-...``).
         reply_to: who gets the replies (None: the sender; empty: nobody).
-        mailbox_required: refuse a sender whose route posts to an inbox URL (an ask).
+        mailbox_required: an ask: the reply to the sender lands in its mailbox, whatever
+            its route.
         priority: -32768 to 32767, higher first among the session's queued jobs.
         now: the mail's ``createdAt``.
         token: random hex for a fresh key.

@@ -13,9 +13,10 @@ pool without a spool, :func:`birddog.open_sender` one with the spool behind it::
 never an empty answer, never a silent success.
 
 - The question is a mail from the asker to ``to`` whose ``replyTo`` is the asker, run as an
-  agent job. An asker without a route gets a mailbox route in the same transaction; an
-  asker whose route posts to an inbox URL is refused before anything is written, since an
-  ask waits on mailboxes only.
+  agent job. An asker without a route gets a mailbox route in the same transaction. An
+  asker whose route posts to an inbox URL may ask too: its ask's job is marked
+  (``askerMailbox``) so that the reply to the asker lands in its mailbox, where the ask
+  waits; every other reply to it still goes to its URL.
 - ``to`` must be an agent session BirdDog knows: the agent has a route (of either kind), or
   its session has been sent work before. An unknown one is refused before anything is
   written.
@@ -209,7 +210,8 @@ class MailService:
                 The same key again is a replay.
             reply_to: who gets the replies (None: the sender; empty: nobody).
             timeout_s: the longest wait for a free database connection.
-            mailbox_required: refuse a sender whose route posts to an inbox URL (an ask).
+            mailbox_required: an ask: the reply to the sender lands in its mailbox, whatever
+                its route (the job is marked ``askerMailbox`` when the route posts to a URL).
             priority: -32768 to 32767, higher first among the session's queued jobs.
             kind: what the mail is for: ``task`` (None: the default), ``escalation``,
                 ``report`` or ``receipt`` (an ask: ``task`` or ``escalation`` only).
@@ -222,7 +224,6 @@ class MailService:
             InvalidInput: a bad address, key or content, naming the field.
             ContentTooLarge: the content is above ``max_content_bytes``.
             UnknownAgent: ``to`` has no route and its session was never sent work.
-            NotAMailbox: ``mailbox_required`` and the sender's route posts to an inbox URL.
             JobConflict: the key was used before for another mail.
             StoreBusy: no database connection was free within ``timeout_s``.
             StoreUnavailable: the database failed during the write, twice (without a
@@ -257,7 +258,6 @@ class MailService:
 
         Raises:
             InvalidInput: ``kind`` is informational (an ask waits for an answer).
-            NotAMailbox: the asker's route posts to an inbox URL.
         """
         return await self.send(
             to=to,
@@ -391,7 +391,6 @@ class MailService:
         Raises:
             InvalidInput: bad input (see :meth:`send`); nothing was written.
             UnknownAgent: ``to`` is not an agent session BirdDog knows.
-            NotAMailbox: the asker's route posts to an inbox URL.
             JobConflict: the key was used before for something else.
             StoreBusy: no database connection was free in time; nothing was asked.
             StoreUnavailable: the database is unreachable (without a spool).
@@ -468,7 +467,6 @@ class MailService:
             AskTimedOut: no reply in time (``.key``); it is still owed to the mailbox.
             InvalidInput: bad input (see :meth:`send`); nothing was written.
             UnknownAgent: ``to`` is not an agent session BirdDog knows.
-            NotAMailbox: the asker's route posts to an inbox URL.
             JobConflict: the key was used before for something else.
             StoreBusy: no database connection was free in time; nothing was asked.
             StoreUnavailable: the database is unreachable (without a spool).

@@ -17,9 +17,9 @@ from typing import Final
 from birddog.core.ask import (
     Posted,
     key_conflict,
-    not_a_mailbox,
     replay_conflicts,
     unknown_target,
+    with_asker_mailbox,
 )
 from birddog.core.ask_facts import AskFacts
 from birddog.core.delivery import OutboxRow, RowState
@@ -265,7 +265,6 @@ class InMemoryAsks:
 
         Raises:
             InvalidJobPayload: the job carries no mail.
-            NotAMailbox: ``require_mailbox`` and ``mailbox_for`` posts to an inbox URL.
             UnknownAgent: the target has no route and its session was never sent work.
             JobConflict: the key was sent before with another mail, or the job id.
             InvalidInput: a mailbox route asked for an agent other than the sender.
@@ -275,9 +274,9 @@ class InMemoryAsks:
         if mail is None:
             raise InvalidJobPayload("a mail to send carries mail", field="mail")
         route = None if mailbox_for is None else await self.routes.route(mailbox_for.agent_id)
-        refused = route is not None and require_mailbox and route.kind != "mailbox"
-        if refused and mailbox_for is not None:
-            raise not_a_mailbox(mailbox_for)
+        posts_to_url = route is not None and route.kind != "mailbox"
+        if require_mailbox and posts_to_url and mailbox_for == mail.from_:
+            job = with_asker_mailbox(job)
         if not await self._known(mail.to):
             raise unknown_target(mail.to)
         stored = self._stored_mail(mail.key)

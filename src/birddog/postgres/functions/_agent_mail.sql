@@ -19,8 +19,16 @@ BEGIN
     -- mail key 1 to 512, none with a control character; no field a model does not know.
     IF jsonb_typeof(p_payload) IS DISTINCT FROM 'object'
        OR (p_payload - ARRAY['sessionId', 'session_id', 'commandFactId', 'command_fact_id',
-                             'mail', 'kind']) <> '{}' THEN
+                             'mail', 'kind', 'askerMailbox', 'asker_mailbox']) <> '{}' THEN
         problem := 'payload';
+        RETURN;
+    END IF;
+    -- askerMailbox beside the mail (an ask from an agent whose route posts to a URL): a
+    -- boolean, when given.
+    IF jsonb_typeof(birddog._field(p_payload, 'askerMailbox', 'asker_mailbox'))
+       IS DISTINCT FROM 'boolean'
+       AND (p_payload ? 'askerMailbox' OR p_payload ? 'asker_mailbox') THEN
+        problem := 'askerMailbox';
         RETURN;
     END IF;
     -- The kind beside the mail (birddog.core.kinds): one of the four, when given.

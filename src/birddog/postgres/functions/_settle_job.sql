@@ -12,6 +12,7 @@ DECLARE
     v_dropped text[];
     v_direct text[];
     v_queue_key text;
+    v_asker jsonb;
 BEGIN
     -- Settle the locked job and write the replies its STORED mail owes (fanout.replies_for),
     -- then arm the wake (outbox_insert_rows + wake_schedule): all in the caller's
@@ -72,11 +73,17 @@ BEGIN
     -- receipt, as the drain would: nothing about such a recipient can fail, so the reply
     -- skips the daemon's hop and an ask hears back at the settlement's commit. A key
     -- that already has a row or a receipt is left to the path below (which skips it).
+    -- The reply to the asker of an ask marked askerMailbox (its route posts to a URL) is
+    -- delivered here too, whatever that route: the ask waits on the mailbox.
+    IF birddog._field(p_payload, 'askerMailbox', 'asker_mailbox') = 'true'::jsonb THEN
+        v_asker := birddog._address(birddog._field(p_payload -> 'mail', 'from', 'from_'));
+    END IF;
     WITH direct AS (
         SELECT r.key, r.agent_id, r.session_id, r.reply
         FROM unnest(v_keys, v_agents, v_sessions, v_replies) AS r(key, agent_id, session_id, reply)
-        JOIN birddog.routes rt ON rt.agent_id = r.agent_id
-        WHERE rt.kind = 'mailbox' AND rt.enabled
+        LEFT JOIN birddog.routes rt ON rt.agent_id = r.agent_id
+        WHERE ((rt.kind = 'mailbox' AND rt.enabled)
+               OR (r.agent_id = v_asker ->> 'agentId' AND r.session_id = v_asker ->> 'sessionId'))
           AND NOT EXISTS (SELECT 1 FROM birddog.outbox o WHERE o.key = r.key)
     ), receipted AS (
         INSERT INTO birddog.receipts AS rc (

@@ -8,6 +8,7 @@ DECLARE
     v_kind text;
     v_stored text;
     v_wanted boolean;
+    v_payload text;
     v_enqueued record;
 BEGIN
     -- A checked send (birddog send, ask): the statements of one send's transaction, in
@@ -16,11 +17,6 @@ BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended('birddog.ask:' || p_key, 0));
     IF p_mailbox_agent IS NOT NULL THEN
         SELECT r.kind INTO v_kind FROM birddog.routes r WHERE r.agent_id = p_mailbox_agent;
-        IF p_require_mailbox AND v_kind IS NOT NULL AND v_kind <> 'mailbox' THEN
-            RETURN QUERY SELECT 'not_a_mailbox'::text, v_kind, NULL::text, false, NULL::text[],
-                false;
-            RETURN;
-        END IF;
     END IF;
     IF NOT birddog.session_known(p_to_agent, p_to_session) THEN
         RETURN QUERY SELECT 'unknown'::text, v_kind, NULL::text, false, NULL::text[], false;
@@ -40,9 +36,18 @@ BEGIN
         RETURN QUERY SELECT 'wrong_sender'::text, v_kind, NULL::text, false, NULL::text[], false;
         RETURN;
     END IF;
+    -- An ask from an agent whose route posts to a URL: its job says so (askerMailbox,
+    -- beside the mail), and the settlement delivers the reply to the asker into the
+    -- asker's mailbox, where the ask waits (birddog._settle_job). Every other reply to
+    -- the agent still follows its route.
+    v_payload := p_payload;
+    IF p_require_mailbox AND p_mailbox_is_sender AND v_kind IS NOT NULL
+       AND v_kind <> 'mailbox' THEN
+        v_payload := (p_payload::jsonb || '{"askerMailbox": true}'::jsonb)::text;
+    END IF;
     SELECT e.inserted, e.differing, e.mailbox_added INTO v_enqueued
     FROM birddog.enqueue(
-        p_job_id, p_queue, p_lane, p_priority, p_payload, p_recovery, p_created_at,
+        p_job_id, p_queue, p_lane, p_priority, v_payload, p_recovery, p_created_at,
         p_traceparent, v_wanted, p_not_before, p_expires_in_s
     ) AS e;
     IF v_wanted AND NOT v_enqueued.mailbox_added THEN
