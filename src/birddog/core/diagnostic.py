@@ -137,6 +137,8 @@ _NAMED_KEY = re.compile(
     rf"""(?!{_SCHEMES}\s)(?![\w.-]+\s+\[redacted\]){_NOT_REDACTED}{_VALUE}""",
     re.IGNORECASE,
 )
+_KEY_NAME = re.compile(_SECRET_NAME, re.IGNORECASE)
+_KEY_SEPARATOR = re.compile(r"\s*(?:=>|:=|[:=])")
 _TOKEN_PREFIXES = (
     r"(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{12,}",
     r"eyJ[\w-]{6,}(?:\.[\w-]*){0,2}",  # a JWT: base64url of '{"' then its other parts
@@ -213,7 +215,7 @@ def _masked(value: str) -> str:
     value = _AUTH_SCHEME.sub(rf"\1 {REDACTED}", value)
     value = _USER_PASSWORD_OPTION.sub(_mask_quoted_value, value)
     value = _COMMAND.sub(_mask_command, value)
-    value = _SECRET_OPTION.sub(_mask_named_value, value)
+    value = _SECRET_OPTION.sub(_mask_option_value, value)
     value = _XML_SECRET.sub(_mask_xml, value)
     value = _NAMED_KEY.sub(_mask_named_value, value)
     value = _TOKEN.sub(REDACTED, value)
@@ -273,6 +275,15 @@ def _mask_named_value(match: re.Match[str]) -> str:
     opening = _OPENING_QUOTE.match(value)
     quote = opening.group() if opening else ""
     return f"{match.group('head')}{quote}{REDACTED}{quote}"
+
+
+def _mask_option_value(match: re.Match[str]) -> str:
+    # An option's "value" that is a secret key's name with its value after it
+    # (-SECRET "pass": "...") is the key's: left for _NAMED_KEY, which masks what follows.
+    name = match.group("value").strip("\\\"'")
+    if _KEY_NAME.fullmatch(name) and _KEY_SEPARATOR.match(match.string, match.end()):
+        return match.group()
+    return _mask_named_value(match)
 
 
 def _safe_str(value: object) -> str:
