@@ -26,7 +26,7 @@ from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
 from birddog.postgres.mailbox import PostgresMailbox
 from birddog.postgres.pool import Pool, create_pool
 from tests.support import deliver_to_mailbox
-from tests.support.cli import BIRDDOG, ROOT, cli, cli_env
+from tests.support.cli import BIRDDOG, ROOT, cli, cli_env, drop_agent_logins
 
 GUIDE = ROOT / "docs" / "deployment.md"
 MARKER = "<!-- run by tests/acceptance/test_private_mailboxes.py -->"
@@ -43,16 +43,6 @@ def guide_commands() -> list[str]:
     text = GUIDE.read_text(encoding="utf-8")
     block = text.split(MARKER, 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
     return [line.strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
-
-
-async def drop_agent_logins(database_url: str) -> None:
-    """Drop every agent login this database made (roles outlive the test's database)."""
-    conn = await asyncpg.connect(database_url)
-    try:
-        for row in await conn.fetch("SELECT login FROM birddog.agent_logins"):
-            await conn.execute(f'DROP ROLE IF EXISTS "{row["login"]}"')
-    finally:
-        await conn.close()
 
 
 @pytest.fixture

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+import asyncpg
+
 from tests.support.zygote import WarmProcess, Zygote
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -266,3 +268,13 @@ def as_login(dsn: str, user: str, password: str) -> str:
     parts = urlsplit(dsn)
     host = parts.netloc.rpartition("@")[2]
     return urlunsplit(parts._replace(netloc=f"{user}:{quote(password, safe='')}@{host}"))
+
+
+async def drop_agent_logins(database_url: str) -> None:
+    """Drop every agent login this database made (roles outlive the test's database)."""
+    conn = await asyncpg.connect(database_url)
+    try:
+        for row in await conn.fetch("SELECT login FROM birddog.agent_logins"):
+            await conn.execute(f'DROP ROLE IF EXISTS "{row["login"]}"')
+    finally:
+        await conn.close()

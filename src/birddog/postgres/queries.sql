@@ -861,28 +861,15 @@ SELECT birddog.drop_agent_login($1::text);
 
 -- ===== daemons =====
 
--- name: daemon_seen
--- Record that a drain daemon or worker is alive (insert or refresh its row).
+-- name: daemons_beat
+-- Record that this process ($1, a drain or a worker) is alive through birddog.daemons_beat (its own row only; false: the id is another login's), and forget processes long gone.
 -- params: $1 daemon_id text, $2 kind text, $3 host text, $4 pid int4
-INSERT INTO birddog.daemons (daemon_id, kind, host, pid, started_at, seen_at)
-VALUES ($1, $2, $3, $4, now(), now())
-ON CONFLICT (daemon_id) DO UPDATE SET seen_at = now(), stopped_at = NULL;
+SELECT birddog.daemons_beat($1::text, $2::text, $3::text, $4::int4);
 
--- name: daemon_gone
--- Mark a daemon or worker that stopped cleanly: stopped now, no longer running.
+-- name: daemons_stop
+-- Mark this process's row stopped on a clean stop (birddog.daemons_stop: its own row only); whether it was running.
 -- params: $1 daemon_id text
-UPDATE birddog.daemons SET stopped_at = now() WHERE daemon_id = $1;
-
--- name: daemons_expire
--- Forget daemons and workers not seen for $1 seconds (killed, stopped, or their host is gone), but the last seen of each kind.
--- params: $1 older_than_s float8
-DELETE FROM birddog.daemons d
-WHERE d.seen_at < now() - make_interval(secs => $1)
-  AND d.daemon_id <> ALL (
-      SELECT DISTINCT ON (l.kind) l.daemon_id
-      FROM birddog.daemons l
-      ORDER BY l.kind, l.seen_at DESC
-  );
+SELECT birddog.daemons_stop($1::text);
 
 -- name: daemons_seen
 -- Daemons and workers running (not stopped) that beat within an interval, newest first.
@@ -1528,8 +1515,18 @@ BEGIN
     -- the functions (the claim token checked, the replies derived from the job's stored
     -- mail), and enqueues what a handler sends on; reads jobs; no outbox, route, mailbox
     -- or wake row of its own making.
-    GRANT SELECT ON birddog.jobs TO birddog_worker;
-    GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.daemons TO birddog_worker;
+    -- Every column of jobs but the claim token, which only birddog.claim hands out (to
+    -- the claimer it chose): a login that read another claim's token could settle that
+    -- job with an answer of its own. The sender is granted the same columns below.
+    EXECUTE format(
+        'GRANT SELECT (%s) ON birddog.jobs TO birddog_worker, birddog_sender',
+        (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+         FROM pg_catalog.pg_attribute a
+         WHERE a.attrelid = 'birddog.jobs'::regclass AND a.attnum > 0
+           AND NOT a.attisdropped AND a.attname <> 'claim_token')
+    );
+    -- Its row in daemons (birddog status) only through daemons_beat and daemons_stop:
+    -- its own login's rows, kind worker, the server's times; no row of its own making.
     GRANT EXECUTE ON FUNCTION
         birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
                         timestamptz, double precision),
@@ -1549,7 +1546,9 @@ BEGIN
         birddog.ensure_mailbox(text),
         birddog.queue_heads_repair(),
         birddog.live_heartbeat(text, text, text, double precision),
-        birddog.live_leave(text, text, text)
+        birddog.live_leave(text, text, text),
+        birddog.daemons_beat(text, text, text, integer),
+        birddog.daemons_stop(text)
         TO birddog_worker;
     GRANT SELECT ON birddog.live_sessions TO birddog_worker;
     -- The sender (send, ask, inbox, the library's enqueue): enqueues queued jobs (with a
@@ -1558,7 +1557,7 @@ BEGIN
     -- below), and which agents have a route; never a secret or a URL, and no row of its own
     -- making. It may set and delete a push config's reply address on the unsettled jobs
     -- its login sent, for the agent the mail is from (the A2A server's only job writes).
-    GRANT SELECT ON birddog.jobs TO birddog_sender;
+    -- (SELECT on every column of jobs but claim_token: granted with the worker's, above.)
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
     GRANT SELECT ON birddog.mailbox TO birddog_sender;
     GRANT EXECUTE ON FUNCTION
@@ -1609,7 +1608,9 @@ BEGIN
         birddog.ensure_mailbox(text),
         birddog.ask_standing(text, text, text, double precision),
         birddog.live_heartbeat(text, text, text, double precision),
-        birddog.live_leave(text, text, text)
+        birddog.live_leave(text, text, text),
+        birddog.daemons_beat(text, text, text, integer),
+        birddog.daemons_stop(text)
         TO birddog_agent;
     -- Mailboxes and jobs are private (row-level security; the owner, whose functions
     -- write them, is not bound by it): operators see every row, a sender the jobs its
