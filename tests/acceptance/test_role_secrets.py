@@ -223,3 +223,49 @@ async def test_each_login_keeps_its_own_row_and_status_tells_the_truth(
     status = await cli(logins["reader"], "status", "--json")
     kinds = sorted(daemon["kind"] for daemon in json.loads(status.stdout)["daemons"])
     assert kinds == ["drain", "worker"]
+
+
+# ---- birddog a2a: a role of its own ------------------------------------------------------
+
+A2A_REFUSED = (
+    "INSERT INTO birddog.routes (agent_id, url, secret, kind) "
+    "VALUES ('a2a-push:x', 'http://10.0.0.1/', 's', 'a2a')",
+    "UPDATE birddog.routes SET url = 'http://evil.example/'",
+    "DELETE FROM birddog.routes",
+    "SELECT url FROM birddog.routes",
+    "SELECT secret FROM birddog.routes",
+    "UPDATE birddog.jobs SET state = 'queued'",
+    "INSERT INTO birddog.outbox (key) VALUES ('x')",
+    "SELECT key FROM birddog.outbox",
+    "SELECT key FROM birddog.mailbox",
+    "UPDATE birddog.mailbox SET read_at = now()",
+    "SELECT * FROM birddog.daemons",
+    "SELECT * FROM birddog.agent_tokens",
+    "SELECT * FROM birddog.cancel('job-1', '', now(), 10, true)",
+    "SELECT * FROM birddog.claim(NULL, 1, now(), NULL, 1, now(), '', NULL, 1)",
+)
+"""What the A2A server's login is refused: direct writes, secrets, other processes' functions."""
+
+
+async def test_the_a2a_login_writes_no_row_and_reads_no_secret(
+    logins: dict[str, str], pg_pool: Pool
+) -> None:
+    """Direct writes, URLs and secrets, mailboxes and the operator's cancel are refused to birddog_a2a."""
+    await pg_pool.execute(
+        "INSERT INTO birddog.routes (agent_id, url, secret) "
+        "VALUES ('bank', 'https://bank.example/inbox', 'whsec_c2VjcmV0')"
+    )
+    await enqueue(pg_pool, make_job("job-1"))
+    a2a = logins["a2a"]
+    for statement in (*A2A_REFUSED, *TOKEN_READS):
+        assert await refusal(a2a, statement) == DENIED, statement
+    # Its functions answer for push configs' routes and its callers' own mail only.
+    push_route = "SELECT count(*) FROM birddog.a2a_push_route($1)"
+    assert await value_as(a2a, push_route, "bank") == 0
+    added = "SELECT count(*) FROM birddog.a2a_push_route_add($1, 'https://x.example/', 's')"
+    assert await refusal(a2a, added, "bank") == "22023"  # invalid_parameter_value
+    cancel = "SELECT decision FROM birddog.a2a_cancel('job-1', $1, 'x', 100, true)"
+    # alice's mail, but not sent by this login: not there for it.
+    assert await value_as(a2a, cancel, "alice") == "missing"
+    assert (await job_row(pg_pool, "job-1"))["state"] == "queued"
+    assert await value_as(a2a, "SELECT agent_id FROM birddog.routes") == "bank"

@@ -259,7 +259,7 @@ class Daemon:
             self._log.close()
 
 
-KINDS = ("owner", "daemon", "worker", "sender", "reader")
+KINDS = ("owner", "daemon", "worker", "sender", "reader", "a2a")
 """The kinds of process, one role each (``birddog migrate --roles``)."""
 
 

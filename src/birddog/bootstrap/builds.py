@@ -308,8 +308,7 @@ def a2a_services(adapters: Adapters, *, wait_s: float) -> A2AServices:
 
     return A2AServices(
         sender=adapters.sender,
-        sent=PostgresSentJobs(adapters.pool),
-        jobs=adapters.jobs,
+        sent=PostgresSentJobs(adapters.pool, max_content_bytes=adapters.settings.max_content_bytes),
         routes=adapters.routes,
         tokens=token_book(adapters),
         wait_s=wait_s,

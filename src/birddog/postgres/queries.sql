@@ -800,6 +800,28 @@ SELECT birddog.a2a_reply_to_add($1::text, $2::jsonb, $3::text) AS result;
 -- params: $1 job_id text, $2 address jsonb, $3 caller_agent text
 SELECT birddog.a2a_reply_to_remove($1::text, $2::jsonb, $3::text) AS result;
 
+-- name: a2a_push_route
+-- The route of A2A push config agent $1 (kind a2a only, its URL and sealed secret) through birddog.a2a_push_route; no row for any other route.
+-- params: $1 agent_id text
+SELECT
+    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts
+FROM birddog.a2a_push_route($1::text) AS r;
+
+-- name: a2a_push_route_add
+-- Store A2A push config agent $1's route (kind a2a, URL $2, sealed secret $3) through birddog.a2a_push_route_add; no row when it has one.
+-- params: $1 agent_id text, $2 url text, $3 secret text (sealed)
+SELECT
+    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts
+FROM birddog.a2a_push_route_add($1::text, $2::text, $3::text) AS r;
+
+-- name: a2a_cancel
+-- Cancel job $1 for A2A caller agent $2 (birddog.a2a_cancel: its mail must be from $2): the decision (missing: not the caller's), the outcome and the keys written.
+-- params: $1 job_id text, $2 caller_agent text, $3 content text, $4 max_content_bytes int, $5 wake boolean
+SELECT c.decision, c.outcome, c.keys, c.unreadable
+FROM birddog.a2a_cancel($1::text, $2::text, $3::text, $4::int, $5::boolean) AS c;
+
 -- ---------------------------------------------------------------------------------------
 -- agents: per-agent identity (birddog agent ...); a token is stored as its SHA-256 only
 -- ---------------------------------------------------------------------------------------
@@ -1412,7 +1434,7 @@ WHERE m.key IN (
 -- ---------------------------------------------------------------------------------------
 
 -- name: roles_create
--- Create the six group roles (NOLOGIN) that do not exist yet; needs CREATEROLE only then.
+-- Create the seven group roles (NOLOGIN) that do not exist yet; needs CREATEROLE only then.
 -- params: none
 DO $roles$
 DECLARE
@@ -1420,7 +1442,7 @@ DECLARE
 BEGIN
     FOREACH wanted IN ARRAY ARRAY[
         'birddog_owner', 'birddog_daemon', 'birddog_worker', 'birddog_sender', 'birddog_reader',
-        'birddog_agent'
+        'birddog_agent', 'birddog_a2a'
     ] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = wanted) THEN
             BEGIN
@@ -1487,15 +1509,18 @@ $own$;
 DO $grant$
 BEGIN
     REVOKE ALL ON ALL TABLES IN SCHEMA birddog
-        FROM birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
+        FROM birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent,
+             birddog_a2a;
     REVOKE ALL ON SCHEMA birddog FROM PUBLIC;
     REVOKE ALL ON ALL FUNCTIONS IN SCHEMA birddog
         FROM PUBLIC, birddog_daemon, birddog_worker, birddog_sender, birddog_reader,
-             birddog_agent;
+             birddog_agent, birddog_a2a;
     GRANT USAGE ON SCHEMA birddog
-        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
+        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent,
+           birddog_a2a;
     GRANT SELECT ON birddog.alembic_version
-        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
+        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent,
+           birddog_a2a;
     -- The daemon and the operator's commands (route, replay, prune, probe, secrets rekey,
     -- jobs cancel, the console): every row, no DDL.
     GRANT SELECT, INSERT, UPDATE, DELETE ON
@@ -1517,9 +1542,10 @@ BEGIN
     -- or wake row of its own making.
     -- Every column of jobs but the claim token, which only birddog.claim hands out (to
     -- the claimer it chose): a login that read another claim's token could settle that
-    -- job with an answer of its own. The sender is granted the same columns below.
+    -- job with an answer of its own. The sender and the A2A server read the same columns
+    -- (of the jobs their login sent: row-level security, below).
     EXECUTE format(
-        'GRANT SELECT (%s) ON birddog.jobs TO birddog_worker, birddog_sender',
+        'GRANT SELECT (%s) ON birddog.jobs TO birddog_worker, birddog_sender, birddog_a2a',
         (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
          FROM pg_catalog.pg_attribute a
          WHERE a.attrelid = 'birddog.jobs'::regclass AND a.attnum > 0
@@ -1527,6 +1553,8 @@ BEGIN
     );
     -- Its row in daemons (birddog status) only through daemons_beat and daemons_stop:
     -- its own login's rows, kind worker, the server's times; no row of its own making.
+    -- It reads them (`health --worker` without metrics asks for its host's heartbeat).
+    GRANT SELECT ON birddog.daemons TO birddog_worker;
     GRANT EXECUTE ON FUNCTION
         birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
                         timestamptz, double precision),
@@ -1612,6 +1640,28 @@ BEGIN
         birddog.daemons_beat(text, text, text, integer),
         birddog.daemons_stop(text)
         TO birddog_agent;
+    -- The A2A server (birddog a2a): a sender's sends and reads for its callers (the jobs
+    -- its login sent, which agents have a route), the push configs' routes and its
+    -- callers' cancels through functions that check the caller's agent, nothing else; no
+    -- mailbox, no outbox, no route's URL or secret but a push config's own, no row
+    -- written directly.
+    GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_a2a;
+    GRANT EXECUTE ON FUNCTION
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
+                        timestamptz, double precision),
+        birddog.agent_token_use(bytea),
+        birddog.job_visible(text, jsonb),
+        birddog.send_mail(text, text, boolean, boolean, text, text, text, text, text,
+                          smallint, text, text, timestamptz, text, timestamptz,
+                          double precision),
+        birddog.session_known(text, text),
+        birddog.ensure_mailbox(text),
+        birddog.a2a_reply_to_add(text, jsonb, text),
+        birddog.a2a_reply_to_remove(text, jsonb, text),
+        birddog.a2a_push_route(text),
+        birddog.a2a_push_route_add(text, text, text),
+        birddog.a2a_cancel(text, text, text, integer, boolean)
+        TO birddog_a2a;
     -- Mailboxes and jobs are private (row-level security; the owner, whose functions
     -- write them, is not bound by it): operators see every row, a sender the jobs its
     -- login sent and the replies to them, an agent's login its own mailbox and the jobs
@@ -1628,7 +1678,8 @@ BEGIN
         USING (birddog.mailbox_visible(agent_id, in_reply_to));
     CREATE POLICY jobs_operators ON birddog.jobs TO birddog_daemon, birddog_worker, birddog_reader
         USING (true) WITH CHECK (true);
-    CREATE POLICY jobs_own ON birddog.jobs FOR SELECT TO birddog_sender, birddog_agent
+    CREATE POLICY jobs_own ON birddog.jobs FOR SELECT
+        TO birddog_sender, birddog_agent, birddog_a2a
         USING (birddog.job_visible(sent_by, payload));
     -- The reader (status, check, pending, dead): the views and counts; no content, no
     -- secret, no URL.
