@@ -9,6 +9,9 @@ superuser), and forgets rows not seen for an hour but the last of each kind;
 ``birddog.daemons_stop(daemon_id)`` marks the caller's own row stopped. The worker and
 agents' logins lose every direct write on the table, so a worker's login can no longer
 insert a fake drain or age, stop or delete the real one's row (``birddog status``).
+``birddog.live_sessions`` gains ``login`` the same way: ``birddog.live_heartbeat``
+renews, and ``birddog.live_leave`` ends, only the live sessions the caller's own login
+announced, so no login ends or takes over another's (another login's holder is refused).
 
 The A2A server's writes and its reads of routes go through functions, so it runs as
 ``birddog_a2a`` (``birddog migrate --roles``) instead of the daemon role:
@@ -23,7 +26,7 @@ daemon's: a claim token is known only to the claimer ``birddog.claim`` handed it
 The functions' text is frozen below, as src/birddog/postgres/functions/ had it when this
 revision was written: birddog.a2a_cancel (new), birddog.a2a_push_route (new),
 birddog.a2a_push_route_add (new), birddog.daemons_beat (new), birddog.daemons_stop
-(new).
+(new), birddog.live_heartbeat (changed), birddog.live_leave (changed).
 
 Revision ID: 0029
 Revises: 0028
@@ -197,11 +200,205 @@ $function$
 """
 """``birddog.daemons_stop(p_daemon_id text)`` as this revision installs it."""
 
+LIVE_HEARTBEAT = r"""CREATE OR REPLACE FUNCTION birddog.live_heartbeat(p_agent_id text, p_session text, p_holder text, p_ttl_s double precision)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'birddog', 'pg_temp'
+AS $function$
+DECLARE
+    v_agent text := birddog._caller_agent();
+    v_key text := p_agent_id || E'\x1f' || p_session;
+    -- The TTL is the server's to bound: a holder that stops beating stops counting within
+    -- seconds, whatever it asked for.
+    v_ttl double precision := least(greatest(coalesce(p_ttl_s, 5), 1), 15);
+    v_previous timestamptz;
+    v_until timestamptz;
+BEGIN
+    -- Announce (or renew) p_holder's live session of p_agent_id's p_session until now plus
+    -- the TTL; when it is due. An agent's login announces its own agent's sessions only.
+    -- A row belongs to the login that announced it (session_user): another login's holder
+    -- is neither renewed nor taken over (refused) until its row is gone.
+    IF v_agent IS NOT NULL AND v_agent IS DISTINCT FROM p_agent_id THEN
+        RAISE EXCEPTION 'an agent announces live sessions of its own only'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF coalesce(length(p_agent_id), 0) NOT BETWEEN 1 AND 256
+       OR coalesce(length(p_session), 0) NOT BETWEEN 1 AND 256
+       OR coalesce(length(p_holder), 0) NOT BETWEEN 1 AND 256
+       OR strpos(p_agent_id, E'\x1f') > 0 THEN
+        RAISE EXCEPTION 'a live session needs an agent id, a session id and a holder of 1 to 256 characters'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_until := now() + make_interval(secs => v_ttl);
+    SELECT l.seen_at INTO v_previous
+    FROM birddog.live_sessions l
+    WHERE l.queue_key = v_key AND l.holder = p_holder AND l.expires_at > now()
+      AND l.login = session_user
+    FOR UPDATE;
+    INSERT INTO birddog.live_sessions AS l (holder, agent_id, session, login, started_at, seen_at, expires_at)
+    VALUES (p_holder, p_agent_id, p_session, session_user, now(), now(), v_until)
+    ON CONFLICT (queue_key, holder) DO UPDATE
+    SET seen_at = now(), expires_at = excluded.expires_at,
+        -- A row whose TTL had passed is a new live session.
+        started_at = CASE WHEN v_previous IS NULL THEN now() ELSE l.started_at END
+    WHERE l.login = session_user;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'another login holds this live session'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- Rows whose holder is gone for a while (its process died without leaving).
+    DELETE FROM birddog.live_sessions l WHERE l.expires_at < now() - interval '1 minute';
+    -- A worker waits for a notification (or its backstop): tell it of the jobs of this
+    -- queue whose grace ended since the previous beat, so it comes back when the grace ends.
+    IF v_previous IS NOT NULL AND EXISTS (
+        SELECT 1 FROM birddog.jobs j
+        LEFT JOIN birddog.routes r ON r.agent_id = p_agent_id
+        WHERE j.state = 'queued' AND j.queue_key = v_key
+          AND j.created_at + make_interval(secs => coalesce(r.live_grace_s, 30))
+              BETWEEN v_previous AND now()
+    ) THEN
+        PERFORM pg_notify('birddog_jobs', p_session);
+    END IF;
+    RETURN v_until;
+END
+$function$
+"""
+"""``birddog.live_heartbeat(p_agent_id text, p_session text, p_holder text, p_ttl_s double precision)`` as this revision installs it."""
+
+PREVIOUS_LIVE_HEARTBEAT = r"""CREATE OR REPLACE FUNCTION birddog.live_heartbeat(p_agent_id text, p_session text, p_holder text, p_ttl_s double precision)
+ RETURNS timestamp with time zone
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'birddog', 'pg_temp'
+AS $function$
+DECLARE
+    v_agent text := birddog._caller_agent();
+    v_key text := p_agent_id || E'\x1f' || p_session;
+    -- The TTL is the server's to bound: a holder that stops beating stops counting within
+    -- seconds, whatever it asked for.
+    v_ttl double precision := least(greatest(coalesce(p_ttl_s, 5), 1), 15);
+    v_previous timestamptz;
+    v_until timestamptz;
+BEGIN
+    -- Announce (or renew) p_holder's live session of p_agent_id's p_session until now plus
+    -- the TTL; when it is due. An agent's login announces its own agent's sessions only.
+    IF v_agent IS NOT NULL AND v_agent IS DISTINCT FROM p_agent_id THEN
+        RAISE EXCEPTION 'an agent announces live sessions of its own only'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    IF coalesce(length(p_agent_id), 0) NOT BETWEEN 1 AND 256
+       OR coalesce(length(p_session), 0) NOT BETWEEN 1 AND 256
+       OR coalesce(length(p_holder), 0) NOT BETWEEN 1 AND 256
+       OR strpos(p_agent_id, E'\x1f') > 0 THEN
+        RAISE EXCEPTION 'a live session needs an agent id, a session id and a holder of 1 to 256 characters'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    v_until := now() + make_interval(secs => v_ttl);
+    SELECT l.seen_at INTO v_previous
+    FROM birddog.live_sessions l
+    WHERE l.queue_key = v_key AND l.holder = p_holder AND l.expires_at > now()
+    FOR UPDATE;
+    INSERT INTO birddog.live_sessions AS l (holder, agent_id, session, started_at, seen_at, expires_at)
+    VALUES (p_holder, p_agent_id, p_session, now(), now(), v_until)
+    ON CONFLICT (queue_key, holder) DO UPDATE
+    SET seen_at = now(), expires_at = excluded.expires_at,
+        -- A row whose TTL had passed is a new live session.
+        started_at = CASE WHEN v_previous IS NULL THEN now() ELSE l.started_at END;
+    -- Rows whose holder is gone for a while (its process died without leaving).
+    DELETE FROM birddog.live_sessions l WHERE l.expires_at < now() - interval '1 minute';
+    -- A worker waits for a notification (or its backstop): tell it of the jobs of this
+    -- queue whose grace ended since the previous beat, so it comes back when the grace ends.
+    IF v_previous IS NOT NULL AND EXISTS (
+        SELECT 1 FROM birddog.jobs j
+        LEFT JOIN birddog.routes r ON r.agent_id = p_agent_id
+        WHERE j.state = 'queued' AND j.queue_key = v_key
+          AND j.created_at + make_interval(secs => coalesce(r.live_grace_s, 30))
+              BETWEEN v_previous AND now()
+    ) THEN
+        PERFORM pg_notify('birddog_jobs', p_session);
+    END IF;
+    RETURN v_until;
+END
+$function$
+"""
+"""``birddog.live_heartbeat(p_agent_id text, p_session text, p_holder text, p_ttl_s double precision)`` as revision 0028 left it, as the downgrade restores it."""
+
+LIVE_LEAVE = r"""CREATE OR REPLACE FUNCTION birddog.live_leave(p_agent_id text, p_session text, p_holder text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'birddog', 'pg_temp'
+AS $function$
+DECLARE
+    v_agent text := birddog._caller_agent();
+    v_key text := p_agent_id || E'\x1f' || p_session;
+BEGIN
+    -- End p_holder's live session of p_agent_id's p_session (a clean exit); whether it had
+    -- one. Its queued jobs are announced on birddog_jobs, so a worker takes them now
+    -- rather than at its next look. An agent's login ends its own agent's sessions only;
+    -- every login ends only the live sessions it announced (session_user).
+    IF v_agent IS NOT NULL AND v_agent IS DISTINCT FROM p_agent_id THEN
+        RAISE EXCEPTION 'an agent ends live sessions of its own only'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    DELETE FROM birddog.live_sessions l
+    WHERE l.queue_key = v_key AND l.holder = p_holder AND l.login = session_user;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (
+        SELECT 1 FROM birddog.jobs j WHERE j.state = 'queued' AND j.queue_key = v_key
+    ) THEN
+        PERFORM pg_notify('birddog_jobs', p_session);
+    END IF;
+    RETURN true;
+END
+$function$
+"""
+"""``birddog.live_leave(p_agent_id text, p_session text, p_holder text)`` as this revision installs it."""
+
+PREVIOUS_LIVE_LEAVE = r"""CREATE OR REPLACE FUNCTION birddog.live_leave(p_agent_id text, p_session text, p_holder text)
+ RETURNS boolean
+ LANGUAGE plpgsql
+ SECURITY DEFINER
+ SET search_path TO 'pg_catalog', 'birddog', 'pg_temp'
+AS $function$
+DECLARE
+    v_agent text := birddog._caller_agent();
+    v_key text := p_agent_id || E'\x1f' || p_session;
+BEGIN
+    -- End p_holder's live session of p_agent_id's p_session (a clean exit); whether it had
+    -- one. Its queued jobs are announced on birddog_jobs, so a worker takes them now
+    -- rather than at its next look. An agent's login ends its own agent's sessions only.
+    IF v_agent IS NOT NULL AND v_agent IS DISTINCT FROM p_agent_id THEN
+        RAISE EXCEPTION 'an agent ends live sessions of its own only'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    DELETE FROM birddog.live_sessions l WHERE l.queue_key = v_key AND l.holder = p_holder;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    IF EXISTS (
+        SELECT 1 FROM birddog.jobs j WHERE j.state = 'queued' AND j.queue_key = v_key
+    ) THEN
+        PERFORM pg_notify('birddog_jobs', p_session);
+    END IF;
+    RETURN true;
+END
+$function$
+"""
+"""``birddog.live_leave(p_agent_id text, p_session text, p_holder text)`` as revision 0028 left it, as the downgrade restores it."""
+
 
 def upgrade() -> None:
     # Each process row belongs to the login that registered it (rows already there: the
     # migrating login's); daemons_beat and daemons_stop touch only the caller's own.
     op.execute("ALTER TABLE birddog.daemons ADD COLUMN login text NOT NULL DEFAULT session_user")
+    # A live session belongs to the login that announced it (live_heartbeat, live_leave).
+    op.execute(
+        "ALTER TABLE birddog.live_sessions ADD COLUMN login text NOT NULL DEFAULT session_user"
+    )
     op.execute(A2A_CANCEL)
     op.execute(
         "REVOKE ALL ON FUNCTION birddog.a2a_cancel(p_job_id text, p_caller_agent text, p_content text, p_max_content_bytes integer, p_wake boolean) FROM PUBLIC"
@@ -218,6 +415,8 @@ def upgrade() -> None:
     )
     op.execute(DAEMONS_STOP)
     op.execute("REVOKE ALL ON FUNCTION birddog.daemons_stop(p_daemon_id text) FROM PUBLIC")
+    op.execute(LIVE_HEARTBEAT)
+    op.execute(LIVE_LEAVE)
 
 
 def downgrade() -> None:
@@ -232,4 +431,7 @@ def downgrade() -> None:
         "DROP FUNCTION birddog.daemons_beat(p_daemon_id text, p_kind text, p_host text, p_pid integer)"
     )
     op.execute("DROP FUNCTION birddog.daemons_stop(p_daemon_id text)")
+    op.execute(PREVIOUS_LIVE_HEARTBEAT)
+    op.execute(PREVIOUS_LIVE_LEAVE)
     op.execute("ALTER TABLE birddog.daemons DROP COLUMN login")
+    op.execute("ALTER TABLE birddog.live_sessions DROP COLUMN login")

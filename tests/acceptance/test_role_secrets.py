@@ -225,6 +225,24 @@ async def test_each_login_keeps_its_own_row_and_status_tells_the_truth(
     assert kinds == ["drain", "worker"]
 
 
+async def test_a_live_session_is_renewed_and_ended_only_by_the_login_that_announced_it(
+    pools: dict[str, Pool], logins: dict[str, str], agents: dict[str, str]
+) -> None:
+    """Another worker's or agent's login cannot end or take over a live session; its own does both."""
+    beat = "SELECT birddog.live_heartbeat('bob', 's-bob', 'mcp:h2', 5)"
+    leave = "SELECT birddog.live_leave('bob', 's-bob', 'mcp:h2')"
+    rows = "SELECT count(*) FROM birddog.live_sessions WHERE holder = 'mcp:h2'"
+    assert await pools["worker2"].fetchval(beat) is not None
+    for who, dsn in (("worker", logins["worker"]), ("bob", agents["bob"])):
+        assert await value_as(dsn, leave) is False, who
+        assert await refusal(dsn, beat) == DENIED, who
+        assert await refusal(dsn, "DELETE FROM birddog.live_sessions") == DENIED, who
+    assert await pools["daemon"].fetchval(rows) == 1
+    assert await pools["worker2"].fetchval(beat) is not None
+    assert await pools["worker2"].fetchval(leave) is True
+    assert await pools["daemon"].fetchval(rows) == 0
+
+
 # ---- birddog a2a: a role of its own ------------------------------------------------------
 
 A2A_REFUSED = (

@@ -309,6 +309,8 @@ live_sessions = sa.Table(
     _ts("started_at", now=True),
     _ts("seen_at", now=True),
     _ts("expires_at"),
+    # The login that announced it: only that login renews or ends it.
+    sa.Column("login", sa.Text, nullable=False, server_default=sa.text("session_user")),
     sa.PrimaryKeyConstraint("queue_key", "holder", name="live_sessions_pkey"),
     sa.Index("live_sessions_expires_at_idx", "expires_at"),
 )
