@@ -29,7 +29,6 @@ from birddog.core.egress import URL_MAX_LENGTH, EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput, RouteNotFound
 from birddog.core.model import Id
 from birddog.core.policy import NO_POLICY, POLICY_FIELDS, RoutePolicy
-from birddog.core.push import is_push_agent
 from birddog.core.text import shown_key
 from birddog.ports import Clock, Route, RouteKind
 from birddog.postgres.pool import Pool, store_errors
@@ -215,54 +214,6 @@ class PostgresRoutes:
                 self.clock.now(),
                 *(getattr(policy, name) for name in POLICY_FIELDS),
             )
-        if record is None:
-            raise InvalidInput(
-                f"agent {shown_key(agent_id)} already has a route; update it instead",
-                field="agentId",
-            )
-        return self._secrets.route(record)
-
-    async def known(self, agent_id: str) -> bool:
-        """Whether ``agent_id`` has a route (reads no URL and no secret: the A2A role may ask)."""
-        return not await self.missing([agent_id])
-
-    async def push_route(self, agent_id: str) -> Route | None:
-        """The route of an A2A push config (kind ``a2a``), its secret opened; else None.
-
-        Through ``birddog.a2a_push_route``, which answers for push configs' routes only:
-        the A2A server's login reads no other route's URL or secret.
-
-        Raises:
-            SecretUnreadable: its stored secret opens with none of the configured keys.
-        """
-        with store_errors("push route"):
-            record = await self.pool.fetchrow(queries["a2a_push_route"], agent_id)
-        return None if record is None else self._secrets.route(record)
-
-    async def add_push_route(self, agent_id: str, url: str, secret: str) -> Route:
-        """Store an A2A push config as its route (kind ``a2a``), its URL checked, its secret sealed.
-
-        Through ``birddog.a2a_push_route_add``, which writes push configs' routes only.
-
-        Args:
-            agent_id: the push config's agent id (``a2a-push:...``).
-            url: where its notifications go; checked against the push egress policy.
-            secret: what each notification carries (its token or header), sealed at rest.
-
-        Raises:
-            InvalidInput: not a push config's agent id, a URL the push egress policy
-                refuses, or that agent id has a route already.
-        """
-        if not is_push_agent(agent_id):
-            raise InvalidInput(
-                "a push config's route has an agent id a2a-push:...", field="agentId"
-            )
-        agent_id = _check_agent_id(agent_id)
-        self._cache.forget(agent_id)
-        url = check_route_url(url, self.push_egress)
-        stored = self._secrets.sealed(agent_id, secret)
-        with store_errors("push route add"):
-            record = await self.pool.fetchrow(queries["a2a_push_route_add"], agent_id, url, stored)
         if record is None:
             raise InvalidInput(
                 f"agent {shown_key(agent_id)} already has a route; update it instead",
