@@ -116,8 +116,9 @@ async def _tune_for_tests(dsn: str) -> None:
 
 # ---- running in parallel, and what the end of the run says --------------------------------
 
-ROLE_TESTS = "tests/acceptance/test_roles.py"
-"""Tests that run ``birddog migrate --roles`` (cluster-wide roles), besides ``logins`` users."""
+ROLE_TESTS = ("tests/acceptance/test_roles.py", "tests/integration/test_a2a.py")
+"""Tests that run ``birddog migrate --roles`` (cluster-wide roles), besides ``logins`` users
+(the A2A module's server runs under a ``birddog_a2a`` login)."""
 
 MANY_ASKS_TESTS = "tests/acceptance/test_many_asks.py"
 """A thousand asks at once, each with a deadline: two of them side by side took each other's

@@ -107,7 +107,7 @@ async def test_migrate_roles_is_idempotent_and_the_owner_owns_everything(
 async def test_every_definer_function_pins_its_path_and_is_granted_per_role(
     database_url: str, logins: dict[str, str]
 ) -> None:
-    """Each SECURITY DEFINER function pins search_path and PUBLIC may not call it; A2A's are the sender's."""
+    """Each SECURITY DEFINER function pins search_path, PUBLIC may not call it; A2A's are its role's."""
     conn = await asyncpg.connect(database_url)
     try:
         functions = await conn.fetch(
@@ -115,6 +115,7 @@ async def test_every_definer_function_pins_its_path_and_is_granted_per_role(
             "has_function_privilege('birddog_sender', p.oid, 'EXECUTE') AS sender, "
             "has_function_privilege('birddog_worker', p.oid, 'EXECUTE') AS worker, "
             "has_function_privilege('birddog_reader', p.oid, 'EXECUTE') AS reader, "
+            "has_function_privilege('birddog_a2a', p.oid, 'EXECUTE') AS a2a, "
             "EXISTS (SELECT 1 FROM aclexplode(coalesce(p.proacl, acldefault('f', p.proowner))) a "
             "        WHERE a.grantee = 0) AS public "
             "FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace "
@@ -134,7 +135,34 @@ async def test_every_definer_function_pins_its_path_and_is_granted_per_role(
         assert not row["public"], signature
     for name in ("a2a_reply_to_add", "a2a_reply_to_remove"):
         row = shown[f"birddog.{name}(text,jsonb,text)"]
-        assert (row["sender"], row["worker"], row["reader"]) == (True, False, False), name
+        assert (row["sender"], row["worker"], row["reader"], row["a2a"]) == (
+            True,
+            False,
+            False,
+            True,
+        ), name
+    # The A2A server's own: push configs' routes and its callers' cancels, nobody else's.
+    for signature in (
+        "birddog.a2a_push_route(text)",
+        "birddog.a2a_push_route_add(text,text,text)",
+        "birddog.a2a_cancel(text,text,text,integer,boolean)",
+    ):
+        row = shown[signature]
+        assert (row["sender"], row["worker"], row["reader"], row["a2a"]) == (
+            False,
+            False,
+            False,
+            True,
+        ), signature
+    # Process rows: the worker's own (agents' logins too), through the functions only.
+    for signature in ("birddog.daemons_beat(text,text,text,integer)", "birddog.daemons_stop(text)"):
+        row = shown[signature]
+        assert (row["sender"], row["worker"], row["reader"], row["a2a"]) == (
+            False,
+            True,
+            False,
+            False,
+        ), signature
 
 
 async def test_installing_the_roles_beside_a_busy_reader_survives_the_deadlock_it_meets(

@@ -26,6 +26,7 @@ from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.tasks import PostgresSentJobs
 from tests.support import ALICE, CAROL, enqueue, job_row, make_job, outbox_rows
 from tests.support.cli import cli
+from tests.support.logins import DENIED, refusal
 
 FAR = datetime(2099, 1, 1, tzinfo=UTC)
 REPLY = json.dumps(
@@ -45,22 +46,6 @@ FORGED_REPLY = (
     "command_id, outcome, reply, state, due_at, created_at) VALUES ('outbox:forged:reply:0', "
     "'alice', 's-alice', 'forged', 'c', 'completed', $1::text::jsonb, 'pending', now(), now())"
 )
-
-
-async def refusal(dsn: str, statement: str, *args: Any) -> str | None:
-    """The SQLSTATE the database answers ``statement`` with as this login (None: it ran)."""
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(statement, *args)
-    except asyncpg.PostgresError as exc:
-        return exc.sqlstate
-    finally:
-        await conn.close()
-    return None
-
-
-DENIED = "42501"
-"""insufficient_privilege"""
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """``birddog a2a`` driven by a2a-sdk's own client, over a real worker and PostgreSQL.
 
 One database, one A2A server, one in-process worker and one drain daemon serve the whole
-module. The worker's agent answers ``echo: <text>``, raises for ``fail`` (with a token in
+module. The roles are installed (``birddog migrate --roles``) and the A2A server runs
+under a login of its own role, ``birddog_a2a``, as a deployment runs it; the worker and
+the daemon under the database's owner. The worker's agent answers ``echo: <text>``, raises for ``fail`` (with a token in
 its complaint, which the diagnostic masks) and sleeps for ``slow`` until it is cancelled.
 Push receivers are aiohttp servers on 127.0.0.1 started by their tests.
 """
@@ -11,11 +13,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 from a2a.client import ClientConfig, ClientFactory
@@ -44,10 +48,11 @@ from birddog.core.jobs import AgentJobPayload
 from birddog.http import signing
 from birddog.http.server import listening_socket, serve_asgi, socket_url
 from birddog.postgres.caller_outbox import CallerOutbox
+from birddog.postgres.roles import install_roles
 from birddog.postgres.routes import PostgresRoutes
 from birddog.settings import Settings
 from tests.support import eventually, http_get_ok, job_row
-from tests.support.cli import cli, token_of
+from tests.support.cli import as_login, cli, token_of
 from tests.support.inbox import posts_to
 
 AGENT = "helper"
@@ -62,6 +67,7 @@ class Served:
     token: str
     dsn: str
     pool: Any
+    a2a_dsn: str
 
     @property
     def agent_url(self) -> str:
@@ -94,7 +100,11 @@ async def served(database_factory: Any) -> AsyncIterator[Served]:
         push_egress="internal",
     )
     stop = asyncio.Event()
-    async with open_adapters(settings, pool_size=6) as adapters:
+    async with (
+        a2a_login(dsn) as a2a_dsn,
+        open_adapters(settings, pool_size=6) as adapters,
+        open_adapters(settings.model_copy(update={"database_url": a2a_dsn}), pool_size=4) as a2a,
+    ):
         await adapters.routes.add(AGENT, kind="mailbox")
         added = await adapters.agents.add(AgentAddress(agent_id="asker", session_id="s-asker"))
         hints = CancelHints()
@@ -107,7 +117,7 @@ async def served(database_factory: Any) -> AsyncIterator[Served]:
             daemon = build_daemon(adapters, listener=wakes, alerts=None, stop=stop)
             sock = listening_socket()
             url = socket_url(sock)
-            app = a2a_app(a2a_services(adapters, wait_s=WAIT_S), public_url=url, version="0")
+            app = a2a_app(a2a_services(a2a, wait_s=WAIT_S), public_url=url, version="0")
             tasks = [
                 asyncio.create_task(worker.run()),
                 asyncio.create_task(daemon.run()),
@@ -119,10 +129,27 @@ async def served(database_factory: Any) -> AsyncIterator[Served]:
                     "the A2A server answers",
                     within_s=30,
                 )
-                yield Served(url=url, token=added.issued.token, dsn=dsn, pool=adapters.pool)
+                yield Served(
+                    url=url, token=added.issued.token, dsn=dsn, pool=adapters.pool, a2a_dsn=a2a_dsn
+                )
             finally:
                 stop.set()
                 await asyncio.wait_for(asyncio.gather(*tasks), 30)
+
+
+@contextlib.asynccontextmanager
+async def a2a_login(dsn: str) -> AsyncIterator[str]:
+    """The roles installed on ``dsn``'s database, and a login of ``birddog_a2a`` (its DSN)."""
+    name, password = f"bdt_{secrets.token_hex(4)}_a2a", secrets.token_urlsafe(16)
+    conn = await asyncpg.connect(dsn)
+    try:
+        await install_roles(conn)
+        # Test-made names and passwords: letters, digits, '_' and '-' only.
+        await conn.execute(f"CREATE ROLE {name} LOGIN PASSWORD '{password}' IN ROLE birddog_a2a")
+        yield as_login(dsn, name, password)
+    finally:
+        await conn.execute(f"DROP ROLE IF EXISTS {name}")
+        await conn.close()
 
 
 @contextlib.asynccontextmanager
@@ -159,6 +186,27 @@ async def send(a2a: Client, request: pb.SendMessageRequest) -> pb.Task:
 def text(parts: Any) -> str:
     """The text of parts."""
     return "".join(part.text for part in parts)
+
+
+async def test_the_server_runs_under_a_login_of_birddog_a2a_only(served: Served) -> None:
+    """Its login is no superuser and a member of birddog_a2a, of no operator's role."""
+    conn = await asyncpg.connect(served.a2a_dsn)
+    try:
+        row = await conn.fetchrow(
+            "SELECT r.rolsuper, pg_has_role(current_user, 'birddog_a2a', 'MEMBER') AS a2a, "
+            "pg_has_role(current_user, 'birddog_daemon', 'MEMBER') AS daemon, "
+            "pg_has_role(current_user, 'birddog_sender', 'MEMBER') AS sender "
+            "FROM pg_roles r WHERE r.rolname = current_user"
+        )
+    finally:
+        await conn.close()
+    assert row is not None
+    assert (row["rolsuper"], row["a2a"], row["daemon"], row["sender"]) == (
+        False,
+        True,
+        False,
+        False,
+    )
 
 
 @pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])

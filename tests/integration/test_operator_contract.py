@@ -23,6 +23,7 @@ from birddog import (
     RowState,
     agent_job,
 )
+from birddog.core.errors import JobNotFound
 from birddog.core.lifecycle import SettleRequested
 from birddog.core.mail import Outcome
 from birddog.ports import Admin, DaemonRow, JobStore, Outbox, RouteEdits, SentJobs, TokenBook
@@ -343,3 +344,24 @@ async def test_a_token_names_its_agent_session_until_revoked(backend: Backend) -
     assert await backend.tokens.authenticate("not a token") is None
     await backend.revoke("alice")
     assert await backend.tokens.authenticate(token) is None
+
+
+async def test_a_caller_cancels_only_its_own_mails_job(backend: Backend) -> None:
+    """Another caller's cancel is not found and changes nothing; the sender's settles it cancelled."""
+    await backend.enqueue(mail_job("j-1"))
+    with pytest.raises(JobNotFound):
+        await backend.sent.cancel("j-1", caller=BOB, content="mine now", timeout_s=STEP_S)
+    with pytest.raises(JobNotFound):
+        await backend.sent.cancel("j-9", caller=ALICE, content="no such", timeout_s=STEP_S)
+    sent = await backend.sent.get("j-1", timeout_s=STEP_S)
+    assert sent is not None
+    assert sent.state.value == "queued"
+    outcome = await backend.sent.cancel("j-1", caller=ALICE, content="not needed", timeout_s=STEP_S)
+    assert outcome is Outcome.CANCELLED
+    sent = await backend.sent.get("j-1", timeout_s=STEP_S)
+    assert sent is not None
+    assert (sent.state.value, sent.outcome, sent.result) == (
+        "settled",
+        Outcome.CANCELLED,
+        "not needed",
+    )

@@ -10,17 +10,22 @@ from __future__ import annotations
 import pytest
 
 from birddog import InvalidInput, RouteNotFound
+from birddog.core.egress import EgressPolicy
 from birddog.core.errors import InvalidSecret
-from birddog.ports import RouteEdits, RouteList
+from birddog.ports import PushRoutes, RouteEdits, RouteList
 from birddog.postgres.pool import Pool
+from birddog.postgres.push_routes import PostgresPushRoutes
 from birddog.postgres.routes import PostgresRoutes
 from birddog.testing import FrozenClock, InMemoryRoutes
 from tests.support import T0
 
-PORTS = ("RouteBook", "RouteHolds", "RouteEdits", "RouteList")
+PORTS = ("RouteBook", "RouteHolds", "RouteEdits", "RouteList", "PushRoutes")
 """The ports these tests hold their fake and their Postgres adapter to."""
 
 URL = "https://alice.example/inbox"
+PUSH_ID = "a2a-push:0123456789abcdef0123456789abcdef01234567"
+PUSHES = EgressPolicy().for_pushes()
+"""Push URLs: public addresses only (the A2A server's default)."""
 
 
 class Routes(RouteEdits, RouteList):
@@ -30,13 +35,13 @@ class Routes(RouteEdits, RouteList):
 @pytest.fixture
 def memory_backend() -> InMemoryRoutes:
     """The in-memory route book."""
-    return InMemoryRoutes(clock=FrozenClock(T0))
+    return InMemoryRoutes(clock=FrozenClock(T0), push_egress=PUSHES)
 
 
 @pytest.fixture
 def postgres_backend(pg_pool: Pool) -> PostgresRoutes:
     """The Postgres route book on a fresh database, uncached."""
-    return PostgresRoutes(pg_pool, cache_s=0, clock=FrozenClock(T0))
+    return PostgresRoutes(pg_pool, cache_s=0, clock=FrozenClock(T0), push_egress=PUSHES)
 
 
 @pytest.fixture(params=["memory_backend", "postgres_backend"])
@@ -123,3 +128,35 @@ async def test_the_list_is_by_agent_id_without_secrets(routes: Routes) -> None:
     listed = await routes.list()
     assert [route.agent_id for route in listed] == ["alice", "carol"]
     assert all(route.secret is None for route in listed)
+
+
+@pytest.fixture
+def push_routes(routes: Routes, request: pytest.FixtureRequest) -> PushRoutes:
+    """The push routes over the same database (the fake: the same route book)."""
+    if isinstance(routes, PostgresRoutes):
+        return PostgresPushRoutes(request.getfixturevalue("pg_pool"), push_egress=PUSHES)
+    assert isinstance(routes, InMemoryRoutes)
+    return routes
+
+
+async def test_a_push_route_is_stored_and_read_back_only_as_a_push_configs(
+    routes: Routes, push_routes: PushRoutes
+) -> None:
+    """Who has a route is known; only a push config's route reads back or is written as one."""
+    await routes.add("alice", URL)
+    assert await push_routes.known("alice")
+    assert not await push_routes.known("nobody")
+    assert await push_routes.push_route("alice") is None  # an http route's URL is not the A2A's
+    added = await push_routes.add_push_route(PUSH_ID, "https://push.example/hook", "tok")
+    assert (added.kind, added.url, added.secret) == ("a2a", "https://push.example/hook", "tok")
+    found = await push_routes.push_route(PUSH_ID)
+    assert found is not None
+    assert (found.kind, found.url, found.secret) == ("a2a", "https://push.example/hook", "tok")
+    assert await push_routes.known(PUSH_ID)
+    with pytest.raises(InvalidInput, match="already has a route"):
+        await push_routes.add_push_route(PUSH_ID, "https://other.example/", "tok")
+    with pytest.raises(InvalidInput, match="a2a-push"):
+        await push_routes.add_push_route("bob", "https://push.example/hook", "tok")
+    with pytest.raises(InvalidInput):
+        await push_routes.add_push_route(PUSH_ID + "0", "http://127.0.0.1/hook", "tok")
+    assert await push_routes.push_route(PUSH_ID + "0") is None

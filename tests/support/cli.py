@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
+import asyncpg
+
 from tests.support.zygote import WarmProcess, Zygote
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -257,14 +259,12 @@ class Daemon:
             self._log.close()
 
 
-KINDS = ("owner", "daemon", "worker", "sender", "reader")
+KINDS = ("owner", "daemon", "worker", "sender", "reader", "a2a")
 """The kinds of process, one role each (``birddog migrate --roles``)."""
 
 
 async def drop_agent_logins(database_url: str) -> None:
     """Drop every agent login this database made (roles outlive the test's database)."""
-    import asyncpg  # noqa: PLC0415 - only the role tests need it
-
     conn = await asyncpg.connect(database_url)
     try:
         for row in await conn.fetch("SELECT login FROM birddog.agent_logins"):

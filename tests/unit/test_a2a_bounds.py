@@ -166,7 +166,6 @@ async def handler() -> MailRoomRequestHandler:
     services = A2AServices(
         sender=world.mail,
         sent=InMemorySentJobs(world.jobs),
-        jobs=world.jobs,
         routes=world.routes,
         tokens=InMemoryTokenBook(),
         wait_s=0.05,

@@ -44,7 +44,6 @@ async def served() -> tuple[MailRoomRequestHandler, InMemoryAsks, MailService]:
     services = A2AServices(
         sender=sender,
         sent=InMemorySentJobs(jobs),
-        jobs=jobs,
         routes=routes,
         tokens=InMemoryTokenBook(),
         wait_s=0.0,

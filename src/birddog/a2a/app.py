@@ -143,11 +143,11 @@ def a2a_app(
     async def card(request: Request) -> Response:
         agent_id = request.path_params["agent"]
         try:
-            route = None if is_push_agent(agent_id) else await services.routes.route(agent_id)
+            known = not is_push_agent(agent_id) and await services.routes.known(agent_id)
         except StoreUnavailable as exc:
             log.warning("a2a_database_unavailable", error=type(exc).__name__)
             return JSONResponse({"error": "database unavailable"}, status_code=503)
-        if route is None:
+        if not known:
             return JSONResponse({"error": f"no such agent: {URL_FORM}"}, status_code=404)
         base = f"{public_url.rstrip('/')}/a2a/{agent_id}/"
         body = json.dumps(agent_card_to_dict(agent_card(agent_id, base, version=version)))

@@ -21,7 +21,7 @@ from birddog.core.tasks import SentJob
 from birddog.core.text import printable
 
 if TYPE_CHECKING:
-    from birddog.ports import RouteEdits
+    from birddog.ports import PushRoutes
 
 log = structlog.get_logger("birddog.a2a")
 
@@ -32,12 +32,12 @@ class PushConfigs:
     """Push configs as routes of kind ``a2a``: stored (the URL checked), read back per task.
 
     Args:
-        routes: the route book (it checks each URL against the push egress policy).
+        routes: the push configs' routes (each URL checked against the push egress policy).
         egress: the push egress policy, which every address the URL's host resolves to
             must pass now as well.
     """
 
-    def __init__(self, routes: RouteEdits, egress: EgressPolicy) -> None:
+    def __init__(self, routes: PushRoutes, egress: EgressPolicy) -> None:
         self.routes = routes
         self.egress = egress
 
@@ -47,10 +47,10 @@ class PushConfigs:
             raise InvalidParamsError("pushNotificationConfig.url is required")
         try:
             push = push_route(config, task_id=task_id)
-            known = await self.routes.route(push.agent_id)
+            known = await self.routes.push_route(push.agent_id)
             if known is None:
                 await check_push_host(push.url, self.egress)
-                await self.routes.add(push.agent_id, push.url, push.secret, kind="a2a")
+                await self.routes.add_push_route(push.agent_id, push.url, push.secret)
             elif known.url != push.url or known.secret != push.secret:
                 raise InvalidParamsError(
                     f"push config {printable(push.config_id)[:64]!r} was set before otherwise; "
@@ -73,7 +73,7 @@ class PushConfigs:
             if not is_push_agent(address.agent_id):
                 continue
             try:
-                route = await self.routes.route(address.agent_id)
+                route = await self.routes.push_route(address.agent_id)
             except (StoreUnavailable, BirdDogError) as exc:
                 log.warning("a2a_push_config_unreadable", error=type(exc).__name__)
                 continue

@@ -74,7 +74,7 @@ from birddog.ports import TokenBook
 from birddog.service.timeouts import Deadline
 
 if TYPE_CHECKING:
-    from birddog.ports import JobCancels, RouteEdits, SentJobs
+    from birddog.ports import PushRoutes, SentJobs
     from birddog.service.mail import MailService
 
 log = structlog.get_logger("birddog.a2a")
@@ -120,10 +120,10 @@ class A2AServices:
     Attributes:
         sender: the mail service: sends the mail of each ``SendMessage`` (spooling it
             when the database cannot take it now).
-        sent: reads the ask jobs back (``GetTask``, ``ListTasks``).
-        jobs: the job store (``CancelTask`` goes through its cancel-wins).
-        routes: which agents exist (an agent with a route answers); push configs are
-            routes of kind ``a2a``.
+        sent: reads the ask jobs back (``GetTask``, ``ListTasks``) and cancels a
+            caller's own (``CancelTask``: the job store's cancel-wins).
+        routes: which agents exist (an agent with a route answers), and the push
+            configs' routes (kind ``a2a``): no other route's URL or secret.
         tokens: who each bearer token is.
         wait_s: how long a blocking ``SendMessage`` waits for a terminal state.
         max_content_bytes: the largest message text taken (``BIRDDOG_MAX_CONTENT_BYTES``).
@@ -133,8 +133,7 @@ class A2AServices:
 
     sender: MailService
     sent: SentJobs
-    jobs: JobCancels
-    routes: RouteEdits
+    routes: PushRoutes
     tokens: TokenBook
     wait_s: float = DEFAULT_WAIT_S
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
@@ -159,10 +158,10 @@ class _Tasks:
             # The middleware refuses such requests; this is its second line.
             raise InvalidParamsError("no caller: the request carries no valid bearer token")
         try:
-            route = await self.services.routes.route(agent_id)
+            known = await self.services.routes.known(agent_id)
         except StoreUnavailable as exc:
             raise unavailable(exc) from None
-        if route is None or is_push_agent(agent_id):
+        if not known or is_push_agent(agent_id):
             raise TaskNotFoundError(f"no agent {printable(agent_id)[:64]!r} answers here")
         return caller, agent_id
 
@@ -410,8 +409,11 @@ class MailRoomRequestHandler(RequestHandler):
         if task_state(job) in TERMINAL:
             raise TaskNotCancelableError(f"task {params.id} is terminal already")
         try:
-            await self.services.jobs.cancel(
-                job_id=job.job_id, content=f"Cancelled by {address_text(caller)} over A2A."
+            await self.services.sent.cancel(
+                job.job_id,
+                caller=caller,
+                content=f"Cancelled by {address_text(caller)} over A2A.",
+                timeout_s=STEP_TIMEOUT_S,
             )
         except JobNotFound:
             raise TaskNotFoundError() from None

@@ -307,13 +307,15 @@ def a2a_services(adapters: Adapters, *, wait_s: float) -> A2AServices:
         The services of the A2A request handler.
     """
     from birddog.a2a.server import A2AServices  # noqa: PLC0415 - the A2A server only
+    from birddog.postgres.push_routes import PostgresPushRoutes  # noqa: PLC0415
     from birddog.postgres.tasks import PostgresSentJobs  # noqa: PLC0415
 
     return A2AServices(
         sender=adapters.sender,
-        sent=PostgresSentJobs(adapters.pool),
-        jobs=adapters.jobs,
-        routes=adapters.routes,
+        sent=PostgresSentJobs(adapters.pool, max_content_bytes=adapters.settings.max_content_bytes),
+        routes=PostgresPushRoutes(
+            adapters.pool, push_egress=adapters.routes.push_egress, box=adapters.routes.box
+        ),
         tokens=token_book(adapters),
         wait_s=wait_s,
         max_content_bytes=adapters.settings.max_content_bytes,

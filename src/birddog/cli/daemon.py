@@ -27,8 +27,9 @@ def migrate(ctx: click.Context, roles: bool) -> None:
     click.echo("schema is at head")
     if roles:
         click.echo(
-            "roles birddog_owner, birddog_daemon, birddog_worker, birddog_sender and "
-            "birddog_reader are in place; grant each login one of them"
+            "roles birddog_owner, birddog_daemon, birddog_worker, birddog_sender, "
+            "birddog_a2a and birddog_reader are in place; grant each login one of them "
+            "(birddog_agent: `birddog agent add AGENT --login`)"
         )
 
 

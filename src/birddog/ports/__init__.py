@@ -65,6 +65,7 @@ from birddog.ports.operator import (
     Story,
 )
 from birddog.ports.routes import (
+    PushRoutes,
     ResealReport,
     Route,
     RouteAdmin,
@@ -107,6 +108,7 @@ __all__ = [
     "Overview",
     "Page",
     "ParcelTransport",
+    "PushRoutes",
     "Reports",
     "ResealReport",
     "Retention",

@@ -15,7 +15,7 @@ from typing import Literal, Protocol
 from birddog.core.ask import Posted
 from birddog.core.ask_facts import AskFacts
 from birddog.core.jobs import Job
-from birddog.core.mail import AgentAddress, Mail
+from birddog.core.mail import AgentAddress, Mail, Outcome
 from birddog.core.mailbox import MailboxEntry
 from birddog.core.spool import Outgoing, SpoolRow, SpoolStatus
 from birddog.core.tasks import SentJob
@@ -209,6 +209,16 @@ class SentJobs(Protocol):
         self, job_id: str, address: AgentAddress, *, caller: AgentAddress, timeout_s: float
     ) -> bool:
         """Remove ``address`` from that replyTo while unsettled; True when it was removed."""
+        ...
+
+    async def cancel(
+        self, job_id: str, *, caller: AgentAddress, content: str, timeout_s: float
+    ) -> Outcome | None:
+        """Cancel ``caller``'s job ``job_id`` (cancel-wins); its outcome once settled.
+
+        Raises:
+            JobNotFound: no such job, or its mail is not ``caller``'s agent's.
+        """
         ...
 
 

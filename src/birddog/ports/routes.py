@@ -15,6 +15,7 @@ from birddog.core.policy import NO_POLICY, RoutePolicy
 from birddog.ports.delivery import RouteKind
 
 __all__ = [
+    "PushRoutes",
     "ResealReport",
     "Route",
     "RouteAdmin",
@@ -147,6 +148,26 @@ class RouteEdits(RouteHolds, RouteBook, Protocol):
         cleared: frozenset[str] = frozenset(),
     ) -> Route:
         """Change an agent's inbox URL, secret, batch size or policy (None keeps each)."""
+        ...
+
+
+class PushRoutes(Protocol):
+    """The A2A server's routes (``birddog a2a``): who answers, and its push configs' routes.
+
+    Reads no URL or secret but a push config's own, and writes push configs' routes
+    only (kind ``a2a``), so the server runs on a role of its own (``birddog_a2a``).
+    """
+
+    async def known(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` has a route (an agent with one answers over A2A)."""
+        ...
+
+    async def push_route(self, agent_id: str) -> Route | None:
+        """The route of push config ``agent_id`` (kind ``a2a``); None for any other."""
+        ...
+
+    async def add_push_route(self, agent_id: str, url: str, secret: str) -> Route:
+        """Store push config ``agent_id`` as its route of kind ``a2a`` (the URL checked)."""
         ...
 
 

@@ -11,19 +11,32 @@ what is theirs.
 from __future__ import annotations
 
 import os
+import secrets
 import socket
 
 import asyncpg
+import structlog
 
 from birddog.postgres.pool import store_errors
 from birddog.postgres.sql import queries
 
 EXPIRE_S = 3600.0
-"""A daemon or worker row not refreshed for this long is deleted by any live process."""
+"""A daemon or worker row not refreshed for this long is deleted by any live process.
+
+The server's constant (``birddog.daemons_beat``), never the caller's: a login cannot
+have another login's rows forgotten sooner.
+"""
+
+log = structlog.get_logger("birddog.daemons")
 
 
 class PostgresDaemons:
     """The ``birddog.daemons`` table: one row per running daemon or worker.
+
+    Every write goes through ``birddog.daemons_beat`` and ``birddog.daemons_stop``
+    (``SECURITY DEFINER``): a row belongs to the login that registered it, and only an
+    operator's login records a drain, so a worker's login can neither forge a drain nor
+    age, stop or take over another login's row.
 
     Args:
         pool: the connection pool.
@@ -35,7 +48,11 @@ class PostgresDaemons:
         self.kind = kind
         self.host = socket.gethostname()
         self.pid = os.getpid()
-        self.daemon_id = f"{kind}:{self.host}:{self.pid}"
+        self.daemon_id = self._new_id()
+
+    def _new_id(self) -> str:
+        """Kind, host and pid, and a random part no other login can take before this one."""
+        return f"{self.kind}:{self.host}:{self.pid}:{secrets.token_hex(4)}"
 
     async def seen(self) -> None:
         """Record that this process is alive, and forget processes long gone.
@@ -44,13 +61,21 @@ class PostgresDaemons:
         process deletes rows not seen for :data:`EXPIRE_S` (but the last of each kind, so
         ``birddog check`` can still say when a daemon last ran), so the table never grows.
         """
+        if not await self._beat():
+            # Another login holds a row of this id: this process takes another id.
+            log.warning("daemon_row_taken", kind=self.kind)
+            self.daemon_id = self._new_id()
+            await self._beat()
+
+    async def _beat(self) -> bool:
         with store_errors("daemon seen"):
-            await self.pool.execute(
-                queries["daemon_seen"], self.daemon_id, self.kind, self.host, self.pid
+            return bool(
+                await self.pool.fetchval(
+                    queries["daemons_beat"], self.daemon_id, self.kind, self.host, self.pid
+                )
             )
-            await self.pool.execute(queries["daemons_expire"], EXPIRE_S)
 
     async def gone(self) -> None:
         """Mark this process's row stopped, on a clean stop (``birddog check`` says so)."""
         with store_errors("daemon gone"):
-            await self.pool.execute(queries["daemon_gone"], self.daemon_id)
+            await self.pool.fetchval(queries["daemons_stop"], self.daemon_id)

@@ -800,6 +800,28 @@ SELECT birddog.a2a_reply_to_add($1::text, $2::jsonb, $3::text) AS result;
 -- params: $1 job_id text, $2 address jsonb, $3 caller_agent text
 SELECT birddog.a2a_reply_to_remove($1::text, $2::jsonb, $3::text) AS result;
 
+-- name: a2a_push_route
+-- The route of A2A push config agent $1 (kind a2a only, its URL and sealed secret) through birddog.a2a_push_route; no row for any other route.
+-- params: $1 agent_id text
+SELECT
+    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts
+FROM birddog.a2a_push_route($1::text) AS r;
+
+-- name: a2a_push_route_add
+-- Store A2A push config agent $1's route (kind a2a, URL $2, sealed secret $3) through birddog.a2a_push_route_add; no row when it has one.
+-- params: $1 agent_id text, $2 url text, $3 secret text (sealed)
+SELECT
+    r.agent_id, r.url, r.secret, r.enabled, r.kind, r.batch_size, r.held_at,
+    r.previous_secret, r.previous_secret_until, r.post_timeout_s, r.max_age_s, r.max_attempts
+FROM birddog.a2a_push_route_add($1::text, $2::text, $3::text) AS r;
+
+-- name: a2a_cancel
+-- Cancel job $1 for A2A caller agent $2 (birddog.a2a_cancel: its mail must be from $2): the decision (missing: not the caller's), the outcome and the keys written.
+-- params: $1 job_id text, $2 caller_agent text, $3 content text, $4 max_content_bytes int, $5 wake boolean
+SELECT c.decision, c.outcome, c.keys, c.unreadable
+FROM birddog.a2a_cancel($1::text, $2::text, $3::text, $4::int, $5::boolean) AS c;
+
 -- ---------------------------------------------------------------------------------------
 -- agents: per-agent identity (birddog agent ...); a token is stored as its SHA-256 only
 -- ---------------------------------------------------------------------------------------
@@ -861,28 +883,15 @@ SELECT birddog.drop_agent_login($1::text);
 
 -- ===== daemons =====
 
--- name: daemon_seen
--- Record that a drain daemon or worker is alive (insert or refresh its row).
+-- name: daemons_beat
+-- Record that this process ($1, a drain or a worker) is alive through birddog.daemons_beat (its own row only; false: the id is another login's), and forget processes long gone.
 -- params: $1 daemon_id text, $2 kind text, $3 host text, $4 pid int4
-INSERT INTO birddog.daemons (daemon_id, kind, host, pid, started_at, seen_at)
-VALUES ($1, $2, $3, $4, now(), now())
-ON CONFLICT (daemon_id) DO UPDATE SET seen_at = now(), stopped_at = NULL;
+SELECT birddog.daemons_beat($1::text, $2::text, $3::text, $4::int4);
 
--- name: daemon_gone
--- Mark a daemon or worker that stopped cleanly: stopped now, no longer running.
+-- name: daemons_stop
+-- Mark this process's row stopped on a clean stop (birddog.daemons_stop: its own row only); whether it was running.
 -- params: $1 daemon_id text
-UPDATE birddog.daemons SET stopped_at = now() WHERE daemon_id = $1;
-
--- name: daemons_expire
--- Forget daemons and workers not seen for $1 seconds (killed, stopped, or their host is gone), but the last seen of each kind.
--- params: $1 older_than_s float8
-DELETE FROM birddog.daemons d
-WHERE d.seen_at < now() - make_interval(secs => $1)
-  AND d.daemon_id <> ALL (
-      SELECT DISTINCT ON (l.kind) l.daemon_id
-      FROM birddog.daemons l
-      ORDER BY l.kind, l.seen_at DESC
-  );
+SELECT birddog.daemons_stop($1::text);
 
 -- name: daemons_seen
 -- Daemons and workers running (not stopped) that beat within an interval, newest first.
@@ -1429,7 +1438,7 @@ WHERE m.key IN (
 -- ---------------------------------------------------------------------------------------
 
 -- name: roles_create
--- Create the six group roles (NOLOGIN) that do not exist yet; needs CREATEROLE only then.
+-- Create the seven group roles (NOLOGIN) that do not exist yet; needs CREATEROLE only then.
 -- params: none
 DO $roles$
 DECLARE
@@ -1437,7 +1446,7 @@ DECLARE
 BEGIN
     FOREACH wanted IN ARRAY ARRAY[
         'birddog_owner', 'birddog_daemon', 'birddog_worker', 'birddog_sender', 'birddog_reader',
-        'birddog_agent'
+        'birddog_agent', 'birddog_a2a'
     ] LOOP
         IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = wanted) THEN
             BEGIN
@@ -1504,15 +1513,18 @@ $own$;
 DO $grant$
 BEGIN
     REVOKE ALL ON ALL TABLES IN SCHEMA birddog
-        FROM birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
+        FROM birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent,
+             birddog_a2a;
     REVOKE ALL ON SCHEMA birddog FROM PUBLIC;
     REVOKE ALL ON ALL FUNCTIONS IN SCHEMA birddog
         FROM PUBLIC, birddog_daemon, birddog_worker, birddog_sender, birddog_reader,
-             birddog_agent;
+             birddog_agent, birddog_a2a;
     GRANT USAGE ON SCHEMA birddog
-        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
+        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent,
+           birddog_a2a;
     GRANT SELECT ON birddog.alembic_version
-        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent;
+        TO birddog_daemon, birddog_worker, birddog_sender, birddog_reader, birddog_agent,
+           birddog_a2a;
     -- The daemon and the operator's commands (route, replay, prune, probe, secrets rekey,
     -- jobs cancel, the console): every row, no DDL.
     GRANT SELECT, INSERT, UPDATE, DELETE ON
@@ -1533,8 +1545,21 @@ BEGIN
     -- mail), and enqueues what a handler sends on; reads jobs; announces and ends the live
     -- sessions it serves (worker --live, an MCP server's); no outbox, route, mailbox or
     -- wake row of its own making.
-    GRANT SELECT ON birddog.jobs TO birddog_worker;
-    GRANT SELECT, INSERT, UPDATE, DELETE ON birddog.daemons TO birddog_worker;
+    -- Every column of jobs but the claim token, which only birddog.claim hands out (to
+    -- the claimer it chose): a login that read another claim's token could settle that
+    -- job with an answer of its own. The sender and the A2A server read the same columns
+    -- (of the jobs their login sent: row-level security, below).
+    EXECUTE format(
+        'GRANT SELECT (%s) ON birddog.jobs TO birddog_worker, birddog_sender, birddog_a2a',
+        (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum)
+         FROM pg_catalog.pg_attribute a
+         WHERE a.attrelid = 'birddog.jobs'::regclass AND a.attnum > 0
+           AND NOT a.attisdropped AND a.attname <> 'claim_token')
+    );
+    -- Its row in daemons (birddog status) only through daemons_beat and daemons_stop:
+    -- its own login's rows, kind worker, the server's times; no row of its own making.
+    -- It reads them (`health --worker` without metrics asks for its host's heartbeat).
+    GRANT SELECT ON birddog.daemons TO birddog_worker;
     GRANT EXECUTE ON FUNCTION
         birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
                         timestamptz, double precision),
@@ -1554,7 +1579,9 @@ BEGIN
         birddog.ensure_mailbox(text),
         birddog.queue_heads_repair(),
         birddog.live_heartbeat(text, text, text, double precision),
-        birddog.live_leave(text, text, text)
+        birddog.live_leave(text, text, text),
+        birddog.daemons_beat(text, text, text, integer),
+        birddog.daemons_stop(text)
         TO birddog_worker;
     GRANT SELECT ON birddog.live_sessions TO birddog_worker;
     -- The sender (send, ask, inbox, the library's enqueue): enqueues queued jobs (with a
@@ -1564,7 +1591,7 @@ BEGIN
     -- making. It announces no live session: it serves none, and a live session it named
     -- would hold that agent's mail back from its workers for the grace. It may set and delete a push config's reply address on the unsettled jobs
     -- its login sent, for the agent the mail is from (the A2A server's only job writes).
-    GRANT SELECT ON birddog.jobs TO birddog_sender;
+    -- (SELECT on every column of jobs but claim_token: granted with the worker's, above.)
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_sender;
     GRANT SELECT ON birddog.mailbox TO birddog_sender;
     GRANT EXECUTE ON FUNCTION
@@ -1614,8 +1641,32 @@ BEGIN
         birddog.ensure_mailbox(text),
         birddog.ask_standing(text, text, text, double precision),
         birddog.live_heartbeat(text, text, text, double precision),
-        birddog.live_leave(text, text, text)
+        birddog.live_leave(text, text, text),
+        birddog.daemons_beat(text, text, text, integer),
+        birddog.daemons_stop(text)
         TO birddog_agent;
+    -- The A2A server (birddog a2a): a sender's sends and reads for its callers (the jobs
+    -- its login sent, which agents have a route), the push configs' routes and its
+    -- callers' cancels through functions that check the caller's agent, nothing else; no
+    -- mailbox, no outbox, no route's URL or secret but a push config's own, no row
+    -- written directly.
+    GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_a2a;
+    GRANT EXECUTE ON FUNCTION
+        birddog.enqueue(text, text, text, smallint, text, text, timestamptz, text, boolean,
+                        timestamptz, double precision),
+        birddog.agent_token_use(bytea),
+        birddog.job_visible(text, jsonb),
+        birddog.send_mail(text, text, boolean, boolean, text, text, text, text, text,
+                          smallint, text, text, timestamptz, text, timestamptz,
+                          double precision),
+        birddog.session_known(text, text),
+        birddog.ensure_mailbox(text),
+        birddog.a2a_reply_to_add(text, jsonb, text),
+        birddog.a2a_reply_to_remove(text, jsonb, text),
+        birddog.a2a_push_route(text),
+        birddog.a2a_push_route_add(text, text, text),
+        birddog.a2a_cancel(text, text, text, integer, boolean)
+        TO birddog_a2a;
     -- Mailboxes and jobs are private (row-level security; the owner, whose functions
     -- write them, is not bound by it): operators see every row, a sender the jobs its
     -- login sent and the replies to them, an agent's login its own mailbox and the jobs
@@ -1632,7 +1683,8 @@ BEGIN
         USING (birddog.mailbox_visible(agent_id, in_reply_to));
     CREATE POLICY jobs_operators ON birddog.jobs TO birddog_daemon, birddog_worker, birddog_reader
         USING (true) WITH CHECK (true);
-    CREATE POLICY jobs_own ON birddog.jobs FOR SELECT TO birddog_sender, birddog_agent
+    CREATE POLICY jobs_own ON birddog.jobs FOR SELECT
+        TO birddog_sender, birddog_agent, birddog_a2a
         USING (birddog.job_visible(sent_by, payload));
     -- The reader (status, check, pending, dead): the views and counts; no content, no
     -- secret, no URL.

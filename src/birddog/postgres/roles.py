@@ -1,6 +1,6 @@
 """Least privilege: one PostgreSQL role per kind of process (``birddog migrate --roles``).
 
-Six group roles (``NOLOGIN``); each process connects as a login that is a member of one:
+Seven group roles (``NOLOGIN``); each process connects as a login that is a member of one:
 
 ==================  ====================================================================
 ``birddog_owner``   owns the ``birddog`` schema and everything in it: migrations (DDL).
@@ -8,12 +8,19 @@ Six group roles (``NOLOGIN``); each process connects as a login that is a member
                     ``prune``, ``probe``, ``secrets rekey``, ``jobs cancel``, the
                     console): every row of every table, no DDL.
 ``birddog_worker``  ``birddog worker``: claims and settles jobs, writes the replies they
-                    owe and the wake; nothing at all on ``routes`` or ``mailbox``.
+                    owe and the wake, and its own row in ``daemons``, through the
+                    functions; reads jobs but never a claim token; nothing at all on
+                    ``routes`` or ``mailbox``.
 ``birddog_sender``  ``birddog send``/``ask``/``inbox`` and the library's enqueue: inserts
                     and reads jobs, reads and acknowledges its mailbox, and sees which
                     agents have a route (``agent_id``, ``kind``, ``enabled`` only); may
                     add a mailbox route (no URL, no secret) for an asker without one,
                     and a reply address to the unsettled mail it sent (A2A push).
+``birddog_a2a``     ``birddog a2a``: what a sender may (send, the jobs its login sent, which
+                    agents have a route), and through functions the routes of its callers'
+                    push configs (``a2a_push_route``, ``a2a_push_route_add``: kind ``a2a``
+                    only) and its callers' cancels (``a2a_cancel``: their own mail only);
+                    no mailbox, no outbox, no other route's URL or secret.
 ``birddog_reader``  ``status``, ``check``, ``pending``, ``dead``: the ``pending`` and
                     ``dead_letters`` views and row metadata; no content, no URL, no secret.
 ``birddog_agent``   one agent's own login (``birddog agent add AGENT --login``): its own
@@ -22,10 +29,13 @@ Six group roles (``NOLOGIN``); each process connects as a login that is a member
 ==================  ====================================================================
 
 Secrets stay with the daemon: column privileges keep ``routes.secret`` and
-``routes.previous_secret`` (and URLs) from the worker, the sender and the reader.
+``routes.previous_secret`` (and URLs) from the worker, the sender, the A2A server and the
+reader, and ``jobs.claim_token`` from every role but the daemon's: a claim token is known
+only to the claimer ``birddog.claim`` handed it to.
 
-Writes go through the rules: the worker, the sender and agents have no ``INSERT``,
-``UPDATE`` or ``DELETE`` on ``outbox``, ``jobs``, ``mailbox``, ``routes`` or ``wake``; they
+Writes go through the rules: the worker, the sender, the A2A server and agents have no
+``INSERT``, ``UPDATE`` or ``DELETE`` on any table (``daemons`` included: a process's row
+belongs to its login, ``daemons_beat`` and ``daemons_stop``); they
 call the ``SECURITY DEFINER`` functions of migration 0007. Mailboxes and jobs are private:
 ``roles_grant`` turns on row-level security on ``mailbox`` and ``jobs``, with one policy
 for the operators (every row) and one for senders and agents
@@ -67,6 +77,7 @@ ROLES: Final = {
     "sender": "birddog_sender",
     "reader": "birddog_reader",
     "agent": "birddog_agent",
+    "a2a": "birddog_a2a",
 }
 """The group roles by the kind of process that uses them."""
 

@@ -309,6 +309,8 @@ live_sessions = sa.Table(
     _ts("started_at", now=True),
     _ts("seen_at", now=True),
     _ts("expires_at"),
+    # The login that announced it: only that login renews or ends it.
+    sa.Column("login", sa.Text, nullable=False, server_default=sa.text("session_user")),
     sa.PrimaryKeyConstraint("queue_key", "holder", name="live_sessions_pkey"),
     sa.Index("live_sessions_expires_at_idx", "expires_at"),
 )
@@ -352,12 +354,16 @@ daemons = sa.Table(
     _ts("started_at", now=True),
     _ts("seen_at", now=True),
     _ts("stopped_at", nullable=True),
+    sa.Column("login", sa.Text, nullable=False, server_default=sa.text("session_user")),
     sa.CheckConstraint("kind IN ('drain', 'worker')", name="daemons_kind_check"),
 )
 """Drain daemons and workers that reported in, for ``birddog status``.
 
 A process that stops cleanly keeps its row, marked ``stopped_at``; a stopped row never
 counts as running, and ``birddog check`` tells such a stop from a process that vanished.
+Each row belongs to the ``login`` that registered it: the non-operator roles write rows
+only through ``birddog.daemons_beat`` and ``birddog.daemons_stop``, which touch no other
+login's row.
 """
 
 agents = sa.Table(

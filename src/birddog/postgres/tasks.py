@@ -6,8 +6,9 @@ the mail. Its one write adds (or removes) a reply address on a mail whose job ha
 settled: an A2A push config set after the message; the settlement then derives that
 reply like every other. That write is the ``SECURITY DEFINER`` functions
 ``birddog.a2a_reply_to_add`` / ``_remove`` (migration 0016), for the caller's own mail
-only, so the process needs no ``UPDATE`` on jobs. Sending and cancelling go through the
-ask store and the job store like every other caller's.
+only, so the process needs no ``UPDATE`` on jobs. A caller's ``CancelTask`` is
+``birddog.a2a_cancel``: the operator's cancel-wins, on the caller's own mail only.
+Sending goes through the ask store like every other caller's.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Any, Final, Literal
 
 import asyncpg
 
-from birddog.core.errors import InvalidInput
-from birddog.core.jobs import JobState
+from birddog.core.errors import InvalidInput, JobNotFound
+from birddog.core.jobs import DEFAULT_MAX_CONTENT_BYTES, JobState, check_stored_content
 from birddog.core.mail import AgentAddress, Mail, Outcome
 from birddog.core.tasks import SentJob
+from birddog.postgres.job_rows import note_unreadable, outcome_of, returned_row
 from birddog.postgres.pool import Pool, acquire_within, store_errors
 from birddog.postgres.sql import queries
 
@@ -39,10 +41,20 @@ class PostgresSentJobs:
 
     Args:
         pool: the asyncpg pool on the BirdDog database.
+        max_content_bytes: the largest cancellation content stored.
+        schedule_wake: arm the drain's wake when a cancellation writes replies.
     """
 
-    def __init__(self, pool: Pool) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        *,
+        max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+        schedule_wake: bool = True,
+    ) -> None:
         self.pool = pool
+        self.max_content_bytes = max_content_bytes
+        self.schedule_wake = schedule_wake
 
     async def get(self, job_id: str, *, timeout_s: float) -> SentJob | None:
         """The job with this id (None: no such job).
@@ -144,6 +156,49 @@ class PostgresSentJobs:
         """
         result = await self._reply_to("a2a_reply_to_remove", job_id, address, caller, timeout_s)
         return result == "removed"
+
+    async def cancel(
+        self, job_id: str, *, caller: AgentAddress, content: str, timeout_s: float
+    ) -> Outcome | None:
+        """Cancel ``caller``'s job ``job_id``: a queued one settles, a running one is told.
+
+        Through ``birddog.a2a_cancel``: the operator's cancel-wins (``birddog.cancel``),
+        for a job whose mail is from ``caller``'s agent and that this login may read.
+
+        Args:
+            job_id: the job.
+            caller: who asks (the mail's ``from``; the HTTP layer checked its token).
+            content: the cancellation result its replies carry.
+            timeout_s: the longest wait for a pool connection.
+
+        Returns:
+            The job's outcome when it is settled (``cancelled`` for a queued job), None
+            while it is still running.
+
+        Raises:
+            InvalidInput: the content holds NUL or a lone surrogate; nothing is written.
+            ContentTooLarge: the content is above ``max_content_bytes``.
+            JobNotFound: no such job, or its mail is not ``caller``'s.
+            StoreBusy: no pool connection was free within ``timeout_s``.
+            StoreUnavailable: the database is unreachable.
+        """
+        check_stored_content(content, limit_bytes=self.max_content_bytes)
+        async with acquire_within(self.pool, timeout_s, "cancel") as conn:
+            with store_errors("cancel"):
+                row = returned_row(
+                    await conn.fetchrow(
+                        queries["a2a_cancel"],
+                        job_id,
+                        caller.agent_id,
+                        content,
+                        self.max_content_bytes,
+                        self.schedule_wake,
+                    )
+                )
+        if row["decision"] == "missing":
+            raise JobNotFound("no task of this caller has that id")
+        note_unreadable(job_id, row)
+        return outcome_of(row)
 
     async def _reply_to(
         self,

@@ -107,6 +107,7 @@ FAKES: Final[dict[str, type]] = {
     "RouteHolds": InMemoryRoutes,
     "RouteEdits": InMemoryRoutes,
     "RouteList": InMemoryRoutes,
+    "PushRoutes": InMemoryRoutes,
     "Spool": InMemorySpool,
     "SpoolAdmin": InMemorySpool,
     "Admin": InMemoryAdmin,

@@ -17,7 +17,7 @@ from birddog.core.egress import shown_url
 from birddog.core.errors import InvalidInput, JobNotFound
 from birddog.core.jobs import JobState, decode_agent_job
 from birddog.core.kinds import DEFAULT_KIND
-from birddog.core.mail import AgentAddress, Mail, mail_key_of
+from birddog.core.mail import AgentAddress, Mail, Outcome, mail_key_of
 from birddog.core.tasks import SentJob
 from birddog.core.text import shown_key
 from birddog.ports import JOB_STATES, PENDING_STATUSES, PREVIEW_CHARS, Listing, Overview, Story
@@ -271,6 +271,18 @@ class InMemorySentJobs:
             return False
         _set_reply_to(stored, [a for a in mail.reply_to if a != address])
         return True
+
+    async def cancel(
+        self, job_id: str, *, caller: AgentAddress, content: str, timeout_s: float
+    ) -> Outcome | None:
+        """Cancel ``caller``'s job (the job store's cancel-wins); its outcome once settled.
+
+        Raises:
+            JobNotFound: no such job, or its mail is not ``caller``'s agent's.
+        """
+        if self._callers(job_id, caller) is None:
+            raise JobNotFound("no task of this caller has that id")
+        return await self.jobs.cancel(job_id=job_id, content=content)
 
     def _callers(self, job_id: str, caller: AgentAddress) -> tuple[StoredJob, Mail] | None:
         stored = self.jobs.jobs.get(job_id)

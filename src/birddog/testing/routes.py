@@ -10,6 +10,7 @@ from datetime import timedelta
 from birddog.core.egress import EgressPolicy, check_route_url
 from birddog.core.errors import InvalidInput, RouteNotFound
 from birddog.core.policy import NO_POLICY, RoutePolicy
+from birddog.core.push import is_push_agent
 from birddog.core.routing import check_batch_size, check_secret, checked_route, secret_of
 from birddog.core.text import shown_key
 from birddog.ports import Clock, ResealReport, Route, RouteKind
@@ -115,6 +116,30 @@ class InMemoryRoutes:
             if not enabled:
                 self.outbox.hold(agent_id, now=now)
         return route
+
+    async def known(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` has a route."""
+        return agent_id in self.routes
+
+    async def push_route(self, agent_id: str) -> Route | None:
+        """The route of push config ``agent_id`` (kind ``a2a``); None for any other."""
+        route = self.routes.get(agent_id)
+        if route is None or route.kind != "a2a" or not is_push_agent(agent_id):
+            return None
+        return route
+
+    async def add_push_route(self, agent_id: str, url: str, secret: str) -> Route:
+        """Store push config ``agent_id`` as its route of kind ``a2a``, its URL checked.
+
+        Raises:
+            InvalidInput: not a push config's agent id, a URL the push egress policy
+                refuses, or that agent id has a route already.
+        """
+        if not is_push_agent(agent_id):
+            raise InvalidInput(
+                "a push config's route has an agent id a2a-push:...", field="agentId"
+            )
+        return await self.add(agent_id, url, secret, kind="a2a")
 
     async def update(
         self,

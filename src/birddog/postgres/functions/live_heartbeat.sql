@@ -15,6 +15,8 @@ DECLARE
 BEGIN
     -- Announce (or renew) p_holder's live session of p_agent_id's p_session until now plus
     -- the TTL; when it is due. An agent's login announces its own agent's sessions only.
+    -- A row belongs to the login that announced it (session_user): another login's holder
+    -- is neither renewed nor taken over (refused) until its row is gone.
     IF v_agent IS NOT NULL AND v_agent IS DISTINCT FROM p_agent_id THEN
         RAISE EXCEPTION 'an agent announces live sessions of its own only'
             USING ERRCODE = 'insufficient_privilege';
@@ -30,13 +32,19 @@ BEGIN
     SELECT l.seen_at INTO v_previous
     FROM birddog.live_sessions l
     WHERE l.queue_key = v_key AND l.holder = p_holder AND l.expires_at > now()
+      AND l.login = session_user
     FOR UPDATE;
-    INSERT INTO birddog.live_sessions AS l (holder, agent_id, session, started_at, seen_at, expires_at)
-    VALUES (p_holder, p_agent_id, p_session, now(), now(), v_until)
+    INSERT INTO birddog.live_sessions AS l (holder, agent_id, session, login, started_at, seen_at, expires_at)
+    VALUES (p_holder, p_agent_id, p_session, session_user, now(), now(), v_until)
     ON CONFLICT (queue_key, holder) DO UPDATE
     SET seen_at = now(), expires_at = excluded.expires_at,
         -- A row whose TTL had passed is a new live session.
-        started_at = CASE WHEN v_previous IS NULL THEN now() ELSE l.started_at END;
+        started_at = CASE WHEN v_previous IS NULL THEN now() ELSE l.started_at END
+    WHERE l.login = session_user;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'another login holds this live session'
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
     -- Rows whose holder is gone for a while (its process died without leaving).
     DELETE FROM birddog.live_sessions l WHERE l.expires_at < now() - interval '1 minute';
     -- A worker waits for a notification (or its backstop): tell it of the jobs of this
