@@ -28,6 +28,8 @@ from birddog.postgres.pool import Pool, create_pool
 from tests.support import enqueue, eventually
 from tests.support.cli import Daemon, cli, token_of
 from tests.support.mcp import (
+    ACCEPT,
+    INITIALIZE,
     call,
     http_client,
     http_session,
@@ -42,17 +44,6 @@ GRACE_S = 2.0
 GRACE_DELTA = timedelta(seconds=GRACE_S + 0.5)
 LEASE_S = 3.0
 TOKEN = "tok-" + "b" * 40
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "birddog-tests", "version": "1"},
-    },
-}
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 

@@ -21,19 +21,7 @@ from birddog.core.errors import InvalidSetting
 from birddog.mcp.http import check_test_mode
 from tests.support import eventually
 from tests.support.cli import Daemon, cli, token_of
-from tests.support.mcp import call, http_client, http_session, server_url
-
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "birddog-tests", "version": "1"},
-    },
-}
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+from tests.support.mcp import ACCEPT, INITIALIZE, call, http_client, http_session, server_url
 
 
 @pytest.fixture

@@ -28,6 +28,20 @@ from birddog.postgres.routes import PostgresRoutes
 from tests.support.cli import ROOT, Daemon, cli_env, command_line
 from tests.support.waiting import eventually
 
+INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "birddog-tests", "version": "1"},
+    },
+}
+"""A raw JSON-RPC initialize, for tests that speak HTTP to the server by hand."""
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+"""The headers a streamable HTTP client sends with each POST."""
+
 
 @contextlib.asynccontextmanager
 async def stdio_mcp(
