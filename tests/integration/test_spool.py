@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import stat
+import threading
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from birddog import (
 from birddog.core.spool import Outgoing
 from birddog.service.forwarding import SpoolForwarder
 from birddog.sqlite import SqliteSpool
+from birddog.sqlite.database import SpoolDatabase
 from birddog.testing import FrozenClock
 from tests.support import T0
 
@@ -113,6 +115,42 @@ async def test_looking_at_a_spool_that_was_never_written_leaves_no_file(
     report = await SpoolForwarder(spool, Database().write).forward()
     assert report.forwarded == []
     assert not spool.exists()
+
+
+async def test_a_new_spool_opened_while_another_process_writes_waits_instead_of_failing(
+    spool: SqliteSpool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Turning a new file to WAL while another connection writes is SQLite's instant "locked".
+
+    Senders started together on a new spool meet this (seen in the outage run): the open
+    waits as the busy timeout would, and the mail is spooled once the other writer is done.
+    """
+    spool.path.parent.mkdir(mode=0o700)
+    spool.path.touch(mode=0o600)
+    other = sqlite3.connect(spool.path, isolation_level=None)
+    other.execute(
+        "BEGIN IMMEDIATE"
+    )  # the other process's write, on the file still in rollback mode
+    refused = threading.Event()
+    prepare = SpoolDatabase._prepare
+
+    def first_try(self: SpoolDatabase, db: sqlite3.Connection) -> None:
+        try:
+            prepare(self, db)
+        except sqlite3.Error:
+            refused.set()
+            raise
+
+    monkeypatch.setattr(SpoolDatabase, "_prepare", first_try)
+    try:
+        put = asyncio.ensure_future(spool.put(outgoing(1)))
+        assert await asyncio.to_thread(refused.wait, 10), "the open was never refused"
+        other.execute("COMMIT")
+        await asyncio.wait_for(put, 10)
+    finally:
+        other.close()
+    assert [row.key for row in await spool.waiting()] == ["m-1"]
+    assert await spool.pragmas() == {"journal_mode": "wal", "synchronous": 2}
 
 
 async def test_a_full_spool_refuses_new_mail_and_keeps_the_old_intact(

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -322,20 +323,39 @@ class SpoolDatabase:
         except sqlite3.Error as exc:
             raise failed(self.path, "open", exc) from exc
         try:
-            try:
-                # WAL: readers never wait for the writer; FULL: every commit is fsynced
-                # (the log and, on the first sync, its directory) before it returns.
-                [mode] = db.execute("PRAGMA journal_mode = WAL").fetchone()
-                db.execute(f"PRAGMA synchronous = {self.synchronous}")
-                db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
-                if str(mode).lower() != "wal":
-                    raise SpoolFailed(f"the spool {self.path} cannot run in WAL mode ({mode})")
-                _migrate(db, self.path)
-            except sqlite3.Error as exc:
-                raise failed(self.path, "open", exc) from exc
+            deadline = time.monotonic() + self.busy_timeout_s
+            pause = 0.001
+            while True:
+                try:
+                    self._prepare(db)
+                    break
+                except sqlite3.Error as exc:
+                    # Two processes opening a new spool at once both read it (shared) and
+                    # both ask to write to turn on WAL: SQLite answers one of them "locked"
+                    # at once, without waiting. Wait and try again, as the busy timeout would.
+                    if not _busy(exc) or time.monotonic() + pause > deadline:
+                        raise failed(self.path, "open", exc) from exc
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.05)
             yield db
         finally:
             db.close()
+
+    def _prepare(self, db: sqlite3.Connection) -> None:
+        """Set a new connection's pragmas and bring the file to this schema.
+
+        Raises:
+            SpoolFailed: the spool runs in no WAL mode, or is newer than this BirdDog.
+            sqlite3.Error: SQLite refused a step (the caller decides whether to retry).
+        """
+        # WAL: readers never wait for the writer; FULL: every commit is fsynced
+        # (the log and, on the first sync, its directory) before it returns.
+        [mode] = db.execute("PRAGMA journal_mode = WAL").fetchone()
+        db.execute(f"PRAGMA synchronous = {self.synchronous}")
+        db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+        if str(mode).lower() != "wal":
+            raise SpoolFailed(f"the spool {self.path} cannot run in WAL mode ({mode})")
+        _migrate(db, self.path)
 
 
 def _server_state(key: str) -> str:
@@ -387,6 +407,12 @@ def rollback(db: sqlite3.Connection) -> None:
     if db.in_transaction:
         with contextlib.suppress(sqlite3.Error):
             db.execute("ROLLBACK")
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether ``exc`` is SQLite's "locked" or "busy": another connection holds the file."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
 
 
 def disk_full(exc: sqlite3.Error) -> bool:
