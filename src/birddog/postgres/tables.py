@@ -247,10 +247,13 @@ jobs = sa.Table(
         "settled_at",
         postgresql_where=sa.text("state = 'settled'"),
     ),
-    # The story of one mail finds its job by the mail key (migration 0004).
+    # The story of one mail finds its job by the mail key (migration 0004); a mail key is
+    # one job's (migration 0029): its replies are seen and acknowledged by that job's
+    # sender only, so no other job may carry the key.
     sa.Index(
         "jobs_mail_key_idx",
         sa.text("(payload #>> '{mail,key}')"),
+        unique=True,
         postgresql_where=sa.text("(payload #>> '{mail,key}') IS NOT NULL"),
     ),
     sa.Index(

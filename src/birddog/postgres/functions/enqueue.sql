@@ -44,7 +44,9 @@ BEGIN
         v_created, p_traceparent, session_user, v_to, p_not_before, v_created + v_expires,
         CASE WHEN v_to IS NULL THEN 'task' ELSE coalesce(v_payload ->> 'kind', 'task') END
     )
-    ON CONFLICT (job_id) DO NOTHING
+    -- Any unique conflict: the job id taken, or the mail key another job's (a mail key
+    -- names one job: its replies, their visibility and acknowledgement follow that job).
+    ON CONFLICT DO NOTHING
     RETURNING j.queue_key INTO v_queue_key;
     IF FOUND THEN
         -- Its queue's head: this job, when it comes first (or the queue had none queued);
@@ -98,7 +100,19 @@ BEGIN
     mailbox_added := false;
     SELECT * INTO v_stored FROM birddog.jobs j WHERE j.job_id = p_job_id;
     IF NOT FOUND THEN
-        differing := NULL;  -- the conflicting job is gone, or not in this snapshot
+        -- No job has this id: the mail key is another job's ('mail.key', and nothing of
+        -- that job), or the conflicting job is gone or not in this snapshot (NULL).
+        differing := CASE WHEN EXISTS (
+            SELECT 1 FROM birddog.jobs j
+            WHERE (j.payload #>> '{mail,key}') = (v_payload #>> '{mail,key}')
+        ) THEN ARRAY['mail.key'] END;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF NOT birddog.job_visible(v_stored.sent_by, v_stored.payload) THEN
+        -- A job the caller may not read: the id is taken ('job_id'), and nothing more (no
+        -- field, no queue, no state).
+        differing := ARRAY['job_id'];
         RETURN NEXT;
         RETURN;
     END IF;
