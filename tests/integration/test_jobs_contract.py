@@ -148,6 +148,20 @@ async def test_a_replayed_enqueue_is_accepted_and_a_different_one_refused(
         await backend.enqueue(job.model_copy(update={"priority": 3}))
 
 
+async def test_a_mail_key_names_one_job(backend: Backend) -> None:
+    """A second job carrying a mail key another job carries is refused; nothing is stored."""
+    first = make_job("job-1")
+    assert await backend.enqueue(first) is True
+    reuse = make_job("job-2").model_copy(
+        update={"payload": {**make_job("job-2").payload, "mail": first.payload["mail"]}}
+    )
+    with pytest.raises(JobConflict, match="mail key 'mail-job-1' is carried by another job"):
+        await backend.enqueue(reuse)
+    with pytest.raises(JobNotFound):
+        await backend.jobs.get("job-2")
+    assert await backend.enqueue(make_job("job-3")) is True
+
+
 async def test_a_heartbeat_extends_the_lease_and_reports_a_cancellation(
     backend: Backend,
 ) -> None:

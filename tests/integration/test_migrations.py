@@ -28,6 +28,7 @@ TABLES = {
     "agent_logins",
     "queue_heads",
     "live_sessions",
+    "limits",
 }
 VIEWS = {"pending", "dead_letters"}
 

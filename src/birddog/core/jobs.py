@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import AwareDatetime, Field, JsonValue
 
-from birddog.core.errors import ContentTooLarge, InvalidInput, InvalidJobPayload
+from birddog.core.errors import ContentTooLarge, InvalidInput, InvalidJobPayload, JobConflict
 from birddog.core.kinds import DEFAULT_KIND, Kind, parse_kind
 from birddog.core.mail import Mail, Outcome
 from birddog.core.model import Id, Model, check_text
@@ -234,3 +235,32 @@ def check_stored_content(content: object, *, limit_bytes: int) -> None:
 
 DEFAULT_MAX_CONTENT_BYTES = 1_048_576
 """Mail and reply content above 1 MiB is refused unless the limit is raised."""
+
+
+def carried_mail_key(job: Job) -> str | None:
+    """The mail key a job's payload carries (``mail.key``), as the job store reads it.
+
+    A mail key names one job: no two jobs carry the same one, so the replies to a mail
+    (their visibility and acknowledgement) follow the job that produced them.
+
+    Returns:
+        The key as text (None: the payload carries no mail, or its mail no key).
+    """
+    mail = job.payload.get("mail")
+    if not isinstance(mail, dict) or mail.get("key") is None:
+        return None
+    key = mail["key"]
+    return key if isinstance(key, str) else json.dumps(key, separators=(", ", ": "))
+
+
+def mail_key_taken(key: str | None) -> JobConflict:
+    """The refusal of a job whose mail key another job carries (nothing of that job told)."""
+    return JobConflict(
+        f"mail key {key!r} is carried by another job; a mail key names one job (its "
+        "replies follow that job), so send this mail under a new key"
+    )
+
+
+def job_id_taken(job_id: str) -> JobConflict:
+    """The refusal of a job id a job the caller may not read holds (nothing of it told)."""
+    return JobConflict(f"job id {job_id!r} is taken; enqueue the job under another id")

@@ -22,7 +22,7 @@ from pydantic import JsonValue
 
 from birddog import tracing
 from birddog.core.errors import InvalidInput, JobConflict, StoreUnavailable
-from birddog.core.jobs import Job, JobState
+from birddog.core.jobs import Job, JobState, carried_mail_key, job_id_taken, mail_key_taken
 from birddog.core.model import check_text
 from birddog.postgres.job_rows import Row
 from birddog.postgres.pool import Connection, store_errors
@@ -158,7 +158,9 @@ def enqueued(job: Job, row: Row) -> Enqueued:
     """What ``birddog.enqueue``'s answer (``inserted``, ``differing``, ``mailbox_added``) says.
 
     Raises:
-        JobConflict: a job with this id exists with different fields.
+        JobConflict: a job with this id exists with different fields, a job the caller
+            may not read holds the id (nothing more is told), or another job carries
+            the mail key.
         StoreUnavailable: the stored job could not be read to compare.
     """
     if row["inserted"]:
@@ -168,12 +170,23 @@ def enqueued(job: Job, row: Row) -> Enqueued:
         # The insert met the id, yet this transaction cannot read it: it was deleted
         # meanwhile, or the caller's snapshot predates its commit. Nothing to compare.
         raise StoreUnavailable(f"job {job.job_id!r} changed while it was enqueued; try again")
+    if differing == [TAKEN_ID]:
+        raise job_id_taken(job.job_id)
+    if differing == [TAKEN_KEY]:
+        raise mail_key_taken(carried_mail_key(job))
     if differing:
         raise JobConflict(
             f"job {job.job_id!r} already exists with a different {', '.join(differing)}; "
             "a replayed enqueue must match the stored job exactly"
         )
     return Enqueued(inserted=False)
+
+
+TAKEN_ID = "job_id"
+"""``birddog.enqueue``'s ``differing`` for an id held by a job the caller may not read."""
+
+TAKEN_KEY = "mail.key"
+"""``birddog.enqueue``'s ``differing`` for a mail key another job carries."""
 
 
 async def _run_on_sender(

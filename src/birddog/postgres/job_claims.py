@@ -493,7 +493,9 @@ def _decision(job_id: str, row: Row, wanted: Settle) -> Decision:
     if what == "requeue":
         return Requeue(row["diagnostic"])
     cause = Cause(row["cause"]) if row["cause"] is not None else wanted.cause
-    content = row["content"] if cause is Cause.CANCELLED else wanted.content
+    # A cancellation's content, or none for a result above the server's limit: the row's.
+    stored = cause in {Cause.CANCELLED, Cause.UNSTORABLE_RESULT} and row["content"] is not None
+    content = row["content"] if stored else wanted.content
     return Settle(Outcome(row["outcome"]), content, row["diagnostic"], cause)
 
 

@@ -247,10 +247,13 @@ jobs = sa.Table(
         "settled_at",
         postgresql_where=sa.text("state = 'settled'"),
     ),
-    # The story of one mail finds its job by the mail key (migration 0004).
+    # The story of one mail finds its job by the mail key (migration 0004); a mail key is
+    # one job's (migration 0031): its replies are seen and acknowledged by that job's
+    # sender only, so no other job may carry the key.
     sa.Index(
         "jobs_mail_key_idx",
         sa.text("(payload #>> '{mail,key}')"),
+        unique=True,
         postgresql_where=sa.text("(payload #>> '{mail,key}') IS NOT NULL"),
     ),
     sa.Index(
@@ -343,6 +346,30 @@ mailbox = sa.Table(
     sa.Index("mailbox_read_at_idx", "read_at", postgresql_where=sa.text("read_at IS NOT NULL")),
 )
 """Replies delivered to agents with a mailbox route, under the reply key, until read."""
+
+limits = sa.Table(
+    "limits",
+    metadata,
+    sa.Column("id", sa.Boolean, primary_key=True, server_default=sa.text("true")),
+    sa.Column("max_content_bytes", sa.Integer, nullable=False, server_default=sa.text("1048576")),
+    sa.Column("max_lease_s", sa.Float, nullable=False, server_default=sa.text("3600")),
+    sa.Column("max_priority", sa.SmallInteger, nullable=False, server_default=sa.text("100")),
+    sa.Column("max_reply_to", sa.Integer, nullable=False, server_default=sa.text("100")),
+    sa.Column("max_age_s", sa.Float, nullable=False, server_default=sa.text("300")),
+    sa.Column("max_hold_s", sa.Float, nullable=False, server_default=sa.text("3600")),
+    sa.CheckConstraint("id", name="limits_singleton_check"),
+    sa.CheckConstraint(
+        "max_content_bytes > 0 AND max_lease_s > 0 AND max_priority >= 0 AND max_reply_to >= 0 "
+        "AND max_age_s >= 0 AND max_hold_s > 0",
+        name="limits_range_check",
+    ),
+)
+"""A singleton row (migration 0031): the server's bounds on every login but the operators'
+(``birddog._limits``), which only the owner changes. The write functions refuse mail content
+above ``max_content_bytes`` and more than ``max_reply_to`` reply addresses, and clamp
+priority to +/- ``max_priority``, a job's age to ``max_age_s`` and a lease to
+``max_lease_s`` from now; ``birddog check`` flags a lease beyond ``max_lease_s`` and a
+queue held by one job for more than ``max_hold_s`` while others wait."""
 
 daemons = sa.Table(
     "daemons",

@@ -18,7 +18,9 @@ from birddog.core.jobs import (
     RESERVED_QUEUE_PREFIX,
     Job,
     JobState,
+    carried_mail_key,
     check_stored_content,
+    mail_key_taken,
 )
 from birddog.core.lifecycle import (
     CancelRequested,
@@ -142,12 +144,16 @@ class InMemoryJobs:
 
         Raises:
             InvalidInput: the job is not queued or has an outcome.
-            JobConflict: a job with this id exists with different fields.
+            JobConflict: a job with this id exists with different fields, or another job
+                carries its mail key (a mail key names one job).
         """
         if job.state is not JobState.QUEUED or job.outcome is not None:
             raise InvalidInput("an enqueued job must be queued, with no outcome", field="state")
         stored = self.jobs.get(job.job_id)
         if stored is None:
+            key = carried_mail_key(job)
+            if key is not None and any(carried_mail_key(s.job) == key for s in self.jobs.values()):
+                raise mail_key_taken(key)
             self.jobs[job.job_id] = StoredJob(job, len(self.jobs), self.clock.now())
             return True
         differing = [

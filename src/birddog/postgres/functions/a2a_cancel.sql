@@ -23,8 +23,13 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
+    -- The content limit: the caller's, never above the server's (birddog._limits).
     RETURN QUERY
     SELECT c.decision, c.outcome, c.keys, c.unreadable
-    FROM birddog.cancel(p_job_id, p_content, now(), p_max_content_bytes, p_wake) AS c;
+    FROM birddog.cancel(
+        p_job_id, p_content, now(),
+        least(p_max_content_bytes, (SELECT l.max_content_bytes FROM birddog._limits() l)),
+        p_wake
+    ) AS c;
 END
 $function$

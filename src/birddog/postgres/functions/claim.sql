@@ -16,6 +16,12 @@ DECLARE
     v_total integer := 0;
     v_leads text[];
     v_followers text[];
+    -- The lease a claim may take: the caller's, up to the server's max_lease_s from now
+    -- (birddog._limits; none for an operator).
+    v_lease_until timestamptz := least(
+        p_lease_until,
+        clock_timestamp() + make_interval(secs => (SELECT l.max_lease_s FROM birddog._limits() l))
+    );
 BEGIN
     -- The head of each queue (priority, age, id) that may be claimed at p_started_at (its
     -- not-before passed, not expired) with a free slot: of every queue but the reserved
@@ -103,7 +109,7 @@ BEGIN
         , taken AS (
             UPDATE birddog.jobs j
             SET state = 'running', slot = s.slot, claim_token = gen_random_uuid(),
-                lease_expires_at = p_lease_until, worker_id = p_worker_id,
+                lease_expires_at = v_lease_until, worker_id = p_worker_id,
                 started_at = p_started_at, updated_at = now()
             FROM slotted s
             WHERE j.job_id = s.job_id AND s.slot IS NOT NULL
@@ -140,7 +146,7 @@ BEGIN
             ), followed AS (
                 UPDATE birddog.jobs j
                 SET state = 'running', slot = NULL, claim_token = gen_random_uuid(),
-                    lease_expires_at = p_lease_until, worker_id = p_worker_id,
+                    lease_expires_at = v_lease_until, worker_id = p_worker_id,
                     started_at = p_started_at, updated_at = now()
                 FROM locked k
                 WHERE j.job_id = k.job_id

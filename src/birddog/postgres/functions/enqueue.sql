@@ -12,7 +12,10 @@ DECLARE
     v_stored birddog.jobs%ROWTYPE;
     v_from text;
     v_agent text := birddog._caller_agent();
+    v_limits record;
+    v_priority smallint := p_priority;
     v_created timestamptz := coalesce(p_created_at, clock_timestamp());
+    v_reply_to jsonb;
     v_expires interval := make_interval(secs => p_expires_in_s);
     v_to text;
     v_queue_key text;
@@ -29,6 +32,41 @@ BEGIN
         RAISE EXCEPTION 'a job expires a positive number of seconds after it is enqueued'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- The server's limits (birddog._limits), never the caller's own: sizes and the replyTo
+    -- count refused, priority and age clamped (a bound caller's job is never older than
+    -- max_age_s, nor newer than now, nor above max_priority either way).
+    SELECT * INTO v_limits FROM birddog._limits();
+    IF v_limits.bound THEN
+        IF greatest(char_length(p_job_id), char_length(p_queue), char_length(p_lane)) > 256
+           OR octet_length(p_recovery) > 4096 OR octet_length(p_traceparent) > 512 THEN
+            RAISE EXCEPTION 'a job id, queue and lane are at most 256 characters, its recovery and traceparent a few'
+                USING ERRCODE = 'program_limit_exceeded';
+        END IF;
+        IF octet_length(v_payload #>> '{mail,content}') > v_limits.max_content_bytes THEN
+            RAISE EXCEPTION 'the mail content is %; the server''s limit is %',
+                birddog._format_bytes(octet_length(v_payload #>> '{mail,content}')),
+                birddog._format_bytes(v_limits.max_content_bytes)
+                USING ERRCODE = 'program_limit_exceeded';
+        END IF;
+        -- Beside the content: addresses, key and ids, a quarter of a MiB at the most.
+        IF octet_length(p_payload) > v_limits.max_content_bytes::bigint + 262144 THEN
+            RAISE EXCEPTION 'the job payload is %; the server''s limit is % beside the content',
+                birddog._format_bytes(octet_length(p_payload)), birddog._format_bytes(262144)
+                USING ERRCODE = 'program_limit_exceeded';
+        END IF;
+        v_reply_to := birddog._field(v_payload -> 'mail', 'replyTo', 'reply_to');
+        IF jsonb_typeof(v_reply_to) = 'array'
+           AND jsonb_array_length(v_reply_to) > v_limits.max_reply_to THEN
+            RAISE EXCEPTION 'the mail has % replyTo addresses; the server''s limit is %',
+                jsonb_array_length(v_reply_to), v_limits.max_reply_to
+                USING ERRCODE = 'program_limit_exceeded';
+        END IF;
+        v_priority := greatest(-v_limits.max_priority, least(v_limits.max_priority, p_priority));
+        v_created := least(
+            greatest(v_created, clock_timestamp() - make_interval(secs => v_limits.max_age_s)),
+            clock_timestamp()
+        );
+    END IF;
     -- The agent the mail is addressed to (NULL: no mail, or not BirdDog's).
     v_to := birddog._address(v_payload -> 'mail' -> 'to') ->> 'agentId';
     -- A queued job, nothing else: state, lease and claim are not the caller's to give. The
@@ -40,11 +78,13 @@ BEGIN
         sent_by, agent_id, not_before, expires_at, kind
     )
     VALUES (
-        p_job_id, p_queue, p_lane, p_priority, 'queued', v_payload, v_recovery,
+        p_job_id, p_queue, p_lane, v_priority, 'queued', v_payload, v_recovery,
         v_created, p_traceparent, session_user, v_to, p_not_before, v_created + v_expires,
         CASE WHEN v_to IS NULL THEN 'task' ELSE coalesce(v_payload ->> 'kind', 'task') END
     )
-    ON CONFLICT (job_id) DO NOTHING
+    -- Any unique conflict: the job id taken, or the mail key another job's (a mail key
+    -- names one job: its replies, their visibility and acknowledgement follow that job).
+    ON CONFLICT DO NOTHING
     RETURNING j.queue_key INTO v_queue_key;
     IF FOUND THEN
         -- Its queue's head: this job, when it comes first (or the queue had none queued);
@@ -54,7 +94,7 @@ BEGIN
             queue_key, queue, agent_id, priority, created_at, job_id, due_at, running
         )
         VALUES (
-            v_queue_key, p_queue, v_to, p_priority, v_created, p_job_id,
+            v_queue_key, p_queue, v_to, v_priority, v_created, p_job_id,
             p_not_before, 0
         )
         ON CONFLICT (queue_key) DO UPDATE
@@ -98,14 +138,26 @@ BEGIN
     mailbox_added := false;
     SELECT * INTO v_stored FROM birddog.jobs j WHERE j.job_id = p_job_id;
     IF NOT FOUND THEN
-        differing := NULL;  -- the conflicting job is gone, or not in this snapshot
+        -- No job has this id: the mail key is another job's ('mail.key', and nothing of
+        -- that job), or the conflicting job is gone or not in this snapshot (NULL).
+        differing := CASE WHEN EXISTS (
+            SELECT 1 FROM birddog.jobs j
+            WHERE (j.payload #>> '{mail,key}') = (v_payload #>> '{mail,key}')
+        ) THEN ARRAY['mail.key'] END;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF NOT birddog.job_visible(v_stored.sent_by, v_stored.payload) THEN
+        -- A job the caller may not read: the id is taken ('job_id'), and nothing more (no
+        -- field, no queue, no state).
+        differing := ARRAY['job_id'];
         RETURN NEXT;
         RETURN;
     END IF;
     differing := array_remove(ARRAY[
         CASE WHEN v_stored.queue IS DISTINCT FROM p_queue THEN 'queue' END,
         CASE WHEN v_stored.lane IS DISTINCT FROM p_lane THEN 'lane' END,
-        CASE WHEN v_stored.priority IS DISTINCT FROM p_priority THEN 'priority' END,
+        CASE WHEN v_stored.priority IS DISTINCT FROM v_priority THEN 'priority' END,
         CASE WHEN v_stored.payload IS DISTINCT FROM v_payload THEN 'payload' END,
         CASE WHEN v_stored.recovery IS DISTINCT FROM v_recovery THEN 'recovery' END,
         CASE WHEN v_stored.not_before IS DISTINCT FROM p_not_before THEN 'not_before' END,

@@ -10,6 +10,9 @@ BEGIN
     -- Whether the caller may read (and acknowledge) a mailbox row of p_agent_id answering
     -- mail p_in_reply_to: an operator every row; an agent's login its own mailbox only; a
     -- sender's login the replies to the mail it sent (the ask it waits on), nothing else.
+    -- A mail key is one job's (jobs_mail_key_idx is unique, and enqueue refuses a key
+    -- another job carries), so a reply's visibility follows the job that produced it: a
+    -- login cannot reuse another's key to read or acknowledge its replies.
     IF birddog._sees_everything() THEN
         RETURN true;
     END IF;

@@ -17,7 +17,15 @@ DECLARE
     v_diagnostic text;
     v_reply_diagnostic text;
     v_agent text := birddog._caller_agent();
+    -- The content limit: the caller's, never above the server's (birddog._limits).
+    v_max_content_bytes integer := least(
+        p_max_content_bytes, (SELECT l.max_content_bytes FROM birddog._limits() l)
+    );
 BEGIN
+    -- Diagnostics are one bounded line (bounded_diagnostic: 200 characters), whoever calls.
+    p_diagnostic := left(p_diagnostic, 200);
+    p_reply_diagnostic := left(p_reply_diagnostic, 200);
+    p_cancel_diagnostic := left(p_cancel_diagnostic, 200);
     -- What a worker reports about a job it holds (lifecycle.decide for a result, p_event
     -- 'result', or a stop, 'stop'), carried out in one call. The caller gives the texts
     -- Python makes: for a result, the settlement without a cancellation (p_outcome,
@@ -69,7 +77,7 @@ BEGIN
     IF v_job.cancel_requested_at IS NOT NULL THEN
         -- A recorded cancellation wins over whatever the worker reports.
         SELECT * INTO v_cancel FROM birddog._cancelled(
-            coalesce(v_job.cancel_content, ''), p_cancel_diagnostic, p_max_content_bytes
+            coalesce(v_job.cancel_content, ''), p_cancel_diagnostic, v_max_content_bytes
         );
         v_outcome := 'cancelled';
         v_content := v_cancel.content;
@@ -77,6 +85,16 @@ BEGIN
         v_reply_diagnostic := NULL;
         cause := 'cancelled';
         content := v_cancel.content;
+    ELSIF p_event = 'result' AND octet_length(p_content) > v_max_content_bytes THEN
+        -- A result above the server's limit settles failed, as result_settlement makes one
+        -- above the worker's: nothing of it is stored or fanned out.
+        v_outcome := 'failed';
+        v_content := '';
+        v_diagnostic := 'handler returned ' || birddog._format_bytes(octet_length(p_content))
+            || '; the limit is ' || birddog._format_bytes(v_max_content_bytes);
+        v_reply_diagnostic := v_diagnostic;
+        cause := 'unstorable_result';
+        content := '';
     ELSIF p_event = 'result' THEN
         v_outcome := p_outcome;
         v_content := p_content;
@@ -99,7 +117,7 @@ BEGIN
     SELECT * INTO v_done FROM birddog._settle_job(
         v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
         v_outcome, v_content, v_diagnostic, v_reply_diagnostic, false, p_now,
-        p_max_content_bytes, p_traceparent, p_wake
+        v_max_content_bytes, p_traceparent, p_wake
     );
     outcome := v_outcome;
     diagnostic := v_diagnostic;
