@@ -109,6 +109,7 @@ class Backend:
     age_dead: Age
     age_created: Age
     age_lease: Age
+    age_started: Age
     age_hold: Age
     beat: Callable[[str, str, float, bool], Awaitable[None]]
 
@@ -146,6 +147,11 @@ async def memory_backend() -> Backend:
         assert stored.lease_expires_at is not None
         stored.lease_expires_at = ago(stored.lease_expires_at, seconds)
 
+    async def age_started(job_id: str, seconds: float) -> None:
+        stored = jobs.jobs[job_id]
+        assert stored.started_at is not None
+        stored.started_at = ago(stored.started_at, seconds)
+
     async def age_hold(agent_id: str, seconds: float) -> None:
         route = routes.routes[agent_id]
         assert route.held_at is not None
@@ -175,6 +181,7 @@ async def memory_backend() -> Backend:
         age_dead,
         age_created,
         age_lease,
+        age_started,
         age_hold,
         beat,
     )
@@ -235,6 +242,9 @@ async def postgres_backend(pg_pool: Pool) -> AsyncIterator[Backend]:
             aging(
                 "UPDATE birddog.jobs SET lease_expires_at = lease_expires_at - $2::interval "
                 "WHERE job_id = $1"
+            ),
+            aging(
+                "UPDATE birddog.jobs SET started_at = started_at - $2::interval WHERE job_id = $1"
             ),
             aging("UPDATE birddog.routes SET held_at = held_at - $2::interval WHERE agent_id = $1"),
             beat,
@@ -417,6 +427,28 @@ async def test_the_reports_name_stale_queued_and_overdue_running_jobs(backend: B
     await backend.age_lease("j-run", 600)
     [overdue] = await backend.reports.overdue_running(grace_s=60, limit=5)
     assert (overdue["job_id"], overdue["queue"], overdue["worker_id"]) == ("j-run", "s-2", "w-1")
+
+
+async def test_the_reports_name_a_queue_held_past_the_servers_limits(backend: Backend) -> None:
+    """A job running past max_hold_s with another behind it, or with a far lease, is named."""
+    await backend.enqueue(make_job("j-hold", session="s-2"))
+    await backend.enqueue(make_job("j-alone", session="s-3"))
+    for queue in ("s-2", "s-3"):
+        assert await backend.jobs.claim(queues=[queue], lease_s=30, worker_id="w-1") is not None
+    await backend.age_started("j-hold", 2 * HOUR_S)
+    await backend.age_started("j-alone", 3 * HOUR_S)
+    assert await backend.reports.held_queues(limit=5) == []  # nothing waits behind them
+    await backend.enqueue(make_job("j-behind", session="s-2"))
+    [held] = await backend.reports.held_queues(limit=5)
+    assert (held["job_id"], held["queue"], held["worker_id"], held["waiting"]) == (
+        "j-hold",
+        "s-2",
+        "w-1",
+        1,
+    )
+    await backend.age_lease("j-alone", -3 * HOUR_S)  # a lease no claim of today could take
+    held_longest_first = await backend.reports.held_queues(limit=5)
+    assert [row["job_id"] for row in held_longest_first] == ["j-alone", "j-hold"]
 
 
 async def test_daemons_seen_and_replies_due_without_a_drain(backend: Backend) -> None:

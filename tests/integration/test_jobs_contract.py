@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 
 from birddog import AgentJobPayload, Job, JobConflict, JobNotFound, JobState, Outcome, StaleClaim
+from birddog.core.jobs import DEFAULT_CANCEL_GRACE_S
 from birddog.core.lifecycle import Keep, SettleRequested
 from birddog.core.turns import DEFAULT_KILL_GRACE_S, Turn
 from birddog.postgres.jobs import PostgresJobs, enqueue_accepted_job
@@ -176,6 +177,22 @@ async def test_a_heartbeat_extends_the_lease_and_reports_a_cancellation(
     assert await backend.jobs.recover_expired() == []
     assert await backend.jobs.cancel(job_id="job-1", content="stop") is None
     assert await backend.jobs.heartbeat(job_id="job-1", claim_token=token, lease_s=LEASE_S) is True
+
+
+async def test_a_worker_that_ignores_a_cancel_loses_the_job_within_the_grace(
+    backend: Backend,
+) -> None:
+    """Cancelled, a running job's lease ends within the cancel grace, heartbeats or not."""
+    await backend.enqueue(make_job("job-1"))
+    claimed = await backend.jobs.claim(lease_s=3000)
+    assert claimed is not None
+    token = claimed.claim_token
+    assert await backend.jobs.cancel(job_id="job-1", content="stop") is None
+    assert await backend.jobs.heartbeat(job_id="job-1", claim_token=token, lease_s=3000) is True
+    backend.clock.advance(DEFAULT_CANCEL_GRACE_S + DEFAULT_KILL_GRACE_S + 5)
+    assert await backend.jobs.recover_expired() == [("job-1", "cancelled")]
+    job = await backend.jobs.get("job-1")
+    assert (job.state, job.outcome) == (JobState.SETTLED, Outcome.CANCELLED)
 
 
 async def test_only_the_current_claim_may_heartbeat_or_finish(backend: Backend) -> None:

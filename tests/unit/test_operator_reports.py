@@ -100,7 +100,7 @@ async def test_a_quiet_mail_room_has_nothing_to_check() -> None:
 
 
 async def test_check_names_each_kind_of_problem_once_with_its_facts() -> None:
-    """Stale and dead replies, a stale and an overdue job, a long hold, no daemon: six lines."""
+    """Stale and dead replies, a stale, an overdue and a squatting job, a hold, no daemon."""
     services = FakeServices(clock=FrozenClock(T0))
     await services.routes.add("bob", kind="mailbox")
     await services.store.add(
@@ -122,11 +122,25 @@ async def test_check_names_each_kind_of_problem_once_with_its_facts() -> None:
     claimed = await services.job_store.claim(queues=["s-2"], lease_s=30, worker_id="w-1")
     assert claimed is not None
     services.job_store.jobs["j-run"].lease_expires_at = T0 - timedelta(minutes=10)
+    # A job that has held its queue for two hours while another waits behind it.
+    await services.job_store.enqueue(make_job("j-squat", session="s-5"))
+    await services.job_store.enqueue(make_job("j-behind", session="s-5"))
+    squat = await services.job_store.claim(queues=["s-5"], lease_s=30, worker_id="w-2")
+    assert squat is not None
+    services.job_store.jobs["j-squat"].started_at = T0 - timedelta(hours=2)
     seen(services, "d-gone", "drain", 600)
 
     problems = await check_report(services, LIMITS)
     by_check = {problem["check"]: problem for problem in problems}
-    assert list(by_check) == ["pending", "dead", "job_queued", "job_overdue", "hold", "no_daemon"]
+    assert list(by_check) == [
+        "pending",
+        "dead",
+        "job_queued",
+        "job_overdue",
+        "queue_held",
+        "hold",
+        "no_daemon",
+    ]
     assert by_check["pending"]["key"] == "k-stale"
     assert (
         "pending too long: k-stale to alice since 2025-12-31 22:00:00Z"
@@ -135,6 +149,11 @@ async def test_check_names_each_kind_of_problem_once_with_its_facts() -> None:
     assert by_check["dead"]["message"].startswith("new dead letter: k-dead to alice (gone)")
     assert by_check["job_queued"]["job_id"] == "j-queued"
     assert " on w-1, lease ended 2025-12-31 23:50:00Z" in by_check["job_overdue"]["message"]
+    assert by_check["queue_held"]["message"] == (
+        "queue held: j-squat in queue s-5 on w-2, running since 2025-12-31 22:00:00Z, lease "
+        "until 2026-01-01 00:00:30Z, 1 jobs waiting behind it (birddog jobs cancel j-squat "
+        "frees it)"
+    )
     assert by_check["hold"]["message"].startswith("held too long: bob since")
     assert by_check["hold"]["waiting"] == 1
     assert by_check["no_daemon"]["due"] == 1

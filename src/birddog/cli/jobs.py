@@ -143,12 +143,19 @@ def jobs_show(ctx: click.Context, job_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def jobs_cancel(ctx: click.Context, job_id: str, reason: str, as_json: bool) -> None:
-    """Cancel a queued job now, or a running one when its worker next beats (exit 1: settled)."""
+    """Cancel a queued job now, or a running one when its worker stops it (exit 1: settled).
+
+    A running job's lease is cut to the cancel grace (``birddog.limits.cancel_grace_s``,
+    60 s): a worker that does not stop its turn by then loses it, and a reaper settles the
+    job cancelled, so the queue it held moves on.
+    """
     outcome = with_services(ctx, lambda s: s.jobs.cancel(job_id=job_id, content=reason))
     if outcome is None:
         state, message = (
             "running",
-            "cancellation recorded; it settles cancelled when its worker stops it",
+            "cancellation recorded; it settles cancelled when its worker stops it, or "
+            "when its lease ends within the cancel grace (a worker that does not stop "
+            "no longer holds the queue)",
         )
     elif outcome == Outcome.CANCELLED:
         state, message = "settled", "settled cancelled"

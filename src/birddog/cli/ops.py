@@ -244,8 +244,8 @@ async def check_report(adapters: Services, limits: CheckLimits) -> list[dict[str
 
     Returns:
         One dict per problem: ``check`` (``pending``, ``dead``, ``job_queued``,
-        ``job_overdue``, ``hold``, ``no_daemon``), ``message`` (one printable line) and the
-        row's facts.
+        ``job_overdue``, ``queue_held``, ``hold``, ``no_daemon``), ``message`` (one
+        printable line) and the row's facts.
     """
     reports = adapters.reports
     problems: list[dict[str, Any]] = []
@@ -282,6 +282,15 @@ async def check_report(adapters: Services, limits: CheckLimits) -> list[dict[str
             f"job running past its lease: {printable(row['job_id'])} in queue "
             f"{printable(row['queue'])} on {printable(row['worker_id'] or '-')}, lease ended "
             f"{_at(row['lease_expires_at'])}; is a daemon or worker running its reaper?",
+            row,
+        )
+    for row in await reports.held_queues(limit=PROBLEMS_SHOWN):
+        problem(
+            "queue_held",
+            f"queue held: {printable(row['job_id'])} in queue {printable(row['queue'])} on "
+            f"{printable(row['worker_id'] or '-')}, running since {_at(row['started_at'])}, "
+            f"lease until {_at(row['lease_expires_at'])}, {row['waiting']} jobs waiting "
+            f"behind it (birddog jobs cancel {printable(row['job_id'])} frees it)",
             row,
         )
     for row in await reports.long_holds(older_than_s=limits.hold_s, limit=PROBLEMS_SHOWN):

@@ -236,6 +236,17 @@ def check_stored_content(content: object, *, limit_bytes: int) -> None:
 DEFAULT_MAX_CONTENT_BYTES = 1_048_576
 """Mail and reply content above 1 MiB is refused unless the limit is raised."""
 
+DEFAULT_MAX_LEASE_S = 3600.0
+"""The longest lease ``birddog.limits`` lets a claim or heartbeat take, by default."""
+
+DEFAULT_MAX_HOLD_S = 3600.0
+"""How long one running job may hold a queue others wait in before ``birddog check`` says
+so, by default (``birddog.limits.max_hold_s``)."""
+
+DEFAULT_CANCEL_GRACE_S = 60.0
+"""How long a running job's worker has to stop once it is cancelled before its lease ends,
+by default (``birddog.limits.cancel_grace_s``)."""
+
 
 def carried_mail_key(job: Job) -> str | None:
     """The mail key a job's payload carries (``mail.key``), as the job store reads it.

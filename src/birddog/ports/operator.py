@@ -214,6 +214,10 @@ class Reports(Protocol):
         """Running jobs whose lease ended more than ``grace_s`` ago."""
         ...
 
+    async def held_queues(self, *, limit: int) -> list[dict[str, Any]]:
+        """Running jobs holding their queue past the server's limits, with ``waiting``."""
+        ...
+
     async def long_holds(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
         """Recipients held more than ``older_than_s``, with ``waiting`` (their pending replies)."""
         ...

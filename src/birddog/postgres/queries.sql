@@ -938,6 +938,29 @@ WHERE state = 'running' AND lease_expires_at < now() - make_interval(secs => $1)
 ORDER BY lease_expires_at, job_id
 LIMIT $2;
 
+-- name: check_held_queues
+-- Running jobs holding a queue for too long while other jobs wait in it (started more than birddog.limits.max_hold_s ago), or with a lease beyond max_lease_s from now, longest first (for `birddog check`).
+-- params: $1 limit int4
+SELECT
+    j.job_id, j.queue, j.worker_id, j.started_at, j.lease_expires_at,
+    (SELECT count(*) FROM birddog.jobs w
+     WHERE w.queue_key = j.queue_key AND w.state = 'queued')::int AS waiting
+FROM birddog.jobs j
+CROSS JOIN (
+    SELECT
+        make_interval(secs => coalesce((SELECT l.max_hold_s FROM birddog.limits l), 3600)) AS hold,
+        make_interval(secs => coalesce((SELECT l.max_lease_s FROM birddog.limits l), 3600)) AS lease
+) m
+WHERE j.state = 'running'
+  AND (
+      j.lease_expires_at > now() + m.lease + interval '1 minute'
+      OR (j.started_at < now() - m.hold AND EXISTS (
+          SELECT 1 FROM birddog.jobs w WHERE w.queue_key = j.queue_key AND w.state = 'queued'
+      ))
+  )
+ORDER BY j.started_at, j.job_id
+LIMIT $1;
+
 -- name: check_long_holds
 -- Recipients held longer than a limit, longest first, with the replies waiting on each (for `birddog check`).
 -- params: $1 older_than_s float8, $2 limit int4
@@ -1691,6 +1714,8 @@ BEGIN
     GRANT SELECT ON birddog.pending, birddog.dead_letters, birddog.daemons TO birddog_reader;
     -- Live sessions: who serves which agent session now (no content).
     GRANT SELECT ON birddog.live_sessions TO birddog_reader;
+    -- The server's limits (no secret): check compares leases and holds with them.
+    GRANT SELECT ON birddog.limits TO birddog_reader;
     GRANT SELECT (
         key, recipient_agent_id, recipient_session_id, in_reply_to, command_id, outcome, state,
         attempts, deferrals, due_at, created_at, updated_at, last_error, dead_reason, dead_at,

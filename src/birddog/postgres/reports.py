@@ -101,6 +101,21 @@ class PostgresReports:
         """
         return await self._rows("check_overdue_running", grace_s, limit)
 
+    async def held_queues(self, *, limit: int) -> list[dict[str, Any]]:
+        """Running jobs that hold their queue too long (``birddog.limits``), longest first.
+
+        Held: started more than ``max_hold_s`` ago while other jobs wait in the queue, or a
+        lease beyond ``max_lease_s`` from now (a row no claim of today could write).
+
+        Args:
+            limit: the most rows to return.
+
+        Returns:
+            One dict per job: ``job_id``, ``queue``, ``worker_id``, ``started_at``,
+            ``lease_expires_at``, ``waiting`` (jobs queued behind it).
+        """
+        return await self._rows("check_held_queues", limit)
+
     async def long_holds(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
         """Recipients held more than ``older_than_s``, longest first.
 

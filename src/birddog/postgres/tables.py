@@ -357,7 +357,9 @@ limits = sa.Table(
     sa.Column("max_reply_to", sa.Integer, nullable=False, server_default=sa.text("100")),
     sa.Column("max_age_s", sa.Float, nullable=False, server_default=sa.text("300")),
     sa.Column("max_hold_s", sa.Float, nullable=False, server_default=sa.text("3600")),
+    sa.Column("cancel_grace_s", sa.Float, nullable=False, server_default=sa.text("60")),
     sa.CheckConstraint("id", name="limits_singleton_check"),
+    sa.CheckConstraint("cancel_grace_s > 0", name="limits_cancel_grace_check"),
     sa.CheckConstraint(
         "max_content_bytes > 0 AND max_lease_s > 0 AND max_priority >= 0 AND max_reply_to >= 0 "
         "AND max_age_s >= 0 AND max_hold_s > 0",
@@ -369,7 +371,8 @@ limits = sa.Table(
 above ``max_content_bytes`` and more than ``max_reply_to`` reply addresses, and clamp
 priority to +/- ``max_priority``, a job's age to ``max_age_s`` and a lease to
 ``max_lease_s`` from now; ``birddog check`` flags a lease beyond ``max_lease_s`` and a
-queue held by one job for more than ``max_hold_s`` while others wait."""
+queue held by one job for more than ``max_hold_s`` while others wait. ``cancel_grace_s``
+bounds every caller: a cancelled running job's lease ends within it (migration 0032)."""
 
 daemons = sa.Table(
     "daemons",

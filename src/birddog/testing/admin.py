@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from birddog.core.delivery import OutboxRow, RowState
-from birddog.core.jobs import Job, JobState
+from birddog.core.jobs import DEFAULT_MAX_HOLD_S, DEFAULT_MAX_LEASE_S, Job, JobState
 from birddog.core.kinds import DEFAULT_KIND, INTERACTIVE_KINDS
 from birddog.core.live import turn_ran_by
 from birddog.core.mail import Outcome
@@ -191,6 +191,10 @@ def _spawned(jobs: list[StoredJob]) -> int:
     return int(any(s.turn is not None and not s.worker_id.startswith("mcp:") for s in jobs))
 
 
+LEASE_SLACK_S = 60.0
+"""A lease may end this far past the server's longest before check names it (clock skew)."""
+
+
 def _agent_of(job: Job) -> str:
     """The agent a job's queue belongs to (its mail's ``to``; '' for a job without mail)."""
     mail = mail_of(job)
@@ -353,6 +357,52 @@ class InMemoryReports:
                 "lease_expires_at": lease,
             }
             for lease, stored in overdue[:limit]
+        ]
+
+    async def held_queues(self, *, limit: int) -> list[dict[str, Any]]:
+        """Running jobs holding their queue past the default limits, longest first."""
+        now = self.clock.now()
+        stored_jobs = list(self.job_store.jobs.values())
+
+        def waiting(held: StoredJob) -> int:
+            def same_queue(other: StoredJob) -> bool:
+                return (_agent_of(other.job), other.job.queue) == (
+                    _agent_of(held.job),
+                    held.job.queue,
+                )
+
+            return sum(
+                other.job.state is JobState.QUEUED and same_queue(other) for other in stored_jobs
+            )
+
+        held = [
+            stored
+            for stored in stored_jobs
+            if stored.job.state is JobState.RUNNING
+            and (
+                (
+                    stored.lease_expires_at is not None
+                    and stored.lease_expires_at
+                    > now + timedelta(seconds=DEFAULT_MAX_LEASE_S + LEASE_SLACK_S)
+                )
+                or (
+                    stored.started_at is not None
+                    and stored.started_at < now - timedelta(seconds=DEFAULT_MAX_HOLD_S)
+                    and waiting(stored) > 0
+                )
+            )
+        ]
+        held.sort(key=lambda stored: (stored.started_at or now, stored.job.job_id))
+        return [
+            {
+                "job_id": stored.job.job_id,
+                "queue": stored.job.queue,
+                "worker_id": stored.worker_id,
+                "started_at": stored.started_at,
+                "lease_expires_at": stored.lease_expires_at,
+                "waiting": waiting(stored),
+            }
+            for stored in held[:limit]
         ]
 
     async def long_holds(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:

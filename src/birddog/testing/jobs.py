@@ -14,6 +14,7 @@ from birddog.core.delivery import new_row
 from birddog.core.errors import InvalidInput, JobConflict, JobNotFound, StaleClaim
 from birddog.core.fanout import replies_for
 from birddog.core.jobs import (
+    DEFAULT_CANCEL_GRACE_S,
     DEFAULT_MAX_CONTENT_BYTES,
     RESERVED_QUEUE_PREFIX,
     Job,
@@ -64,6 +65,8 @@ class StoredJob:
         worker_id: who holds (or last held) its claim.
         started_at: when that claim began (the jobs of one turn share it).
         settled_at: when it settled (retention counts from here).
+        cancel_deadline: the latest its lease may end once a cancellation was recorded
+            while it ran (the cancel grace after it).
     """
 
     job: Job
@@ -79,6 +82,7 @@ class StoredJob:
     worker_id: str = ""
     started_at: datetime | None = None
     settled_at: datetime | None = None
+    cancel_deadline: datetime | None = None
 
     def facts(self, token: str | None = None) -> JobFacts:
         """The lifecycle's facts, ``token`` being the claim presented (if any)."""
@@ -280,7 +284,7 @@ class InMemoryJobs:
         stored = self.jobs.get(job_id)
         if stored is None or stored.job.state is not RUNNING or stored.claim_token != claim_token:
             raise StaleClaim(f"job {job_id!r} is no longer held by this claim")
-        stored.lease_expires_at = self._lease_until(lease_s)
+        stored.lease_expires_at = _within(self._lease_until(lease_s), stored.cancel_deadline)
         return stored.cancellation is not None
 
     async def record_turn(self, *, job_id: str, claim_token: str, turn: Turn) -> None:
@@ -363,6 +367,10 @@ class InMemoryJobs:
         decision = decide_job(stored.facts(), CancelRequested(content), now=now, limits=self.limits)
         before = stored.job.outcome
         await _carry_out(stored, decision, now, None, outbox=self.outbox, limits=self.limits)
+        if stored.job.state is RUNNING and stored.cancel_deadline is None:
+            # A worker that does not stop its turn loses the job within the cancel grace.
+            stored.cancel_deadline = now + timedelta(seconds=DEFAULT_CANCEL_GRACE_S)
+            stored.lease_expires_at = _within(stored.lease_expires_at, stored.cancel_deadline)
         return _outcome_after(before, decision)
 
     async def recover_expired(self) -> list[tuple[str, str]]:
@@ -410,6 +418,13 @@ class InMemoryJobs:
         if not lease_s > 0 or not math.isfinite(lease_s):
             raise InvalidInput("lease_s must be a positive number of seconds", field="lease_s")
         return self.clock.now() + timedelta(seconds=lease_s)
+
+
+def _within(lease: datetime | None, deadline: datetime | None) -> datetime | None:
+    """``lease``, but never past ``deadline`` (None: no deadline)."""
+    if lease is None or deadline is None:
+        return lease
+    return min(lease, deadline)
 
 
 async def _carry_out(

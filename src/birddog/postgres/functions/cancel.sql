@@ -12,7 +12,8 @@ DECLARE
     v_done record;
 BEGIN
     -- The operator's cancellation: a queued job settles cancelled now (the first recorded
-    -- content wins), a running one records it and tells its worker at once.
+    -- content wins), a running one records it, tells its worker at once and has its lease
+    -- cut to the cancel grace.
     SELECT * INTO v_job FROM birddog.jobs j WHERE j.job_id = p_job_id FOR UPDATE;
     IF NOT FOUND THEN
         decision := 'missing';
@@ -37,8 +38,12 @@ BEGIN
     ELSIF v_job.cancel_requested_at IS NOT NULL THEN
         decision := 'keep';
     ELSE
+        -- The lease ends within the cancel grace (birddog.limits.cancel_grace_s, for every
+        -- caller): a worker that will not stop its turn no longer holds the queue; once the
+        -- lease passes, a reaper settles the job cancelled.
         UPDATE birddog.jobs j
-        SET cancel_requested_at = p_now, cancel_content = p_content, updated_at = now()
+        SET cancel_requested_at = p_now, cancel_content = p_content, updated_at = now(),
+            lease_expires_at = least(j.lease_expires_at, p_now + birddog._cancel_grace())
         WHERE j.job_id = v_job.job_id;
         -- Its worker hears it at commit (birddog.cancels), not at its next heartbeat.
         PERFORM pg_notify('birddog_jobs', 'cancel:' || v_job.job_id);
