@@ -6,15 +6,20 @@ DECLARE
     -- Queues by key (birddog.jobs.queue_key: agent, unit separator, session); the queue's
     -- name is the key after its first separator (an agent id holds none), its agent the
     -- key before it (NULL for agentless jobs), whether or not a job is queued.
-    v_queue text;
+    -- The keys in the columns' own collation: a caller's argument may carry another (a
+    -- settlement's comes from a job's row, whose ids sort COLLATE "C"), and a comparison
+    -- in another collation than its index's cannot use the index (every probe below would
+    -- scan the queue's whole table).
+    v_keys text[] COLLATE "default" := p_queue_keys;
+    v_queue text COLLATE "default";
     v_head record;
     v_due timestamptz;
     v_running integer;
 BEGIN
-    IF cardinality(p_queue_keys) = 1 THEN
+    IF cardinality(v_keys) = 1 THEN
         -- One queue (a settlement, an enqueue, a claim of one session): the recomputation
         -- below as statements over that queue alone, each kept as a generic plan.
-        v_queue := p_queue_keys[1];
+        v_queue := v_keys[1];
         PERFORM 1 FROM birddog.queue_heads h WHERE h.queue_key = v_queue FOR UPDATE;
         SELECT j.agent_id, j.priority, j.created_at, j.job_id INTO v_head
         FROM birddog.jobs j
@@ -53,13 +58,13 @@ BEGIN
     -- then, so it sees every change committed by a transaction that held one of them, and
     -- the last transaction to change a queue's jobs leaves its row right.
     PERFORM 1 FROM birddog.queue_heads h
-    WHERE h.queue_key = ANY(p_queue_keys)
+    WHERE h.queue_key = ANY(v_keys)
     ORDER BY h.queue_key
     FOR UPDATE;
     WITH facts AS (
         SELECT q.queue_key, head.agent_id, head.priority, head.created_at, head.job_id,
                due.due_at, run.running
-        FROM (SELECT DISTINCT u.queue_key FROM unnest(p_queue_keys) AS u(queue_key)) q
+        FROM (SELECT DISTINCT u.queue_key FROM unnest(v_keys) AS u(queue_key)) q
         LEFT JOIN LATERAL (
             SELECT j.agent_id, j.priority, j.created_at, j.job_id
             FROM birddog.jobs j

@@ -4,14 +4,17 @@ CREATE OR REPLACE FUNCTION birddog._settle_job(p_job_id text, p_queue text, p_pa
 AS $function$
 DECLARE
     v_mail record;
-    v_keys text[];
-    v_agents text[];
-    v_sessions text[];
+    -- In the database's collation, whatever the caller's arguments carry (a job's ids sort
+    -- COLLATE "C", and would give it to every text variable here): a comparison then takes
+    -- the column's own collation, so the routes' and queue heads' indexes serve it.
+    v_keys text[] COLLATE "default";
+    v_agents text[] COLLATE "default";
+    v_sessions text[] COLLATE "default";
     v_replies jsonb[];
-    v_inserted text[];
-    v_dropped text[];
-    v_direct text[];
-    v_queue_key text;
+    v_inserted text[] COLLATE "default";
+    v_dropped text[] COLLATE "default";
+    v_direct text[] COLLATE "default";
+    v_queue_key text COLLATE "default";
     v_asker jsonb;
 BEGIN
     -- Settle the locked job and write the replies its STORED mail owes (fanout.replies_for),
