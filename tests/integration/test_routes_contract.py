@@ -130,6 +130,16 @@ async def test_the_list_is_by_agent_id_without_secrets(routes: Routes) -> None:
     assert all(route.secret is None for route in listed)
 
 
+async def test_the_kind_of_one_agents_route_is_read_as_it_is_now(routes: Routes) -> None:
+    """One agent's kind: ``http`` or ``mailbox``, held or not, None without a route."""
+    await routes.add("carol", URL)
+    await routes.add("alice", kind="mailbox")
+    await routes.hold("alice")
+    assert await routes.kind("carol") == "http"
+    assert await routes.kind("alice") == "mailbox"
+    assert await routes.kind("nobody") is None
+
+
 @pytest.fixture
 def push_routes(routes: Routes, request: pytest.FixtureRequest) -> PushRoutes:
     """The push routes over the same database (the fake: the same route book)."""

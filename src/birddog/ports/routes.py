@@ -172,10 +172,17 @@ class PushRoutes(Protocol):
 
 
 class RouteList(Protocol):
-    """Lists every route (``PostgresRoutes.list``; the MCP tool ``agents``)."""
+    """Reads routes without their secrets: every one, or one agent's kind (``PostgresRoutes``).
+
+    The MCP tool ``agents`` lists them all; the MCP server reads its caller's kind only.
+    """
 
     async def list(self) -> list[Route]:
         """Every route, by agent id."""
+        ...
+
+    async def kind(self, agent_id: str) -> RouteKind | None:
+        """The kind of ``agent_id``'s route (None: it has none); no URL, no secret read."""
         ...
 
 

@@ -615,6 +615,11 @@ SELECT
 FROM birddog.routes r
 ORDER BY r.agent_id;
 
+-- name: routes_kind
+-- The kind of one agent's route (no row: it has none); no URL, no secret.
+-- params: $1 agent_id text
+SELECT r.kind FROM birddog.routes r WHERE r.agent_id = $1::text;
+
 -- name: routes_secrets_lock
 -- Every stored secret, locked until the transaction ends (re-sealing them).
 -- params: none

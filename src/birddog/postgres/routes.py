@@ -350,6 +350,16 @@ class PostgresRoutes:
             for record in records
         ]
 
+    async def kind(self, agent_id: str) -> RouteKind | None:
+        """The kind of ``agent_id``'s route, or None when it has none.
+
+        One row by its key, no URL and no secret (a sender's or an agent's role may ask),
+        never cached: an MCP caller's route changed a moment ago is read as it is now.
+        """
+        with store_errors("route kind"):
+            found: RouteKind | None = await self.pool.fetchval(queries["routes_kind"], agent_id)
+        return found
+
     async def rotate(self, agent_id: str, *, overlap_s: float) -> Route:
         """Give an agent a new signing secret; the old one keeps signing for ``overlap_s``.
 

@@ -67,6 +67,11 @@ class InMemoryRoutes:
             for _, route in sorted(self.routes.items())
         ]
 
+    async def kind(self, agent_id: str) -> RouteKind | None:
+        """The kind of ``agent_id``'s route, or None when it has none."""
+        route = self.routes.get(agent_id)
+        return None if route is None else route.kind
+
     async def add(
         self,
         agent_id: str,
