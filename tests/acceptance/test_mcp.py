@@ -9,6 +9,7 @@ talks to them with ``ClientSession`` over ``stdio_client``, as Claude Code would
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import re
@@ -147,6 +148,55 @@ async def test_an_agent_with_an_inbox_route_asks_and_its_other_replies_are_poste
         within_s=60,
     )
     assert inbox.replies[0].in_reply_to == sent["key"]
+
+
+MOVED_SECRET = "whsec_" + base64.b64encode(b"the route changed under the ask").decode()
+"""The signing secret of the inbox URL a caller's route becomes during its ask."""
+
+
+@pytest.mark.parametrize("change", ["to-a-url", "held"])
+async def test_an_ask_is_answered_whatever_the_callers_route_became(
+    room: str, room_pool: Pool, inbox: TestInbox, errlog: Any, change: str
+) -> None:
+    """The caller's mailbox route becomes an inbox URL, or is held, during its ask: answered.
+
+    The server gave the caller a mailbox route; while the slow agent works (six seconds)
+    SQL turns it into an inbox URL, or ``birddog route hold`` holds it. The ask's answer
+    comes from the mailbox, ``wait`` with the key gives it again, nothing is owed to the
+    route and nothing is posted to the URL (the module's drain daemon runs throughout).
+    """
+    agent, key = f"mover-{change}", f"moved-{change}"
+    async with mcp_session(room, f"{agent}:s-m", errlog) as session:
+        asking = asyncio.create_task(
+            call(session, "ask", to="slow:s-slow", content="move", key=key, wait_s=60)
+        )
+        await eventually(
+            lambda: room_pool.fetchval(
+                "SELECT count(*) FROM birddog.jobs WHERE payload #>> '{mail,key}' = $1", key
+            ),
+            "the ask's job",
+            until=lambda jobs: jobs == 1,
+            within_s=30,
+        )
+        if change == "to-a-url":
+            inbox.secrets[agent] = Inbox(MOVED_SECRET)
+            await room_pool.execute(
+                "UPDATE birddog.routes SET kind = 'http', url = $2, secret = $3 "
+                "WHERE agent_id = $1",
+                agent, inbox.url_for(agent), MOVED_SECRET,
+            )  # fmt: skip
+        else:
+            held = await cli(room, "route", "hold", agent)
+            assert held.returncode == 0, held.stderr
+        answered, text, is_error = await asking
+        assert not is_error, text
+        assert (answered["status"], answered["content"]) == ("answered", "MOVE")
+        again, text, is_error = await call(session, "wait", key=key, wait_s=1)
+        assert not is_error, text
+        assert again["content"] == "MOVE"
+    owed = "SELECT count(*) FROM birddog.outbox WHERE in_reply_to = $1"
+    assert await room_pool.fetchval(owed, key) == 0
+    assert inbox.posts == {}
 
 
 async def test_a_slow_agent_is_pending_then_wait_gives_the_answer(room: str, errlog: Any) -> None:
