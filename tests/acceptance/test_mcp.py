@@ -28,7 +28,7 @@ from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
-from tests.support.cli import Daemon, cli, cli_env, token_of
+from tests.support.cli import Daemon, cli, cli_env, drop_agent_logins, token_of
 from tests.support.inbox import TestInbox
 from tests.support.mcp import (
     agents_room,
@@ -624,3 +624,33 @@ async def test_send_takes_a_kind_and_refuses_an_unknown_one_in_one_line(
     )
     assert row is not None
     assert (row["kind"], row["in_mail"]) == ("report", False)
+
+
+async def test_under_an_agents_own_login_the_server_reads_its_callers_route(
+    database_url: str, pg_pool: Pool, logins: dict[str, str], errlog: Any
+) -> None:
+    """Least privilege: the agent's login reads no route's URL, yet its route is told.
+
+    The server reads its caller's route kind only (never the list of every route, whose
+    URLs the login may not read): the instructions say where its replies go, and a wait
+    on its plain send's key says the reply is posted to its URL.
+    """
+    assert "sender" in logins  # the roles are in place
+    await pg_pool.execute(
+        "INSERT INTO birddog.routes (agent_id, url, secret, kind) "
+        "VALUES ('poster', 'http://127.0.0.1:9/inbox', 'whsec_c2VjcmV0', 'http'), "
+        "('upper', NULL, NULL, 'mailbox')"
+    )
+    try:
+        added = await cli(database_url, "agent", "add", "poster:s-p", "--login")
+        assert added.returncode == 0, added.stderr
+        [own] = re.findall(r"^DATABASE_URL=(\S+)$", added.stdout, re.M)
+        async with mcp_session(own, "poster:s-p", errlog) as session:
+            assert "Your route posts to an inbox URL" in (session.instructions or "")
+            sent, text, is_error = await call(session, "send", to="upper:s-upper", content="fyi")
+            assert not is_error, text
+            _, text, is_error = await call(session, "wait", key=sent["key"], wait_s=1)
+            assert is_error
+            assert "posted to your inbox URL" in text
+    finally:
+        await drop_agent_logins(database_url)
