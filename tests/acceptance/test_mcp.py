@@ -631,9 +631,10 @@ async def test_under_an_agents_own_login_the_server_reads_its_callers_route(
 ) -> None:
     """Least privilege: the agent's login reads no route's URL, yet its route is told.
 
-    The server reads its caller's route kind only (never the list of every route, whose
-    URLs the login may not read): the instructions say where its replies go, and a wait
-    on its plain send's key says the reply is posted to its URL.
+    The server reads its caller's route only, and agents the routes' summaries (never a
+    route whole, whose URL the login may not read): the instructions say where its replies
+    go, a wait on its plain send's key says the reply is posted to its URL, and agents
+    lists who has a route.
     """
     assert "sender" in logins  # the roles are in place
     await pg_pool.execute(
@@ -652,5 +653,8 @@ async def test_under_an_agents_own_login_the_server_reads_its_callers_route(
             _, text, is_error = await call(session, "wait", key=sent["key"], wait_s=1)
             assert is_error
             assert "posted to your inbox URL" in text
+            listed, text, is_error = await call(session, "agents")
+            assert not is_error, text
+            assert [agent["agent_id"] for agent in listed["agents"]] == ["poster", "upper"]
     finally:
         await drop_agent_logins(database_url)

@@ -265,7 +265,8 @@ async def test_wait_and_the_instructions_read_the_callers_route_only(
     """Whether a reply comes to the mailbox is told from the caller's route, not every route.
 
     The caller's route posts to a URL: the instructions say so, a wait on its send's key
-    says the reply is posted there, and a wait on its ask's key gives the answer.
+    says the reply is posted there, and a wait on its ask's key gives the answer; agents
+    lists the routes' summaries (no route read whole, URL and all).
     """
     world = World()
     await world.routes.add("bob", kind="mailbox")
@@ -291,3 +292,8 @@ async def test_wait_and_the_instructions_read_the_callers_route_only(
     waited = await tools.call("wait", {"key": sent.structured["key"], "wait_s": 0.05}, caller=ME)
     assert waited.is_error
     assert "posted to your inbox URL" in waited.text
+    listed = await tools.call("agents", {}, caller=ME)
+    assert listed.structured["agents"] == [
+        {"agent_id": "bob", "kind": "mailbox", "held": False},
+        {"agent_id": "me", "kind": "inbox", "held": False},
+    ]

@@ -87,8 +87,8 @@ class Services:
         asks: the ask store (mailbox routes, a mail by key).
         jobs: the job store (claim, heartbeat, settle, a job by id).
         admin: a mail's story.
-        routes: the agents with a route (all of them for ``agents``; the caller's kind
-            for the rest).
+        routes: the agents with a route (every one's summary for ``agents``; the
+            caller's own for the rest; never a URL).
         notices: the process's listening connection (new tasks).
         lease_s: the lease a taken task holds between renewals.
         max_content_bytes: the largest content accepted.
@@ -221,8 +221,8 @@ class AgentTools:
 
     async def _posts_to_url(self, caller: AgentAddress) -> bool:
         """Whether ``caller``'s route posts its replies to an inbox URL (not a mailbox)."""
-        kind = await self.services.routes.kind(caller.agent_id)
-        return kind is not None and kind != "mailbox"
+        routes = await self.services.routes.summaries(caller.agent_id)
+        return any(route.kind != "mailbox" for route in routes)
 
     async def prepare(self, caller: AgentAddress) -> bool:
         """Give ``caller`` a mailbox route when it has none; True when one was added."""
@@ -419,7 +419,7 @@ class AgentTools:
 
     async def _agents(self, args: Arguments, caller: AgentAddress, **_: Any) -> ToolResult:
         del args, caller
-        routes = await self.services.routes.list()
+        routes = await self.services.routes.summaries()
         agents = [
             {
                 "agent_id": route.agent_id,
