@@ -8,6 +8,7 @@ can trust: 0 answered, 1 not completed, 2 no reply yet (still owed), 3 nothing a
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 import signal
@@ -17,6 +18,7 @@ import asyncpg
 import pytest
 
 from birddog.clock import SystemClock
+from birddog.http.inbox import Inbox
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support import eventually, until_listening
@@ -262,6 +264,44 @@ async def test_an_agents_own_login_asks_with_an_inbox_url_route(
         == 1
     )
     assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox") == 0
+
+
+MOVED_SECRET = "whsec_" + base64.b64encode(b"the route changed under the ask").decode()
+"""The signing secret of the inbox URL an asker's route becomes while it waits."""
+
+
+@pytest.mark.usefixtures("upper", "mailbox_delivery")
+@pytest.mark.parametrize("change", ["to-a-url", "held"])
+async def test_an_ask_is_answered_whatever_its_askers_route_became(
+    database_url: str, pg_pool: Pool, inbox: TestInbox, change: str
+) -> None:
+    """The asker's route becomes an inbox URL, or is held, while it waits: the answer comes.
+
+    The ask gave the asker a mailbox route; ``birddog route`` changes it between the ask
+    and the worker's answer, with a drain daemon running. The answer is printed (exit 0),
+    read from the asker's mailbox; nothing is owed to the route, nothing posted to the URL.
+    """
+    asking = asyncio.create_task(
+        run_ask(database_url, "--to", TARGET, "--from", "mover:s-m", "--timeout", "60", "hello")
+    )
+    await until_a_job_is_queued(pg_pool)
+    inbox.secrets["mover"] = Inbox(MOVED_SECRET)
+    changes = (
+        [["remove", "mover"], ["add", "mover", inbox.url_for("mover"), "--secret", MOVED_SECRET]]
+        if change == "to-a-url"
+        else [["hold", "mover"]]
+    )
+    for args in changes:
+        changed = await cli(database_url, "route", *args)
+        assert changed.returncode == 0, changed.stderr
+    worked = await cli(database_url, "worker", "--command", "tr a-z A-Z", "--once")
+    assert worked.returncode == 0, worked.stderr
+    answered = await asking
+    assert (answered.returncode, answered.stdout) == (0, "HELLO\n"), answered.stderr
+    read = "SELECT count(*) FROM birddog.mailbox WHERE agent_id = 'mover' AND read_at IS NOT NULL"
+    assert await pg_pool.fetchval(read) == 1
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox") == 0
+    assert inbox.posts == {}
 
 
 @pytest.mark.usefixtures("upper", "mailbox_delivery")

@@ -9,6 +9,7 @@ talks to them with ``ClientSession`` over ``stdio_client``, as Claude Code would
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import re
@@ -27,7 +28,7 @@ from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool, create_pool
 from birddog.postgres.routes import PostgresRoutes
 from tests.support import at, deliver_to_mailbox, eventually, make_reply
-from tests.support.cli import Daemon, cli, cli_env, token_of
+from tests.support.cli import Daemon, cli, cli_env, drop_agent_logins, token_of
 from tests.support.inbox import TestInbox
 from tests.support.mcp import (
     agents_room,
@@ -147,6 +148,55 @@ async def test_an_agent_with_an_inbox_route_asks_and_its_other_replies_are_poste
         within_s=60,
     )
     assert inbox.replies[0].in_reply_to == sent["key"]
+
+
+MOVED_SECRET = "whsec_" + base64.b64encode(b"the route changed under the ask").decode()
+"""The signing secret of the inbox URL a caller's route becomes during its ask."""
+
+
+@pytest.mark.parametrize("change", ["to-a-url", "held"])
+async def test_an_ask_is_answered_whatever_the_callers_route_became(
+    room: str, room_pool: Pool, inbox: TestInbox, errlog: Any, change: str
+) -> None:
+    """The caller's mailbox route becomes an inbox URL, or is held, during its ask: answered.
+
+    The server gave the caller a mailbox route; while the slow agent works (six seconds)
+    SQL turns it into an inbox URL, or ``birddog route hold`` holds it. The ask's answer
+    comes from the mailbox, ``wait`` with the key gives it again, nothing is owed to the
+    route and nothing is posted to the URL (the module's drain daemon runs throughout).
+    """
+    agent, key = f"mover-{change}", f"moved-{change}"
+    async with mcp_session(room, f"{agent}:s-m", errlog) as session:
+        asking = asyncio.create_task(
+            call(session, "ask", to="slow:s-slow", content="move", key=key, wait_s=60)
+        )
+        await eventually(
+            lambda: room_pool.fetchval(
+                "SELECT count(*) FROM birddog.jobs WHERE payload #>> '{mail,key}' = $1", key
+            ),
+            "the ask's job",
+            until=lambda jobs: jobs == 1,
+            within_s=30,
+        )
+        if change == "to-a-url":
+            inbox.secrets[agent] = Inbox(MOVED_SECRET)
+            await room_pool.execute(
+                "UPDATE birddog.routes SET kind = 'http', url = $2, secret = $3 "
+                "WHERE agent_id = $1",
+                agent, inbox.url_for(agent), MOVED_SECRET,
+            )  # fmt: skip
+        else:
+            held = await cli(room, "route", "hold", agent)
+            assert held.returncode == 0, held.stderr
+        answered, text, is_error = await asking
+        assert not is_error, text
+        assert (answered["status"], answered["content"]) == ("answered", "MOVE")
+        again, text, is_error = await call(session, "wait", key=key, wait_s=1)
+        assert not is_error, text
+        assert again["content"] == "MOVE"
+    owed = "SELECT count(*) FROM birddog.outbox WHERE in_reply_to = $1"
+    assert await room_pool.fetchval(owed, key) == 0
+    assert inbox.posts == {}
 
 
 async def test_a_slow_agent_is_pending_then_wait_gives_the_answer(room: str, errlog: Any) -> None:
@@ -574,3 +624,37 @@ async def test_send_takes_a_kind_and_refuses_an_unknown_one_in_one_line(
     )
     assert row is not None
     assert (row["kind"], row["in_mail"]) == ("report", False)
+
+
+async def test_under_an_agents_own_login_the_server_reads_its_callers_route(
+    database_url: str, pg_pool: Pool, logins: dict[str, str], errlog: Any
+) -> None:
+    """Least privilege: the agent's login reads no route's URL, yet its route is told.
+
+    The server reads its caller's route only, and agents the routes' summaries (never a
+    route whole, whose URL the login may not read): the instructions say where its replies
+    go, a wait on its plain send's key says the reply is posted to its URL, and agents
+    lists who has a route.
+    """
+    assert "sender" in logins  # the roles are in place
+    await pg_pool.execute(
+        "INSERT INTO birddog.routes (agent_id, url, secret, kind) "
+        "VALUES ('poster', 'http://127.0.0.1:9/inbox', 'whsec_c2VjcmV0', 'http'), "
+        "('upper', NULL, NULL, 'mailbox')"
+    )
+    try:
+        added = await cli(database_url, "agent", "add", "poster:s-p", "--login")
+        assert added.returncode == 0, added.stderr
+        [own] = re.findall(r"^DATABASE_URL=(\S+)$", added.stdout, re.M)
+        async with mcp_session(own, "poster:s-p", errlog) as session:
+            assert "Your route posts to an inbox URL" in (session.instructions or "")
+            sent, text, is_error = await call(session, "send", to="upper:s-upper", content="fyi")
+            assert not is_error, text
+            _, text, is_error = await call(session, "wait", key=sent["key"], wait_s=1)
+            assert is_error
+            assert "posted to your inbox URL" in text
+            listed, text, is_error = await call(session, "agents")
+            assert not is_error, text
+            assert [agent["agent_id"] for agent in listed["agents"]] == ["poster", "upper"]
+    finally:
+        await drop_agent_logins(database_url)

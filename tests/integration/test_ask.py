@@ -199,11 +199,19 @@ async def test_an_asker_with_an_inbox_url_gets_its_answer_in_the_mailbox(
 
 
 @pytest.mark.usefixtures("routes")
+@pytest.mark.parametrize("held", [False, True], ids=["url", "held-mailbox"])
 async def test_other_replies_to_an_asker_with_an_inbox_url_still_go_to_its_url(
-    asking: Asking, pg_pool: Pool, jobs: PostgresJobs, routes: PostgresRoutes
+    asking: Asking, pg_pool: Pool, jobs: PostgresJobs, routes: PostgresRoutes, *, held: bool
 ) -> None:
-    """A plain send from that agent is not marked: its reply waits in the outbox for the URL."""
-    await routes.add("poster", "http://127.0.0.1:9/inbox")
+    """A plain send is not marked: its reply waits in the outbox for the URL (or a release).
+
+    Unchanged by every ask being marked: a send from an agent whose route posts to a URL,
+    or whose mailbox route is held, has its reply follow that route.
+    """
+    if held:
+        await routes.add("poster", kind="mailbox", enabled=False)
+    else:
+        await routes.add("poster", "http://127.0.0.1:9/inbox")
     await asking.send(to=TARGET, from_="poster:s-p", content="fyi", key="k-send")
     claimed = await jobs.claim(lease_s=30)
     assert claimed is not None
@@ -216,6 +224,36 @@ async def test_other_replies_to_an_asker_with_an_inbox_url_still_go_to_its_url(
     )
     assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox WHERE key = $1", key) == 1
     assert await pg_pool.fetchval("SELECT count(*) FROM birddog.mailbox") == 0
+
+
+TO_A_URL = (
+    "UPDATE birddog.routes SET kind = 'http', url = 'http://127.0.0.1:9/inbox', "
+    "secret = 'whsec_c2VjcmV0' WHERE agent_id = $1"
+)
+"""The asker's mailbox route becomes an inbox URL (as an operator's edit would)."""
+
+HELD = "UPDATE birddog.routes SET enabled = false, held_at = now() WHERE agent_id = $1"
+"""The asker's route is held (as ``birddog route hold`` holds it)."""
+
+
+@pytest.mark.usefixtures("routes")
+@pytest.mark.parametrize("change", [TO_A_URL, HELD], ids=["to-a-url", "held"])
+async def test_an_ask_is_answered_in_the_mailbox_whatever_its_route_became(
+    asking: Asking, pg_pool: Pool, jobs: PostgresJobs, change: str
+) -> None:
+    """The asker's route changes between the ask and the answer: the answer still comes.
+
+    The ask is marked when it is sent (every ask is), so the settlement puts the reply
+    to the asker in its mailbox, with its receipt, whatever the route has become; nothing
+    is owed to the URL, nothing waits for a release.
+    """
+    asked = await asking.send_ask(to=TARGET, from_=ASKER, content="hello", key="k-moved")
+    assert asked.mailbox_added
+    await pg_pool.execute(change, "asker")
+    await answer_next_job(pg_pool, jobs, Outcome.COMPLETED, "HELLO")
+    assert await asking.wait("k-moved", asked.asker, timeout_s=30) == "HELLO"
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox") == 0
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.receipts") == 1
 
 
 @pytest.mark.usefixtures("routes")

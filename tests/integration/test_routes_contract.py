@@ -12,7 +12,7 @@ import pytest
 from birddog import InvalidInput, RouteNotFound
 from birddog.core.egress import EgressPolicy
 from birddog.core.errors import InvalidSecret
-from birddog.ports import PushRoutes, RouteEdits, RouteList
+from birddog.ports import PushRoutes, RouteEdits, RouteList, RouteSummary
 from birddog.postgres.pool import Pool
 from birddog.postgres.push_routes import PostgresPushRoutes
 from birddog.postgres.routes import PostgresRoutes
@@ -128,6 +128,28 @@ async def test_the_list_is_by_agent_id_without_secrets(routes: Routes) -> None:
     listed = await routes.list()
     assert [route.agent_id for route in listed] == ["alice", "carol"]
     assert all(route.secret is None for route in listed)
+
+
+async def test_the_summaries_are_by_agent_id_with_kind_and_hold(routes: Routes) -> None:
+    """Every route's agent id, kind and hold, sorted by agent id (what anyone may know)."""
+    await routes.add("carol", URL)
+    await routes.add("alice", kind="mailbox", enabled=False)
+    assert await routes.summaries() == [
+        RouteSummary(agent_id="alice", kind="mailbox", enabled=False),
+        RouteSummary(agent_id="carol", kind="http", enabled=True),
+    ]
+
+
+async def test_one_agents_summary_is_read_as_it_is_now(routes: Routes) -> None:
+    """Only that agent's summary (held or not); none for an agent without a route."""
+    await routes.add("carol", URL)
+    await routes.add("alice", kind="mailbox")
+    await routes.hold("alice")
+    assert await routes.summaries("alice") == [
+        RouteSummary(agent_id="alice", kind="mailbox", enabled=False)
+    ]
+    assert await routes.summaries("carol") == [RouteSummary(agent_id="carol", kind="http")]
+    assert await routes.summaries("nobody") == []
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 
 import asyncpg
 import pytest
@@ -154,3 +155,54 @@ async def test_the_mailbox_is_notified_at_the_settlements_commit(
         assert sorted([first, second]) == ["alice", "carol"]
     finally:
         await listener.close()
+
+
+OWED_TO_ALICE = (
+    "INSERT INTO birddog.outbox (key, recipient_agent_id, recipient_session_id,"
+    " in_reply_to, command_id, outcome, reply, state, due_at, created_at, lease_expires_at)"
+    " VALUES ('outbox:mail-job-1:reply:0', 'alice', 's-alice', 'mail-job-1', 'cmd-job-1',"
+    " 'completed', '{}', $1, $2, $2, $3)"
+)
+"""A row owed to Alice under job-1's reply key before it settles: state, due, lease."""
+
+
+@pytest.mark.parametrize("state", ["pending", "dead"])
+async def test_a_marked_asks_reply_already_owed_to_the_asker_goes_to_its_mailbox_once(
+    jobs: PostgresJobs, pg_pool: Pool, routes: PostgresRoutes, state: str
+) -> None:
+    """The asker's key has a row (an earlier job's, pruned): it gives way to the mailbox.
+
+    Alice's route posts to a URL; the row is pending or dead (a replay would send it
+    there). The settlement of the marked ask removes it and delivers the reply into her
+    mailbox with its receipt: one delivery, none to the URL.
+    """
+    await routes.add("alice", "http://127.0.0.1:9/alice")
+    await enqueue(pg_pool, with_asker_mailbox(make_job(reply_to=(ALICE,))))
+    await pg_pool.execute(OWED_TO_ALICE, state, T0, None)
+    token = (await claim(jobs)).claim_token
+    keys = await jobs.settle(
+        job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content="again"
+    )
+    assert keys == ["outbox:mail-job-1:reply:0"]
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.outbox") == 0
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.receipts") == 1
+    [entry] = await PostgresMailbox(pg_pool, clock=SystemClock()).read("alice")
+    assert (entry.key, entry.content) == ("outbox:mail-job-1:reply:0", "again")
+
+
+async def test_a_marked_asks_reply_a_drain_holds_is_left_to_the_drain(
+    jobs: PostgresJobs, pg_pool: Pool, routes: PostgresRoutes
+) -> None:
+    """Under a live lease (a drain may be posting it now) the row stays; nothing is doubled."""
+    await routes.add("alice", "http://127.0.0.1:9/alice")
+    await enqueue(pg_pool, with_asker_mailbox(make_job(reply_to=(ALICE,))))
+    await pg_pool.execute(OWED_TO_ALICE, "pending", T0, T0 + timedelta(hours=1))
+    token = (await claim(jobs)).claim_token
+    keys = await jobs.settle(
+        job_id="job-1", claim_token=token, outcome=Outcome.COMPLETED, content="again"
+    )
+    assert keys == []
+    left = await pg_pool.fetch("SELECT key, lease_expires_at FROM birddog.outbox")
+    assert [tuple(row) for row in left] == [("outbox:mail-job-1:reply:0", T0 + timedelta(hours=1))]
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.receipts") == 0
+    assert await pg_pool.fetchval("SELECT count(*) FROM birddog.mailbox") == 0

@@ -85,9 +85,15 @@ async def test_an_ask_to_an_unknown_session_writes_nothing(world: World) -> None
     assert await world.routes.route("asker") is None
 
 
-async def test_an_asker_with_an_inbox_url_asks_and_its_job_says_so(world: World) -> None:
-    """An asker whose route posts to a URL asks: its job is marked askerMailbox, a send's not."""
-    await world.routes.add("poster", "https://poster.example/inbox")
+@pytest.mark.parametrize("route", ["url", "mailbox", "none"])
+async def test_every_ask_is_marked_whatever_the_route_and_a_send_is_not(
+    world: World, route: str
+) -> None:
+    """Every ask's job is marked askerMailbox (an inbox URL, a mailbox, no route yet)."""
+    if route == "url":
+        await world.routes.add("poster", "https://poster.example/inbox")
+    elif route == "mailbox":
+        await world.routes.add("poster", kind="mailbox")
     asked = await world.mail.send_ask(to=UPPER, from_="poster:s-p", content="hi")
     sent = await world.mail.send(to=UPPER, from_="poster:s-p", content="fyi")
     assert world.jobs.jobs[asked.job_id].job.payload["askerMailbox"] is True

@@ -21,6 +21,7 @@ from birddog.core.mailbox import MailboxEntry
 from birddog.mcp.schemas import INBOX_MAX_BYTES, TOOLS, input_schema
 from birddog.mcp.texts import ToolResult
 from birddog.mcp.tools import AgentTools, Services
+from birddog.ports import Route
 from tests.support.mcp import checked_result, facts_of
 from tests.support.world import World, queued
 
@@ -256,3 +257,43 @@ async def test_an_ask_kept_in_the_spool_is_pending_and_says_spooled() -> None:
     )
     assert (again.structured["status"], again.structured["state"]) == ("pending", "queued")
     assert "spooled" not in again.structured["message"]
+
+
+async def test_wait_and_the_instructions_read_the_callers_route_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whether a reply comes to the mailbox is told from the caller's route, not every route.
+
+    The caller's route posts to a URL: the instructions say so, a wait on its send's key
+    says the reply is posted there, and a wait on its ask's key gives the answer; agents
+    lists the routes' summaries (no route read whole, URL and all).
+    """
+    world = World()
+    await world.routes.add("bob", kind="mailbox")
+    await world.routes.add("me", "https://me.example/inbox")
+
+    async def every_route() -> list[Route]:
+        raise AssertionError("every route was read for one caller")
+
+    monkeypatch.setattr(world.routes, "list", every_route)
+    tools = agent_tools(
+        sender=world.mail, mailbox=world.mailbox, jobs=world.jobs, routes=world.routes
+    )
+    assert "Your route posts to an inbox URL" in await tools.instructions(ME)
+    asking = asyncio.create_task(
+        tools.call("ask", {"to": "bob:s-bob", "content": "and?", "key": "m-3"}, caller=ME)
+    )
+    await queued(world)
+    await world.answer("yes")
+    assert (await asking).structured["content"] == "yes"
+    again = await tools.call("wait", {"key": "m-3", "wait_s": 0.05}, caller=ME)
+    assert (again.structured["status"], again.structured["content"]) == ("answered", "yes")
+    sent = await tools.call("send", {"to": "bob:s-bob", "content": "fyi"}, caller=ME)
+    waited = await tools.call("wait", {"key": sent.structured["key"], "wait_s": 0.05}, caller=ME)
+    assert waited.is_error
+    assert "posted to your inbox URL" in waited.text
+    listed = await tools.call("agents", {}, caller=ME)
+    assert listed.structured["agents"] == [
+        {"agent_id": "bob", "kind": "mailbox", "held": False},
+        {"agent_id": "me", "kind": "inbox", "held": False},
+    ]

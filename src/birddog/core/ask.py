@@ -228,9 +228,9 @@ def key_conflict(key: str, differing: Sequence[str]) -> JobConflict:
 def with_asker_mailbox(job: Job) -> Job:
     """``job`` marked ``askerMailbox``: its reply to the asker lands in the asker's mailbox.
 
-    What ``birddog.send_mail`` does to an ask from an agent whose route posts to an inbox
-    URL: the settlement then delivers the reply to the mail's ``from`` into its mailbox
-    (where the ask waits), and every other reply as its route says.
+    What ``birddog.send_mail`` does to every ask, whatever the asker's route: the
+    settlement then delivers the reply to the mail's ``from`` into its mailbox (where the
+    ask waits) whatever that route is by then, and every other reply as its route says.
 
     Args:
         job: an ask's agent job.

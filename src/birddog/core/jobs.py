@@ -81,9 +81,10 @@ class AgentJobPayload(Model):
 
     ``kind`` is absent from the payload's JSON for a ``task`` (so a task's payload is the
     TypeScript BirdDog's), present for any other kind; it is never inside the mail.
-    ``asker_mailbox`` (``askerMailbox``, present only when true) marks an ask whose asker's
-    route posts to a URL: the settlement delivers the reply to the asker into its mailbox,
-    where the ask waits, whatever its route (``birddog.send_mail`` sets it).
+    ``asker_mailbox`` (``askerMailbox``, present only when true) marks an ask: the
+    settlement delivers the reply to the asker into its mailbox, where the ask waits,
+    whatever its route is then (``birddog.send_mail`` sets it on every ask, never on a
+    plain send).
     """
 
     session_id: Id

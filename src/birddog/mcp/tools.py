@@ -87,7 +87,8 @@ class Services:
         asks: the ask store (mailbox routes, a mail by key).
         jobs: the job store (claim, heartbeat, settle, a job by id).
         admin: a mail's story.
-        routes: the agents with a route.
+        routes: the agents with a route (every one's summary for ``agents``; the
+            caller's own for the rest; never a URL).
         notices: the process's listening connection (new tasks).
         lease_s: the lease a taken task holds between renewals.
         max_content_bytes: the largest content accepted.
@@ -200,9 +201,10 @@ class AgentTools:
     async def _reply_comes_here(self, key: str, caller: AgentAddress) -> bool:
         """Whether the reply to ``key`` is (or will be) in ``caller``'s mailbox.
 
-        Yes when the caller's route is a mailbox, when the reply is there already, or
-        when the mail is an ask marked ``askerMailbox``; otherwise it is posted to the
-        caller's inbox URL, where no wait here can see it. With the database away it
+        Yes when the caller's route is a mailbox (or it has none), when the reply is there
+        already, or when the mail is an ask (marked ``askerMailbox``: every ask is);
+        otherwise it is posted to the caller's inbox URL, where no wait here can see it.
+        Reads the caller's route only, never the others'. With the database away it
         cannot be told: the wait then goes on (and says where the mail stands).
         """
         try:
@@ -219,8 +221,8 @@ class AgentTools:
 
     async def _posts_to_url(self, caller: AgentAddress) -> bool:
         """Whether ``caller``'s route posts its replies to an inbox URL (not a mailbox)."""
-        routes = await self.services.routes.list()
-        return any(r.agent_id == caller.agent_id and r.kind != "mailbox" for r in routes)
+        routes = await self.services.routes.summaries(caller.agent_id)
+        return any(route.kind != "mailbox" for route in routes)
 
     async def prepare(self, caller: AgentAddress) -> bool:
         """Give ``caller`` a mailbox route when it has none; True when one was added."""
@@ -417,7 +419,7 @@ class AgentTools:
 
     async def _agents(self, args: Arguments, caller: AgentAddress, **_: Any) -> ToolResult:
         del args, caller
-        routes = await self.services.routes.list()
+        routes = await self.services.routes.summaries()
         agents = [
             {
                 "agent_id": route.agent_id,

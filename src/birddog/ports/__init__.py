@@ -73,6 +73,7 @@ from birddog.ports.routes import (
     RouteEdits,
     RouteHolds,
     RouteList,
+    RouteSummary,
     TokenBook,
 )
 
@@ -120,6 +121,7 @@ __all__ = [
     "RouteHolds",
     "RouteKind",
     "RouteList",
+    "RouteSummary",
     "SentJobs",
     "Settled",
     "Spool",

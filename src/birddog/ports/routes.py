@@ -23,6 +23,7 @@ __all__ = [
     "RouteEdits",
     "RouteHolds",
     "RouteList",
+    "RouteSummary",
     "TokenBook",
 ]
 
@@ -86,6 +87,21 @@ class Route:
         ):
             secrets.append(self.previous_secret)
         return secrets
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSummary:
+    """What anyone may know of a route: whose it is, its kind, and whether it is held.
+
+    Attributes:
+        agent_id: the recipient agent id.
+        kind: ``http``, ``mailbox`` or ``a2a`` (see :class:`Route`).
+        enabled: False while the recipient is held.
+    """
+
+    agent_id: str
+    kind: RouteKind
+    enabled: bool = True
 
 
 class RouteBook(Protocol):
@@ -172,10 +188,22 @@ class PushRoutes(Protocol):
 
 
 class RouteList(Protocol):
-    """Lists every route (``PostgresRoutes.list``; the MCP tool ``agents``)."""
+    """Reads routes without their secrets: every one, or one agent's kind (``PostgresRoutes``).
+
+    The MCP tool ``agents`` lists every summary; the MCP server reads its caller's only.
+    Summaries read no URL, so a sender's or an agent's login may read them.
+    """
 
     async def list(self) -> list[Route]:
         """Every route, by agent id."""
+        ...
+
+    async def summaries(self, agent_id: str | None = None) -> Sequence[RouteSummary]:
+        """Every route's agent id, kind and hold, by agent id; no URL, no secret read.
+
+        Args:
+            agent_id: only this agent's (none, or one; read by its key alone).
+        """
         ...
 
 

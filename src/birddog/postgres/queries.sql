@@ -615,6 +615,16 @@ SELECT
 FROM birddog.routes r
 ORDER BY r.agent_id;
 
+-- name: routes_summaries
+-- Every route's agent id, kind and hold, by agent id; no URL, no secret.
+-- params: none
+SELECT r.agent_id, r.kind, r.enabled FROM birddog.routes r ORDER BY r.agent_id;
+
+-- name: routes_summary
+-- One agent's route: its agent id, kind and hold (no row: it has none); no URL, no secret.
+-- params: $1 agent_id text
+SELECT r.agent_id, r.kind, r.enabled FROM birddog.routes r WHERE r.agent_id = $1::text;
+
 -- name: routes_secrets_lock
 -- Every stored secret, locked until the transaction ends (re-sealing them).
 -- params: none

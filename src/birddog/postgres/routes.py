@@ -30,7 +30,7 @@ from birddog.core.errors import InvalidInput, RouteNotFound
 from birddog.core.model import Id
 from birddog.core.policy import NO_POLICY, POLICY_FIELDS, RoutePolicy
 from birddog.core.text import shown_key
-from birddog.ports import Clock, Route, RouteKind
+from birddog.ports import Clock, Route, RouteKind, RouteSummary
 from birddog.postgres.pool import Pool, store_errors
 from birddog.postgres.route_cache import RouteCache
 from birddog.postgres.route_secrets import (
@@ -348,6 +348,25 @@ class PostgresRoutes:
                 policy=policy_of(record),
             )
             for record in records
+        ]
+
+    async def summaries(self, agent_id: str | None = None) -> Sequence[RouteSummary]:
+        """Every route's agent id, kind and hold, by agent id; no URL, no secret read.
+
+        A sender's or an agent's role may ask. Never cached: an MCP caller's route changed
+        a moment ago is read as it is now.
+
+        Args:
+            agent_id: only this agent's (none, or one; one row by its key).
+        """
+        with store_errors("route summaries"):
+            if agent_id is None:
+                records = await self.pool.fetch(queries["routes_summaries"])
+            else:
+                records = await self.pool.fetch(queries["routes_summary"], agent_id)
+        return [
+            RouteSummary(agent_id=r["agent_id"], kind=r["kind"], enabled=r["enabled"])
+            for r in records
         ]
 
     async def rotate(self, agent_id: str, *, overlap_s: float) -> Route:

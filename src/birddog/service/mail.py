@@ -13,10 +13,10 @@ pool without a spool, :func:`birddog.open_sender` one with the spool behind it::
 never an empty answer, never a silent success.
 
 - The question is a mail from the asker to ``to`` whose ``replyTo`` is the asker, run as an
-  agent job. An asker without a route gets a mailbox route in the same transaction. An
-  asker whose route posts to an inbox URL may ask too: its ask's job is marked
-  (``askerMailbox``) so that the reply to the asker lands in its mailbox, where the ask
-  waits; every other reply to it still goes to its URL.
+  agent job. An asker without a route gets a mailbox route in the same transaction. Every
+  ask's job is marked (``askerMailbox``) so that the reply to the asker lands in its
+  mailbox, where the ask waits, whatever its route is when the answer comes (an inbox
+  URL, a held route); every other reply to it still follows its route.
 - ``to`` must be an agent session BirdDog knows: the agent has a route (of either kind), or
   its session has been sent work before. An unknown one is refused before anything is
   written.
@@ -211,7 +211,7 @@ class MailService:
             reply_to: who gets the replies (None: the sender; empty: nobody).
             timeout_s: the longest wait for a free database connection.
             mailbox_required: an ask: the reply to the sender lands in its mailbox, whatever
-                its route (the job is marked ``askerMailbox`` when the route posts to a URL).
+                its route (the job is marked ``askerMailbox``).
             priority: -32768 to 32767, higher first among the session's queued jobs.
             kind: what the mail is for: ``task`` (None: the default), ``escalation``,
                 ``report`` or ``receipt`` (an ask: ``task`` or ``escalation`` only).

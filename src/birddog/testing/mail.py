@@ -274,8 +274,7 @@ class InMemoryAsks:
         if mail is None:
             raise InvalidJobPayload("a mail to send carries mail", field="mail")
         route = None if mailbox_for is None else await self.routes.route(mailbox_for.agent_id)
-        posts_to_url = route is not None and route.kind != "mailbox"
-        if require_mailbox and posts_to_url and mailbox_for == mail.from_:
+        if require_mailbox and mailbox_for == mail.from_:
             job = with_asker_mailbox(job)
         if not await self._known(mail.to):
             raise unknown_target(mail.to)

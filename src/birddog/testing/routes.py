@@ -13,7 +13,7 @@ from birddog.core.policy import NO_POLICY, RoutePolicy
 from birddog.core.push import is_push_agent
 from birddog.core.routing import check_batch_size, check_secret, checked_route, secret_of
 from birddog.core.text import shown_key
-from birddog.ports import Clock, ResealReport, Route, RouteKind
+from birddog.ports import Clock, ResealReport, Route, RouteKind, RouteSummary
 from birddog.testing.clock import FrozenClock
 from birddog.testing.outbox import InMemoryOutbox
 
@@ -65,6 +65,14 @@ class InMemoryRoutes:
         return [
             replace(route, secret=None, previous_secret=None)
             for _, route in sorted(self.routes.items())
+        ]
+
+    async def summaries(self, agent_id: str | None = None) -> Sequence[RouteSummary]:
+        """Every route's agent id, kind and hold, by agent id (only ``agent_id``'s if given)."""
+        return [
+            RouteSummary(agent_id=route.agent_id, kind=route.kind, enabled=route.enabled)
+            for agent, route in sorted(self.routes.items())
+            if agent_id is None or agent == agent_id
         ]
 
     async def add(

@@ -23,8 +23,8 @@ BEGIN
         problem := 'payload';
         RETURN;
     END IF;
-    -- askerMailbox beside the mail (an ask from an agent whose route posts to a URL): a
-    -- boolean, when given.
+    -- askerMailbox beside the mail (an ask: its reply to the asker lands in the asker's
+    -- mailbox): a boolean, when given.
     IF jsonb_typeof(birddog._field(p_payload, 'askerMailbox', 'asker_mailbox'))
        IS DISTINCT FROM 'boolean'
        AND (p_payload ? 'askerMailbox' OR p_payload ? 'asker_mailbox') THEN

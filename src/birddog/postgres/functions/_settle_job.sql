@@ -76,10 +76,21 @@ BEGIN
     -- receipt, as the drain would: nothing about such a recipient can fail, so the reply
     -- skips the daemon's hop and an ask hears back at the settlement's commit. A key
     -- that already has a row or a receipt is left to the path below (which skips it).
-    -- The reply to the asker of an ask marked askerMailbox (its route posts to a URL) is
-    -- delivered here too, whatever that route: the ask waits on the mailbox.
+    -- The reply to the asker of an ask (marked askerMailbox: send_mail marks every ask)
+    -- is delivered here too, whatever that route is now (an inbox URL, held, another kind
+    -- than when it asked): the ask waits on the mailbox.
     IF birddog._field(p_payload, 'askerMailbox', 'asker_mailbox') = 'true'::jsonb THEN
         v_asker := birddog._address(birddog._field(p_payload -> 'mail', 'from', 'from_'));
+        -- A row already owed to the asker under its reply key (one job per mail key, and
+        -- a job settles once: left by an earlier job with this key since pruned, or by a
+        -- fan-out of the caller's own) gives way to this delivery, so the reply reaches
+        -- the mailbox once and never the route. A row a drain holds under a live lease
+        -- is left to it: it may be posting now (the path below then skips the key).
+        DELETE FROM birddog.outbox o
+        USING unnest(v_keys, v_agents, v_sessions) AS r(key, agent_id, session_id)
+        WHERE o.key = r.key
+          AND r.agent_id = v_asker ->> 'agentId' AND r.session_id = v_asker ->> 'sessionId'
+          AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= p_now);
     END IF;
     WITH direct AS (
         SELECT r.key, r.agent_id, r.session_id, r.reply

@@ -36,13 +36,13 @@ BEGIN
         RETURN QUERY SELECT 'wrong_sender'::text, v_kind, NULL::text, false, NULL::text[], false;
         RETURN;
     END IF;
-    -- An ask from an agent whose route posts to a URL: its job says so (askerMailbox,
-    -- beside the mail), and the settlement delivers the reply to the asker into the
-    -- asker's mailbox, where the ask waits (birddog._settle_job). Every other reply to
-    -- the agent still follows its route.
+    -- Every ask: its job says so (askerMailbox, beside the mail), whatever the asker's
+    -- route now, and the settlement delivers the reply to the asker into the asker's
+    -- mailbox, where the ask waits, whatever that route is then (another kind, held:
+    -- birddog._settle_job). Decided here once, so a route changed in between changes
+    -- nothing for the ask. A plain send is not marked: its replies follow the route.
     v_payload := p_payload;
-    IF p_require_mailbox AND p_mailbox_is_sender AND v_kind IS NOT NULL
-       AND v_kind <> 'mailbox' THEN
+    IF p_require_mailbox AND p_mailbox_is_sender THEN
         v_payload := (p_payload::jsonb || '{"askerMailbox": true}'::jsonb)::text;
     END IF;
     SELECT e.inserted, e.differing, e.mailbox_added INTO v_enqueued
