@@ -269,11 +269,13 @@ async def check_report(adapters: Services, limits: CheckLimits) -> list[dict[str
             row,
         )
     for row in await reports.stale_queued(older_than_s=limits.job_queued_s, limit=PROBLEMS_SHOWN):
+        digest_at = row.get("digest_at")
+        since = "" if digest_at is None else f", its digest due {_at(digest_at)}"
         problem(
             "job_queued",
             f"job queued too long: {printable(row['job_id'])} ({row['kind']}) in queue "
-            f"{printable(row['queue'])} since {_at(row['created_at'])}; is a worker or a live "
-            "session serving this session?",
+            f"{printable(row['queue'])} since {_at(row['created_at'])}{since}; is a worker or "
+            "a live session serving this session?",
             row,
         )
     for row in await reports.overdue_running(grace_s=limits.lease_overdue_s, limit=PROBLEMS_SHOWN):

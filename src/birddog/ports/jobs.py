@@ -193,8 +193,10 @@ class JobAdmin(JobCancels, Protocol):
 
         A turn is the jobs one claim took together; ``how`` is ``live`` for a live
         session's process's claims (claimer ``mcp:...`` or ``live:...``:
-        :func:`birddog.core.live.turn_ran_by`), else ``worker``; a turn that recorded a
-        process it started (a ``--command`` agent, :mod:`birddog.spawn`) spawned one.
-        Each row: ``kind``, ``how``, ``turns``, ``mails`` and ``spawns``, by kind then how.
+        :func:`birddog.core.live.turn_ran_by`), ``digest`` for another claimer's turn whose
+        first mail is informational (taken once its digest was due), else ``worker``; a
+        turn that recorded a process it started (a ``--command`` agent,
+        :mod:`birddog.spawn`) spawned one. Each row: ``kind``, ``how``, ``turns``,
+        ``mails`` and ``spawns``, by kind then how.
         """
         ...

@@ -176,7 +176,8 @@ class InMemoryJobAdmin:
         groups: dict[tuple[str, str], list[int]] = {}
         for jobs in turns.values():
             first = min(jobs, key=lambda s: (-s.job.priority, s.created_at, s.job.job_id))
-            counts = groups.setdefault((_kind_of(first.job), turn_ran_by(first.worker_id)), [0] * 3)
+            kind = _kind_of(first.job)
+            counts = groups.setdefault((kind, turn_ran_by(first.worker_id, kind)), [0] * 3)
             counts[0] += 1
             counts[1] += len(jobs)
             counts[2] += _spawned(jobs)
@@ -313,16 +314,22 @@ class InMemoryReports:
         ]
 
     async def stale_queued(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
-        """Interactive jobs queued more than ``older_than_s`` ago, oldest first."""
+        """Jobs queued more than ``older_than_s`` ago (informational: past their digest)."""
         before = self._ago(older_than_s)
+        digests = self.route_book.digests
+        waited = {
+            job_id: digests.digest_at(stored) or stored.created_at
+            for job_id, stored in self.job_store.jobs.items()
+            if stored.job.state is JobState.QUEUED
+        }
         queued = [
             stored
             for stored in self.job_store.jobs.values()
-            if stored.job.state is JobState.QUEUED
-            and stored.created_at < before
-            and _kind_of(stored.job) in INTERACTIVE_KINDS
+            if stored.job.job_id in waited
+            and waited[stored.job.job_id] < before
+            and (_kind_of(stored.job) in INTERACTIVE_KINDS or digests.digest_at(stored))
         ]
-        queued.sort(key=lambda stored: (stored.created_at, stored.job.job_id))
+        queued.sort(key=lambda stored: (waited[stored.job.job_id], stored.job.job_id))
         return [
             {
                 "job_id": stored.job.job_id,
@@ -330,6 +337,7 @@ class InMemoryReports:
                 "priority": stored.job.priority,
                 "created_at": stored.created_at,
                 "kind": _kind_of(stored.job),
+                "digest_at": digests.digest_at(stored),
             }
             for stored in queued[:limit]
         ]

@@ -204,7 +204,7 @@ class InMemoryJobs:
                 heads[queue] = stored
         # The head of each queue first, then the filter: a worker for one agent never takes
         # the job behind another agent's head in a shared session.
-        heads = {q: s for q, s in heads.items() if _served(s.job, queues=queues, agents=agents)}
+        heads = {q: s for q, s in heads.items() if served(s.job, queues=queues, agents=agents)}
         free = [s for s in heads.values() if running[s.job.queue] < self.queue_concurrency]
         if not free:
             return None
@@ -396,7 +396,7 @@ class InMemoryJobs:
         waiting = [
             s.created_at
             for s in self.jobs.values()
-            if s.job.state is JobState.QUEUED and _served(s.job, queues=queues, agents=agents)
+            if s.job.state is JobState.QUEUED and served(s.job, queues=queues, agents=agents)
         ]
         return len(waiting), min(waiting, default=None)
 
@@ -489,17 +489,17 @@ def _may_claim_at(stored: StoredJob, now: datetime) -> bool:
     return expires_in_s is None or stored.created_at + timedelta(seconds=expires_in_s) > now
 
 
-def _served(job: Job, *, queues: Sequence[str] | None, agents: Sequence[str] | None) -> bool:
+def served(job: Job, *, queues: Sequence[str] | None, agents: Sequence[str] | None) -> bool:
     """Whether a worker of ``queues`` and ``agents`` (both None: every queue) serves ``job``."""
     reserved = job.queue.startswith(RESERVED_QUEUE_PREFIX)
     if queues is None and agents is None:
         return not reserved
     if job.queue in (queues or ()):
         return True
-    return not reserved and _agent_of(job) in (agents or ())
+    return not reserved and agent_of(job) in (agents or ())
 
 
-def _agent_of(job: Job) -> str | None:
+def agent_of(job: Job) -> str | None:
     """The agent a job's mail is addressed to (None: no mail)."""
     mail = job.payload.get("mail")
     to = mail.get("to") if isinstance(mail, dict) else None
