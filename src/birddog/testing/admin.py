@@ -198,6 +198,11 @@ def _agent_of(job: Job) -> str:
     return "" if mail is None else mail.to.agent_id
 
 
+def _waits_since(stored: StoredJob) -> datetime:
+    """Since when a queued job waits for a worker: its digest time, else its enqueue."""
+    return stored.created_at if stored.digest_at is None else stored.digest_at
+
+
 def _kind_of(job: Job) -> str:
     """The job's kind as the jobs table keeps it: the payload's, for mail; else a task."""
     if mail_of(job) is None:
@@ -316,20 +321,14 @@ class InMemoryReports:
     async def stale_queued(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
         """Jobs queued more than ``older_than_s`` ago (informational: past their digest)."""
         before = self._ago(older_than_s)
-        digests = self.route_book.digests
-        waited = {
-            job_id: digests.digest_at(stored) or stored.created_at
-            for job_id, stored in self.job_store.jobs.items()
-            if stored.job.state is JobState.QUEUED
-        }
         queued = [
             stored
             for stored in self.job_store.jobs.values()
-            if stored.job.job_id in waited
-            and waited[stored.job.job_id] < before
-            and (_kind_of(stored.job) in INTERACTIVE_KINDS or digests.digest_at(stored))
+            if stored.job.state is JobState.QUEUED
+            and (stored.digest_at is not None or _kind_of(stored.job) in INTERACTIVE_KINDS)
+            and _waits_since(stored) < before
         ]
-        queued.sort(key=lambda stored: (waited[stored.job.job_id], stored.job.job_id))
+        queued.sort(key=lambda stored: (_waits_since(stored), stored.job.job_id))
         return [
             {
                 "job_id": stored.job.job_id,
@@ -337,7 +336,7 @@ class InMemoryReports:
                 "priority": stored.job.priority,
                 "created_at": stored.created_at,
                 "kind": _kind_of(stored.job),
-                "digest_at": digests.digest_at(stored),
+                "digest_at": stored.digest_at,
             }
             for stored in queued[:limit]
         ]

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
 from typing import TYPE_CHECKING
 
-from birddog.core.digests import DEFAULT_DIGEST, DigestSchedule, DigestWait, next_digest
+from birddog.core.digests import DEFAULT_DIGEST, DigestSchedule, DigestWait
 from birddog.core.errors import RouteNotFound
 from birddog.core.jobs import JobState
-from birddog.core.kinds import INFORMATIONAL_KINDS, parse_kind
 from birddog.core.text import shown_key
 from birddog.ports import Clock
 from birddog.testing.clock import FrozenClock
-from birddog.testing.jobs import InMemoryJobs, StoredJob, agent_of, served
+from birddog.testing.jobs import InMemoryJobs, served
 
 if TYPE_CHECKING:
     from birddog.testing.routes import InMemoryRoutes
@@ -24,9 +22,9 @@ __all__ = ["InMemoryDigests"]
 class InMemoryDigests:
     """Digest schedules by agent: the fake of :class:`~birddog.ports.Digests`.
 
-    A queued informational job of ``jobs`` waits for the first digest time of its agent's
-    schedule at or after its enqueue, as ``birddog.enqueue`` computes it (the fake job
-    store's own claims do not hold it back).
+    ``jobs`` gives each informational job the first digest time of its agent's schedule
+    (:attr:`own`) at or after its enqueue, as ``birddog.enqueue`` does, and claims none
+    before it.
 
     Args:
         clock: what "now" is (default: a frozen clock).
@@ -47,8 +45,18 @@ class InMemoryDigests:
     ) -> None:
         self.clock: Clock = clock or FrozenClock()
         self.routes = routes
-        self.jobs = jobs if jobs is not None else InMemoryJobs(clock=self.clock)
         self.own: dict[str, DigestSchedule] = {}
+        self.jobs = jobs if jobs is not None else InMemoryJobs(clock=self.clock)
+
+    @property
+    def jobs(self) -> InMemoryJobs:
+        """The job store whose informational jobs wait (it reads :attr:`own` at enqueue)."""
+        return self._jobs
+
+    @jobs.setter
+    def jobs(self, jobs: InMemoryJobs) -> None:
+        self._jobs = jobs
+        jobs.digest_schedules = self.own
 
     async def schedule(self, agent_id: str) -> DigestSchedule:
         """``agent_id``'s digest schedule: its own, or the default."""
@@ -78,20 +86,11 @@ class InMemoryDigests:
         """The jobs of ``queues`` and ``agents`` (both None: every queue) waiting for a digest."""
         now = self.clock.now()
         times = [
-            at
+            stored.digest_at
             for stored in self.jobs.jobs.values()
-            if served(stored.job, queues=queues, agents=agents)
-            and (at := self.digest_at(stored)) is not None
-            and at > now
+            if stored.job.state is JobState.QUEUED
+            and served(stored.job, queues=queues, agents=agents)
+            and stored.digest_at is not None
+            and stored.digest_at > now
         ]
         return DigestWait(len(times), min(times, default=None))
-
-    def digest_at(self, stored: StoredJob) -> datetime | None:
-        """A queued informational job's digest time; None for any other job."""
-        agent = agent_of(stored.job)
-        kind = stored.job.payload.get("kind")
-        if stored.job.state is not JobState.QUEUED or agent is None:
-            return None
-        if parse_kind(kind if isinstance(kind, str) else None) not in INFORMATIONAL_KINDS:
-            return None
-        return next_digest(self.own.get(agent, DEFAULT_DIGEST), stored.created_at)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
 from birddog.core.delivery import new_row
+from birddog.core.digests import DEFAULT_DIGEST, DigestSchedule, next_digest
 from birddog.core.errors import InvalidInput, JobConflict, JobNotFound, StaleClaim
 from birddog.core.fanout import replies_for
 from birddog.core.jobs import (
@@ -38,6 +39,7 @@ from birddog.core.lifecycle import (
     SettleRequested,
     decide_job,
 )
+from birddog.core.live import DIGEST_KINDS
 from birddog.core.mail import Outcome
 from birddog.core.turns import DEFAULT_KILL_GRACE_S, Turn
 from birddog.ports import ClaimedJob, Clock, Outbox
@@ -64,6 +66,8 @@ class StoredJob:
         worker_id: who holds (or last held) its claim.
         started_at: when that claim began (the jobs of one turn share it).
         settled_at: when it settled (retention counts from here).
+        digest_at: an informational job's digest time, given at enqueue (no claim takes it
+            before; None for an interactive job).
     """
 
     job: Job
@@ -79,6 +83,7 @@ class StoredJob:
     worker_id: str = ""
     started_at: datetime | None = None
     settled_at: datetime | None = None
+    digest_at: datetime | None = None
 
     def facts(self, token: str | None = None) -> JobFacts:
         """The lifecycle's facts, ``token`` being the claim presented (if any)."""
@@ -113,6 +118,8 @@ class InMemoryJobs:
     Attributes:
         jobs: every job by id.
         outbox: the replies settlements wrote.
+        digest_schedules: each agent's own digest schedule, read at enqueue (an agent
+            without one has the default; ``InMemoryDigests`` shares its own here).
     """
 
     def __init__(
@@ -130,6 +137,7 @@ class InMemoryJobs:
         self.limits = Limits(max_content_bytes=max_content_bytes)
         self.queue_concurrency = queue_concurrency
         self.jobs: dict[str, StoredJob] = {}
+        self.digest_schedules: Mapping[str, DigestSchedule] = {}
 
     @property
     def max_content_bytes(self) -> int:
@@ -154,7 +162,10 @@ class InMemoryJobs:
             key = carried_mail_key(job)
             if key is not None and any(carried_mail_key(s.job) == key for s in self.jobs.values()):
                 raise mail_key_taken(key)
-            self.jobs[job.job_id] = StoredJob(job, len(self.jobs), self.clock.now())
+            now = self.clock.now()
+            self.jobs[job.job_id] = StoredJob(
+                job, len(self.jobs), now, digest_at=self._digest_at(job, now)
+            )
             return True
         differing = [
             name for name in REPLAYED_FIELDS if getattr(job, name) != getattr(stored.job, name)
@@ -164,6 +175,13 @@ class InMemoryJobs:
                 f"job {job.job_id!r} already exists with a different {', '.join(differing)}"
             )
         return False
+
+    def _digest_at(self, job: Job, now: datetime) -> datetime | None:
+        """An informational job's digest time, from its agent's schedule (as enqueue's)."""
+        agent, kind = agent_of(job), job.payload.get("kind")
+        if agent is None or kind not in DIGEST_KINDS:
+            return None
+        return next_digest(self.digest_schedules.get(agent, DEFAULT_DIGEST), now)
 
     async def get(self, job_id: str) -> Job:
         """The job with this id, as stored now.
@@ -481,12 +499,15 @@ RUNNING: Final = JobState.RUNNING
 
 
 def _may_claim_at(stored: StoredJob, now: datetime) -> bool:
-    """Whether a queued job's not-before has passed and its expiry has not."""
+    """Whether a queued job's not-before and digest have passed and its expiry has not."""
     job = stored.job
     if job.not_before is not None and job.not_before > now:
         return False
+    if stored.digest_at is not None and stored.digest_at > now:
+        return False
     expires_in_s = job.expires_in_s
-    return expires_in_s is None or stored.created_at + timedelta(seconds=expires_in_s) > now
+    since = stored.created_at if stored.digest_at is None else stored.digest_at
+    return expires_in_s is None or since + timedelta(seconds=expires_in_s) > now
 
 
 def served(job: Job, *, queues: Sequence[str] | None, agents: Sequence[str] | None) -> bool:
