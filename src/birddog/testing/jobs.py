@@ -164,7 +164,7 @@ class InMemoryJobs:
                 raise mail_key_taken(key)
             now = self.clock.now()
             self.jobs[job.job_id] = StoredJob(
-                job, len(self.jobs), now, digest_at=self._digest_at(job, now)
+                job, len(self.jobs), now, digest_at=_digest_at(job, now, self.digest_schedules)
             )
             return True
         differing = [
@@ -175,13 +175,6 @@ class InMemoryJobs:
                 f"job {job.job_id!r} already exists with a different {', '.join(differing)}"
             )
         return False
-
-    def _digest_at(self, job: Job, now: datetime) -> datetime | None:
-        """An informational job's digest time, from its agent's schedule (as enqueue's)."""
-        agent, kind = agent_of(job), job.payload.get("kind")
-        if agent is None or kind not in DIGEST_KINDS:
-            return None
-        return next_digest(self.digest_schedules.get(agent, DEFAULT_DIGEST), now)
 
     async def get(self, job_id: str) -> Job:
         """The job with this id, as stored now.
@@ -496,6 +489,14 @@ REPLAYED_FIELDS: Final = (
 """The fields a replayed enqueue must match."""
 
 RUNNING: Final = JobState.RUNNING
+
+
+def _digest_at(job: Job, now: datetime, schedules: Mapping[str, DigestSchedule]) -> datetime | None:
+    """An informational job's digest time, from its agent's schedule (as enqueue's)."""
+    agent, kind = agent_of(job), job.payload.get("kind")
+    if agent is None or kind not in DIGEST_KINDS:
+        return None
+    return next_digest(schedules.get(agent, DEFAULT_DIGEST), now)
 
 
 def _may_claim_at(stored: StoredJob, now: datetime) -> bool:
