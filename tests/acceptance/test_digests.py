@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from birddog.core.digests import digest_time_text
 from birddog.postgres.pool import Pool
 from tests.support.cli import cli
 
@@ -124,6 +125,7 @@ async def test_reports_wait_for_the_digest_a_task_behind_them_does_not_then_one_
         "SELECT count(*) FROM birddog.jobs WHERE state = 'queued' AND kind = 'report'"
     )
     assert queued == 3
+    await says_it_waits(database_url, pg_pool, await job_ids(pg_pool, "report"))
 
     await make_digest_due(pg_pool)
     second = await worker_once(database_url, tmp_path, turns)
@@ -134,6 +136,24 @@ async def test_reports_wait_for_the_digest_a_task_behind_them_does_not_then_one_
         "SELECT result_content FROM birddog.jobs WHERE kind = 'report' AND outcome = 'completed'"
     )
     assert [row["result_content"] for row in answers] == ["report read"] * 3
+
+
+async def says_it_waits(database_url: str, pool: Pool, reports: list[str]) -> None:
+    """Jobs list and show, a mail's story and status say the reports wait for their digest."""
+    due = await pool.fetchval("SELECT min(digest_at) FROM birddog.jobs")
+    shown = f"waiting for digest (at {digest_time_text(due)})"
+    listed = await cli(database_url, "jobs", "list", "--state", "queued")
+    assert listed.stdout.count(shown) == len(reports), listed.stdout
+    assert "stuck" not in listed.stdout
+    as_json = json.loads((await cli(database_url, "jobs", "list", "--json")).stdout)
+    assert {row["job_id"] for row in as_json["jobs"] if row["digest_at"]} == set(reports)
+    job = await cli(database_url, "jobs", "show", reports[0])
+    assert f"queued, {shown}" in job.stdout, job.stdout
+    story = await cli(database_url, "show", "r-1")
+    assert f"queued, {shown}" in story.stdout, story.stdout
+    status = await cli(database_url, "status")
+    assert f"{len(reports)} queued waiting for digest" in status.stdout, status.stdout
+    assert digest_time_text(due) in status.stdout
 
 
 @pytest.mark.usefixtures("bob")
@@ -196,3 +216,14 @@ async def test_the_digest_is_set_shown_and_put_back(
     nobody = await cli(database_url, "route", "update", "nobody", "--digest", "daily@09:00")
     assert nobody.returncode != 0
     assert "no route for agent" in nobody.stderr
+
+
+async def test_route_help_says_the_digest_is_utc_and_its_default(database_url: str) -> None:
+    """Route add --help and update --help name both options, UTC and the default."""
+    for command in ("add", "update"):
+        shown = await cli(database_url, "route", command, "--help")
+        text = " ".join(shown.stdout.split())
+        assert "--digest daily@HH:MM" in text
+        assert "--digest-every DURATION" in text
+        assert "a time of day in UTC" in text
+        assert "the default: daily@08:00 UTC" in text

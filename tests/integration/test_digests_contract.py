@@ -14,13 +14,14 @@ import pytest
 
 from birddog import Job, RouteNotFound
 from birddog.core.digests import DEFAULT_DIGEST, DigestSchedule, DigestWait, next_digest
-from birddog.ports import Digests, RouteEdits
+from birddog.ports import Digests, JobBacklog, RouteEdits
+from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool
 from birddog.postgres.routes import PostgresRoutes
 from birddog.testing import FrozenClock, InMemoryJobs, InMemoryRoutes
 from tests.support import enqueue, make_job
 
-PORTS = ("Digests",)
+PORTS = ("Digests", "JobBacklog")
 """The ports these tests hold their fake and their Postgres adapter to."""
 
 NOW = datetime.now(UTC).replace(microsecond=0)
@@ -94,3 +95,32 @@ async def test_informational_mail_waits_for_its_routes_next_digest(
 def carols(at: datetime) -> datetime:
     """Carol's digest of mail sent at ``at``: her route's default (she has none)."""
     return next_digest(DEFAULT_DIGEST, at)
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def backlog(request: pytest.FixtureRequest) -> tuple[JobBacklog, Enqueue]:
+    """Each job store in turn, with a way to enqueue a job at NOW."""
+    if request.param == "memory":
+        jobs = InMemoryJobs(clock=FrozenClock(NOW))
+
+        async def put(job: Job) -> None:
+            assert await jobs.enqueue(job)
+
+        return jobs, put
+    pool: Pool = request.getfixturevalue("pg_pool")
+
+    async def insert(job: Job) -> None:
+        await enqueue(pool, job, created_at=NOW)
+
+    return PostgresJobs(pool, clock=FrozenClock(NOW)), insert
+
+
+async def test_the_backlog_leaves_out_mail_waiting_for_its_digest_but_a_live_sessions(
+    backlog: tuple[JobBacklog, Enqueue],
+) -> None:
+    """A worker's backlog counts the task alone; a live session's counts the report too."""
+    jobs, put = backlog
+    await put(make_job("task-1"))
+    await put(make_job("report-1", kind="report"))
+    assert await jobs.queued_backlog(queues=["s-bob"]) == (1, NOW)
+    assert await jobs.queued_backlog(queues=["s-bob"], digests=True) == (2, NOW)

@@ -33,6 +33,8 @@ __all__ = [
     "digest_time_text",
     "next_digest",
     "parse_daily",
+    "shown_state",
+    "waiting_text",
 ]
 
 DIGEST_EVERY_MIN_S: Final = 60.0
@@ -147,3 +149,22 @@ def _every_text(every_s: float) -> str:
 def digest_time_text(at: datetime) -> str:
     """A digest time as the commands show it: ``2026-12-05 08:00 UTC``."""
     return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def waiting_text(state: str, digest_at: datetime | None, now: datetime) -> str | None:
+    """``waiting for digest (at 2026-12-05 08:00 UTC)`` for a job that waits for it, else None.
+
+    Args:
+        state: the job's state (only a queued job waits).
+        digest_at: its digest time (None: an interactive job).
+        now: the time it is judged at.
+    """
+    if state != "queued" or digest_at is None or digest_at <= now:
+        return None
+    return f"waiting for digest (at {digest_time_text(digest_at)})"
+
+
+def shown_state(state: str, digest_at: datetime | None, now: datetime) -> str:
+    """A job's state for people: ``queued, waiting for digest (at ...)``, or its state."""
+    waiting = waiting_text(state, digest_at, now)
+    return state if waiting is None else f"{state}, {waiting}"

@@ -53,9 +53,17 @@ class JobBacklog(Protocol):
     """Says how much work waits (a worker's queue gauges)."""
 
     async def queued_backlog(
-        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        digests: bool = False,
     ) -> tuple[int, datetime | None]:
-        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time."""
+        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time.
+
+        Informational mail waiting for its digest waits for no worker and is left out,
+        unless ``digests`` (a live session, which takes it at once).
+        """
         ...
 
 

@@ -1103,7 +1103,7 @@ WITH running AS (
 SELECT
     p.rank, p.at, j.job_id, j.queue, j.lane, j.priority, j.state, j.kind, j.outcome, j.created_at,
     j.started_at, j.settled_at, j.lease_expires_at, j.recovery_count, j.agent_id,
-    j.not_before, j.expires_at,
+    j.not_before, j.expires_at, j.digest_at,
     j.cancel_requested_at, j.worker_id, j.diagnostic,
     j.payload #>> '{mail,key}' AS mail_key,
     j.payload #>> '{mail,from,agentId}' AS sender_agent_id
@@ -1118,7 +1118,7 @@ SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.kind, j.outcome, j.created_at,
     j.started_at, j.settled_at, j.updated_at, j.lease_expires_at, j.recovery_count, j.recovery,
     j.cancel_requested_at, j.cancel_content, j.worker_id, j.slot, j.diagnostic,
-    j.agent_id, j.not_before, j.expires_at,
+    j.agent_id, j.not_before, j.expires_at, j.digest_at,
     left(j.result_content, $3::int) AS result_preview,
     length(j.result_content) AS result_chars,
     j.payload #>> '{mail,key}' AS mail_key,
@@ -1323,11 +1323,11 @@ GROUP BY t.kind, t.how
 ORDER BY t.kind, t.how;
 
 -- name: jobs_queued_backlog
--- How many jobs are queued in the queues a worker serves, and when the oldest was enqueued; informational jobs waiting for their digest wait for no worker and are not counted (jobs_digest_waiting).
--- params: $1 queues text[] (null: with $3 null, every queue not starting with $2), $2 reserved queue prefix text, $3 agents text[] (their sessions as well; null: none)
+-- How many jobs are queued in the queues a worker serves, and when the oldest was enqueued; informational jobs waiting for their digest wait for no worker and are counted only with $4 (a live session's count: it takes them at once; jobs_digest_waiting counts them alone).
+-- params: $1 queues text[] (null: with $3 null, every queue not starting with $2), $2 reserved queue prefix text, $3 agents text[] (their sessions as well; null: none), $4 digests boolean (count mail waiting for its digest too)
 SELECT count(*)::int AS queued, min(j.created_at) AS oldest
 FROM birddog.jobs j
-WHERE j.state = 'queued' AND NOT coalesce(j.digest_at > now(), false)
+WHERE j.state = 'queued' AND ($4::boolean OR NOT coalesce(j.digest_at > now(), false))
   AND CASE
       WHEN $1::text[] IS NULL AND $3::text[] IS NULL THEN NOT starts_with(j.queue, $2::text)
       ELSE j.queue = ANY($1::text[])

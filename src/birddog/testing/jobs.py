@@ -401,13 +401,23 @@ class InMemoryJobs:
         return handled
 
     async def queued_backlog(
-        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        digests: bool = False,
     ) -> tuple[int, datetime | None]:
-        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time."""
+        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time.
+
+        Informational mail waiting for its digest counts only with ``digests``.
+        """
+        now = self.clock.now()
         waiting = [
             s.created_at
             for s in self.jobs.values()
-            if s.job.state is JobState.QUEUED and served(s.job, queues=queues, agents=agents)
+            if s.job.state is JobState.QUEUED
+            and served(s.job, queues=queues, agents=agents)
+            and (digests or s.digest_at is None or s.digest_at <= now)
         ]
         return len(waiting), min(waiting, default=None)
 
