@@ -18,6 +18,7 @@ import pytest
 from birddog import AgentAddress, AgentWork, Job, Mail, Outcome, agent_job
 from birddog.clock import SystemClock
 from birddog.core.batched import UNANSWERED, MailTurn
+from birddog.metrics import WorkerMetrics
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool
 from birddog.spawn import command_turn_handler
@@ -241,7 +242,12 @@ async def test_status_counts_the_last_hours_turns_by_kind_with_mails_per_turn(
     await pg_pool.execute("UPDATE birddog.jobs SET digest_at = now() - interval '1 minute'")
     await pg_pool.execute("SELECT birddog.queue_heads_repair()")
     listener = ManualListener(max_wait_s=0.05)
-    await Worker(jobs=jobs, handler=handle_turn, listener=listener, batch=20).run(once=True)
+    metrics = WorkerMetrics()
+    digest = Worker(jobs=jobs, handler=handle_turn, listener=listener, batch=20, metrics=metrics)
+    await digest.run(once=True)
+    counted = metrics.exposition().decode()
+    assert 'birddog_turns_total{how="digest",kind="report"} 1.0' in counted, counted
+    assert 'how="worker"' not in counted
     await enqueue(pg_pool, mail_job(4), mail_job(5))
     await Worker(jobs=jobs, handler=handle_turn, listener=listener, batch=1).run(once=True)
     shown = await cli(database_url, "status", "--json")

@@ -124,3 +124,36 @@ async def test_the_backlog_leaves_out_mail_waiting_for_its_digest_but_a_live_ses
     await put(make_job("report-1", kind="report"))
     assert await jobs.queued_backlog(queues=["s-bob"]) == (1, NOW)
     assert await jobs.queued_backlog(queues=["s-bob"], digests=True) == (2, NOW)
+
+
+@pytest.mark.parametrize(
+    "schedule",
+    [
+        DEFAULT_DIGEST,
+        DigestSchedule(daily=time(0, 0)),
+        DigestSchedule(daily=time(23, 59)),
+        DigestSchedule(every_s=60),
+        DigestSchedule(every_s=1800),
+        DigestSchedule(every_s=5400),
+        DigestSchedule(every_s=7 * 86400),
+    ],
+    ids=str,
+)
+async def test_the_database_and_python_agree_on_every_digest_time(
+    pg_pool: Pool, schedule: DigestSchedule
+) -> None:
+    """birddog._digest_at is next_digest: at, before and after a digest time, on any day."""
+    book = PostgresRoutes(pg_pool, cache_s=0, clock=FrozenClock(NOW))
+    await book.add("bob", kind="mailbox")
+    await book.digests.set_schedule("bob", schedule)
+    first = next_digest(schedule, NOW)
+    moments = [NOW, first, first - timedelta(microseconds=1), first + timedelta(microseconds=1)]
+    moments += [
+        datetime(2026, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        datetime(2027, 3, 28, 1, 30, tzinfo=UTC),
+    ]
+    for at in moments:
+        found = await pg_pool.fetchval("SELECT birddog._digest_at('bob', $1)", at)
+        assert found == next_digest(schedule, at), at
+        assert found >= at
+    assert next_digest(schedule, first) == first  # a mail sent at its digest time goes then
