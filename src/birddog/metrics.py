@@ -86,7 +86,7 @@ class Metrics(Registry):
         self.recent_turns = Gauge(
             "birddog_turns_last_hour",
             "Turns settled in the last hour by any process (workers, live sessions), by the "
-            "kind of their first mail and how they ran (live, worker).",
+            "kind of their first mail and how they ran (live, digest, worker).",
             labels,
             registry=r,
         )
@@ -173,7 +173,8 @@ class WorkerMetrics(Registry):
         self.turns = Counter(
             "birddog_turns",
             "Turns this worker ran, by the kind of their first mail and how they ran "
-            "(live: a worker --live; worker: any other).",
+            "(live: a worker --live; digest: informational mail once its digest was due; "
+            "worker: any other).",
             ["kind", "how"],
             registry=r,
         )

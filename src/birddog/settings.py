@@ -218,7 +218,7 @@ class Settings(BaseSettings):
         7200.0,
         gt=0,
         description="`check` fails when interactive mail (a task, an escalation) is queued "
-        "longer; informational mail is not counted.",
+        "longer; informational mail only once this long past its digest time.",
     )
     check_job_queued_s: float | None = Field(
         None, gt=0, description="The former name of BIRDDOG_STALE_INTERACTIVE_S (wins when set)."

@@ -33,6 +33,7 @@ from birddog.core.diagnostic import bounded_diagnostic
 from birddog.core.errors import InvalidJobPayload, StaleClaim, StoreUnavailable, WorkCancelled
 from birddog.core.jobs import Job, decode_agent_job
 from birddog.core.lifecycle import ClaimEvent, HandlerTimedOut, SettleRequested, WorkerStopped
+from birddog.core.live import turn_how
 from birddog.core.mail import Outcome
 from birddog.core.turns import Turn
 from birddog.ports import ClaimedJobLike, JobStore
@@ -185,7 +186,8 @@ class TurnRunner:
         if not mails:
             return
         turn = MailTurn(claimed[0].job.queue, tuple(mails))
-        worker.metrics.turn(mails=len(mails), kind=mails[0].kind.value, how=worker.how)
+        first = mails[0].kind.value
+        worker.metrics.turn(mails=len(mails), kind=first, how=turn_how(worker.how, first))
         self._held = by_id
         bound = log.bind(queue=turn.session_id, jobs=len(mails))
         bound.info("turn_started")
@@ -350,7 +352,8 @@ class TurnRunner:
         held = list(self._held.values())
         if held:
             first = decode_agent_job(held[0].job)
-            self.worker.metrics.spawn(kind=first.kind.value, how=self.worker.how)
+            how = turn_how(self.worker.how, first.kind.value)
+            self.worker.metrics.spawn(kind=first.kind.value, how=how)
         for claimed in held:
             await self.worker.record_turn_of(claimed, turn)
 

@@ -47,7 +47,7 @@ from birddog.core.lifecycle import (
     SettleRequested,
     WorkerStopped,
 )
-from birddog.core.live import turn_ran_by
+from birddog.core.live import turn_how, turn_ran_by
 from birddog.core.mail import Outcome
 from birddog.core.turns import Turn
 from birddog.metrics import WorkerMetrics
@@ -124,7 +124,8 @@ class Worker:
 
     Attributes:
         worker_id: the claimer id its claims carry (``[live:]HOST:PID``).
-        how: how its turns ran (``live`` or ``worker``), the label of its turn metrics.
+        how: how its turns ran (``live`` or ``worker``; a worker's turn of informational
+            mail ran ``digest``: :func:`~birddog.core.live.turn_ran_by`).
         finished: how the jobs this worker handled ended, by outcome (and ``requeued``).
         left: after a run with ``once``, how many jobs were still queued in its queues
             when it returned (None: not known, the database was away).
@@ -334,7 +335,8 @@ class Worker:
         """Run the handler in a task of its own for the job, timed, in its span if traced."""
         set_current_job(claimed.job)  # the task's own context: no reset needed
         set_turn_recorder(lambda turn: _spawned(self, claimed, payload, turn))
-        self.metrics.turn(mails=1, kind=payload.kind.value, how=self.how)
+        kind = payload.kind.value
+        self.metrics.turn(mails=1, kind=kind, how=turn_how(self.how, kind))
         began = time.perf_counter()
         try:
             ids = {"job_id": claimed.job.job_id}
@@ -523,7 +525,8 @@ async def _spawned(
     worker: Worker, claimed: ClaimedJobLike, payload: AgentJobPayload, turn: Turn
 ) -> None:
     """A one-job turn started a process: count it and record where it runs."""
-    worker.metrics.spawn(kind=payload.kind.value, how=worker.how)
+    kind = payload.kind.value
+    worker.metrics.spawn(kind=kind, how=turn_how(worker.how, kind))
     await worker.record_turn_of(claimed, turn)
 
 

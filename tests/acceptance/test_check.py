@@ -99,6 +99,7 @@ async def test_check_names_every_kind_of_problem_one_line_each(
 async def test_only_interactive_mail_is_stale(database_url: str, pg_pool: Pool) -> None:
     """A task and an escalation queued past BIRDDOG_STALE_INTERACTIVE_S are flagged; a report or receipt is not."""
     long_ago = datetime.now(UTC) - timedelta(minutes=10)
+    await digest_in_twelve_hours(pg_pool, "bob")
     for kind in ("task", "escalation", "report", "receipt"):
         mail = make_job(f"old-{kind}", session=f"s-{kind}")
         job = agent_job(
@@ -117,6 +118,43 @@ async def test_only_interactive_mail_is_stale(database_url: str, pg_pool: Pool) 
         database_url, "check", variables={**others, "BIRDDOG_STALE_INTERACTIVE_S": "3600"}
     )
     assert relaxed.stdout.strip() == "ok", relaxed.stdout
+
+
+async def digest_in_twelve_hours(pool: Pool, agent_id: str) -> None:
+    """A mailbox route for ``agent_id`` whose daily digest is twelve hours from now."""
+    at = (datetime.now(UTC) + timedelta(hours=12)).time().replace(second=0, microsecond=0)
+    await pool.execute(
+        "INSERT INTO birddog.routes (agent_id, kind, digest_daily) VALUES ($1, 'mailbox', $2)",
+        agent_id,
+        at,
+    )
+
+
+async def test_informational_mail_is_stale_only_once_its_digest_is_overdue(
+    database_url: str, pg_pool: Pool
+) -> None:
+    """An hour-old report waiting for its digest is ok; past its digest by the threshold, flagged."""
+    await digest_in_twelve_hours(pg_pool, "bob")
+    mail = make_job("old-report")
+    job = agent_job(
+        AgentWork(job_id=mail.job_id, session_id="s-bob", command_fact_id="report"),
+        decode_agent_job(mail).mail,
+        kind="report",
+    )
+    await enqueue(pg_pool, job, created_at=datetime.now(UTC) - timedelta(hours=1))
+    others = {k: v for k, v in RELAXED.items() if k != "BIRDDOG_CHECK_JOB_QUEUED_S"}
+    stale = {**others, "BIRDDOG_STALE_INTERACTIVE_S": "300"}
+    waiting = await cli(database_url, "check", variables=stale)
+    assert (waiting.returncode, waiting.stdout.strip()) == (0, "ok"), waiting.stdout
+    await pg_pool.execute("UPDATE birddog.jobs SET digest_at = now() - interval '4 minutes'")
+    due = await cli(database_url, "check", variables=stale)
+    assert (due.returncode, due.stdout.strip()) == (0, "ok"), due.stdout  # due, not overdue
+    await pg_pool.execute("UPDATE birddog.jobs SET digest_at = now() - interval '10 minutes'")
+    overdue = await cli(database_url, "check", variables=stale)
+    assert overdue.returncode == 1, overdue.stdout
+    [line] = overdue.stdout.strip().splitlines()
+    assert line.startswith("job queued too long: old-report (report) in queue s-bob"), line
+    assert ", its digest due " in line
 
 
 async def test_a_daemon_that_beat_lately_silences_the_no_daemon_check(

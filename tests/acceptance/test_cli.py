@@ -180,6 +180,7 @@ async def test_route_commands_and_replay(
             "postTimeoutS": None,  # the daemon's defaults: no policy of its own
             "maxAgeS": None,
             "maxAttempts": None,
+            "digest": {"daily": "08:00", "everyS": None},  # the default digest
         }
     ]
     too_big = await cli(database_url, "route", "update", "dave", "--batch", "1001")

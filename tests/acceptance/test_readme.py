@@ -251,12 +251,31 @@ async def test_the_spool_session_of_docs_spool_runs_as_written_on_the_embedded_s
 async def test_the_turns_session_of_docs_agents_runs_as_written_on_the_embedded_server(
     embedded_dir: Path, tmp_path: Path
 ) -> None:
-    """docs/agents.md's turn: three mails, two of them reports, answered in one spawn."""
+    """docs/agents.md's turn: three mails, two of them escalations, answered in one spawn."""
     env = embedded_env(embedded_dir)
     done = await run_marked_session(AGENTS_DOC, env, tmp_path, needs="--batch 20")
-    assert done.stdout.count("noted (3 mails in this turn, 2 of them reports)") == 2, done.stdout
-    assert "on it: please rerun the flaky test" in done.stdout
-    assert re.search(r"report\s+worker\s+1\s+3\s+3\.0", done.stdout), done.stdout
+    for content in ("the deploy is stuck", "prod alarms are red", "please rerun the flaky test"):
+        assert f"on it: {content}" in done.stdout, done.stdout
+    assert re.search(r"escalation\s+worker\s+1\s+3\s+3\.0", done.stdout), done.stdout
+
+
+async def test_the_digest_session_of_docs_agents_runs_as_written_on_the_embedded_server(
+    embedded_dir: Path, tmp_path: Path
+) -> None:
+    """docs/agents.md's digest: the task answered, two mails waiting, a live session takes both.
+
+    The digest is at 18:00 UTC: a run in the seconds before then would see it fall due.
+    """
+    env = embedded_env(embedded_dir)
+    done = await run_marked_session(AGENTS_DOC, env, tmp_path, needs="--digest daily@18:00")
+    out = done.stdout
+    assert "settled 1 job: 1 completed; left 2 jobs waiting for their digest (at " in out, out
+    assert out.count("queued, waiting for digest (at ") == 2, out
+    assert "2 queued waiting for digest (informational mail); the next at " in out, out
+    assert "\nok\n" in out, out
+    assert "settled 2 jobs: 2 completed" in out, out
+    assert out.count("noted (2 mails in this turn, 2 of them reports)") == 2, out
+    assert "on it: please look at the red build" in out, out
 
 
 def played_transcript(text: str) -> str:

@@ -18,6 +18,7 @@ import pytest
 from birddog import AgentAddress, AgentWork, Job, Mail, Outcome, agent_job
 from birddog.clock import SystemClock
 from birddog.core.batched import UNANSWERED, MailTurn
+from birddog.metrics import WorkerMetrics
 from birddog.postgres.jobs import PostgresJobs
 from birddog.postgres.pool import Pool
 from birddog.spawn import command_turn_handler
@@ -140,11 +141,11 @@ async def test_a_malformed_line_fails_the_unanswered_mail_never_guessing(
 ) -> None:
     """Output that is no answer line fails what was not answered yet, naming the line."""
     await enqueue(
-        pg_pool, mail_job(1, "report", kind="report"), mail_job(2, "garbage"), mail_job(3)
+        pg_pool, mail_job(1, "report", kind="escalation"), mail_job(2, "garbage"), mail_job(3)
     )
     await agent_worker(jobs, tmp_path, batch=20).run(once=True)
     got = await replies(pg_pool)
-    assert got["mail-t001"] == ("REPORT (report)", "completed", None)
+    assert got["mail-t001"] == ("REPORT (escalation)", "completed", None)
     for key in ("mail-t002", "mail-t003"):
         content, outcome, diagnostic = got[key]
         assert outcome == "failed"
@@ -226,7 +227,11 @@ async def test_a_turn_is_one_agents_session_never_another_agents_of_the_same_id(
 async def test_status_counts_the_last_hours_turns_by_kind_with_mails_per_turn(
     pg_pool: Pool, database_url: str
 ) -> None:
-    """Status shows turns, mails and mails per turn, by first mail's kind and runner."""
+    """Status shows turns, mails and mails per turn, by first mail's kind and how they ran.
+
+    The reports wait for their digest; made due (by SQL), a worker's turn of them ran
+    ``digest``.
+    """
 
     @turn_handler
     async def handle_turn(turn: MailTurn) -> Mapping[str, str]:
@@ -234,8 +239,15 @@ async def test_status_counts_the_last_hours_turns_by_kind_with_mails_per_turn(
 
     jobs = PostgresJobs(pg_pool, clock=SystemClock())  # status counts the last hour
     await enqueue(pg_pool, *(mail_job(n, kind="report") for n in (1, 2, 3)))
+    await pg_pool.execute("UPDATE birddog.jobs SET digest_at = now() - interval '1 minute'")
+    await pg_pool.execute("SELECT birddog.queue_heads_repair()")
     listener = ManualListener(max_wait_s=0.05)
-    await Worker(jobs=jobs, handler=handle_turn, listener=listener, batch=20).run(once=True)
+    metrics = WorkerMetrics()
+    digest = Worker(jobs=jobs, handler=handle_turn, listener=listener, batch=20, metrics=metrics)
+    await digest.run(once=True)
+    counted = metrics.exposition().decode()
+    assert 'birddog_turns_total{how="digest",kind="report"} 1.0' in counted, counted
+    assert 'how="worker"' not in counted
     await enqueue(pg_pool, mail_job(4), mail_job(5))
     await Worker(jobs=jobs, handler=handle_turn, listener=listener, batch=1).run(once=True)
     shown = await cli(database_url, "status", "--json")
@@ -243,7 +255,7 @@ async def test_status_counts_the_last_hours_turns_by_kind_with_mails_per_turn(
     assert json.loads(shown.stdout)["turns"] == [
         {
             "kind": "report",
-            "how": "worker",
+            "how": "digest",
             "turns": 1,
             "mails": 3,
             "spawns": 0,

@@ -111,6 +111,7 @@ class Backend:
     age_lease: Age
     age_started: Age
     age_hold: Age
+    digest_due: Age
     beat: Callable[[str, str, float, bool], Awaitable[None]]
 
 
@@ -157,6 +158,9 @@ async def memory_backend() -> Backend:
         assert route.held_at is not None
         routes.routes[agent_id] = replace(route, held_at=ago(route.held_at, seconds))
 
+    async def digest_due(job_id: str, seconds: float) -> None:
+        jobs.jobs[job_id].digest_at = ago(clock.now(), seconds)
+
     async def beat(daemon_id: str, kind: str, ago_s: float, stopped: bool) -> None:
         seen = ago(clock.now(), ago_s)
         reports.daemons[daemon_id] = DaemonSeen(
@@ -183,6 +187,7 @@ async def memory_backend() -> Backend:
         age_lease,
         age_started,
         age_hold,
+        digest_due,
         beat,
     )
 
@@ -247,6 +252,7 @@ async def postgres_backend(pg_pool: Pool) -> AsyncIterator[Backend]:
                 "UPDATE birddog.jobs SET started_at = started_at - $2::interval WHERE job_id = $1"
             ),
             aging("UPDATE birddog.routes SET held_at = held_at - $2::interval WHERE agent_id = $1"),
+            aging("UPDATE birddog.jobs SET digest_at = now() - $2::interval WHERE job_id = $1"),
             beat,
         )
 
@@ -409,7 +415,10 @@ async def test_the_reports_name_stale_pending_new_dead_and_long_holds(backend: B
 
 
 async def test_the_reports_name_stale_queued_and_overdue_running_jobs(backend: Backend) -> None:
-    """An interactive job queued past the limit (not a report), one running past its lease."""
+    """An interactive job queued past the limit (not a report), one running past its lease.
+
+    A report is stale only once it waited that long past its digest time.
+    """
     await backend.enqueue(make_job("j-run", session="s-2"))
     await backend.enqueue(make_job("j-report", session="s-4", kind="report"))
     await backend.age_created("j-report", 3 * HOUR_S)
@@ -423,6 +432,18 @@ async def test_the_reports_name_stale_queued_and_overdue_running_jobs(backend: B
     assert [(row["job_id"], row["queue"], row["kind"]) for row in queued] == [
         ("j-old", "s-bob", "task")
     ]
+    await backend.digest_due("j-report", HOUR_S / 2)
+    assert [
+        row["job_id"] for row in await backend.reports.stale_queued(older_than_s=HOUR_S, limit=5)
+    ] == ["j-old"]
+    await backend.digest_due("j-report", 3 * HOUR_S)
+    queued = await backend.reports.stale_queued(older_than_s=HOUR_S, limit=5)
+    assert [(row["job_id"], row["kind"]) for row in queued] == [
+        ("j-report", "report"),
+        ("j-old", "task"),
+    ]
+    assert queued[0]["digest_at"] is not None
+    assert queued[1]["digest_at"] is None
     assert await backend.reports.overdue_running(grace_s=60, limit=5) == []
     await backend.age_lease("j-run", 600)
     [overdue] = await backend.reports.overdue_running(grace_s=60, limit=5)

@@ -9,7 +9,9 @@ import aiohttp
 import pytest
 
 from birddog.console import SECURITY_HEADERS
+from birddog.core.digests import digest_time_text
 from birddog.postgres.pool import Pool
+from tests.support import enqueue, make_job
 from tests.support.console import ConsoleServer, Seeded, start_console
 
 
@@ -266,3 +268,17 @@ async def test_the_console_refuses_a_replay_whose_cause_still_holds(
         "SELECT state FROM birddog.outbox WHERE key = $1", seeded.dead_key
     )
     assert state == "dead"
+
+
+async def test_a_report_waiting_for_its_digest_says_so_on_the_jobs_page_and_its_story(
+    console: ConsoleServer, http: aiohttp.ClientSession, pg_pool: Pool
+) -> None:
+    """A queued report shows 'waiting for digest (at TIME)' beside its state, never stuck."""
+    await enqueue(pg_pool, make_job("report-1", session="s-digest", kind="report"))
+    due = await pg_pool.fetchval("SELECT digest_at FROM birddog.jobs WHERE job_id = 'report-1'")
+    await sign_in(http, console)
+    shown = f"waiting for digest (at {digest_time_text(due)})"
+    for path in ("/jobs?queue=s-digest", "/story?key=mail-report-1"):
+        async with http.get(console.url + path) as page:
+            assert page.status == 200
+            assert shown in await page.text(), path

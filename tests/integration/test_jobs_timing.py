@@ -259,3 +259,65 @@ async def test_corrupted_queue_heads_never_start_a_second_turn_and_are_repaired(
     assert await jobs.claim(queues=["s-hand"]) is None
     assert await jobs.repair_queue_heads() == 1
     assert (await claim(jobs, queues=["s-hand"])).job.job_id == "by-hand"
+
+
+async def test_a_reports_age_limit_and_expiry_count_from_its_digest(pg_pool: Pool) -> None:
+    """Two days old but due for its digest minutes ago, a report is not bounced; a task is.
+
+    Its expiry counts from its digest too: due long enough ago, it is cancelled saying so.
+    """
+    jobs = PostgresJobs(pg_pool, clock=SystemClock())
+    two_days_ago = datetime.now(UTC) - timedelta(days=2)
+    await enqueue(
+        pg_pool,
+        make_job("old-task"),
+        make_job("old-report", session="s-2", kind="report"),
+        timed(make_job("brief-report", session="s-3", kind="report"), expires_in_s=600.0),
+        created_at=two_days_ago,
+    )
+    row = await job_row(pg_pool, "brief-report")
+    assert row["expires_at"] - row["digest_at"] == timedelta(minutes=10)
+    await pg_pool.execute(
+        "UPDATE birddog.jobs SET digest_at = now() - interval '5 minutes', "
+        "expires_at = now() + interval '5 minutes' WHERE kind = 'report'"
+    )  # as enqueue sets them for a digest five minutes ago (the one without expiry: none)
+    await pg_pool.execute("UPDATE birddog.jobs SET expires_at = NULL WHERE job_id = 'old-report'")
+    assert await jobs.cancel_queued_too_long() == [("old-task", "cancelled")]
+    await pg_pool.execute(
+        "UPDATE birddog.jobs SET digest_at = digest_at - interval '10 minutes', "
+        "expires_at = expires_at - interval '10 minutes' WHERE job_id = 'brief-report'"
+    )
+    assert await jobs.cancel_queued_too_long() == [("brief-report", "cancelled")]
+    text = (await job_row(pg_pool, "brief-report"))["result_content"]
+    assert text == "BirdDog cancelled this job: no worker claimed it within its expiry of 10 min"
+    await pg_pool.execute(
+        "UPDATE birddog.jobs SET digest_at = now() - interval '25 hours' "
+        "WHERE job_id = 'old-report'"
+    )
+    assert await jobs.cancel_queued_too_long() == [("old-report", "cancelled")]
+
+
+async def test_queues_waiting_for_their_digest_never_hide_a_task_from_a_claim(
+    pg_pool: Pool,
+) -> None:
+    """Ten older queues of reports waiting for their digest: a claim of one takes the task.
+
+    Their head rows are due only at their digest, so no pass of the claim spends itself on
+    them; once due (by SQL, heads repaired), a batched claim takes a queue's reports at once.
+    """
+    jobs = PostgresJobs(pg_pool, clock=SystemClock())  # digests are judged at now()
+    reports = [make_job(f"report-{n}", session=f"s-{n}", kind="report") for n in range(10)]
+    await enqueue(pg_pool, *reports, created_at=datetime.now(UTC) - timedelta(minutes=5))
+    await enqueue(pg_pool, make_job("task", session="s-task"))
+    due = await pg_pool.fetchval(
+        "SELECT min(due_at) FROM birddog.queue_heads WHERE queue <> 's-task'"
+    )
+    assert due == await pg_pool.fetchval("SELECT min(digest_at) FROM birddog.jobs")
+    assert [c.job.job_id for c in await jobs.claim_many(limit=1)] == ["task"]
+    assert await jobs.claim_many(limit=10) == []
+    await pg_pool.execute(
+        "UPDATE birddog.jobs SET digest_at = now() - interval '1 minute' WHERE kind = 'report'"
+    )
+    await pg_pool.execute("SELECT birddog.queue_heads_repair()")
+    taken = await jobs.claim_many(limit=10, batch=20)
+    assert sorted(c.job.job_id for c in taken) == sorted(r.job_id for r in reports)

@@ -62,6 +62,7 @@ class FakeServices:
         self.admin = InMemoryAdmin(outbox=self.store, jobs=self.job_store, routes=self.routes)
         self.agents = InMemoryAgents(routes=self.routes, clock=clock)
         self.live = InMemoryLiveSessions(clock=clock, routes=self.routes)
+        self.routes.digests.jobs = self.job_store
         self.wake = ManualWake()
         self.room = MailRoom(
             outbox=self.store, transport=RecordingTransport(), wake=self.wake, clock=clock

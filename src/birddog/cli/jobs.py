@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from birddog.cli import EXIT_ALARM, main, with_services
+from birddog.core.digests import shown_state
 from birddog.core.jobs import JobState
 from birddog.core.mail import Outcome
 from birddog.display import dump_json, format_value, render_record, render_table
@@ -46,6 +48,11 @@ JOB_HEADERS = [
 ATTEMPT_COLUMNS = ["at", "result", "status", "ms", "error"]
 
 
+def _shown(job: dict[str, Any]) -> str:
+    """The job's state for people: ``queued, waiting for digest (at ...)`` while it waits."""
+    return shown_state(job["state"], job.get("digest_at"), datetime.now(UTC))
+
+
 def _job_record(job: dict[str, Any]) -> list[tuple[str, object]]:
     mail = job.get("mail") or {}
     sender = mail.get("from") or {}
@@ -56,13 +63,14 @@ def _job_record(job: dict[str, Any]) -> list[tuple[str, object]]:
         ("queue", job["queue"]),
         ("lane", job["lane"]),
         ("priority", job["priority"]),
-        ("state", job["state"]),
+        ("state", _shown(job)),
         ("kind", job.get("kind", "task")),
         ("outcome", job["outcome"]),
         ("agent", job["agent_id"]),
         ("created", job["created_at"]),
         ("not before", job["not_before"]),
         ("expires", job["expires_at"]),
+        ("digest", job.get("digest_at")),
         ("started", job["started_at"]),
         ("settled", job["settled_at"]),
         ("lease until", job["lease_expires_at"]),
@@ -120,7 +128,8 @@ def jobs_list(
     if as_json:
         click.echo(dump_json({"jobs": page.rows, "next_cursor": page.next_cursor}))
         return
-    click.echo(render_table(page.rows, JOB_COLUMNS, headers=JOB_HEADERS))
+    shown = [{**row, "state": _shown(row)} for row in page.rows]
+    click.echo(render_table(shown, JOB_COLUMNS, headers=JOB_HEADERS))
     if page.next_cursor:
         click.echo(f"more: birddog jobs list --after {page.next_cursor}")
 

@@ -33,8 +33,10 @@ async def status_report(adapters: Services) -> dict[str, Any]:
         ``replies`` (``pending``, ``held``, ``in_flight``, ``dead``,
         ``oldest_pending_age_s``, ``next_wake_in_s``), ``jobs`` (counts by state),
         ``jobs_not_yet_due`` (``jobs`` queued with a later not-before, ``next_at`` the
-        earliest), ``turns`` (the last hour's settled turns by first mail's ``kind`` and
-        ``how`` they ran, ``live`` or ``worker``, with ``turns``, ``mails``,
+        earliest), ``jobs_waiting_for_digest`` (``jobs``: informational mail waiting for
+        its digest, ``next_at`` the earliest digest), ``turns`` (the last hour's settled
+        turns by first mail's ``kind`` and ``how`` they ran, ``live``, ``digest`` or
+        ``worker``, with ``turns``, ``mails``,
         ``mails_per_turn`` and ``spawns``: agent processes started),
         ``live_sessions`` (``agent_id``, ``session``, ``holder``, ``started_at``,
         ``expires_at`` of each agent session a process serves now: metadata, no mail) and
@@ -49,6 +51,7 @@ async def status_report(adapters: Services) -> dict[str, Any]:
     due = await adapters.room.next_wake_at()
     daemons = await adapters.reports.daemons_seen(within_s=DAEMONS_SEEN_BEATS * HEARTBEAT_S)
     later, next_at = await adapters.jobs.not_yet_due()
+    digests = await adapters.routes.digests.waiting()
     turns = await adapters.jobs.turns_since(now - timedelta(seconds=TURNS_WINDOW_S))
     live = await adapters.live.live()
     return {
@@ -59,6 +62,7 @@ async def status_report(adapters: Services) -> dict[str, Any]:
         },
         "jobs": await adapters.jobs.counts(),
         "jobs_not_yet_due": {"jobs": later, "next_at": next_at},
+        "jobs_waiting_for_digest": {"jobs": digests.jobs, "next_at": digests.next_at},
         "turns": [
             {**row, "mails_per_turn": round(row["mails"] / row["turns"], 1)} for row in turns
         ],
@@ -105,7 +109,10 @@ def render_status(report: dict[str, Any]) -> str:
                 ["pending", "held", "in_flight", "dead", "oldest_pending_age_s", "next_wake_in_s"],
                 headers=["pending", "held", "in flight", "dead", "oldest pending", "next wake in"],
             ),
-            "jobs\n" + render_table([jobs], list(jobs)) + _not_yet_due_line(report),
+            "jobs\n"
+            + render_table([jobs], list(jobs))
+            + _not_yet_due_line(report)
+            + _digest_line(report),
             f"turns settled in the last {format_age(TURNS_WINDOW_S)}\n"
             + render_table(
                 report["turns"],
@@ -133,6 +140,19 @@ def _not_yet_due_line(report: dict[str, Any]) -> str:
         return ""
     next_at = format_value(later["next_at"])
     return f"\n{later['jobs']} queued not before a later time; the next at {next_at}"
+
+
+def _digest_line(report: dict[str, Any]) -> str:
+    """The line under the jobs table about mail waiting for its digest ('' when none waits)."""
+    from birddog.core.digests import digest_time_text  # noqa: PLC0415 - keeps --help fast
+
+    waiting = report.get("jobs_waiting_for_digest") or {}
+    if not waiting.get("jobs"):
+        return ""
+    return (
+        f"\n{waiting['jobs']} queued waiting for digest (informational mail); the next at "
+        f"{digest_time_text(waiting['next_at'])}"
+    )
 
 
 @dataclass(frozen=True)
@@ -269,11 +289,13 @@ async def check_report(adapters: Services, limits: CheckLimits) -> list[dict[str
             row,
         )
     for row in await reports.stale_queued(older_than_s=limits.job_queued_s, limit=PROBLEMS_SHOWN):
+        digest_at = row.get("digest_at")
+        since = "" if digest_at is None else f", its digest due {_at(digest_at)}"
         problem(
             "job_queued",
             f"job queued too long: {printable(row['job_id'])} ({row['kind']}) in queue "
-            f"{printable(row['queue'])} since {_at(row['created_at'])}; is a worker or a live "
-            "session serving this session?",
+            f"{printable(row['queue'])} since {_at(row['created_at'])}{since}; is a worker or "
+            "a live session serving this session?",
             row,
         )
     for row in await reports.overdue_running(grace_s=limits.lease_overdue_s, limit=PROBLEMS_SHOWN):
@@ -407,7 +429,8 @@ def replay(ctx: click.Context, key: str | None, agent_id: str | None) -> None:
     type=duration,
     default=None,
     help="Alarm when interactive mail (a task, an escalation) is queued longer "
-    "(BIRDDOG_STALE_INTERACTIVE_S, 7200); reports and receipts are not counted.",
+    "(BIRDDOG_STALE_INTERACTIVE_S, 7200); reports and receipts only once this long past "
+    "their digest.",
 )
 @click.option(
     "--lease-overdue-s",

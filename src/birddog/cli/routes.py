@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import click
 
 from birddog.cli import agent_id_argument, duration, main, with_services
+from birddog.core.digests import DigestSchedule, check_every, parse_daily
 from birddog.core.duration import format_age, parse_duration
 from birddog.core.egress import shown_url
 from birddog.core.errors import InvalidInput
@@ -32,6 +33,62 @@ LIVE_GRACE_HELP = (
     "--live) before another worker may take it, e.g. 2s (0: no wait). Default: 30s. "
     f"'{DEFAULT}' puts it back."
 )
+
+
+DIGEST_HELP = (
+    "When this agent's informational mail (reports, receipts) goes, with no live session "
+    "to take it at once: daily@HH:MM, a time of day in UTC, e.g. daily@08:00 (the default: "
+    f"daily@08:00 UTC). '{DEFAULT}' puts it back."
+)
+
+DIGEST_EVERY_HELP = (
+    "Or every DURATION (1m to 7d, e.g. 30m, 24h), counted from 00:00 UTC: every 30m is on "
+    "the hour and at half past."
+)
+
+
+def _digest_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``--digest daily@HH:MM|default`` and ``--digest-every DURATION``."""
+    command = click.option(
+        "--digest-every", "digest_every", default=None, metavar="DURATION", help=DIGEST_EVERY_HELP
+    )(command)
+    return click.option(
+        "--digest", "digest", default=None, metavar="daily@HH:MM", help=DIGEST_HELP
+    )(command)
+
+
+class _Digest(NamedTuple):
+    """What ``--digest``/``--digest-every`` ask for: whether either was given, and what."""
+
+    given: bool
+    schedule: DigestSchedule | None  # None: the default
+
+
+def _digest(digest: str | None, every: str | None) -> _Digest:
+    """The schedule ``--digest``/``--digest-every`` give (None for ``default``).
+
+    Raises:
+        click.BadParameter: both given, or a value that is not a schedule.
+    """
+    if digest is not None and every is not None:
+        raise click.BadParameter("give --digest or --digest-every, not both", param_hint="--digest")
+    try:
+        if every is not None:
+            seconds = check_every(parse_duration(every, field="--digest-every"))
+            return _Digest(given=True, schedule=DigestSchedule(every_s=seconds))
+        if digest is None or digest == DEFAULT:
+            return _Digest(given=digest is not None, schedule=None)
+        return _Digest(given=True, schedule=parse_daily(digest))
+    except InvalidInput as exc:
+        hint = "--digest-every" if every is not None else "--digest"
+        raise click.BadParameter(str(exc), param_hint=hint) from None
+
+
+async def _set_digest(adapters: Services, agent_id: str, digest: _Digest) -> str:
+    """Set the route's digest when one was given; ``, digest daily@08:00 UTC`` or ""."""
+    if not digest.given:
+        return ""
+    return f", digest {await adapters.routes.digests.set_schedule(agent_id, digest.schedule)}"
 
 
 def _live_grace(value: str | None) -> float | None:
@@ -156,6 +213,7 @@ def route() -> None:
 @click.option("--held", is_flag=True, help="Add it held (replies wait until released).")
 @click.option("--batch", "batch_size", type=int, default=1, show_default=True, help=BATCH_HELP)
 @click.option("--live-grace", "live_grace", default=None, metavar="DURATION", help=LIVE_GRACE_HELP)
+@_digest_options
 @_policy_options
 @click.pass_context
 def route_add(
@@ -167,6 +225,8 @@ def route_add(
     held: bool,
     batch_size: int,
     live_grace: str | None,
+    digest: str | None,
+    digest_every: str | None,
     post_timeout: str | None,
     max_age: str | None,
     max_attempts: str | None,
@@ -174,11 +234,13 @@ def route_add(
     """Route AGENT_ID's replies to URL (prints the signing secret once), or to its --mailbox.
 
     --post-timeout, --max-age and --max-attempts override the daemon's defaults for this
-    agent only.
+    agent only. --digest (daily@HH:MM, UTC) or --digest-every says when its informational
+    mail goes as one turn when no live session takes it first (default: daily@08:00 UTC).
     """
     state = "held" if held else "enabled"
     policy, _ = _policy(post_timeout, max_age, max_attempts)
     _live_grace(live_grace)  # refused before anything is written
+    schedule = _digest(digest, digest_every)
     if mailbox:
         if url is not None or secret is not None or batch_size != 1:
             raise click.UsageError("a --mailbox route takes no URL, no --secret and no --batch")
@@ -187,7 +249,8 @@ def route_add(
             made = await adapters.routes.add(
                 agent_id, enabled=not held, kind="mailbox", policy=policy
             )
-            return made, await _set_live_grace(adapters, agent_id, live_grace)
+            grace = await _set_live_grace(adapters, agent_id, live_grace)
+            return made, grace + await _set_digest(adapters, agent_id, schedule)
 
         added, grace = with_services(ctx, add_mailbox)
         click.echo(
@@ -202,7 +265,8 @@ def route_add(
         made = await adapters.routes.add(
             agent_id, url, secret=secret, enabled=not held, batch_size=batch_size, policy=policy
         )
-        return made, await _set_live_grace(adapters, agent_id, live_grace)
+        grace = await _set_live_grace(adapters, agent_id, live_grace)
+        return made, grace + await _set_digest(adapters, agent_id, schedule)
 
     added, grace = with_services(ctx, add_http)
     click.echo(
@@ -218,6 +282,7 @@ def route_add(
 @click.option("--secret", default=None, help="The new whsec_... signing secret.")
 @click.option("--batch", "batch_size", type=int, default=None, help=BATCH_HELP)
 @click.option("--live-grace", "live_grace", default=None, metavar="DURATION", help=LIVE_GRACE_HELP)
+@_digest_options
 @_policy_options
 @click.pass_context
 def route_update(
@@ -227,18 +292,26 @@ def route_update(
     secret: str | None,
     batch_size: int | None,
     live_grace: str | None,
+    digest: str | None,
+    digest_every: str | None,
     post_timeout: str | None,
     max_age: str | None,
     max_attempts: str | None,
 ) -> None:
-    """Change AGENT_ID's inbox URL, signing secret, batch size, live grace or delivery policy."""
+    """Change AGENT_ID's inbox URL, signing secret, batch size, live grace, digest or policy.
+
+    A new --digest or --digest-every applies to informational mail sent from then on; mail
+    already waiting keeps its digest time.
+    """
     policy, cleared = _policy(post_timeout, max_age, max_attempts)
     _live_grace(live_grace)  # refused before anything is written
+    schedule = _digest(digest, digest_every)
     routed = url is not None or secret is not None or batch_size is not None
-    if not routed and policy.empty and not cleared and live_grace is None:
+    timed = live_grace is not None or schedule.given
+    if not routed and policy.empty and not cleared and not timed:
         raise click.UsageError(
-            "nothing to change: give --url, --secret, --batch, --live-grace, --post-timeout, "
-            "--max-age or --max-attempts"
+            "nothing to change: give --url, --secret, --batch, --live-grace, --digest, "
+            "--digest-every, --post-timeout, --max-age or --max-attempts"
         )
 
     async def update(adapters: Services) -> tuple[Route | None, str]:
@@ -252,7 +325,8 @@ def route_update(
                 policy=policy,
                 cleared=cleared,
             )
-        return changed, await _set_live_grace(adapters, agent_id, live_grace)
+        grace = await _set_live_grace(adapters, agent_id, live_grace)
+        return changed, grace + await _set_digest(adapters, agent_id, schedule)
 
     updated, grace = with_services(ctx, update)
     if updated is None:
@@ -301,8 +375,12 @@ def route_rotate(ctx: click.Context, agent_id: str, overlap_s: float) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def route_list(ctx: click.Context, as_json: bool) -> None:
-    """List routes (secrets, URL passwords and query strings are never shown)."""
-    routes = with_services(ctx, lambda s: s.routes.list())
+    """List routes (secrets, URL passwords and query strings are never shown), with digests."""
+
+    async def listed(adapters: Services) -> tuple[list[Route], dict[str, DigestSchedule]]:
+        return await adapters.routes.list(), await adapters.routes.digests.schedules()
+
+    routes, digests = with_services(ctx, listed)
     rows = [
         {
             "agentId": r.agent_id,
@@ -313,6 +391,7 @@ def route_list(ctx: click.Context, as_json: bool) -> None:
             "postTimeoutS": r.policy.post_timeout_s,
             "maxAgeS": r.policy.max_age_s,
             "maxAttempts": r.policy.max_attempts,
+            "digest": _digest_json(digests.get(r.agent_id)),
         }
         for r in routes
     ]
@@ -323,10 +402,20 @@ def route_list(ctx: click.Context, as_json: bool) -> None:
         where = row["url"] if row["kind"] == "http" else f"({row['kind']})"
         state = "enabled" if row["enabled"] else "HELD"
         policy = policy_text(r.policy)
+        digest = digests.get(r.agent_id)
         click.echo(
             f"{row['agentId']}\t{state}\t{where}{_batched(r, chr(9))}"
-            f"{chr(9) + policy if policy else ''}"
+            f"{chr(9) + policy if policy else ''}{chr(9) + f'digest {digest}' if digest else ''}"
         )
+
+
+def _digest_json(schedule: DigestSchedule | None) -> dict[str, str | float | None] | None:
+    """A route's digest in ``route list --json``: ``{"daily": "08:00"}`` or ``{"everyS": 1800}``."""
+    if schedule is None:
+        return None
+    if schedule.daily is not None:
+        return {"daily": schedule.daily.strftime("%H:%M"), "everyS": None}
+    return {"daily": None, "everyS": schedule.every_s}
 
 
 @route.command("hold")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from birddog.cli import announcer, main, run, settings_of
+from birddog.core.digests import DigestWait, digest_time_text
 from birddog.core.errors import BirdDogError
 from birddog.runtime import quiet_until_started
 
@@ -191,7 +192,7 @@ def worker(
         )
     )
     if once:
-        click.echo(settled_line(done.summary, left=done.left))
+        click.echo(settled_line(done.summary, left=done.left, digests=done.digests))
 
 
 DEFAULT_BATCH = 20
@@ -227,13 +228,17 @@ def _remote_agent(url: str, token: str | None) -> Handler:
     return remote_agent(url, token=token)
 
 
-def settled_line(summary: dict[str, int], *, left: int | None = None) -> str:
+def settled_line(
+    summary: dict[str, int], *, left: int | None = None, digests: DigestWait | None = None
+) -> str:
     """One line saying what a worker run settled: ``settled 3 jobs: 2 completed, 1 failed``.
 
     Args:
         summary: counts by outcome (and ``requeued``), as the worker keeps them.
         left: jobs still queued in the worker's queues when it stopped (not yet due, or
             it was stopped first); said only when some are.
+        digests: the informational jobs of its queues waiting for their digest (no worker
+            takes them before it); said only when some are.
 
     Returns:
         The line; ``settled no jobs`` when there was nothing to do.
@@ -247,4 +252,10 @@ def settled_line(summary: dict[str, int], *, left: int | None = None) -> str:
         line += f"{'; ' if total else ', '}{requeued} given back to the queue"
     if left:
         line += f"; left {left} queued job{'s' * (left != 1)}"
+    if digests is not None and digests.jobs and digests.next_at is not None:
+        line += (
+            f"; left {digests.jobs} job{'s' * (digests.jobs != 1)} waiting for "
+            f"{'their' if digests.jobs != 1 else 'its'} digest (at "
+            f"{digest_time_text(digests.next_at)})"
+        )
     return line

@@ -28,6 +28,7 @@ from markupsafe import Markup
 
 from birddog.console.auth import Sessions, host_is_loopback, safe_next, same_origin
 from birddog.console.chart import activity_chart
+from birddog.core.digests import digest_time_text
 from birddog.core.duration import format_age
 from birddog.core.errors import (
     BirdDogError,
@@ -159,6 +160,7 @@ def make_templates() -> jinja2.Environment:
     )
     env.filters["since"] = _since
     env.filters["when"] = _when
+    env.filters["digest_time"] = digest_time_text
     env.filters["age"] = lambda seconds: format_age(seconds) if seconds is not None else "-"
     env.globals["query"] = lambda **params: urlencode(
         {k: v for k, v in params.items() if v not in (None, "")}

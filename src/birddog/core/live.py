@@ -22,6 +22,7 @@ from birddog.core.errors import InvalidInput
 
 __all__ = [
     "DEFAULT_LIVE_GRACE_S",
+    "DIGEST_KINDS",
     "LIVE_BEAT_S",
     "LIVE_CLAIMERS",
     "LIVE_GRACE_MAX_S",
@@ -33,6 +34,7 @@ __all__ = [
     "check_grace",
     "check_live_ids",
     "clamp_ttl",
+    "turn_how",
     "turn_ran_by",
 ]
 
@@ -58,6 +60,9 @@ LIVE_CLAIMERS: Final = ("mcp:", "live:")
 """How the claimer ids of live sessions' processes begin: an MCP server's (its ``--as``
 session, its HTTP callers'), a ``worker --live``'s. Their turns ran ``live``."""
 
+DIGEST_KINDS: Final = frozenset({"report", "receipt"})
+"""The kinds a worker takes only at their digest (``birddog.core.kinds``' informational)."""
+
 MAX_ID_CHARS: Final = 256
 """The longest agent id, session id or holder a live session has (the contract's ids)."""
 
@@ -67,13 +72,28 @@ def clamp_ttl(ttl_s: float) -> float:
     return min(max(ttl_s, LIVE_TTL_MIN_S), LIVE_TTL_MAX_S)
 
 
-def turn_ran_by(claimer: str) -> str:
-    """How a turn its claimer took ran: ``live`` for a live session's process, else ``worker``.
+def turn_ran_by(claimer: str, kind: str | None = None) -> str:
+    """How a turn its claimer took ran: ``live``, ``digest`` or ``worker``.
 
-    ``birddog status``, the ``jobs_turns_since`` query and the worker's metrics all count
-    a turn's ``how`` this way (digests, later, will be a third).
+    ``live`` for a live session's process; ``digest`` for any other claimer's turn whose
+    first mail is informational (``report``, ``receipt``: a worker takes it only once its
+    digest is due, :mod:`birddog.core.digests`); ``worker`` otherwise. ``birddog status``,
+    the ``jobs_turns_since`` query and the worker's metrics all count a turn's ``how``
+    this way.
+
+    Args:
+        claimer: the claimer id the turn's claim carried.
+        kind: the kind of the turn's first mail (None: not known, a worker's).
     """
-    return "live" if claimer.startswith(LIVE_CLAIMERS) else "worker"
+    return turn_how("live" if claimer.startswith(LIVE_CLAIMERS) else "worker", kind)
+
+
+def turn_how(runner: str, kind: str | None) -> str:
+    """How a turn ran, from how its runner runs (``live``, ``worker``) and its first mail's kind.
+
+    A worker's turn of informational mail ran for its ``digest``; any other is the runner's.
+    """
+    return "digest" if runner == "worker" and kind in DIGEST_KINDS else runner
 
 
 def check_grace(grace_s: float) -> float:

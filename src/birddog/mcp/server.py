@@ -332,7 +332,9 @@ class _Pushes:
                     key=entry.key,
                     sender="" if sender is None else address_text(sender),
                 )
-        queued, _oldest = await services.jobs.queued_backlog(queues=[caller.session_id])
+        queued, _oldest = await services.jobs.queued_backlog(
+            queues=[caller.session_id], digests=True
+        )
         marker = f"tasks:{queued}"
         if queued and marker not in seen and announce:
             await _notify(session, f"{queued} queued task(s): call next_task", kind="task", key="")

@@ -176,7 +176,9 @@ class AgentTools:
         text = address_text(caller)
         try:
             unread = await self.services.mailbox.unread_count(caller, timeout_s=STEP_TIMEOUT_S)
-            queued, _oldest = await self.services.jobs.queued_backlog(queues=[caller.session_id])
+            queued, _oldest = await self.services.jobs.queued_backlog(
+                queues=[caller.session_id], digests=True
+            )
             posted = await self._posts_to_url(caller)
         except StoreUnavailable:
             return (

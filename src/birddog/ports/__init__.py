@@ -5,7 +5,7 @@ Each is a small ``Protocol`` with keyword-only arguments, in a module by concept
 :mod:`~birddog.ports.routes` (routes, their edits and holds, tokens, their administration),
 :mod:`~birddog.ports.mail` (the ask store, mailboxes, notices, sent jobs, the spool),
 :mod:`~birddog.ports.jobs` (the job store and what goes with it),
-:mod:`~birddog.ports.live` (live sessions) and
+:mod:`~birddog.ports.live` (live sessions), :mod:`~birddog.ports.digests` (digests) and
 :mod:`~birddog.ports.operator` (the console's and commands' reads and actions, with the
 values its pages carry: reports, retention, agents' accounts). Every name is importable
 from here. ``birddog.testing`` has a fake for every port; ``birddog.postgres``,
@@ -27,6 +27,7 @@ from birddog.ports.delivery import (
     WakeBoard,
     WakeScheduler,
 )
+from birddog.ports.digests import Digests
 from birddog.ports.jobs import (
     ClaimedJob,
     ClaimedJobLike,
@@ -92,6 +93,7 @@ __all__ = [
     "DaemonRow",
     "DeadLetterReplay",
     "DeadLetters",
+    "Digests",
     "JobAdmin",
     "JobBacklog",
     "JobCancels",

@@ -53,9 +53,17 @@ class JobBacklog(Protocol):
     """Says how much work waits (a worker's queue gauges)."""
 
     async def queued_backlog(
-        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        digests: bool = False,
     ) -> tuple[int, datetime | None]:
-        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time."""
+        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time.
+
+        Informational mail waiting for its digest waits for no worker and is left out,
+        unless ``digests`` (a live session, which takes it at once).
+        """
         ...
 
 
@@ -193,8 +201,10 @@ class JobAdmin(JobCancels, Protocol):
 
         A turn is the jobs one claim took together; ``how`` is ``live`` for a live
         session's process's claims (claimer ``mcp:...`` or ``live:...``:
-        :func:`birddog.core.live.turn_ran_by`), else ``worker``; a turn that recorded a
-        process it started (a ``--command`` agent, :mod:`birddog.spawn`) spawned one.
-        Each row: ``kind``, ``how``, ``turns``, ``mails`` and ``spawns``, by kind then how.
+        :func:`birddog.core.live.turn_ran_by`), ``digest`` for another claimer's turn whose
+        first mail is informational (taken once its digest was due), else ``worker``; a
+        turn that recorded a process it started (a ``--command`` agent,
+        :mod:`birddog.spawn`) spawned one. Each row: ``kind``, ``how``, ``turns``,
+        ``mails`` and ``spawns``, by kind then how.
         """
         ...

@@ -207,7 +207,7 @@ class Reports(Protocol):
         ...
 
     async def stale_queued(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
-        """Jobs queued more than ``older_than_s`` ago."""
+        """Jobs queued more than ``older_than_s`` ago (informational: past their digest time)."""
         ...
 
     async def overdue_running(self, *, grace_s: float, limit: int) -> list[dict[str, Any]]:

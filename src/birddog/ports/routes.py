@@ -13,6 +13,7 @@ from typing import Protocol
 from birddog.core.mail import AgentAddress
 from birddog.core.policy import NO_POLICY, RoutePolicy
 from birddog.ports.delivery import RouteKind
+from birddog.ports.digests import Digests
 
 __all__ = [
     "PushRoutes",
@@ -221,7 +222,15 @@ class ResealReport:
 
 
 class RouteAdmin(RouteEdits, RouteList, Protocol):
-    """The operator's route commands: edits, holds, rotation, removal (``PostgresRoutes``)."""
+    """The operator's route commands: edits, holds, rotation, removal (``PostgresRoutes``).
+
+    And each route's digest schedule, in :attr:`digests`.
+    """
+
+    @property
+    def digests(self) -> Digests:
+        """The routes' digest schedules (``route add/update --digest``) and the mail waiting."""
+        ...
 
     async def missing(self, agent_ids: Sequence[str]) -> list[str]:
         """Which of ``agent_ids`` have no route, each once, in the order given."""

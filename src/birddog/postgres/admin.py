@@ -268,7 +268,8 @@ class PostgresAdmin:
             One page: ``job_id``, ``queue``, ``lane``, ``priority``, ``state``, ``kind``,
             ``outcome``, ``created_at``, ``started_at``, ``settled_at``,
             ``lease_expires_at``, ``recovery_count``, ``cancel_requested_at``,
-            ``worker_id``, ``diagnostic``, ``mail_key``, ``sender_agent_id``.
+            ``worker_id``, ``diagnostic``, ``mail_key``, ``sender_agent_id``, ``not_before``,
+            ``expires_at``, ``digest_at`` (an informational job's digest time).
 
         Raises:
             InvalidInput: a bad state, limit or cursor.

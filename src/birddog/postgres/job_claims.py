@@ -307,7 +307,11 @@ class PostgresJobClaims:
             raise StaleClaim(f"job {shown_key(job_id)} is no longer held by this claim")
 
     async def queued_backlog(
-        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        digests: bool = False,
     ) -> tuple[int, datetime | None]:
         """How many jobs wait in ``queues``, and when the oldest of them was enqueued.
 
@@ -315,6 +319,8 @@ class PostgresJobClaims:
             queues: the queues a worker serves; with ``agents`` None too, every queue but
                 the reserved.
             agents: the agents a worker serves, every session of theirs.
+            digests: count informational mail waiting for its digest too (a live session
+                takes it at once; a worker only at its digest).
 
         Returns:
             The number of queued jobs and the oldest one's enqueue time (None: none).
@@ -325,6 +331,7 @@ class PostgresJobClaims:
                 _names(queues, "queues"),
                 RESERVED_QUEUE_PREFIX,
                 _names(agents, "agents"),
+                digests,
             )
         return (0, None) if row is None else (row["queued"], row["oldest"])
 

@@ -338,7 +338,7 @@ class PostgresJobOperations:
     def _bounce(self, row: Row, *, since: datetime, now: datetime) -> Settle:
         """The bounce of a queued job: its own expiry's, when that is what ran out."""
         if _expiry_ran_out(row, since=since, now=now):
-            expires_in_s = (row["expires_at"] - row["created_at"]).total_seconds()
+            expires_in_s = (row["expires_at"] - _waits_from(row)).total_seconds()
             return queued_too_long_settlement(
                 row["recovery_count"], self.settings.limits, expires_in_s=expires_in_s
             )
@@ -354,13 +354,21 @@ def _expiry_ran_out(row: Row, *, since: datetime, now: datetime) -> bool:
         now: the time the bounce is judged at.
 
     Returns:
-        True when the job expired and is younger than the maximum queued age.
+        True when the job expired and is younger than the maximum queued age (counted
+        from its digest for informational mail).
     """
     try:
-        expires_at, created_at = row["expires_at"], row["created_at"]
+        expires_at = row["expires_at"]
     except KeyError:
         return False
-    return expires_at is not None and expires_at <= now and created_at > since
+    return expires_at is not None and expires_at <= now and _waits_from(row) > since
+
+
+def _waits_from(row: Row) -> datetime:
+    """Since when a queued job waits for a worker: its digest time, else its enqueue time."""
+    digest_at: datetime | None = row["digest_at"]
+    created_at: datetime = row["created_at"]
+    return created_at if digest_at is None else max(created_at, digest_at)
 
 
 def _cause_name(exc: BaseException) -> str:

@@ -930,13 +930,14 @@ ORDER BY dead_at DESC
 LIMIT $2;
 
 -- name: check_stale_queued
--- Interactive jobs (tasks, escalations) queued longer than a limit (nobody claimed them), oldest first (for `birddog check`); informational mail (reports, receipts) waits for its digest and is not counted.
+-- Interactive jobs (tasks, escalations) queued longer than a limit (nobody claimed them), and informational mail (reports, receipts) still queued that long past its digest time, the longest waiting first (for `birddog check`); informational mail waiting for its digest is not counted.
 -- params: $1 older_than_s float8, $2 limit int4
-SELECT job_id, queue, priority, created_at, kind
+SELECT job_id, queue, priority, created_at, kind, digest_at
 FROM birddog.jobs
-WHERE state = 'queued' AND kind IN ('task', 'escalation')
-  AND created_at < now() - make_interval(secs => $1)
-ORDER BY created_at, job_id
+WHERE state = 'queued'
+  AND ((kind IN ('task', 'escalation') AND created_at < now() - make_interval(secs => $1))
+       OR digest_at < now() - make_interval(secs => $1))
+ORDER BY coalesce(digest_at, created_at), job_id
 LIMIT $2;
 
 -- name: check_overdue_running
@@ -1135,7 +1136,7 @@ WITH running AS (
 SELECT
     p.rank, p.at, j.job_id, j.queue, j.lane, j.priority, j.state, j.kind, j.outcome, j.created_at,
     j.started_at, j.settled_at, j.lease_expires_at, j.recovery_count, j.agent_id,
-    j.not_before, j.expires_at,
+    j.not_before, j.expires_at, j.digest_at,
     j.cancel_requested_at, j.worker_id, j.diagnostic,
     j.payload #>> '{mail,key}' AS mail_key,
     j.payload #>> '{mail,from,agentId}' AS sender_agent_id
@@ -1150,7 +1151,7 @@ SELECT
     j.job_id, j.queue, j.lane, j.priority, j.state, j.kind, j.outcome, j.created_at,
     j.started_at, j.settled_at, j.updated_at, j.lease_expires_at, j.recovery_count, j.recovery,
     j.cancel_requested_at, j.cancel_content, j.worker_id, j.slot, j.diagnostic,
-    j.agent_id, j.not_before, j.expires_at,
+    j.agent_id, j.not_before, j.expires_at, j.digest_at,
     left(j.result_content, $3::int) AS result_preview,
     length(j.result_content) AS result_chars,
     j.payload #>> '{mail,key}' AS mail_key,
@@ -1306,12 +1307,14 @@ ORDER BY j.lease_expires_at, j.job_id
 LIMIT $2::int;
 
 -- name: jobs_queued_too_long
--- Up to $2 queued jobs enqueued by $1 (the maximum queued age ago) or past their own expiry at $4, oldest first, except jobs $3 (for birddog.reap, which locks them).
+-- Up to $2 queued jobs enqueued by $1 (the maximum queued age ago; an informational job's digest due by then too) or past their own expiry at $4, oldest first, except jobs $3 (for birddog.reap, which locks them).
 -- params: $1 enqueued_by timestamptz, $2 limit int, $3 skip text[] (jobs refused or held elsewhere this pass), $4 now timestamptz
-SELECT j.job_id, j.recovery_count, j.created_at, j.expires_at
+SELECT j.job_id, j.recovery_count, j.created_at, j.expires_at, j.digest_at
 FROM birddog.jobs j
 WHERE j.state = 'queued'
-  AND (j.created_at <= $1::timestamptz OR j.expires_at <= $4::timestamptz)
+  AND ((j.created_at <= $1::timestamptz
+        AND (j.digest_at IS NULL OR j.digest_at <= $1::timestamptz))
+       OR j.expires_at <= $4::timestamptz)
   AND NOT (j.job_id = ANY($3::text[]))
 ORDER BY j.created_at, j.job_id
 LIMIT $2::int;
@@ -1329,13 +1332,16 @@ FROM birddog.jobs j
 WHERE j.state = 'queued' AND j.not_before > $1::timestamptz;
 
 -- name: jobs_turns_since
--- The turns settled since $1, by the kind of their first mail and how they ran, and the agent processes they started: one turn is the jobs one claim took together (a queue, a claimer, a start); a live session's process's claims (claimer mcp:... for an MCP server, live:... for a worker --live) ran live, the rest a worker's; a turn that recorded a process (turn_pid: a --command agent, birddog.spawn) spawned one.
+-- The turns settled since $1, by the kind of their first mail and how they ran, and the agent processes they started: one turn is the jobs one claim took together (a queue, a claimer, a start); a live session's process's claims (claimer mcp:... for an MCP server, live:... for a worker --live) ran live, another claimer's turn whose first mail is informational ran for its digest (digest), the rest a worker's; a turn that recorded a process (turn_pid: a --command agent, birddog.spawn) spawned one.
 -- params: $1 since timestamptz
 WITH turns AS (
     SELECT
         (array_agg(j.kind ORDER BY j.priority DESC, j.created_at, j.job_id))[1] AS kind,
         CASE WHEN starts_with(j.worker_id, 'mcp:') OR starts_with(j.worker_id, 'live:')
-             THEN 'live' ELSE 'worker' END AS how,
+             THEN 'live'
+             WHEN (array_agg(j.kind ORDER BY j.priority DESC, j.created_at, j.job_id))[1]
+                  IN ('report', 'receipt')
+             THEN 'digest' ELSE 'worker' END AS how,
         count(*)::int AS mails,
         -- An MCP server never starts one (a recovered job keeps its former turn's pid).
         bool_or(j.turn_pid IS NOT NULL AND NOT starts_with(j.worker_id, 'mcp:')) AS spawned
@@ -1350,16 +1356,46 @@ GROUP BY t.kind, t.how
 ORDER BY t.kind, t.how;
 
 -- name: jobs_queued_backlog
--- How many jobs are queued in the queues a worker serves, and when the oldest was enqueued.
--- params: $1 queues text[] (null: with $3 null, every queue not starting with $2), $2 reserved queue prefix text, $3 agents text[] (their sessions as well; null: none)
+-- How many jobs are queued in the queues a worker serves, and when the oldest was enqueued; informational jobs waiting for their digest wait for no worker and are counted only with $4 (a live session's count: it takes them at once; jobs_digest_waiting counts them alone).
+-- params: $1 queues text[] (null: with $3 null, every queue not starting with $2), $2 reserved queue prefix text, $3 agents text[] (their sessions as well; null: none), $4 digests boolean (count mail waiting for its digest too)
 SELECT count(*)::int AS queued, min(j.created_at) AS oldest
 FROM birddog.jobs j
-WHERE j.state = 'queued'
+WHERE j.state = 'queued' AND ($4::boolean OR NOT coalesce(j.digest_at > now(), false))
   AND CASE
       WHEN $1::text[] IS NULL AND $3::text[] IS NULL THEN NOT starts_with(j.queue, $2::text)
       ELSE j.queue = ANY($1::text[])
           OR (j.agent_id = ANY($3::text[]) AND NOT starts_with(j.queue, $2::text))
   END;
+
+-- name: jobs_digest_waiting
+-- How many informational jobs queued in the queues a worker serves wait for their digest, and the earliest digest time among them.
+-- params: $1 queues text[] (null: with $3 null, every queue not starting with $2), $2 reserved queue prefix text, $3 agents text[] (their sessions as well; null: none)
+SELECT count(*)::int AS jobs, min(j.digest_at) AS next_at
+FROM birddog.jobs j
+WHERE j.state = 'queued' AND j.digest_at > now()
+  AND CASE
+      WHEN $1::text[] IS NULL AND $3::text[] IS NULL THEN NOT starts_with(j.queue, $2::text)
+      ELSE j.queue = ANY($1::text[])
+          OR (j.agent_id = ANY($3::text[]) AND NOT starts_with(j.queue, $2::text))
+  END;
+
+-- name: digest_get
+-- The digest schedule of agent $1's route (no row: no route; both null: the default).
+-- params: $1 agent_id text
+SELECT r.digest_daily, r.digest_every_s FROM birddog.routes r WHERE r.agent_id = $1::text;
+
+-- name: digest_set
+-- Set agent $1's route's digest schedule (both null: the default); the agent id, none without a route.
+-- params: $1 agent_id text, $2 digest_daily time (null: not daily), $3 digest_every_s float8 (null: not every so long)
+UPDATE birddog.routes r
+SET digest_daily = $2::time, digest_every_s = $3::float8, updated_at = now()
+WHERE r.agent_id = $1::text
+RETURNING r.agent_id;
+
+-- name: digest_list
+-- Every route's digest schedule, by agent id (both null: the default).
+-- params: none
+SELECT r.agent_id, r.digest_daily, r.digest_every_s FROM birddog.routes r ORDER BY r.agent_id;
 
 -- name: live_heartbeat
 -- Keep holder $3's live session of agent $1's session $2 live for $4 seconds more, bounded by the server (birddog.live_heartbeat); when it expires.
@@ -1651,7 +1687,8 @@ BEGIN
         job_id, queue, lane, priority, state, payload, recovery, outcome, lease_expires_at,
         recovery_count, cancel_requested_at, cancel_content, result_content, diagnostic,
         worker_id, created_at, updated_at, settled_at, slot, started_at, traceparent, sent_by,
-        turn_host, turn_boot_id, turn_pid, turn_start_ticks, agent_id, not_before, expires_at
+        turn_host, turn_boot_id, turn_pid, turn_start_ticks, agent_id, not_before, expires_at,
+        digest_at
     ) ON birddog.jobs TO birddog_agent;
     GRANT SELECT (agent_id, kind, enabled) ON birddog.routes TO birddog_agent;
     GRANT SELECT ON birddog.mailbox TO birddog_agent;
@@ -1735,7 +1772,7 @@ BEGIN
     GRANT SELECT (
         job_id, queue, lane, priority, state, outcome, recovery_count, lease_expires_at,
         cancel_requested_at, worker_id, created_at, updated_at, settled_at, started_at, slot,
-        agent_id, not_before, expires_at, queue_key, kind, turn_pid
+        agent_id, not_before, expires_at, queue_key, kind, turn_pid, digest_at
     ) ON birddog.jobs TO birddog_reader;
 END
 $grant$;

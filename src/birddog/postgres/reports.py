@@ -74,17 +74,18 @@ class PostgresReports:
         return await self._rows("check_new_dead", within_s, limit)
 
     async def stale_queued(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
-        """Interactive jobs queued over ``older_than_s`` (nobody claimed them), oldest first.
+        """Jobs nobody claimed within ``older_than_s``, the longest waiting first.
 
-        Informational mail (reports, receipts) waits for a live session or its digest and
-        is not counted.
+        Interactive jobs count from their enqueue; informational mail (reports, receipts)
+        from its digest time, so mail waiting for its digest is not counted.
 
         Args:
             older_than_s: the age that counts as too long.
             limit: the most rows to return.
 
         Returns:
-            One dict per job: ``job_id``, ``queue``, ``priority``, ``created_at``, ``kind``.
+            One dict per job: ``job_id``, ``queue``, ``priority``, ``created_at``, ``kind``,
+            ``digest_at`` (None for interactive jobs).
         """
         return await self._rows("check_stale_queued", older_than_s, limit)
 

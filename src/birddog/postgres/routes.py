@@ -31,6 +31,7 @@ from birddog.core.model import Id
 from birddog.core.policy import NO_POLICY, POLICY_FIELDS, RoutePolicy
 from birddog.core.text import shown_key
 from birddog.ports import Clock, Route, RouteKind, RouteSummary
+from birddog.postgres.digests import PostgresDigests
 from birddog.postgres.pool import Pool, store_errors
 from birddog.postgres.route_cache import RouteCache
 from birddog.postgres.route_secrets import (
@@ -97,6 +98,9 @@ class PostgresRoutes:
             no key: secrets stored as given).
         lease_s: the daemons' claim lease (``BIRDDOG_LEASE_S``): a route's post timeout
             must be shorter, or a post could outlast its claim (None: not checked).
+
+    Attributes:
+        digests: the routes' digest schedules, and the mail waiting for its digest.
     """
 
     def __init__(
@@ -119,6 +123,7 @@ class PostgresRoutes:
         self.lease_s = lease_s
         self._secrets = RouteSecrets(self.box)
         self._cache = RouteCache(pool, cache_s=cache_s, opened=self._secrets.route)
+        self.digests = PostgresDigests(pool)
 
     async def route(self, agent_id: str) -> Route | None:
         """The route for ``agent_id``, or None when the agent is unknown.

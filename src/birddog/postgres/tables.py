@@ -137,6 +137,10 @@ routes = sa.Table(
     # How long an interactive job waits for its session's live session before a worker may
     # take it (NULL: 30 s; birddog._live_hold).
     sa.Column("live_grace_s", sa.Float, nullable=True),
+    # When the agent's informational mail goes as one turn (birddog.core.digests): daily at
+    # digest_daily (UTC), or every digest_every_s seconds; neither: daily at 08:00 UTC.
+    sa.Column("digest_daily", sa.Time, nullable=True),
+    sa.Column("digest_every_s", sa.Float, nullable=True),
     sa.CheckConstraint("kind IN ('http', 'mailbox', 'a2a')", name="routes_kind_check"),
     sa.CheckConstraint(
         "kind = 'mailbox' OR (url IS NOT NULL AND secret IS NOT NULL)", name="routes_http_check"
@@ -149,6 +153,16 @@ routes = sa.Table(
     sa.CheckConstraint("max_attempts BETWEEN 1 AND 100000", name="routes_max_attempts_check"),
     sa.CheckConstraint(
         "live_grace_s >= 0 AND live_grace_s <= 86400", name="routes_live_grace_check"
+    ),
+    sa.CheckConstraint(
+        "digest_daily IS NULL OR digest_every_s IS NULL", name="routes_digest_one_check"
+    ),
+    sa.CheckConstraint(
+        "digest_daily = date_trunc('minute', digest_daily::interval)::time",
+        name="routes_digest_daily_check",
+    ),
+    sa.CheckConstraint(
+        "digest_every_s >= 60 AND digest_every_s <= 604800", name="routes_digest_every_check"
     ),
 )
 """Where each agent's replies go: an inbox URL (``http``), the ``mailbox`` table, or an A2A
@@ -213,9 +227,16 @@ jobs = sa.Table(
     # What the mail is for (migration 0025, birddog.core.kinds): the payload's kind, or a
     # task when the payload has none (every mail of the TypeScript BirdDog).
     sa.Column("kind", sa.Text, nullable=False, server_default=sa.text("'task'")),
+    # When an informational job's digest is (birddog.core.digests): no worker claims it
+    # before, its live session may; NULL for interactive jobs.
+    _ts("digest_at", nullable=True),
     sa.CheckConstraint("state IN ('queued', 'running', 'settled')", name="jobs_state_check"),
     sa.CheckConstraint(
         "kind IN ('task', 'escalation', 'report', 'receipt')", name="jobs_kind_check"
+    ),
+    sa.CheckConstraint(
+        "digest_at IS NULL OR kind IN ('report', 'receipt')",
+        name="jobs_digest_at_check",
     ),
     sa.CheckConstraint(
         "outcome IS NULL OR outcome IN "

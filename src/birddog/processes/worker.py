@@ -27,10 +27,11 @@ from birddog.bootstrap import (
     open_adapters,
 )
 from birddog.cancels import CancelHints
+from birddog.core.digests import DigestWait
 from birddog.core.errors import StoreUnavailable
 from birddog.core.mail import AgentAddress
 from birddog.metrics import WorkerMetrics
-from birddog.ports import Clock, JobBacklog
+from birddog.ports import Clock, Digests, JobBacklog
 from birddog.processes.sides import (
     QUEUE_HEADS_CHECK_S,
     ProcessTasks,
@@ -61,10 +62,13 @@ class WorkerRun(NamedTuple):
         summary: how the jobs it handled ended, by outcome (and ``requeued``).
         left: with ``once``, the jobs still queued in its queues when it stopped (None:
             not known, or not run with ``once``).
+        digests: with ``once``, the informational jobs of its queues left waiting for their
+            digest (None: not known, or not run with ``once``).
     """
 
     summary: dict[str, int]
     left: int | None = None
+    digests: DigestWait | None = None
 
 
 async def run_worker(
@@ -163,9 +167,23 @@ async def run_worker(
                     await worker.run(once=once)
                 finally:
                     result = WorkerRun(worker.summary(), worker.left)
+                if once:
+                    waiting = await _digests_left(adapters.routes.digests, queues, agents)
+                    result = result._replace(digests=waiting)
         except StoppedBeforeStart:
             log.info("worker_stopped_before_start")
     return result
+
+
+async def _digests_left(
+    digests: Digests, queues: Sequence[str] | None, agents: Sequence[str] | None
+) -> DigestWait | None:
+    """The informational jobs of the worker's queues left waiting for their digest."""
+    try:
+        return await digests.waiting(queues=queues or None, agents=agents or None)
+    except StoreUnavailable as exc:
+        log.warning("database_unavailable", error=type(exc).__name__, reason=str(exc))
+        return None
 
 
 async def observe_queues(

@@ -15,7 +15,8 @@ every port (a unit test fails when a port has none).
   :class:`InMemorySpool` (``rows``): the local spool; :class:`InMemoryTokenBook`.
 - :class:`InMemoryAdmin`: the operator's pages over those fakes; :class:`InMemorySentJobs`:
   sent jobs read back (A2A tasks); :class:`InMemoryDaemonRow`: a process's row;
-  :class:`InMemoryLiveSessions` (``sessions``): live sessions.
+  :class:`InMemoryLiveSessions` (``sessions``): live sessions; :class:`InMemoryDigests`
+  (``own``): the routes' digest schedules.
 - The operator's commands: :class:`InMemoryOutboxAdmin` (outbox counts and lists),
   :class:`InMemoryJobAdmin` (job counts, cancels), :class:`InMemoryReports` (``daemons``:
   the processes seen; status and check), :class:`InMemoryRetention` (prune) and
@@ -35,6 +36,7 @@ from birddog.testing.admin import (
     InMemoryRetention,
 )
 from birddog.testing.clock import FrozenClock, ManualWake
+from birddog.testing.digests import InMemoryDigests
 from birddog.testing.jobs import InMemoryJobs, StoredJob
 from birddog.testing.listening import ManualListener, ManualNotices
 from birddog.testing.live import InMemoryLiveSessions
@@ -61,6 +63,7 @@ __all__ = [
     "InMemoryAgents",
     "InMemoryAsks",
     "InMemoryDaemonRow",
+    "InMemoryDigests",
     "InMemoryJobAdmin",
     "InMemoryJobs",
     "InMemoryLiveSessions",
@@ -121,5 +124,6 @@ FAKES: Final[dict[str, type]] = {
     "RouteAdmin": InMemoryRoutes,
     "MailboxFeed": InMemoryMailbox,
     "LiveSessions": InMemoryLiveSessions,
+    "Digests": InMemoryDigests,
 }
 """The fake of every port, by the port's name in :mod:`birddog.ports`."""

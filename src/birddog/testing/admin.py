@@ -176,7 +176,8 @@ class InMemoryJobAdmin:
         groups: dict[tuple[str, str], list[int]] = {}
         for jobs in turns.values():
             first = min(jobs, key=lambda s: (-s.job.priority, s.created_at, s.job.job_id))
-            counts = groups.setdefault((_kind_of(first.job), turn_ran_by(first.worker_id)), [0] * 3)
+            kind = _kind_of(first.job)
+            counts = groups.setdefault((kind, turn_ran_by(first.worker_id, kind)), [0] * 3)
             counts[0] += 1
             counts[1] += len(jobs)
             counts[2] += _spawned(jobs)
@@ -199,6 +200,11 @@ def _agent_of(job: Job) -> str:
     """The agent a job's queue belongs to (its mail's ``to``; '' for a job without mail)."""
     mail = mail_of(job)
     return "" if mail is None else mail.to.agent_id
+
+
+def _waits_since(stored: StoredJob) -> datetime:
+    """Since when a queued job waits for a worker: its digest time, else its enqueue."""
+    return stored.created_at if stored.digest_at is None else stored.digest_at
 
 
 def _kind_of(job: Job) -> str:
@@ -317,16 +323,16 @@ class InMemoryReports:
         ]
 
     async def stale_queued(self, *, older_than_s: float, limit: int) -> list[dict[str, Any]]:
-        """Interactive jobs queued more than ``older_than_s`` ago, oldest first."""
+        """Jobs queued more than ``older_than_s`` ago (informational: past their digest)."""
         before = self._ago(older_than_s)
         queued = [
             stored
             for stored in self.job_store.jobs.values()
             if stored.job.state is JobState.QUEUED
-            and stored.created_at < before
-            and _kind_of(stored.job) in INTERACTIVE_KINDS
+            and (stored.digest_at is not None or _kind_of(stored.job) in INTERACTIVE_KINDS)
+            and _waits_since(stored) < before
         ]
-        queued.sort(key=lambda stored: (stored.created_at, stored.job.job_id))
+        queued.sort(key=lambda stored: (_waits_since(stored), stored.job.job_id))
         return [
             {
                 "job_id": stored.job.job_id,
@@ -334,6 +340,7 @@ class InMemoryReports:
                 "priority": stored.job.priority,
                 "created_at": stored.created_at,
                 "kind": _kind_of(stored.job),
+                "digest_at": stored.digest_at,
             }
             for stored in queued[:limit]
         ]

@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Final
 
 from birddog.core.delivery import new_row
+from birddog.core.digests import DEFAULT_DIGEST, DigestSchedule, next_digest
 from birddog.core.errors import InvalidInput, JobConflict, JobNotFound, StaleClaim
 from birddog.core.fanout import replies_for
 from birddog.core.jobs import (
@@ -39,6 +40,7 @@ from birddog.core.lifecycle import (
     SettleRequested,
     decide_job,
 )
+from birddog.core.live import DIGEST_KINDS
 from birddog.core.mail import Outcome
 from birddog.core.turns import DEFAULT_KILL_GRACE_S, Turn
 from birddog.ports import ClaimedJob, Clock, Outbox
@@ -67,6 +69,8 @@ class StoredJob:
         settled_at: when it settled (retention counts from here).
         cancel_deadline: the latest its lease may end once a cancellation was recorded
             while it ran (the cancel grace after it).
+        digest_at: an informational job's digest time, given at enqueue (no claim takes it
+            before; None for an interactive job).
     """
 
     job: Job
@@ -83,6 +87,7 @@ class StoredJob:
     started_at: datetime | None = None
     settled_at: datetime | None = None
     cancel_deadline: datetime | None = None
+    digest_at: datetime | None = None
 
     def facts(self, token: str | None = None) -> JobFacts:
         """The lifecycle's facts, ``token`` being the claim presented (if any)."""
@@ -117,6 +122,8 @@ class InMemoryJobs:
     Attributes:
         jobs: every job by id.
         outbox: the replies settlements wrote.
+        digest_schedules: each agent's own digest schedule, read at enqueue (an agent
+            without one has the default; ``InMemoryDigests`` shares its own here).
     """
 
     def __init__(
@@ -134,6 +141,7 @@ class InMemoryJobs:
         self.limits = Limits(max_content_bytes=max_content_bytes)
         self.queue_concurrency = queue_concurrency
         self.jobs: dict[str, StoredJob] = {}
+        self.digest_schedules: Mapping[str, DigestSchedule] = {}
 
     @property
     def max_content_bytes(self) -> int:
@@ -158,7 +166,10 @@ class InMemoryJobs:
             key = carried_mail_key(job)
             if key is not None and any(carried_mail_key(s.job) == key for s in self.jobs.values()):
                 raise mail_key_taken(key)
-            self.jobs[job.job_id] = StoredJob(job, len(self.jobs), self.clock.now())
+            now = self.clock.now()
+            self.jobs[job.job_id] = StoredJob(
+                job, len(self.jobs), now, digest_at=_digest_at(job, now, self.digest_schedules)
+            )
             return True
         differing = [
             name for name in REPLAYED_FIELDS if getattr(job, name) != getattr(stored.job, name)
@@ -208,7 +219,7 @@ class InMemoryJobs:
                 heads[queue] = stored
         # The head of each queue first, then the filter: a worker for one agent never takes
         # the job behind another agent's head in a shared session.
-        heads = {q: s for q, s in heads.items() if _served(s.job, queues=queues, agents=agents)}
+        heads = {q: s for q, s in heads.items() if served(s.job, queues=queues, agents=agents)}
         free = [s for s in heads.values() if running[s.job.queue] < self.queue_concurrency]
         if not free:
             return None
@@ -398,13 +409,23 @@ class InMemoryJobs:
         return handled
 
     async def queued_backlog(
-        self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        agents: Sequence[str] | None = None,
+        digests: bool = False,
     ) -> tuple[int, datetime | None]:
-        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time."""
+        """How many jobs wait for a worker of ``queues`` and ``agents``, and the oldest's time.
+
+        Informational mail waiting for its digest counts only with ``digests``.
+        """
+        now = self.clock.now()
         waiting = [
             s.created_at
             for s in self.jobs.values()
-            if s.job.state is JobState.QUEUED and _served(s.job, queues=queues, agents=agents)
+            if s.job.state is JobState.QUEUED
+            and served(s.job, queues=queues, agents=agents)
+            and (digests or s.digest_at is None or s.digest_at <= now)
         ]
         return len(waiting), min(waiting, default=None)
 
@@ -495,26 +516,37 @@ REPLAYED_FIELDS: Final = (
 RUNNING: Final = JobState.RUNNING
 
 
+def _digest_at(job: Job, now: datetime, schedules: Mapping[str, DigestSchedule]) -> datetime | None:
+    """An informational job's digest time, from its agent's schedule (as enqueue's)."""
+    agent, kind = agent_of(job), job.payload.get("kind")
+    if agent is None or kind not in DIGEST_KINDS:
+        return None
+    return next_digest(schedules.get(agent, DEFAULT_DIGEST), now)
+
+
 def _may_claim_at(stored: StoredJob, now: datetime) -> bool:
-    """Whether a queued job's not-before has passed and its expiry has not."""
+    """Whether a queued job's not-before and digest have passed and its expiry has not."""
     job = stored.job
     if job.not_before is not None and job.not_before > now:
         return False
+    if stored.digest_at is not None and stored.digest_at > now:
+        return False
     expires_in_s = job.expires_in_s
-    return expires_in_s is None or stored.created_at + timedelta(seconds=expires_in_s) > now
+    since = stored.created_at if stored.digest_at is None else stored.digest_at
+    return expires_in_s is None or since + timedelta(seconds=expires_in_s) > now
 
 
-def _served(job: Job, *, queues: Sequence[str] | None, agents: Sequence[str] | None) -> bool:
+def served(job: Job, *, queues: Sequence[str] | None, agents: Sequence[str] | None) -> bool:
     """Whether a worker of ``queues`` and ``agents`` (both None: every queue) serves ``job``."""
     reserved = job.queue.startswith(RESERVED_QUEUE_PREFIX)
     if queues is None and agents is None:
         return not reserved
     if job.queue in (queues or ()):
         return True
-    return not reserved and _agent_of(job) in (agents or ())
+    return not reserved and agent_of(job) in (agents or ())
 
 
-def _agent_of(job: Job) -> str | None:
+def agent_of(job: Job) -> str | None:
     """The agent a job's mail is addressed to (None: no mail)."""
     mail = job.payload.get("mail")
     to = mail.get("to") if isinstance(mail, dict) else None

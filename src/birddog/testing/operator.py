@@ -363,6 +363,7 @@ def _job_row(stored: StoredJob, *, story: bool = False) -> dict[str, Any]:
         "kind": str(job.payload.get("kind", DEFAULT_KIND)),
         "outcome": None if job.outcome is None else job.outcome.value,
         "created_at": stored.created_at,
+        "digest_at": stored.digest_at,
         "recovery_count": stored.recovery_count,
         "diagnostic": stored.diagnostic,
         "mail_key": None if mail is None else mail.key,

@@ -15,6 +15,7 @@ from birddog.core.routing import check_batch_size, check_secret, checked_route, 
 from birddog.core.text import shown_key
 from birddog.ports import Clock, ResealReport, Route, RouteKind, RouteSummary
 from birddog.testing.clock import FrozenClock
+from birddog.testing.digests import InMemoryDigests
 from birddog.testing.outbox import InMemoryOutbox
 
 __all__ = ["InMemoryRoutes"]
@@ -51,6 +52,13 @@ class InMemoryRoutes:
         self.push_egress = push_egress if push_egress is not None else self.egress.for_pushes()
         self.outbox = outbox
         self.routes: dict[str, Route] = {}
+
+        self._digests = InMemoryDigests(clock=self.clock, routes=self)
+
+    @property
+    def digests(self) -> InMemoryDigests:
+        """The routes' digest schedules (its ``jobs``: the fake jobs whose mail may wait)."""
+        return self._digests
 
     async def route(self, agent_id: str) -> Route | None:
         """The route for ``agent_id``, or None when the agent is unknown."""

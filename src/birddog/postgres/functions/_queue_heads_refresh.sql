@@ -26,10 +26,10 @@ BEGIN
         WHERE j.state = 'queued' AND j.queue_key = v_queue
         ORDER BY j.priority DESC, j.created_at, j.job_id
         LIMIT 1;
-        SELECT j.not_before INTO v_due
+        SELECT greatest(j.not_before, j.digest_at) INTO v_due
         FROM birddog.jobs j
         WHERE j.state = 'queued' AND j.queue_key = v_queue
-        ORDER BY j.not_before NULLS FIRST
+        ORDER BY greatest(j.not_before, j.digest_at) NULLS FIRST
         LIMIT 1;
         SELECT count(*)::integer INTO v_running
         FROM birddog.jobs j
@@ -73,10 +73,10 @@ BEGIN
             LIMIT 1
         ) head ON true
         LEFT JOIN LATERAL (
-            SELECT j.not_before AS due_at
+            SELECT greatest(j.not_before, j.digest_at) AS due_at
             FROM birddog.jobs j
             WHERE j.state = 'queued' AND j.queue_key = q.queue_key
-            ORDER BY j.not_before NULLS FIRST
+            ORDER BY greatest(j.not_before, j.digest_at) NULLS FIRST
             LIMIT 1
         ) due ON true
         CROSS JOIN LATERAL (

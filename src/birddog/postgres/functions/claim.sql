@@ -27,7 +27,9 @@ BEGIN
     -- not-before passed, not expired) with a free slot: of every queue but the reserved
     -- ones, or of the queues p_queues names and the sessions of the agents p_agents names.
     -- An agent's login claims only its own jobs, from the sessions or agent it names.
-    -- A queue a live session serves is left to it for a grace (birddog._live_hold).
+    -- A queue a live session serves is left to it for a grace (birddog._live_hold);
+    -- informational mail waits for its digest unless the claimer is its live session
+    -- (birddog._digest_hold: the head row's due_at, each job's digest_at).
     IF v_agent IS NOT NULL AND p_queues IS NULL
        AND (p_agents IS NULL OR EXISTS (
            SELECT 1 FROM unnest(p_agents) AS a(agent) WHERE a.agent IS DISTINCT FROM v_agent
@@ -46,7 +48,7 @@ BEGIN
             v_queues := ARRAY(
                 SELECT h.queue_key FROM birddog.queue_heads h
                 WHERE h.job_id IS NOT NULL
-                  AND (h.due_at IS NULL OR h.due_at <= p_started_at)
+                  AND NOT birddog._digest_hold(h.queue_key, h.due_at, p_worker_id, p_started_at)
                   AND h.running < p_slots AND NOT starts_with(h.queue, p_reserved_prefix)
                   AND NOT (h.queue_key = ANY(v_tried))
                   AND NOT birddog._live_hold(h.queue_key, h.created_at, p_worker_id, p_started_at)
@@ -58,7 +60,7 @@ BEGIN
             v_queues := ARRAY(
                 SELECT h.queue_key FROM birddog.queue_heads h
                 WHERE h.job_id IS NOT NULL
-                  AND (h.due_at IS NULL OR h.due_at <= p_started_at)
+                  AND NOT birddog._digest_hold(h.queue_key, h.due_at, p_worker_id, p_started_at)
                   AND h.running < p_slots
                   AND (h.queue = ANY(p_queues)
                        OR (h.agent_id = ANY(p_agents)
@@ -83,6 +85,7 @@ BEGIN
                 WHERE q.state = 'queued' AND q.queue_key = c.queue_key
                   AND (q.not_before IS NULL OR q.not_before <= p_started_at)
                   AND (q.expires_at IS NULL OR q.expires_at > p_started_at)
+                  AND NOT birddog._digest_hold(q.queue_key, q.digest_at, p_worker_id, p_started_at)
                 ORDER BY q.priority DESC, q.created_at, q.job_id
                 LIMIT 1
             ) head
@@ -130,6 +133,8 @@ BEGIN
                     WHERE f.state = 'queued' AND f.queue_key = l.queue_key
                       AND (f.not_before IS NULL OR f.not_before <= p_started_at)
                       AND (f.expires_at IS NULL OR f.expires_at > p_started_at)
+                      AND NOT birddog._digest_hold(f.queue_key, f.digest_at, p_worker_id,
+                                                   p_started_at)
                       AND (p_agents IS NULL OR f.queue = ANY(p_queues)
                            OR f.agent_id = ANY(p_agents))
                       AND (v_agent IS NULL OR f.agent_id = v_agent)

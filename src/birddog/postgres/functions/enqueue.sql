@@ -19,6 +19,8 @@ DECLARE
     v_expires interval := make_interval(secs => p_expires_in_s);
     v_to text;
     v_queue_key text;
+    v_kind text;
+    v_digest_at timestamptz;
 BEGIN
     -- An agent's login sends as itself only: the mail's from is its agent.
     IF v_agent IS NOT NULL
@@ -69,18 +71,24 @@ BEGIN
     END IF;
     -- The agent the mail is addressed to (NULL: no mail, or not BirdDog's).
     v_to := birddog._address(v_payload -> 'mail' -> 'to') ->> 'agentId';
+    v_kind := CASE WHEN v_to IS NULL THEN 'task' ELSE coalesce(v_payload ->> 'kind', 'task') END;
+    -- Informational mail waits for its digest (birddog.core.digests): the first time of its
+    -- agent's route's schedule at or after it was sent; its expiry counts from then.
+    IF v_kind IN ('report', 'receipt') THEN
+        v_digest_at := birddog._digest_at(v_to, v_created);
+    END IF;
     -- A queued job, nothing else: state, lease and claim are not the caller's to give. The
     -- login that enqueued it is kept (sent_by): a sender reads the jobs it sent. A mail's
     -- kind is the payload's (a task when it names none: the TypeScript BirdDog's mail); a
     -- job that is not BirdDog mail is a task, whatever its own payload calls a kind.
     INSERT INTO birddog.jobs AS j (
         job_id, queue, lane, priority, state, payload, recovery, created_at, traceparent,
-        sent_by, agent_id, not_before, expires_at, kind
+        sent_by, agent_id, not_before, expires_at, kind, digest_at
     )
     VALUES (
         p_job_id, p_queue, p_lane, v_priority, 'queued', v_payload, v_recovery,
-        v_created, p_traceparent, session_user, v_to, p_not_before, v_created + v_expires,
-        CASE WHEN v_to IS NULL THEN 'task' ELSE coalesce(v_payload ->> 'kind', 'task') END
+        v_created, p_traceparent, session_user, v_to, p_not_before,
+        coalesce(v_digest_at, v_created) + v_expires, v_kind, v_digest_at
     )
     -- Any unique conflict: the job id taken, or the mail key another job's (a mail key
     -- names one job: its replies, their visibility and acknowledgement follow that job).
@@ -88,14 +96,15 @@ BEGIN
     RETURNING j.queue_key INTO v_queue_key;
     IF FOUND THEN
         -- Its queue's head: this job, when it comes first (or the queue had none queued);
-        -- the queue due as soon as this job may be claimed, if sooner. The upsert works on
+        -- the queue due as soon as this job may be claimed (its not-before and its digest
+        -- passed), if sooner. The upsert works on
         -- the row's latest version, whoever changed it last.
         INSERT INTO birddog.queue_heads AS h (
             queue_key, queue, agent_id, priority, created_at, job_id, due_at, running
         )
         VALUES (
             v_queue_key, p_queue, v_to, v_priority, v_created, p_job_id,
-            p_not_before, 0
+            greatest(p_not_before, v_digest_at), 0
         )
         ON CONFLICT (queue_key) DO UPDATE
         SET agent_id = CASE WHEN h.job_id IS NULL OR (-excluded.priority, excluded.created_at,
@@ -161,7 +170,8 @@ BEGIN
         CASE WHEN v_stored.payload IS DISTINCT FROM v_payload THEN 'payload' END,
         CASE WHEN v_stored.recovery IS DISTINCT FROM v_recovery THEN 'recovery' END,
         CASE WHEN v_stored.not_before IS DISTINCT FROM p_not_before THEN 'not_before' END,
-        CASE WHEN (v_stored.expires_at - v_stored.created_at) IS DISTINCT FROM v_expires
+        CASE WHEN (v_stored.expires_at - coalesce(v_stored.digest_at, v_stored.created_at))
+                  IS DISTINCT FROM v_expires
              THEN 'expires_in_s' END
     ], NULL);
     RETURN NEXT;

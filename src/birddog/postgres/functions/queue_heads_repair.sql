@@ -18,7 +18,8 @@ BEGIN
         ORDER BY j.queue_key, j.priority DESC, j.created_at, j.job_id
     ), due AS (
         SELECT j.queue_key,
-               CASE WHEN bool_and(j.not_before IS NOT NULL) THEN min(j.not_before) END AS due_at
+               CASE WHEN bool_and(greatest(j.not_before, j.digest_at) IS NOT NULL)
+                    THEN min(greatest(j.not_before, j.digest_at)) END AS due_at
         FROM birddog.jobs j
         WHERE j.state = 'queued'
         GROUP BY j.queue_key

@@ -14,7 +14,8 @@ BEGIN
     -- The reapers, for the jobs p_job_ids (a job another transaction holds is skipped and
     -- not returned). 'lease_expired': a running job whose lease ended by p_since is queued
     -- again while its budget lasts, else settles outcome_unknown (a recorded cancellation:
-    -- cancelled). 'queued_too_long': a job still queued, enqueued by p_since, settles
+    -- cancelled). 'queued_too_long': a job still queued, enqueued (and its digest due) by
+    -- p_since, settles
     -- cancelled with the caller's text for its recovery count (p_contents, p_diagnostics,
     -- one per job; a job whose count moved meanwhile is kept for the next pass).
     PERFORM 1 FROM birddog.queue_heads h
@@ -62,7 +63,9 @@ BEGIN
         ELSIF p_event = 'queued_too_long' THEN
             v_at := array_position(p_job_ids, v_job.job_id);
             IF v_job.state = 'queued'
-               AND (v_job.created_at <= p_since OR v_job.expires_at <= p_now)
+               AND ((v_job.created_at <= p_since
+                     AND (v_job.digest_at IS NULL OR v_job.digest_at <= p_since))
+                    OR v_job.expires_at <= p_now)
                AND v_job.recovery_count = p_recovery_counts[v_at] THEN
                 SELECT * INTO v_done FROM birddog._settle_job(
                     v_job.job_id, v_job.queue, v_job.payload, v_job.traceparent,
