@@ -86,6 +86,22 @@ async def test_a_running_ask_says_for_how_long(
     assert OWED in running.stderr
 
 
+async def as_before_revision_0034(pg_pool: Pool, key: str) -> None:
+    """Make the ask of ``key`` one sent before revision 0034: no ``askerMailbox`` mark.
+
+    Every ask is marked now, and its reply to the asker goes into the asker's mailbox at
+    the settlement whatever the asker's route; an ask queued before that revision has no
+    mark, and its reply follows the route, so it can still be held, pending or dead: the
+    states whose timeout messages these tests read.
+    """
+    changed = await pg_pool.execute(
+        "UPDATE birddog.jobs SET payload = payload - 'askerMailbox' "
+        "WHERE payload #>> '{mail,key}' = $1 AND payload ? 'askerMailbox'",
+        key,
+    )
+    assert changed == "UPDATE 1", changed
+
+
 async def hold_while_settling(database_url: str) -> None:
     """Run one worker turn with the asker's route held, so its reply stays owed in the outbox.
 
@@ -105,6 +121,7 @@ async def test_a_settled_ask_whose_reply_is_not_delivered_says_pending_and_why(
 ) -> None:
     """Settled, no daemon: pending, and no daemon beat; with the asker held: it says held."""
     await ask(database_url, "p-1")
+    await as_before_revision_0034(pg_pool, "p-1")
     await hold_while_settling(database_url)
     pending = await ask(database_url, "p-1")
     assert "route is held" not in pending.stderr
@@ -123,6 +140,7 @@ async def test_an_ask_whose_reply_died_says_why_and_how_to_replay_it(
 ) -> None:
     """The asker's route removed before delivery: the reply died unknown_recipient; replay it."""
     await ask(database_url, "d-1")
+    await as_before_revision_0034(pg_pool, "d-1")
     # Removed before the settlement, which would otherwise deliver into the mailbox.
     removed = await cli(database_url, "route", "remove", "asker")
     assert removed.returncode == 0, removed.stderr
@@ -143,6 +161,7 @@ async def test_a_senders_login_reads_where_its_own_ask_stands_and_no_other(
     """Under the sender role the timeout still says queued, then pending; another's reply stays unseen."""
     queued = await ask(logins["sender"], "s-1")
     assert "nobody has taken it: its job has been queued for session s-upper" in queued.stderr
+    await as_before_revision_0034(pg_pool, "s-1")
     await hold_while_settling(database_url)
     pending = await ask(logins["sender"], "s-1")
     assert "its job settled completed; the reply is not delivered yet (pending)" in pending.stderr

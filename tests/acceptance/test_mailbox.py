@@ -48,6 +48,7 @@ async def test_route_add_mailbox_needs_no_url(database_url: str) -> None:
             "postTimeoutS": None,
             "maxAgeS": None,
             "maxAttempts": None,
+            "digest": {"daily": "08:00", "everyS": None},  # the default digest
         }
     ]
     neither = await cli(database_url, "route", "add", "other")

@@ -73,7 +73,7 @@ async def test_route_update_sets_and_puts_back_a_policy(
     reset = await cli(database_url, "route", "update", "alice", "--max-age", "default")
     assert reset.stdout.strip().endswith("(max attempts 50)")
     listed = await cli(database_url, "route", "list")
-    assert listed.stdout.strip().endswith("\tmax attempts 50")
+    assert listed.stdout.strip().endswith("\tmax attempts 50\tdigest daily@08:00 UTC")
 
 
 async def test_a_post_timeout_the_lease_would_not_outlast_is_refused(
