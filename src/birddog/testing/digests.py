@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
 from birddog.core.digests import DEFAULT_DIGEST, DigestSchedule, DigestWait
 from birddog.core.errors import RouteNotFound
@@ -12,9 +11,6 @@ from birddog.core.text import shown_key
 from birddog.ports import Clock
 from birddog.testing.clock import FrozenClock
 from birddog.testing.jobs import InMemoryJobs, served
-
-if TYPE_CHECKING:
-    from birddog.testing.routes import InMemoryRoutes
 
 __all__ = ["InMemoryDigests"]
 
@@ -28,8 +24,8 @@ class InMemoryDigests:
 
     Args:
         clock: what "now" is (default: a frozen clock).
-        routes: the route book whose agents may have a schedule (its own ``digests`` is
-            one of these).
+        routes: the routes by agent (a route book's own, read as it changes): the agents
+            that may have a schedule.
         jobs: the job store whose jobs may wait (default: an empty one).
 
     Attributes:
@@ -40,7 +36,7 @@ class InMemoryDigests:
         self,
         *,
         clock: Clock | None = None,
-        routes: InMemoryRoutes,
+        routes: Mapping[str, object],
         jobs: InMemoryJobs | None = None,
     ) -> None:
         self.clock: Clock = clock or FrozenClock()
@@ -68,7 +64,7 @@ class InMemoryDigests:
         Raises:
             RouteNotFound: the agent has no route in ``routes``.
         """
-        if agent_id not in self.routes.routes:
+        if agent_id not in self.routes:
             raise RouteNotFound(f"no route for agent {shown_key(agent_id)}")
         if schedule is None:
             self.own.pop(agent_id, None)
@@ -78,7 +74,7 @@ class InMemoryDigests:
 
     async def schedules(self) -> dict[str, DigestSchedule]:
         """Every route's digest schedule (its own, or the default), by agent id."""
-        return {agent: await self.schedule(agent) for agent in sorted(self.routes.routes)}
+        return {agent: await self.schedule(agent) for agent in sorted(self.routes)}
 
     async def waiting(
         self, *, queues: Sequence[str] | None = None, agents: Sequence[str] | None = None

@@ -53,7 +53,7 @@ class InMemoryRoutes:
         self.outbox = outbox
         self.routes: dict[str, Route] = {}
 
-        self._digests = InMemoryDigests(clock=self.clock, routes=self)
+        self._digests = InMemoryDigests(clock=self.clock, routes=self.routes)
 
     @property
     def digests(self) -> InMemoryDigests:
